@@ -1,0 +1,75 @@
+"""A standalone, preallocated KV cache for incremental decoding (section 3 of SPEC: generation).
+
+The model reads and fills it; decoding code (``aiayn.decoding``) creates it and reorders it for beams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    """Keys and values of past positions for one self-attention layer, preallocated to ``max_len``.
+
+    Shape: k and v are (B, H, max_len, D); the first ``length`` positions are filled.
+    """
+
+    def __init__(self, batch: int, n_heads: int, max_len: int, d_head: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
+        self.k = torch.zeros(batch, n_heads, max_len, d_head, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append (B, H, T, D) keys/values; return all filled ones, (B, H, length, D)."""
+        end = self.length + k.size(2)
+        if end > self.k.size(2):
+            raise ValueError(f"KV cache full: {end} positions asked, {self.k.size(2)} preallocated")
+        self.k[:, :, self.length:end] = k
+        self.v[:, :, self.length:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` of the batch (beam search), in that order."""
+        self.k = self.k.index_select(0, index)
+        self.v = self.v.index_select(0, index)
+
+
+@dataclass
+class LayerCache:
+    """What one decoder layer keeps between steps: its self-attention KV cache and, for an
+    encoder-decoder, the cross-attention keys/values of the memory (computed once per source)."""
+
+    self_kv: KVCache
+    cross_kv: tuple[Tensor, Tensor] | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        self.self_kv.reorder(index)
+        if self.cross_kv is not None:
+            self.cross_kv = tuple(t.index_select(0, index) for t in self.cross_kv)
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer caches of a decoder stack; ``position`` is the number of positions already decoded."""
+
+    layers: list[LayerCache] = field(default_factory=list)
+
+    @classmethod
+    def allocate(cls, n_layers: int, batch: int, n_heads: int, max_len: int, d_head: int,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> DecoderCache:
+        return cls([LayerCache(KVCache(batch, n_heads, max_len, d_head, device, dtype))
+                    for _ in range(n_layers)])
+
+    @property
+    def position(self) -> int:
+        return self.layers[0].self_kv.length if self.layers else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Reorder every layer's batch rows (beam search keeps, drops and copies hypotheses)."""
+        for layer in self.layers:
+            layer.reorder(index)

@@ -1,0 +1,1 @@
+"""Data: synthetic tasks, corpora readers and batching."""

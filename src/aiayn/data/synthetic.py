@@ -1,0 +1,33 @@
+"""Synthetic sequence tasks that need no files (SPEC section 2: the copy task)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+
+
+def pad_batch(rows: list[list[int]], pad_id: int) -> Tensor:
+    """Right-pad lists of ids into a (B, max_len) long tensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len: int = 5,
+               max_len: int = 10, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """Random ids (above the specials) of length min_len..max_len; the target is the source (or reversed).
+
+    Returns src (B, S) and tgt = ``<s> ... </s>`` (B, S+2), both right-padded.
+    """
+    first = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
+    srcs, tgts = [], []
+    for _ in range(batch):
+        n = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
+        ids = torch.randint(first, cfg.vocab_size, (n,), generator=generator).tolist()
+        srcs.append(ids)
+        tgts.append([cfg.bos_id, *(ids[::-1] if reverse else ids), cfg.eos_id])
+    return pad_batch(srcs, cfg.pad_id), pad_batch(tgts, cfg.pad_id)

@@ -1,0 +1,46 @@
+"""Next-token scorers over a model: they hide encoder-decoder vs decoder-only and the cache."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.masks import padding_mask
+from aiayn.models import DecoderOnly, EncoderDecoder, TransformerModel
+
+
+class Stepper:
+    """Scores the next token for every row given all tokens so far.
+
+    With a cache, only the positions not yet in the cache are fed to the model.
+    """
+
+    def __init__(self, model: TransformerModel, src_ids: Tensor | None, batch: int, max_len: int,
+                 use_cache: bool = True, like: Tensor | None = None) -> None:
+        self.model = model
+        self.memory = self.src_mask = None
+        if isinstance(model, EncoderDecoder):
+            self.memory = model.encode(src_ids)  # (B, S, D)
+            self.src_mask = padding_mask(src_ids, model.config.pad_id)  # (B, S)
+            like = self.memory
+        elif not isinstance(model, DecoderOnly):
+            raise TypeError(f"{type(model).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
+        like = like if like is not None else torch.empty(0, device=next(model.parameters()).device)
+        self.cache = model.new_cache(batch, max_len, like) if use_cache else None
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (B, t) -> logits (B, V) for position t."""
+        new = tokens if self.cache is None else tokens[:, self.cache.position:]
+        if self.memory is not None:
+            logits = self.model.decode(new, self.memory, self.src_mask, self.cache)  # (B, t', V)
+        else:
+            logits = self.model.decode(new, self.cache)
+        return logits[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` (beam search)."""
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)

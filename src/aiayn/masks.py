@@ -1,0 +1,38 @@
+"""Attention masks. One convention everywhere: bool, True = may attend (as in F.scaled_dot_product_attention).
+
+Shape legend: B batch, H heads, T query length, S key length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """True at real tokens, False at padding. (B, S) -> (B, S) bool."""
+    return ids != pad_id
+
+
+def key_mask(mask: Tensor) -> Tensor:
+    """A (B, S) token mask as keys every query may see: (B, 1, 1, S) bool."""
+    return mask[:, None, None, :]
+
+
+def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Query i (at absolute position k_len - q_len + i) may attend keys j <= its position.
+
+    Returns a (T, S) bool mask; with a cache, the T new queries come after S - T cached keys.
+    """
+    k_len = q_len if k_len is None else k_len
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (T, 1)
+    k_pos = torch.arange(k_len, device=device)[None, :]  # (1, S)
+    return k_pos <= q_pos
+
+
+def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """Causal mask, combined with the target's key padding when given: (B or 1, 1, T, S) bool."""
+    mask = causal_mask(q_len, k_len, device)[None, None]  # (1, 1, T, S)
+    if tgt_mask is not None:
+        mask = mask & key_mask(tgt_mask)  # (B, 1, T, S)
+    return mask

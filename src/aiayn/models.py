@@ -1,0 +1,206 @@
+"""The three members of the Transformer family, assembled from the same parts by builder functions.
+
+- EncoderDecoder: the paper's model (Figure 1).
+- DecoderOnly: GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention).
+- EncoderOnly: BERT-style bidirectional encoder with a token-level output head.
+
+Masks are bool, True = may attend; padding is derived from ``config.pad_id``.
+Shape legend: B batch, S source length, T target length, V vocabulary, D d_model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from aiayn.cache import DecoderCache
+from aiayn.checkpoint import atomic_directory, load_weights, save_weights
+from aiayn.config import ModelConfig
+from aiayn.embeddings import InputEmbedding, TokenEmbedding, build_positions
+from aiayn.init import init_weights
+from aiayn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
+from aiayn.masks import decoder_self_mask, key_mask, padding_mask
+from aiayn.positions import RotaryEmbedding
+
+
+def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
+    positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base)
+    return InputEmbedding(tokens, positions, cfg.dropout)
+
+
+def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
+    return RotaryEmbedding(cfg.d_head, cfg.position_base) if cfg.positions == "rope" else None
+
+
+def _final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+
+
+def build_encoder(cfg: ModelConfig) -> Encoder:
+    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg))
+              for _ in range(cfg.n_encoder_layers)]
+    return Encoder(layers, _final_norm(cfg))
+
+
+def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
+    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg), cross_attention)
+              for _ in range(cfg.n_decoder_layers)]
+    return Decoder(layers, _final_norm(cfg))
+
+
+def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Linear:
+    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing."""
+    proj = nn.Linear(cfg.d_model, vocab, bias=False)
+    if cfg.share_embeddings != "none":
+        proj.weight = tokens.weight
+    return proj
+
+
+class TransformerModel(nn.Module):
+    """What every family member shares: its config, save/load, and the cache it decodes with."""
+
+    arch = ""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != self.arch:
+            raise ValueError(f"arch: {type(self).__name__} needs arch={self.arch!r}, got {config.arch!r}")
+        self.config = config
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``config.json`` + ``model.safetensors`` into ``folder`` atomically."""
+        with atomic_directory(folder) as tmp:
+            self.config.save(tmp / "config.json")
+            save_weights(self, tmp)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TransformerModel:
+        """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode."""
+        folder = Path(folder)
+        config = ModelConfig.load(folder / "config.json")
+        model = build_model(config) if cls is TransformerModel else cls(config)
+        load_weights(model, folder)
+        return model.eval()
+
+    def new_cache(self, batch: int, max_len: int, like: Tensor) -> DecoderCache:
+        """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device."""
+        cfg = self.config
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.n_heads, max_len, cfg.d_head,
+                                     like.device, like.dtype)
+
+
+class EncoderDecoder(TransformerModel):
+    """The Transformer of Figure 1. ``forward(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V)``."""
+
+    arch = "encoder-decoder"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        cfg = config
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model)
+        tgt_tokens = src_tokens if cfg.share_embeddings == "all" else TokenEmbedding(cfg.target_vocab, cfg.d_model)
+        self.src_embed = build_embedding(cfg, src_tokens)
+        self.tgt_embed = build_embedding(cfg, tgt_tokens)
+        self.encoder = build_encoder(cfg)
+        self.decoder = build_decoder(cfg)
+        self.output = build_output(cfg, cfg.target_vocab, tgt_tokens)
+        init_weights(self)
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S)
+        return self.decode(tgt_in_ids, self.encode(src_ids), src_mask)
+
+    def encode(self, src_ids: Tensor, need_weights: bool = False) -> Tensor:
+        """Source ids (B, S) -> memory (B, S, D); padding never attended to."""
+        memory, _ = self._encode(src_ids, need_weights)
+        return memory
+
+    def _encode(self, src_ids: Tensor, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        mask = key_mask(padding_mask(src_ids, self.config.pad_id))  # (B, 1, 1, S)
+        return self.encoder(self.src_embed(src_ids), mask, need_weights)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               cache: DecoderCache | None = None) -> Tensor:
+        """Next-token logits (B, T, V) for target ids (B, T).
+
+        Args:
+            memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
+            cache: with a cache, ``tgt_ids`` are only the new positions (at ``cache.position`` onwards),
+                past keys/values are reused and the new ones appended (incremental decoding).
+        """
+        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False)
+        return self.output(hidden)
+
+    def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None,
+                cache: DecoderCache | None, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        offset = 0 if cache is None else cache.position
+        t = tgt_ids.size(1)
+        tgt_pad = padding_mask(tgt_ids, self.config.pad_id) if cache is None else None
+        self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device)  # (B|1, 1, T, offset+T)
+        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        x = self.tgt_embed(tgt_ids, offset)
+        return self.decoder(x, memory, self_mask, cross_mask, cache, offset, need_weights)
+
+    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
+        """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
+        src_mask = padding_mask(src_ids, self.config.pad_id)
+        memory, enc_w = self._encode(src_ids, need_weights=True)
+        _, dec_w = self._decode(tgt_in_ids, memory, src_mask, None, need_weights=True)
+        return {"encoder": [w["self"] for w in enc_w], "decoder_self": [w["self"] for w in dec_w],
+                "cross": [w["cross"] for w in dec_w]}
+
+
+class DecoderOnly(TransformerModel):
+    """GPT-style language model: ``forward(ids (B, T)) -> next-token logits (B, T, V)``."""
+
+    arch = "decoder-only"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model)
+        self.embed = build_embedding(config, tokens)
+        self.decoder = build_decoder(config, cross_attention=False)
+        self.output = build_output(config, config.vocab_size, tokens)
+        init_weights(self)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.decode(ids)
+
+    def decode(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only."""
+        offset = 0 if cache is None else cache.position
+        t = ids.size(1)
+        pad = padding_mask(ids, self.config.pad_id) if cache is None else None
+        mask = decoder_self_mask(pad, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
+        hidden, _ = self.decoder(self.embed(ids, offset), None, mask, None, cache, offset)
+        return self.output(hidden)
+
+
+class EncoderOnly(TransformerModel):
+    """BERT-style encoder: ``forward(ids (B, S)) -> per-token logits (B, S, V)`` (e.g. masked tokens)."""
+
+    arch = "encoder-only"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model)
+        self.embed = build_embedding(config, tokens)
+        self.encoder = build_encoder(config)
+        self.output = build_output(config, config.vocab_size, tokens)
+        init_weights(self)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        mask = key_mask(padding_mask(ids, self.config.pad_id))  # (B, 1, 1, S)
+        hidden, _ = self.encoder(self.embed(ids), mask)
+        return self.output(hidden)
+
+
+MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderOnly)}
+
+
+def build_model(config: ModelConfig) -> TransformerModel:
+    """The model class that ``config.arch`` names, freshly initialised."""
+    return MODEL_CLASSES[config.arch](config)

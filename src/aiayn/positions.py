@@ -1,0 +1,70 @@
+"""Positional information: sinusoidal (section 3.5), learned absolute, and rotary (RoPE)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0, offset: int = 0,
+                        device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
+    """PE(pos, 2i) = sin(pos / base^(2i/d_model)), PE(pos, 2i+1) = cos(...), section 3.5.
+
+    Returns a (length, d_model) tensor for positions ``offset .. offset + length - 1``; any length works.
+    """
+    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)  # (ceil(D/2),)
+    angle = pos / base ** (two_i / d_model)  # (L, ceil(D/2))
+    pe = torch.zeros(length, d_model, device=device, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.to(dtype)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal encodings (no parameters), computed for any length."""
+
+    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.d_model, self.base = d_model, base
+
+    def forward(self, length: int, offset: int = 0, like: Tensor | None = None) -> Tensor:
+        """(length, d_model) encodings for positions offset.., on ``like``'s device and dtype."""
+        device = None if like is None else like.device
+        dtype = torch.float32 if like is None else like.dtype
+        return sinusoidal_encoding(length, self.d_model, self.base, offset, device, dtype)
+
+
+class LearnedPositions(nn.Module):
+    """A learned (max_len, d_model) table of absolute positions."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, length: int, offset: int = 0, like: Tensor | None = None) -> Tensor:
+        """(length, d_model) rows for positions offset..; longer than the table is a clear error."""
+        if offset + length > self.table.num_embeddings:
+            raise ValueError(f"sequence of {offset + length} positions is longer than max_len="
+                             f"{self.table.num_embeddings} of the learned position table")
+        return self.table.weight[offset: offset + length]
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE: rotate each (2i, 2i+1) pair of q and k by m * theta_i, theta_i = base^(-2i/d_head)."""
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Rotate x of shape (B, H, T, D) whose positions start at ``offset``."""
+        t = x.size(-2)
+        pos = torch.arange(offset, offset + t, device=x.device, dtype=torch.float32)
+        angle = pos[:, None] * self.inv_freq[None, :]  # (T, D/2)
+        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, D/2, 2)
+        x0, x1 = pairs[..., 0], pairs[..., 1]  # (B, H, T, D/2) each
+        rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (B, H, T, D/2, 2)
+        return rotated.flatten(-2)  # (B, H, T, D)

@@ -1,0 +1,29 @@
+"""The command line: help, the demo, and one-line errors for user mistakes."""
+
+import subprocess
+import sys
+
+from aiayn.cli import main
+
+
+def test_help_lists_commands(capsys):
+    try:
+        main(["--help"])
+    except SystemExit as exit_:
+        assert exit_.code == 0
+    assert "demo" in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_the_demo_and_reports_accuracy():
+    result = subprocess.run([sys.executable, "-m", "aiayn", "demo", "--steps", "30"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "exact match (greedy, 1000 new sequences):" in result.stdout
+    assert "source [" in result.stdout
+
+
+def test_bad_flag_value_is_one_line_and_exit_2(capsys):
+    assert main(["demo", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "aiayn: error: --steps: must be a positive integer"
+    assert "Traceback" not in err

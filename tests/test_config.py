@@ -1,0 +1,58 @@
+"""The config dataclass: presets, JSON round trip, and clear errors for bad values."""
+
+import dataclasses
+import json
+
+import pytest
+
+from aiayn import ModelConfig
+
+
+def test_presets_have_the_documented_sizes():
+    small = ModelConfig.preset("small")
+    assert (small.d_model, small.n_encoder_layers, small.n_decoder_layers, small.n_heads, small.d_ff) == (
+        256, 3, 3, 4, 1024)
+    base, big = ModelConfig.preset("base"), ModelConfig.preset("big")
+    assert (base.d_model, base.n_heads, base.d_ff, base.dropout) == (512, 8, 2048, 0.1)
+    assert (big.d_model, big.n_heads, big.d_ff, big.dropout) == (1024, 16, 4096, 0.3)
+    assert ModelConfig.preset("tiny", vocab_size=99).vocab_size == 99
+
+
+def test_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ModelConfig().d_model = 3
+
+
+def test_json_round_trip(tmp_path):
+    cfg = ModelConfig.preset("small", vocab_size=123, positions="rope", norm="pre", activation="gelu")
+    cfg.save(tmp_path / "c.json")
+    assert json.loads((tmp_path / "c.json").read_text())["positions"] == "rope"
+    assert ModelConfig.load(tmp_path / "c.json") == cfg
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"d_model": 100, "n_heads": 8}, "d_model"),
+    ({"positions": "fourier"}, "positions"),
+    ({"norm": "middle"}, "norm"),
+    ({"activation": "tanh"}, "activation"),
+    ({"d_ff": -5}, "d_ff"),
+    ({"vocab_size": 0}, "vocab_size"),
+    ({"n_encoder_layers": -1}, "n_encoder_layers"),
+    ({"dropout": 1.5}, "dropout"),
+    ({"tgt_vocab_size": 10, "share_embeddings": "all"}, "share_embeddings"),
+    ({"pad_id": 1}, "pad_id"),
+])
+def test_bad_values_name_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig(**changes)
+
+
+def test_unknown_preset_and_unknown_json_field(tmp_path):
+    with pytest.raises(ValueError, match="preset"):
+        ModelConfig.preset("huge")
+    (tmp_path / "c.json").write_text('{"d_model": 512, "colour": "blue"}')
+    with pytest.raises(ValueError, match="colour"):
+        ModelConfig.load(tmp_path / "c.json")
+    (tmp_path / "bad.json").write_text('{"d_model": ')
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        ModelConfig.load(tmp_path / "bad.json")

@@ -1,0 +1,37 @@
+"""The models learn: the SPEC's copy task, and a repeated pattern for the decoder-only model."""
+
+import time
+
+import torch
+
+from aiayn import DecoderOnly
+from aiayn.decoding import greedy_search
+from aiayn.demo import CopyRecipe, exact_match, train_copy
+from aiayn.training.objective import make_optimizer, seq2seq_loss
+
+from conftest import tiny
+
+
+def test_copy_task_reaches_99_percent_exact_match_within_a_minute():
+    start = time.perf_counter()
+    model = train_copy(CopyRecipe(), progress=False)
+    elapsed = time.perf_counter() - start
+    accuracy, _ = exact_match(model, n=1000, seed=99)
+    assert accuracy >= 0.99, accuracy
+    assert elapsed < 60 * 1.5, f"training took {elapsed:.0f}s"  # generous for a loaded CI machine
+
+
+def test_decoder_only_learns_a_repeated_pattern():
+    torch.manual_seed(0)
+    model = DecoderOnly(tiny(arch="decoder-only")).train()
+    pattern = torch.tensor([5, 9, 7, 12, 6, 30])
+    data = pattern.repeat(6)[None].repeat(8, 1)  # (8, 36)
+    opt = make_optimizer(model, lr=3e-3)
+    for _ in range(150):
+        loss = seq2seq_loss(model(data[:, :-1]), data[:, 1:], pad_id=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05, loss.item()
+    out = greedy_search(model.eval(), pattern[None, :4], max_new_tokens=8)
+    assert out[0] == [6, 30, 5, 9, 7, 12, 6, 30]
