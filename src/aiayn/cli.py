@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from aiayn import __version__
-from aiayn.demo import CopyRecipe, run_demo
+from aiayn.data.corpus import DataError
+from aiayn.demo import CopyRecipe
 
 
 class UserError(Exception):
@@ -14,32 +17,133 @@ class UserError(Exception):
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.steps <= 0:
+    from aiayn.demo import run_demo, run_numbers_demo
+
+    if args.steps is not None and args.steps <= 0:
         raise UserError("--steps: must be a positive integer")
-    run_demo(steps=args.steps, seed=args.seed)
+    if args.task == "copy":
+        run_demo(steps=args.steps or CopyRecipe.steps, seed=args.seed)
+    else:
+        run_numbers_demo(output=args.output, steps=args.steps, seed=args.seed)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, look inside.")
-    parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    demo = sub.add_parser("demo", help="train a tiny encoder-decoder on the copy task and show the results",
-                          description="Train a tiny encoder-decoder on the built-in copy task on the CPU "
-                                      "(under a minute), then greedy-decode new sequences.")
-    demo.add_argument("--steps", type=int, default=CopyRecipe.steps,
-                      help=f"training steps (default: {CopyRecipe.steps})")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    demo.set_defaults(func=_demo)
-    return parser
+TRAIN_FLAGS = ("data", "preset", "max_steps", "output", "data_dir", "src_lang", "tgt_lang", "task", "valid",
+               "tokenizer", "vocab_size", "tokenizer_type", "max_tokens", "eval_every", "seed", "device",
+               "precision", "time_limit_min", "accum", "lr", "warmup", "schedule")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from aiayn.training.config import TrainConfig
+    from aiayn.training.setup import existing_run
+    from aiayn.training.trainer import Trainer
+
+    overrides = {k: getattr(args, k) for k in TRAIN_FLAGS}
+    if args.joint_vocab is not None:
+        overrides["joint_vocab"] = args.joint_vocab
+    cfg = (TrainConfig.from_yaml(args.config, **overrides) if args.config
+           else TrainConfig.from_dict({k: v for k, v in overrides.items() if v is not None}))
+    out = Path(cfg.output)
+    if args.resume and not existing_run(out):
+        raise UserError(f"--resume: {out / 'last'} holds no checkpoint to resume from")
+    if not args.resume and existing_run(out):
+        raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
+    result = Trainer(cfg, resume=args.resume).train()
+    print(json.dumps(result))
+    return 0
+
+
+def _read_input(path: str | None) -> list[str]:
+    from aiayn.data.corpus import read_lines
+
+    return read_lines(path) if path else [line.rstrip("\r\n") for line in sys.stdin]
+
+
+def _write_output(lines: list[str], path: str | None) -> None:
+    from aiayn.config import atomic_write_text
+
+    text = "".join(line + "\n" for line in lines)
+    if path:
+        atomic_write_text(Path(path), text)
+    else:
+        sys.stdout.write(text)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from aiayn.translate import Translator
+
+    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha)
+    _write_output(translator.translate(_read_input(args.input), args.batch_size), args.output)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from aiayn.data.corpus import read_lines
+    from aiayn.evaluation import score
+    from aiayn.translate import Translator
+
+    sources, refs = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(refs):
+        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
+    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha)
+    hyps = translator.translate(sources, args.batch_size)
+    if args.hyp_output:
+        _write_output(hyps, args.hyp_output)
+    result = score(hyps, refs, args.tokenize)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"BLEU = {result.bleu:.2f}  ({result.bleu_signature})")
+        print(f"chrF = {result.chrf:.2f}  ({result.chrf_signature})")
+    return 0
+
+
+def _average(args: argparse.Namespace) -> int:
+    from aiayn.average import average_checkpoints, step_checkpoints
+
+    folders = [Path(p) for p in args.checkpoints] or step_checkpoints(Path(args.run))[-args.last:]
+    average_checkpoints(folders, Path(args.output))
+    print(f"averaged {len(folders)} checkpoints into {args.output}")
+    return 0
+
+
+def _tokenizer_train(args: argparse.Namespace) -> int:
+    from aiayn.data.datasets import load_splits
+    from aiayn.tokenizer import TokenizerPair
+
+    splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
+    pair = TokenizerPair.train(splits.train.sources, splits.train.targets, args.vocab_size, not args.separate,
+                               args.type)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    pair.save(out)
+    print(f"wrote {'a joint' if pair.joint else 'source and target'} {args.type} tokenizer "
+          f"({len(pair.src)} pieces) to {out}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from aiayn.plots import plot_run
+
+    for path in plot_run(Path(args.run), args.output):
+        print(path)
+    return 0
+
+
+COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
+            "average": _average, "tokenizer": _tokenizer_train, "plot": _plot}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from aiayn.cli_args import build_parser
+
+    args = build_parser(__version__).parse_args(argv)
+    if args.command == "average" and not args.checkpoints and not args.run:
+        print("aiayn: error: average: give --run RUN or checkpoint folders", file=sys.stderr)
+        return 2
     try:
-        return args.func(args)
-    except (UserError, ValueError, FileNotFoundError) as err:
+        return COMMANDS[args.command](args)
+    except (UserError, DataError, ValueError, FileNotFoundError) as err:
         print(f"aiayn: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,15 +6,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import ModelConfig
-
-
-def pad_batch(rows: list[list[int]], pad_id: int) -> Tensor:
-    """Right-pad lists of ids into a (B, max_len) long tensor."""
-    width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
+from aiayn.data.batching import pad_batch
 
 
 def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len: int = 5,

@@ -9,6 +9,13 @@ from aiayn.masks import padding_mask
 from aiayn.models import DecoderOnly, EncoderDecoder, TransformerModel
 
 
+def start_tokens(model: TransformerModel, src_ids: Tensor) -> Tensor:
+    """What generation starts from: BOS for an encoder-decoder, the prompt for a decoder-only model."""
+    if isinstance(model, EncoderDecoder):
+        return torch.full((src_ids.size(0), 1), model.config.bos_id, dtype=torch.long, device=src_ids.device)
+    return src_ids
+
+
 class Stepper:
     """Scores the next token for every row given all tokens so far.
 

@@ -1,0 +1,36 @@
+"""Checkpoint averaging (section 6.1: the base model averages the last 5 checkpoints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aiayn.checkpoint import atomic_directory, save_weights
+from aiayn.models import TransformerModel
+from aiayn.tokenizer import TokenizerPair
+
+
+def step_checkpoints(run: Path) -> list[Path]:
+    """A run's step checkpoints, oldest first."""
+    return sorted((run / "checkpoints").glob("step_*"))
+
+
+def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
+    """Average the weights of ``folders`` (same config) and write a checkpoint folder to ``output``."""
+    if not folders:
+        raise FileNotFoundError("no checkpoints to average (is keep_last > 0 in the recipe?)")
+    models = [TransformerModel.load(f) for f in folders]
+    configs = {m.config for m in models}
+    if len(configs) != 1:
+        raise ValueError(f"checkpoints {', '.join(map(str, folders))} have different configs; cannot average")
+    merged = models[0]
+    with torch.no_grad():
+        for name, param in merged.named_parameters():
+            stacked = torch.stack([dict(m.named_parameters())[name] for m in models])  # (K, ...)
+            param.copy_(stacked.mean(dim=0))
+    with atomic_directory(output) as tmp:
+        merged.config.save(tmp / "config.json")
+        save_weights(merged, tmp)
+        TokenizerPair.load(folders[-1]).save(tmp)
+    return merged

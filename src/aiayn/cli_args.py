@@ -1,0 +1,109 @@
+"""The ``aiayn`` argument parser: every subcommand, its flags and its help."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="train a small translator on a built-in task and show the results",
+                       description="The main job: train an encoder-decoder on the number-to-words task "
+                                   "(digits -> English words; no download) on the CPU in a few minutes, "
+                                   "translate examples and print sacreBLEU. --task copy runs the copy task.")
+    p.add_argument("--task", choices=["numbers", "copy"], default="numbers", help="built-in task (default: numbers)")
+    p.add_argument("--steps", type=int, help="training steps (default: the task's recipe)")
+    p.add_argument("--output", default="runs/demo", help="run folder for the numbers demo (default: runs/demo)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a model (translation, lm or mlm) on your data",
+                       description="Train from a YAML recipe and/or flags (flags win). DATA is a built-in name "
+                                   "(multi30k, tatoeba-cmn, copy, reverse, numbers) or a path: a TSV "
+                                   "(source<TAB>target) or a prefix of PREFIX.SRC / PREFIX.TGT files (plain or .gz); "
+                                   "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.")
+    p.add_argument("--config", help="YAML recipe (see configs/)")
+    p.add_argument("--data", help="dataset name or path")
+    p.add_argument("--task", choices=["translation", "lm", "mlm"])
+    p.add_argument("--preset", choices=["tiny", "small", "base", "big"], help="model size")
+    p.add_argument("--max-steps", type=int, dest="max_steps")
+    p.add_argument("--time-limit-min", type=float, dest="time_limit_min", help="stop after this many minutes")
+    p.add_argument("--output", help="run folder (RUN)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint")
+    p.add_argument("--data-dir", dest="data_dir", help="local folder with the dataset's files (no download)")
+    p.add_argument("--valid", help="validation file or prefix for your own data (default: 1%% held out)")
+    p.add_argument("--src-lang", dest="src_lang")
+    p.add_argument("--tgt-lang", dest="tgt_lang")
+    p.add_argument("--tokenizer", help="folder with trained tokenizer model(s) to reuse")
+    p.add_argument("--vocab-size", type=int, dest="vocab_size")
+    p.add_argument("--tokenizer-type", choices=["bpe", "unigram"], dest="tokenizer_type")
+    p.add_argument("--joint-vocab", action=argparse.BooleanOptionalAction, dest="joint_vocab",
+                   help="one shared source/target vocabulary (default) or two")
+    p.add_argument("--max-tokens", type=int, dest="max_tokens", help="padded tokens per batch")
+    p.add_argument("--accum", type=int, help="gradient accumulation steps")
+    p.add_argument("--schedule", choices=["noam", "inverse_sqrt"])
+    p.add_argument("--lr", type=float, help="peak learning rate (inverse_sqrt)")
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--eval-every", type=int, dest="eval_every")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", help="auto, cpu, cuda or mps")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+
+
+def _add_translate_evaluate(sub) -> None:
+    p = sub.add_parser("translate", help="translate lines from stdin (or --input) to stdout (or --output)",
+                       description="Translate one sentence a line with a checkpoint (a run folder means its best/).")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--input", help="file to translate (plain or .gz; default: stdin)")
+    p.add_argument("--output", help="file to write (default: stdout)")
+    _add_decoding(p)
+    e = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF",
+                       description="Translate --src with a checkpoint and score against --ref with sacreBLEU "
+                                   "(13a tokenisation, cased, detokenised) and chrF, with their signatures.")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--src", required=True, help="source file (plain or .gz)")
+    e.add_argument("--ref", required=True, help="reference file (plain or .gz)")
+    e.add_argument("--tokenize", help="sacreBLEU tokenizer, e.g. zh for Chinese output")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--hyp-output", dest="hyp_output", help="also write the translations here")
+    _add_decoding(e)
+
+
+def _add_decoding(p) -> None:
+    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="beam size; 1 = greedy (default: 4)")
+    p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
+                   help="GNMT length penalty alpha (default: 1.0)")
+    p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
+    p.add_argument("--device", default="cpu")
+
+
+def _add_tools(sub) -> None:
+    a = sub.add_parser("average", help="average checkpoints into one (the paper's trick)",
+                       description="Average the last K step checkpoints of a run (or the folders given).")
+    a.add_argument("--run", help="run folder whose checkpoints/step_* to average")
+    a.add_argument("--last", type=int, default=5, help="how many of the newest (default: 5)")
+    a.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --run)")
+    a.add_argument("--output", required=True, help="folder for the averaged checkpoint")
+    t = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="tool", required=True)
+    tt = t.add_parser("train", help="train a SentencePiece tokenizer on a dataset's training side(s)")
+    tt.add_argument("--data", required=True)
+    tt.add_argument("--src-lang", dest="src_lang")
+    tt.add_argument("--tgt-lang", dest="tgt_lang")
+    tt.add_argument("--data-dir", dest="data_dir")
+    tt.add_argument("--vocab-size", type=int, default=8000, dest="vocab_size")
+    tt.add_argument("--type", choices=["bpe", "unigram"], default="bpe")
+    tt.add_argument("--separate", action="store_true", help="separate source and target vocabularies")
+    tt.add_argument("--output", required=True, help="folder for tokenizer.model (or .src/.tgt)")
+    p = sub.add_parser("plot", help="draw a run's curves (loss, lr, validation BLEU) to PNG")
+    p.add_argument("run", help="run folder with metrics.jsonl")
+    p.add_argument("--output", help="PNG file (default: RUN/curves.png)")
+
+
+def build_parser(version: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
+    parser.add_argument("--version", action="version", version=f"aiayn {version}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_tools):
+        add(sub)
+    return parser

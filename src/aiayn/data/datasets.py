@@ -1,0 +1,151 @@
+"""Named datasets and user paths, resolved into train / valid (/ test) splits of text pairs.
+
+SPEC is a built-in name (multi30k, tatoeba-cmn, copy, reverse, numbers) or a path: a TSV file, or a
+prefix for PREFIX.SRC and PREFIX.TGT files (plain or .gz).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiayn.data.corpus import DataError, Parallel, clean, read_parallel, read_tsv
+from aiayn.data.numbers import number_pairs
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+MULTI30K_SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+}
+SYNTHETIC = ("copy", "reverse", "numbers")
+BUILTIN = ("multi30k", "tatoeba-cmn", *SYNTHETIC)
+
+
+@dataclass
+class Splits:
+    """Cleaned text pairs per split; ``test`` may be empty."""
+
+    train: Parallel
+    valid: Parallel
+    test: Parallel | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def cache_dir() -> Path:
+    """Where downloads go: $AIAYN_CACHE, else ~/.cache/aiayn."""
+    return Path(os.environ.get("AIAYN_CACHE", Path.home() / ".cache" / "aiayn"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) -> None:
+    """Download the Multi30k files ``names`` into ``folder`` (checked against SHA-256; atomic).
+
+    The source is ``base_url``, else $AIAYN_MULTI30K_URL (a mirror), else the public repository.
+    """
+    base_url = base_url or os.environ.get("AIAYN_MULTI30K_URL", MULTI30K_URL)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        target = folder / name
+        if target.is_file() and _sha256(target) == MULTI30K_SHA256[name]:
+            continue
+        tmp = folder / f".{name}.part"
+        try:
+            urllib.request.urlretrieve(f"{base_url}/{name}", tmp)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise DataError(f"multi30k: cannot download {name} ({err}); on an offline machine pass --data-dir "
+                            "DIR, a folder holding train/val/test_2016_flickr .de/.en/.fr .gz files") from None
+        if _sha256(tmp) != MULTI30K_SHA256[name]:
+            tmp.unlink()
+            raise DataError(f"multi30k: {name} from {base_url} failed its SHA-256 check; try again later "
+                            "or pass --data-dir with a good copy")
+        tmp.replace(target)
+
+
+def load_multi30k(src: str, tgt: str, data_dir: str | Path | None) -> Splits:
+    for lang in (src, tgt):
+        if lang not in ("de", "en", "fr"):
+            raise DataError(f"multi30k: language {lang!r} not in the corpus; use de, en or fr")
+    if data_dir is None:
+        folder = cache_dir() / "multi30k"
+        fetch_multi30k([f"{s}.{lang}.gz" for s in MULTI30K_SPLITS.values() for lang in (src, tgt)], folder)
+    else:
+        folder = Path(data_dir)
+    parts = {key: read_parallel(folder / f"{name}.{src}.gz", folder / f"{name}.{tgt}.gz")
+             for key, name in MULTI30K_SPLITS.items()}
+    return Splits(clean(parts["train"]), clean(parts["valid"]), clean(parts["test"]))
+
+
+def load_tatoeba(src: str, tgt: str, data_dir: str | Path | None) -> Splits:
+    if {src, tgt} != {"en", "zh"}:
+        raise DataError("tatoeba-cmn: languages are en and zh; pass --src-lang en --tgt-lang zh or the reverse")
+    folder = Path(data_dir) if data_dir is not None else cache_dir() / "tatoeba-cmn"
+    if not (folder / "train.en-zh.tsv").is_file():
+        raise DataError(f"tatoeba-cmn: {folder / 'train.en-zh.tsv'} not found; pass --data-dir DIR, a folder "
+                        "with train.en-zh.tsv and dev.en-zh.tsv (english<TAB>chinese a line)")
+    swap = src == "zh"
+    return Splits(clean(read_tsv(folder / "train.en-zh.tsv", swap)), clean(read_tsv(folder / "dev.en-zh.tsv", swap)))
+
+
+def synthetic_pairs(name: str, count: int, seed: int) -> Parallel:
+    """copy / reverse: random letter-words copied (or reversed); numbers: digits -> English words."""
+    if name == "numbers":
+        return Parallel(*number_pairs(count, seed))
+    rng = random.Random(seed)
+    words = [[rng.choice("abcdefghij") for _ in range(rng.randint(5, 10))] for _ in range(count)]
+    out = [w[::-1] if name == "reverse" else w for w in words]
+    return Parallel([" ".join(w) for w in words], [" ".join(w) for w in out])
+
+
+def load_path(spec: str, src: str | None, tgt: str | None, valid: str | None, seed: int) -> Splits:
+    """A TSV file, or PREFIX.SRC / PREFIX.TGT (plain or .gz); valid split from ``valid`` or held out."""
+    train = _read_spec(spec, src, tgt)
+    if valid is not None:
+        return Splits(train, _read_spec(valid, src, tgt))
+    order = list(range(len(train)))
+    random.Random(seed).shuffle(order)
+    n_valid = min(1000, max(1, len(order) // 100))
+    held, kept = sorted(order[:n_valid]), sorted(order[n_valid:])
+    pick = lambda p, idx: Parallel([p.sources[i] for i in idx], [p.targets[i] for i in idx], p.dropped)  # noqa: E731
+    return Splits(pick(train, kept), pick(train, held), notes=[f"held out {n_valid} training pairs for validation"])
+
+
+def _read_spec(spec: str, src: str | None, tgt: str | None) -> Parallel:
+    path = Path(spec)
+    if path.is_file():
+        return clean(read_tsv(path))
+    if src is None or tgt is None:
+        raise DataError(f"{spec}: no such file; for PREFIX.SRC / PREFIX.TGT files pass --src-lang and --tgt-lang")
+    for suffix in ("", ".gz"):
+        s, t = Path(f"{spec}.{src}{suffix}"), Path(f"{spec}.{tgt}{suffix}")
+        if s.is_file() and t.is_file():
+            return clean(read_parallel(s, t))
+    raise DataError(f"{spec}: neither a TSV file nor a prefix of {spec}.{src} and {spec}.{tgt} (plain or .gz)")
+
+
+def load_splits(spec: str, src: str | None = None, tgt: str | None = None, data_dir: str | Path | None = None,
+                valid: str | None = None, seed: int = 0, synthetic_size: int = 20000) -> Splits:
+    """Resolve a data SPEC into splits of cleaned text pairs."""
+    if spec == "multi30k":
+        return load_multi30k(src or "de", tgt or "en", data_dir)
+    if spec == "tatoeba-cmn":
+        return load_tatoeba(src or "en", tgt or "zh", data_dir)
+    if spec in SYNTHETIC:
+        return Splits(synthetic_pairs(spec, synthetic_size, seed), synthetic_pairs(spec, 500, seed + 1),
+                      synthetic_pairs(spec, 1000, seed + 2))
+    return load_path(spec, src, tgt, valid, seed)

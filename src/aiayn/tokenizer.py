@@ -1,0 +1,121 @@
+"""Subword tokenizers: SentencePiece (BPE or unigram) with the project's fixed special ids.
+
+pad 0, bos 1, eos 2, unk 3 (and <mask> 4) for every tokenizer, so a config's special ids hold whatever was trained.
+Byte fallback is on and normalisation is off, so any Unicode text round-trips through encode/decode.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
+FIRST_ORDINARY_ID = 5
+
+
+class Tokenizer:
+    """A trained SentencePiece model. ``encode(text) -> ids`` (no BOS/EOS), ``decode(ids) -> text``."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, model_type: str = "bpe",
+              character_coverage: float = 0.9995, max_sentences: int = 2_000_000) -> Tokenizer:
+        """Train on ``texts`` (one sentence each). ``model_type``: bpe | unigram.
+
+        The vocabulary may come out smaller than asked when the text is small (hard_vocab_limit off).
+        """
+        if model_type not in ("bpe", "unigram"):
+            raise ValueError(f"tokenizer type: unknown value {model_type!r}; choose bpe or unigram")
+        sentences = [t for t in texts if t.strip()]
+        if not sentences:
+            raise ValueError("tokenizer: no text to train on")
+        buffer = io.BytesIO()
+        try:
+            _train_spm(sentences, buffer, vocab_size, model_type, character_coverage, max_sentences)
+        except RuntimeError as err:
+            raise ValueError(f"tokenizer: SentencePiece could not train ({str(err).split('] ')[-1]}); "
+                             "with byte fallback the vocabulary needs 256 byte pieces plus the characters: "
+                             "raise --vocab-size") from None
+        return cls(buffer.getvalue())
+
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no tokenizer model here")
+        return cls(path.read_bytes())
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.proto)
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, out_type=int)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode([i for i in ids if i >= FIRST_ORDINARY_ID or i == SPECIAL_IDS["unk_id"]])
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """The subword strings of ``ids`` (for pictures and debugging)."""
+        return [self.sp.id_to_piece(i) for i in ids]
+
+
+def _train_spm(sentences: list[str], buffer: io.BytesIO, vocab_size: int, model_type: str,
+               character_coverage: float, max_sentences: int) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=character_coverage, byte_fallback=True,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, hard_vocab_limit=False,
+        input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2,
+        minloglevel=2, **SPECIAL_IDS, pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>",
+        unk_piece="<unk>", user_defined_symbols=["<mask>"])
+
+
+class TokenizerPair:
+    """Source and target tokenizers; ``joint`` when one model serves both sides."""
+
+    def __init__(self, src: Tokenizer, tgt: Tokenizer | None = None) -> None:
+        self.src = src
+        self.tgt = tgt if tgt is not None else src
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @classmethod
+    def train(cls, sources: list[str], targets: list[str], vocab_size: int = 8000, joint: bool = True,
+              model_type: str = "bpe") -> TokenizerPair:
+        if joint:
+            return cls(Tokenizer.train(sources + targets, vocab_size, model_type))
+        return cls(Tokenizer.train(sources, vocab_size, model_type), Tokenizer.train(targets, vocab_size, model_type))
+
+    def save(self, folder: Path) -> None:
+        """``tokenizer.model`` when joint, else ``tokenizer.src.model`` and ``tokenizer.tgt.model``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(folder / "tokenizer.model")
+        else:
+            self.src.save(folder / "tokenizer.src.model")
+            self.tgt.save(folder / "tokenizer.tgt.model")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TokenizerPair:
+        folder = Path(folder)
+        if (folder / "tokenizer.model").is_file():
+            return cls(Tokenizer.load(folder / "tokenizer.model"))
+        if (folder / "tokenizer.src.model").is_file():
+            return cls(Tokenizer.load(folder / "tokenizer.src.model"), Tokenizer.load(folder / "tokenizer.tgt.model"))
+        raise FileNotFoundError(f"{folder}: no tokenizer.model (or tokenizer.src.model) in this folder")

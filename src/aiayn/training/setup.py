@@ -1,0 +1,79 @@
+"""Building what a training run needs from its recipe: device, data, tokenizers, model config, task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aiayn.config import ModelConfig
+from aiayn.data.corpus import Parallel, read_lines
+from aiayn.data.datasets import Splits, load_splits
+from aiayn.tokenizer import TokenizerPair
+from aiayn.training.config import TrainConfig
+from aiayn.training.tasks import BlockTask, TranslationTask
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` is cuda, then mps, then cpu."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name not in ("cpu", "cuda", "mps") and not name.startswith("cuda:"):
+        raise ValueError(f"device: unknown value {name!r}; choose auto, cpu, cuda or mps")
+    return torch.device(name)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain float32 (always on CPU)."""
+    if device.type != "cuda" or precision == "fp32":
+        return None
+    if precision == "fp16":
+        return torch.float16
+    if precision == "bf16" or torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float16
+
+
+def load_data(cfg: TrainConfig) -> Splits:
+    """Translation pairs, or (lm / mlm) the text file's lines as ``sources`` with a 1% validation slice."""
+    if cfg.task == "translation":
+        return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
+                           cfg.synthetic_size)
+    lines = [line for line in read_lines(cfg.data) if line.strip()]
+    n_valid = max(1, len(lines) // 100)
+    return Splits(Parallel(lines[n_valid:], []), Parallel(lines[:n_valid], []))
+
+
+def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
+    if cfg.tokenizer is not None:
+        return TokenizerPair.load(cfg.tokenizer)
+    if cfg.task != "translation":
+        return TokenizerPair.train(splits.train.sources, [], cfg.vocab_size, True, cfg.tokenizer_type)
+    return TokenizerPair.train(splits.train.sources, splits.train.targets, cfg.vocab_size, cfg.joint_vocab,
+                               cfg.tokenizer_type)
+
+
+def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
+    arch = {"translation": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only"}[cfg.task]
+    share = "all" if tokenizers.joint else "decoder"
+    base = {"arch": arch, "vocab_size": len(tokenizers.src), "share_embeddings": share,
+            "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
+            "max_len": max(cfg.max_len, cfg.block_size) + 2}
+    return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
+
+
+def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,
+               shuffle_seed: int | None = None):
+    seed = cfg.seed if shuffle_seed is None else shuffle_seed
+    if cfg.task == "translation":
+        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed)
+    return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
+                     masked=cfg.task == "mlm")
+
+
+def existing_run(output: Path) -> bool:
+    return (output / "last" / "config.json").is_file()

@@ -1,0 +1,85 @@
+"""Checkpoint folders: model + tokenizer + trainer state, all without pickle (safetensors + JSON).
+
+A checkpoint folder holds ``config.json``, ``model.safetensors``, the tokenizer model(s), and, for
+resuming, ``trainer.json`` (step, data position, best score, optimizer hyper-parameters) and
+``trainer.safetensors`` (optimizer moments and RNG states). Folders are written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from aiayn.checkpoint import atomic_directory, save_weights
+from aiayn.config import atomic_write_text
+from aiayn.models import TransformerModel
+from aiayn.tokenizer import TokenizerPair
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split an optimizer state into named tensors (for safetensors) and JSON-able hyper-parameters."""
+    state = optimizer.state_dict()
+    tensors = {}
+    for idx, slots in state["state"].items():
+        for name, value in slots.items():
+            tensors[f"optim.{idx}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    return tensors, {"param_groups": state["param_groups"]}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def rng_tensors() -> dict[str, torch.Tensor]:
+    tensors = {"rng.cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    return tensors
+
+
+def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(tensors["rng.cpu"])
+    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
+                    optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None) -> None:
+    """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training."""
+    with atomic_directory(folder) as tmp:
+        model.config.save(tmp / "config.json")
+        save_weights(model, tmp)
+        tokenizers.save(tmp)
+        if optimizer is not None and trainer is not None:
+            tensors, meta = optimizer_tensors(optimizer)
+            save_file({**tensors, **rng_tensors()}, str(tmp / "trainer.safetensors"))
+            atomic_write_text(tmp / "trainer.json", json.dumps({**trainer, **meta}, indent=1) + "\n")
+
+
+def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The JSON and tensor halves of a checkpoint's trainer state."""
+    meta_file, tensor_file = folder / "trainer.json", folder / "trainer.safetensors"
+    if not (meta_file.is_file() and tensor_file.is_file()):
+        raise FileNotFoundError(f"{folder}: no trainer state (trainer.json, trainer.safetensors) to resume from")
+    return json.loads(meta_file.read_text(encoding="utf-8")), load_file(str(tensor_file))
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A run folder means its ``best/`` (else ``last/``); a checkpoint folder means itself."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    for name in ("best", "last"):
+        if (path / name / "config.json").is_file():
+            return path / name
+    raise FileNotFoundError(f"{path}: neither a checkpoint folder (config.json) nor a run folder with best/ or last/")

@@ -1,0 +1,96 @@
+"""The three training tasks over one loop: translation, next-token LM, and masked-token MLM.
+
+A task turns data into batches (``batches(epoch)`` -> index lists, ``collate(indices)`` -> tensors) and a
+batch into a summed loss and its number of predicted tokens (``loss``); the trainer normalises.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+from aiayn.data.batching import lm_blocks, pad_batch, token_batches
+from aiayn.data.corpus import Parallel
+from aiayn.tokenizer import FIRST_ORDINARY_ID, MASK_ID, TokenizerPair
+from aiayn.training.objective import shift_target
+
+
+def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float) -> tuple[Tensor, int]:
+    """Label-smoothed cross-entropy summed over non-pad labels, and their count."""
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad_id,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss, int((labels != pad_id).sum())
+
+
+class TranslationTask:
+    """Source -> target pairs for an encoder-decoder; pairs longer than ``max_len`` tokens are dropped."""
+
+    def __init__(self, pairs: Parallel, tokenizers: TokenizerPair, cfg: ModelConfig, max_len: int,
+                 max_tokens: int, seed: int) -> None:
+        self.cfg, self.max_tokens, self.seed = cfg, max_tokens, seed
+        src = tokenizers.src.encode_batch(pairs.sources)
+        tgt = tokenizers.tgt.encode_batch(pairs.targets)
+        keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
+        self.too_long = len(src) - len(keep)
+        self.src = [src[i] for i in keep]
+        self.tgt = [[cfg.bos_id, *tgt[i], cfg.eos_id] for i in keep]
+        if not self.src:
+            raise ValueError(f"no training pairs left after filtering to --max-len {max_len} tokens")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        return token_batches([len(s) for s in self.src], [len(t) for t in self.tgt], self.max_tokens,
+                             self.seed, epoch)
+
+    def collate(self, indices: list[int]) -> tuple[Tensor, Tensor]:
+        return (pad_batch([self.src[i] for i in indices], self.cfg.pad_id),
+                pad_batch([self.tgt[i] for i in indices], self.cfg.pad_id))
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
+        src, tgt = batch
+        tgt_in, labels = shift_target(tgt, self.cfg.pad_id, self.cfg.eos_id)
+        return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing)
+
+
+class BlockTask:
+    """Text cut into fixed blocks: next-token prediction (``lm``) or masked tokens (``mlm``, BERT's
+    15% with 80% <mask> / 10% random / 10% kept)."""
+
+    def __init__(self, texts: list[str], tokenizers: TokenizerPair, cfg: ModelConfig, block_size: int,
+                 max_tokens: int, seed: int, masked: bool) -> None:
+        self.cfg, self.seed, self.masked = cfg, seed, masked
+        self.blocks = lm_blocks(tokenizers.src.encode_batch(texts), block_size, cfg.eos_id)  # (N, L+1)
+        self.rows_per_batch = max(1, max_tokens // block_size)
+        self.too_long = 0
+
+    def __len__(self) -> int:
+        return self.blocks.size(0)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(len(self), generator=gen).tolist()
+        return [order[i: i + self.rows_per_batch] for i in range(0, len(order), self.rows_per_batch)]
+
+    def collate(self, indices: list[int]) -> Tensor:
+        return self.blocks[indices]  # (B, L+1)
+
+    def loss(self, model: nn.Module, batch: Tensor, smoothing: float) -> tuple[Tensor, int]:
+        if not self.masked:
+            return summed_loss(model(batch[:, :-1]), batch[:, 1:], self.cfg.pad_id, smoothing)
+        ids, labels = self.mask_tokens(batch[:, :-1], int(batch.sum()))
+        return summed_loss(model(ids), labels, self.cfg.pad_id, smoothing)
+
+    def mask_tokens(self, ids: Tensor, salt: int) -> tuple[Tensor, Tensor]:
+        """BERT masking, seeded by the batch content so a resumed run masks the same way."""
+        gen = torch.Generator().manual_seed(self.seed * 7919 + salt)
+        chosen = torch.rand(ids.shape, generator=gen) < 0.15
+        labels = ids.masked_fill(~chosen, self.cfg.pad_id)
+        roll = torch.rand(ids.shape, generator=gen)
+        random_ids = torch.randint(FIRST_ORDINARY_ID, self.cfg.vocab_size, ids.shape, generator=gen)
+        ids = torch.where(chosen & (roll < 0.8), torch.full_like(ids, MASK_ID), ids)
+        ids = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, ids)
+        return ids, labels

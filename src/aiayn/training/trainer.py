@@ -1,0 +1,219 @@
+"""One training loop for translation, lm and mlm (section 5), resumable bit for bit, DDP-ready."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from aiayn.config import atomic_write_text
+from aiayn.evaluation import score
+from aiayn.models import TransformerModel, build_model
+from aiayn.tokenizer import TokenizerPair
+from aiayn.training import distributed
+from aiayn.training.config import TrainConfig
+from aiayn.training.objective import make_optimizer, noam_lr
+from aiayn.training.setup import autocast_dtype, build_task, build_tokenizers, load_data, model_config, pick_device
+from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
+from aiayn.translate import Translator
+
+
+class Trainer:
+    """Train the model a recipe describes, writing RUN/{last,best,checkpoints/step_N}/ and metrics.jsonl."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
+        self.cfg, self.out = cfg, Path(cfg.output)
+        self.device = pick_device(cfg.device)
+        self.dist = distributed.setup(self.device)
+        torch.manual_seed(cfg.seed)
+        self.splits = load_data(cfg)
+        if resume:
+            self.tokenizers = TokenizerPair.load(self.out / "last")
+            self.model = TransformerModel.load(self.out / "last").train()
+        else:
+            self.tokenizers = self._shared_tokenizers()
+            self.model = build_model(model_config(cfg, self.tokenizers))
+        self.model.to(self.device)
+        self.task = build_task(cfg, self.splits.train, self.tokenizers, self.model.config)
+        self.optimizer = make_optimizer(self.model)
+        self.step, self.epoch, self.batch_pos, self.train_seconds = 0, 0, 0, 0.0
+        self.best, self.bad_evals = -math.inf, 0
+        if resume:
+            self._restore()
+        self.net = (DistributedDataParallel(self.model) if self.dist.enabled else self.model)
+        self.amp = autocast_dtype(cfg.precision, self.device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
+
+    def _shared_tokenizers(self) -> TokenizerPair:
+        """Rank 0 trains (or loads) the tokenizer and writes it to RUN/tokenizer/; the other ranks read it."""
+        folder = self.out / "tokenizer"
+        if self.dist.main:
+            folder.mkdir(parents=True, exist_ok=True)
+            build_tokenizers(self.cfg, self.splits).save(folder)
+        if self.dist.enabled:
+            torch.distributed.barrier()
+        return TokenizerPair.load(folder)
+
+    def _restore(self) -> None:
+        meta, tensors = load_trainer_state(self.out / "last")
+        restore_optimizer(self.optimizer, tensors, meta)
+        restore_rng(tensors)
+        self.step, self.epoch, self.batch_pos = meta["step"], meta["epoch"], meta["batch_pos"]
+        self.best, self.bad_evals = meta["best"], meta["bad_evals"]
+        self.train_seconds = meta["train_seconds"]
+        if self.dist.main:
+            self._truncate_metrics(self.step)
+
+    def log(self, record: dict) -> None:
+        """Append one JSON line to RUN/metrics.jsonl (rank 0 only)."""
+        if self.dist.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _truncate_metrics(self, step: int) -> None:
+        path = self.out / "metrics.jsonl"
+        if path.is_file():
+            keep = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
+            atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+    def lr(self, step: int) -> float:
+        c = self.cfg
+        if c.schedule == "noam":
+            return noam_lr(step, self.model.config.d_model, c.warmup, c.lr_factor)
+        return c.lr * min(step / c.warmup, math.sqrt(c.warmup / step))
+
+    def _shard(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of an epoch: every world-th batch, the same count on every rank."""
+        batches = self.task.batches(epoch)
+        usable = len(batches) - len(batches) % self.dist.world
+        return batches[self.dist.rank: usable: self.dist.world]
+
+    def _next_window(self, batches: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+        window = []
+        while len(window) < self.cfg.accum:
+            if self.batch_pos >= len(batches):
+                self.epoch, self.batch_pos = self.epoch + 1, 0
+                batches = self._shard(self.epoch)
+            window.append(batches[self.batch_pos])
+            self.batch_pos += 1
+        return window, batches
+
+    def train_step(self, window: list[list[int]]) -> tuple[float, int]:
+        """Forward/backward over the accumulation window; loss normalised by the global token count."""
+        total_loss, tokens = 0.0, 0
+        for i, indices in enumerate(window):
+            batch = _to(self.task.collate(indices), self.device)
+            sync = i == len(window) - 1 or not self.dist.enabled
+            with (contextlib.nullcontext() if sync else self.net.no_sync()), self._autocast():
+                loss, n = self.task.loss(self.net, batch, self.cfg.label_smoothing)
+            self.scaler.scale(loss).backward()
+            total_loss, tokens = total_loss + loss.item(), tokens + n
+        global_tokens = distributed.all_sum(tokens, self.dist, self.device)
+        self.scaler.unscale_(self.optimizer)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(self.dist.world / max(global_tokens, 1))
+        if self.cfg.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total_loss / max(tokens, 1), tokens
+
+    def _autocast(self):
+        if self.amp is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp)
+
+    def train(self) -> dict:
+        """Run until max_steps, the time limit or early stopping; return the last evaluation."""
+        cfg, batches = self.cfg, self._shard(self.epoch)
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
+                   dynamic_ncols=True, mininterval=2.0, desc=f"train {cfg.task}")
+        last_eval, window_tokens, window_start = {}, 0, time.perf_counter()
+        while self.step < cfg.max_steps and not self._out_of_time():
+            started = time.perf_counter()
+            window, batches = self._next_window(batches)
+            self.step += 1
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr(self.step)
+            loss, tokens = self.train_step(window)
+            self.train_seconds += time.perf_counter() - started
+            window_tokens += tokens
+            bar.update(1)
+            if self.step % cfg.log_every == 0:
+                rate = window_tokens * self.dist.world / (time.perf_counter() - window_start)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.lr(self.step):.2e}", tok_s=f"{rate:.0f}")
+                self.log({"step": self.step, "time_min": round(self.train_seconds / 60, 3), "loss": loss,
+                          "lr": self.lr(self.step), "tokens_per_s": round(rate, 1)})
+                window_tokens, window_start = 0, time.perf_counter()
+            if self.step % cfg.eval_every == 0:
+                last_eval = self.evaluate_and_save()
+                if cfg.patience and self.bad_evals >= cfg.patience:
+                    bar.write(f"early stopping: no improvement in {cfg.patience} evaluations")
+                    break
+        if self.step % cfg.eval_every:
+            last_eval = self.evaluate_and_save()
+        bar.close()
+        distributed.teardown(self.dist)
+        return last_eval
+
+    def _out_of_time(self) -> bool:
+        return bool(self.cfg.time_limit_min) and self.train_seconds >= self.cfg.time_limit_min * 60
+
+    def evaluate_and_save(self) -> dict:
+        """Validation metrics, then last/ (resumable), checkpoints/step_N/ and best/ (rank 0 writes)."""
+        result = {}
+        if self.dist.main:
+            result = {"step": self.step, "time_min": round(self.train_seconds / 60, 3), **self.validate()}
+            self.log(result)
+            metric = result.get("valid_bleu", -result["valid_loss"])
+            improved = metric > self.best
+            self.best, self.bad_evals = (metric, 0) if improved else (self.best, self.bad_evals + 1)
+            self._save(improved)
+            tqdm.write(" ".join(f"{k}={v}" for k, v in result.items()))
+        self.bad_evals = int(distributed.all_sum(self.bad_evals if self.dist.main else 0, self.dist))
+        self.model.train()
+        return result
+
+    def _save(self, improved: bool) -> None:
+        state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
+                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
+        save_checkpoint(self.out / "last", self.model, self.tokenizers, self.optimizer, state)
+        if self.cfg.keep_last > 0:
+            save_checkpoint(self.out / "checkpoints" / f"step_{self.step:08d}", self.model, self.tokenizers)
+            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+        if improved:
+            save_checkpoint(self.out / "best", self.model, self.tokenizers)
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF."""
+        self.model.eval()
+        task = build_task(self.cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
+        total, tokens = 0.0, 0
+        for indices in task.batches(0):
+            with self._autocast():
+                loss, n = task.loss(self.model, _to(task.collate(indices), self.device), 0.0)
+            total, tokens = total + loss.item(), tokens + n
+        nll = total / max(tokens, 1)
+        result = {"valid_loss": round(nll, 4), "valid_ppl": round(math.exp(min(nll, 50)), 3)}
+        if self.cfg.task == "translation" and self.cfg.bleu_sentences > 0:
+            n = self.cfg.bleu_sentences
+            hyps = Translator(self.model, self.tokenizers, self.device).translate(self.splits.valid.sources[:n])
+            scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
+            result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
+        return result
+
+
+def _to(batch, device: torch.device):
+    return tuple(t.to(device) for t in batch) if isinstance(batch, tuple) else batch.to(device)

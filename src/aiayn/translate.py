@@ -1,0 +1,65 @@
+"""Text in, text out: a checkpoint (model + tokenizers) translating batches of sentences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aiayn.data.batching import pad_batch
+from aiayn.decoding import beam_search, greedy_search
+from aiayn.models import EncoderDecoder, TransformerModel
+from aiayn.tokenizer import TokenizerPair
+from aiayn.training.state import resolve_checkpoint
+
+
+class Translator:
+    """Translate raw text with an encoder-decoder and its tokenizers.
+
+    Sentences are sorted by length and decoded in batches, then returned in input order.
+    The output length is capped at ``max_len_a * source_length + max_len_b`` tokens.
+    """
+
+    def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
+                 beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10) -> None:
+        if not isinstance(model, EncoderDecoder):
+            raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
+        self.model = model.eval().to(device)
+        self.tokenizers, self.device = tokenizers, torch.device(device)
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
+        if beam_size < 1:
+            raise ValueError(f"beam size: must be at least 1, got {beam_size}")
+        self.beam_size, self.alpha = beam_size, alpha
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", **options) -> Translator:
+        """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); options as in __init__."""
+        folder = resolve_checkpoint(path)
+        return cls(TransformerModel.load(folder), TokenizerPair.load(folder), device, **options)
+
+    def _generate(self, src: torch.Tensor) -> list[list[int]]:
+        """Best hypothesis per row; the length limit is max_len_a * source length + max_len_b."""
+        lengths = (src != self.model.config.pad_id).sum(dim=1)
+        limits = (self.max_len_a * lengths + self.max_len_b).long()
+        if self.beam_size == 1:
+            return greedy_search(self.model, src, limits)
+        nbest = beam_search(self.model, src, self.beam_size, limits, alpha=self.alpha)
+        return [hyps[0].tokens for hyps in nbest]
+
+    def _source_ids(self, text: str) -> list[int]:
+        cfg = self.model.config
+        ids = self.tokenizers.src.encode(" ".join(text.split()))[: cfg.max_len]
+        return ids or [cfg.eos_id]  # an empty line still decodes (to whatever the model says)
+
+    @torch.no_grad()
+    def translate(self, texts: list[str], batch_size: int = 64) -> list[str]:
+        """Translate each text; empty input gives an empty list."""
+        encoded = [self._source_ids(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        results: list[str] = [""] * len(texts)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            src = pad_batch([encoded[i] for i in chunk], self.model.config.pad_id).to(self.device)
+            for i, ids in zip(chunk, self._generate(src), strict=True):
+                results[i] = self.tokenizers.tgt.decode(ids)
+        return results

@@ -1,0 +1,111 @@
+"""End to end through the command line on tiny data: train, translate, evaluate, average, plot, errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def aiayn(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A tiny model trained on the reverse task by the CLI."""
+    out = tmp_path_factory.mktemp("cli") / "run"
+    result = aiayn("train", "--data", "reverse", "--preset", "tiny", "--max-steps", "300", "--output", str(out),
+                   "--vocab-size", "300", "--max-tokens", "1024", "--eval-every", "100", "--schedule", "inverse_sqrt",
+                   "--lr", "0.003", "--warmup", "50")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+def test_run_folder_layout(run):
+    assert {p.name for p in run.iterdir()} >= {"best", "last", "metrics.jsonl", "checkpoints"}
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "valid_bleu" in r]
+    assert [r["step"] for r in evals] == [100, 200, 300]
+    assert evals[-1]["valid_bleu"] > 50, evals
+
+
+def test_translate_stdin_and_files(run, tmp_path):
+    result = aiayn("translate", "--checkpoint", str(run), stdin="a b c d e\nj i h g f\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "e d c b a" and lines[1] == "f g h i j"
+    (tmp_path / "in.txt").write_text("a a b b c\n")
+    result = aiayn("translate", "--checkpoint", str(run / "last"), "--input", str(tmp_path / "in.txt"),
+                   "--output", str(tmp_path / "out.txt"))
+    assert result.returncode == 0 and (tmp_path / "out.txt").read_text() == "c b b a a\n"
+
+
+def test_evaluate_prints_sacrebleu_with_signature(run, tmp_path):
+    (tmp_path / "src.txt").write_text("a b c d e f\nc c d d e\n")
+    (tmp_path / "ref.txt").write_text("f e d c b a\ne d d c c\n")
+    result = aiayn("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "src.txt"),
+                   "--ref", str(tmp_path / "ref.txt"), "--json")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    assert scores["bleu"] == 100.0 and "tok:13a" in scores["bleu_signature"]
+    text = aiayn("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "src.txt"),
+                 "--ref", str(tmp_path / "ref.txt"))
+    assert text.stdout.startswith("BLEU = 100.00") and "chrF = " in text.stdout
+
+
+def test_average_and_plot(run, tmp_path):
+    result = aiayn("average", "--run", str(run), "--last", "2", "--output", str(tmp_path / "avg"))
+    assert result.returncode == 0, result.stderr
+    translated = aiayn("translate", "--checkpoint", str(tmp_path / "avg"), stdin="a b c d e\n")
+    assert translated.stdout.strip() == "e d c b a"
+    plotted = aiayn("plot", str(run), "--output", str(tmp_path / "curves.png"))
+    assert plotted.returncode == 0, plotted.stderr
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tokenizer_train_command(tmp_path):
+    result = aiayn("tokenizer", "train", "--data", "multi30k", "--data-dir", str(SHARED / "multi30k"),
+                   "--src-lang", "de", "--tgt-lang", "en", "--vocab-size", "1000", "--output", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "tokenizer.model").is_file()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "--data", "nowhere.tsv", "--src-lang", "de", "--tgt-lang", "en"], "nowhere.tsv"),
+    (["train", "--data", "numbers", "--max-steps", "0"], "max_steps"),
+    (["translate", "--checkpoint", "no-such-run"], "no-such-run"),
+    (["evaluate", "--checkpoint", "x", "--src", "missing.de", "--ref", "missing.en"], "missing.de"),
+])
+def test_user_mistakes_give_one_line_and_exit_2(args, message, tmp_path):
+    result = aiayn(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_mismatched_files_and_bad_utf8_through_train(tmp_path):
+    (tmp_path / "c.de").write_text("a\nb\nc\n")
+    (tmp_path / "c.en").write_text("a\nb\n")
+    result = aiayn("train", "--data", str(tmp_path / "c"), "--src-lang", "de", "--tgt-lang", "en",
+                   "--output", str(tmp_path / "r"))
+    assert result.returncode == 2 and "has 3 lines but" in result.stderr and "has 2" in result.stderr
+    (tmp_path / "bad.tsv").write_bytes(b"a\tb\n\xff\tc\n")
+    result = aiayn("train", "--data", str(tmp_path / "bad.tsv"), "--output", str(tmp_path / "r2"))
+    assert result.returncode == 2 and "bad.tsv:2: invalid UTF-8" in result.stderr
+
+
+def test_offline_multi30k_message(tmp_path):
+    env = {**__import__("os").environ, "AIAYN_CACHE": str(tmp_path), "AIAYN_MULTI30K_URL": "http://127.0.0.1:9"}
+    result = aiayn("train", "--data", "multi30k", "--output", str(tmp_path / "r"), env=env)
+    assert result.returncode == 2 and "--data-dir" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_existing_run_is_not_overwritten(run):
+    result = aiayn("train", "--data", "reverse", "--output", str(run))
+    assert result.returncode == 2 and "--resume" in result.stderr

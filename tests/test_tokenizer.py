@@ -1,0 +1,57 @@
+"""SentencePiece tokenizers: fixed special ids, joint/separate, Chinese, round trips, save/load."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiayn.tokenizer import MASK_ID, SPECIAL_IDS, Tokenizer, TokenizerPair
+
+EN = ["A man is riding a bicycle.", "Two dogs play in the snow.", "The woman reads a book in the park."] * 20
+ZH = ["我是一个学生。", "你好，世界！", "他们在公园里看书。", "今天天气很好。"] * 20
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.train(EN + ZH, vocab_size=400)
+
+
+def test_special_ids_are_fixed(tok):
+    assert [tok.sp.id_to_piece(i) for i in SPECIAL_IDS.values()] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert tok.sp.id_to_piece(MASK_ID) == "<mask>"
+    assert min(tok.encode("A man reads.")) > MASK_ID
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_both_model_types_round_trip_chinese_and_english(model_type):
+    t = Tokenizer.train(EN + ZH, vocab_size=400, model_type=model_type)
+    for text in ("你好，世界！", "I am a student", "我是一个学生"):
+        assert t.decode(t.encode(text)) == text
+
+
+def test_joint_and_separate_pairs_save_and_load(tmp_path):
+    joint = TokenizerPair.train(EN, ZH, vocab_size=400, joint=True)
+    assert joint.joint
+    joint.save(tmp_path)
+    again = TokenizerPair.load(tmp_path)
+    assert again.joint and again.src.encode("你好") == joint.src.encode("你好")
+    separate = TokenizerPair.train(EN, ZH, vocab_size=350, joint=False)
+    assert not separate.joint
+    separate.save(tmp_path / "sep")
+    loaded = TokenizerPair.load(tmp_path / "sep")
+    assert loaded.tgt.encode("世界") == separate.tgt.encode("世界") and not loaded.joint
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="bpe or unigram"):
+        Tokenizer.train(EN, model_type="word")
+    with pytest.raises(ValueError, match="vocab-size"):
+        Tokenizer.train(EN + ZH, vocab_size=50)
+    with pytest.raises(ValueError, match="no text"):
+        Tokenizer.train(["", "  "])
+
+
+# "\u2581" is SentencePiece's own word-boundary symbol; it reads back as a space, by design.
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\u2581")))
+def test_round_trip_arbitrary_unicode(tok, text):
+    assert tok.decode(tok.encode(text)) == text

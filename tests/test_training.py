@@ -1,0 +1,98 @@
+"""The training loop: exact resume after SIGKILL, DDP equals one process, atomic checkpoints, lm/mlm."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from aiayn.checkpoint import atomic_directory
+from aiayn.training.config import TrainConfig
+from aiayn.training.trainer import Trainer
+
+TINY = {"data": "reverse", "preset": "tiny", "vocab_size": 300, "synthetic_size": 400, "max_tokens": 256,
+        "bleu_sentences": 20, "warmup": 20, "schedule": "inverse_sqrt", "lr": 2e-3, "log_every": 5,
+        "keep_last": 2, "device": "cpu"}
+
+
+def _recipe(tmp_path: Path, name: str, **changes) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({**TINY, "output": str(tmp_path / name), **changes}))  # JSON is YAML
+    return path
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aiayn", "train", *args]
+
+
+def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
+    steps = {"max_steps": 60, "eval_every": 10, "model": {"dropout": 0.1}}
+    Trainer(TrainConfig.from_yaml(_recipe(tmp_path, "whole", **steps))).train()
+    recipe = _recipe(tmp_path, "killed", **steps)
+    proc = subprocess.Popen(_cli("--config", str(recipe)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "killed" / "last" / "trainer.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (state.is_file() and json.loads(state.read_text())["step"] >= 20):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(state.read_text())["step"]
+    assert 20 <= killed_at < 60, killed_at
+    result = subprocess.run(_cli("--config", str(recipe), "--resume"), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    whole = load_file(str(tmp_path / "whole" / "last" / "model.safetensors"))
+    resumed = load_file(str(tmp_path / "killed" / "last" / "model.safetensors"))
+    assert whole.keys() == resumed.keys()
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    steps_logged = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps_logged == sorted(steps_logged)
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
+    one = _recipe(tmp_path, "one", accum=2, **common)
+    two = _recipe(tmp_path, "two", accum=1, **common)
+    assert subprocess.run(_cli("--config", str(one)), capture_output=True, timeout=300).returncode == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "aiayn", "train", "--config", str(two)]
+    result = subprocess.run(torchrun, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = load_file(str(tmp_path / "one" / "last" / "model.safetensors"))
+    b = load_file(str(tmp_path / "two" / "last" / "model.safetensors"))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=2e-5, rtol=1e-4)
+    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len({line for line in lines}), "rank 0 alone writes metrics"
+
+
+def test_interrupted_write_leaves_the_previous_checkpoint(tmp_path):
+    target = tmp_path / "last"
+    with atomic_directory(target) as tmp:
+        (tmp / "model.safetensors").write_text("good")
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "model.safetensors").write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert (target / "model.safetensors").read_text() == "good"
+    assert [p.name for p in tmp_path.iterdir()] == ["last"]
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_language_model_tasks_train_and_lower_the_loss(tmp_path, task):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"the cat sat on the mat number {i % 7} and slept .\n" for i in range(400)))
+    cfg = TrainConfig(data=str(text), task=task, preset="tiny", output=str(tmp_path / task), vocab_size=300,
+                      block_size=32, max_tokens=512, max_steps=80, eval_every=40, schedule="inverse_sqrt",
+                      lr=3e-3, warmup=10, keep_last=0, log_every=10, model={"dropout": 0.0})
+    result = Trainer(cfg).train()
+    records = [json.loads(x) for x in (tmp_path / task / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < 0.5 * losses[0]
+    assert result["valid_loss"] < records[0]["loss"]
+    assert (tmp_path / task / "best" / "model.safetensors").is_file()
