@@ -1,6 +1,8 @@
-"""Greedy search: arg-max of the next-token distribution at every step (SPEC section 3)."""
+"""Greedy search and the token-by-token loop it shares with sampling (SPEC section 3)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -8,14 +10,16 @@ from torch import Tensor
 from aiayn.decoding.steppers import Stepper, start_tokens
 from aiayn.models import TransformerModel
 
+Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) next ids
+
 
 @torch.no_grad()
-def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int,
-                  min_new_tokens: int = 0, use_cache: bool = True) -> list[list[int]]:
-    """Generate from ``src_ids`` (source ids for an encoder-decoder, the prompt for a decoder-only model).
+def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, choose: Chooser,
+                min_new_tokens: int = 0, use_cache: bool = True) -> list[list[int]]:
+    """Append one token per step, picked by ``choose``, until EOS or the row's limit.
 
-    Returns, per row, the generated ids without BOS and without the final EOS. BOS is never generated;
-    EOS is not allowed before ``min_new_tokens``; ``max_new_tokens`` may be a (B,) tensor of per-row limits.
+    Returns, per row, the generated ids without BOS and without the final EOS. BOS and PAD are never
+    generated; EOS is not allowed before ``min_new_tokens``; ``max_new_tokens`` may be a (B,) tensor.
     """
     cfg = model.config
     batch = src_ids.size(0)
@@ -26,16 +30,22 @@ def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tens
     step = Stepper(model, src_ids, batch, start + longest, use_cache)
     done = limits <= 0
     for i in range(longest):
-        logits = step(tokens)  # (B, V)
-        logits[:, [cfg.bos_id, cfg.pad_id]] = float("-inf")  # never generated
+        logits = step(tokens).float()  # (B, V)
+        logits[:, [cfg.bos_id, cfg.pad_id]] = float("-inf")
         if i < min_new_tokens:
             logits[:, cfg.eos_id] = float("-inf")
-        nxt = logits.argmax(dim=-1).masked_fill(done, cfg.pad_id)  # (B,)
+        nxt = choose(logits).masked_fill(done, cfg.pad_id)  # (B,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t+1)
         done |= (nxt == cfg.eos_id) | (limits <= i + 1)
         if bool(done.all()):
             break
     return [_strip(row, cfg.eos_id, cfg.pad_id) for row in tokens[:, start:].tolist()]
+
+
+def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int,
+                  min_new_tokens: int = 0, use_cache: bool = True) -> list[list[int]]:
+    """Arg-max at every step. ``src_ids``: source ids (encoder-decoder) or the prompt (decoder-only)."""
+    return decode_loop(model, src_ids, max_new_tokens, lambda s: s.argmax(dim=-1), min_new_tokens, use_cache)
 
 
 def _strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:

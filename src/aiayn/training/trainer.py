@@ -48,6 +48,9 @@ class Trainer:
         if resume:
             self._restore()
         self.net = (DistributedDataParallel(self.model) if self.dist.enabled else self.model)
+        self.board = _tensorboard(self.out) if self.dist.main else None
+        if not resume:
+            self._log_data()
         self.amp = autocast_dtype(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
 
@@ -72,11 +75,24 @@ class Trainer:
             self._truncate_metrics(self.step)
 
     def log(self, record: dict) -> None:
-        """Append one JSON line to RUN/metrics.jsonl (rank 0 only)."""
+        """Append one JSON line to RUN/metrics.jsonl, and scalars to TensorBoard if installed (rank 0 only)."""
+        if not self.dist.main:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.board is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.board.add_scalar(key, value, record["step"])
+
+    def _log_data(self) -> None:
+        """Report what the data cleaning dropped (metrics.jsonl and the console)."""
+        dropped = {"train_pairs": len(self.task), "empty_skipped": self.splits.train.dropped.get("empty", 0),
+                   "too_long_filtered": self.task.too_long, "max_len": self.cfg.max_len}
+        self.log({"step": 0, "data": dropped})
         if self.dist.main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()))
 
     def _truncate_metrics(self, step: int) -> None:
         path = self.out / "metrics.jsonl"
@@ -213,6 +229,15 @@ class Trainer:
             scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
             result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
         return result
+
+
+def _tensorboard(out: Path):
+    """A TensorBoard writer for RUN/tensorboard when the tensorboard package is installed, else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tensorboard"))
 
 
 def _to(batch, device: torch.device):

@@ -1,0 +1,48 @@
+"""Sampling: temperature, top-k and top-p (nucleus) filtering, with a seeded generator."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.decoding.greedy import decode_loop
+from aiayn.models import TransformerModel
+
+
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Scale by 1/temperature, keep the ``top_k`` best (0 = all) and the smallest set whose probability
+    reaches ``top_p``; everything else becomes -inf. (B, V) -> (B, V)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature: must be > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must be in (0, 1], got {top_p}")
+    logits = logits / temperature
+    if 0 < top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
+        drop_sorted = before >= top_p  # the first token is always kept
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+           num_samples: int = 1, use_cache: bool = True) -> list[list[int]]:
+    """``num_samples`` samples per row of ``src_ids`` (rows grouped per input, in order)."""
+    rows = src_ids.repeat_interleave(num_samples, dim=0)  # (B*N, S)
+    limits = torch.as_tensor(max_new_tokens, device=src_ids.device)
+    if limits.dim():
+        limits = limits.repeat_interleave(num_samples)
+    gen = torch.Generator(device=src_ids.device)
+    gen.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+
+    def choose(scores: Tensor) -> Tensor:
+        probs = filter_logits(scores, temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+
+    return decode_loop(model, rows, limits, choose, min_new_tokens, use_cache)
