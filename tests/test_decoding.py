@@ -4,12 +4,13 @@ import math
 
 import pytest
 import torch
-from conftest import random_ids, tiny
 from torch import Tensor
 
 from aiayn import EncoderDecoder
 from aiayn.decoding import beam_search, greedy_search
 from aiayn.decoding.beam import length_penalty
+
+from conftest import random_ids, tiny
 
 A, B, EOS = 4, 5, 2
 SCRIPT = {  # prefix (after BOS) -> next-token probabilities; anything else has probability 0
