@@ -4,6 +4,7 @@ from aiayn.config import ModelConfig
 from aiayn.decoding import generate
 from aiayn.models import DecoderOnly, EncoderDecoder, EncoderOnly, TransformerModel, build_model
 from aiayn.params import count_parameters
+from aiayn.quantize import quantize
 
 __all__ = [
     "DecoderOnly",
@@ -14,5 +15,6 @@ __all__ = [
     "build_model",
     "count_parameters",
     "generate",
+    "quantize",
 ]
 __version__ = "0.1.0"

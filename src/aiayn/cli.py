@@ -72,7 +72,8 @@ def _write_output(lines: list[str], path: str | None) -> None:
 def _translate(args: argparse.Namespace) -> int:
     from aiayn.translate import Translator
 
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha)
+    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size,
+                                             alpha=args.alpha, int8=args.int8)
     _write_output(translator.translate(_read_input(args.input), args.batch_size), args.output)
     return 0
 
@@ -85,7 +86,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha)
+    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size,
+                                             alpha=args.alpha, int8=args.int8)
     hyps = translator.translate(sources, args.batch_size)
     if args.hyp_output:
         _write_output(hyps, args.hyp_output)

@@ -73,6 +73,7 @@ def _add_decoding(p) -> None:
     p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="beam size; 1 = greedy (default: 4)")
     p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
                    help="GNMT length penalty alpha (default: 1.0)")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
     p.add_argument("--device", default="cpu")
 

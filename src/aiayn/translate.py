@@ -9,6 +9,7 @@ import torch
 from aiayn.data.batching import pad_batch
 from aiayn.decoding import beam_search, greedy_search
 from aiayn.models import EncoderDecoder, TransformerModel
+from aiayn.quantize import quantize
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training.state import resolve_checkpoint
 
@@ -21,10 +22,13 @@ class Translator:
     """
 
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
-                 beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10) -> None:
+                 beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
+                 int8: bool = False) -> None:
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
-        self.model = model.eval().to(device)
+        if int8 and torch.device(device).type != "cpu":
+            raise ValueError("--int8: dynamic int8 quantization runs on the CPU only; use --device cpu")
+        self.model = quantize(model) if int8 else model.eval().to(device)
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
         if beam_size < 1:
