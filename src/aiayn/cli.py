@@ -69,26 +69,25 @@ def _write_output(lines: list[str], path: str | None) -> None:
         sys.stdout.write(text)
 
 
-def _translate(args: argparse.Namespace) -> int:
+def _translator(args: argparse.Namespace):
     from aiayn.translate import Translator
 
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size,
-                                             alpha=args.alpha, int8=args.int8)
-    _write_output(translator.translate(_read_input(args.input), args.batch_size), args.output)
+    return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha,
+                                      int8=args.int8)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    _write_output(_translator(args).translate(_read_input(args.input), args.batch_size), args.output)
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from aiayn.data.corpus import read_lines
     from aiayn.evaluation import score
-    from aiayn.translate import Translator
-
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
-    translator = Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size,
-                                             alpha=args.alpha, int8=args.int8)
-    hyps = translator.translate(sources, args.batch_size)
+    hyps = _translator(args).translate(sources, args.batch_size)
     if args.hyp_output:
         _write_output(hyps, args.hyp_output)
     result = score(hyps, refs, args.tokenize)
