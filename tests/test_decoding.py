@@ -124,3 +124,48 @@ def test_generate_min_new_tokens_and_nbest(model):
     assert len(outs) == 6 and all(len(o) >= 4 for o in outs)
     with pytest.raises(ValueError, match="strategy"):
         generate(model, src, "magic")
+
+
+def test_prompt_cache_reuses_a_prefix_with_identical_outputs():
+    from aiayn import DecoderOnly
+    from aiayn.decoding import PromptCache
+
+    torch.manual_seed(2)
+    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+    system = random_ids(1, 6, vocab=30)[0].tolist()
+    store = PromptCache(lm)
+    store.add(system)
+    for _ in range(3):
+        prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
+        assert greedy_search(lm, prompt, 8, prompt_cache=store) == greedy_search(lm, prompt, 8)
+    assert store.hits == 3
+
+
+def _train_reverse(cfg, steps):
+    from aiayn.data.synthetic import copy_batch
+    from aiayn.training.objective import make_optimizer, seq2seq_loss, shift_target
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    m = EncoderDecoder(cfg)
+    opt = make_optimizer(m, lr=3e-3)
+    for _ in range(steps):
+        src, tgt = copy_batch(cfg, 32, gen, reverse=True)
+        tgt_in, labels = shift_target(tgt, 0, 2)
+        loss = seq2seq_loss(m(src, tgt_in), labels, 0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval().double()
+
+
+def test_speculative_greedy_equals_plain_greedy():
+    from aiayn.decoding import speculative_greedy
+
+    main = _train_reverse(tiny(vocab_size=20), 300)
+    draft = _train_reverse(tiny(vocab_size=20, d_model=32, n_encoder_layers=1, n_decoder_layers=1), 150)
+    src = random_ids(40, 8, vocab=20)
+    src[::3, 5:] = 0  # some shorter sources
+    outputs, stats = speculative_greedy(main, draft, src, max_new_tokens=12, k=4)
+    assert outputs == greedy_search(main, src, 12)
+    assert stats.main_passes < 40 * 12 and 0 < stats.acceptance_rate <= 1

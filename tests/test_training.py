@@ -96,3 +96,23 @@ def test_language_model_tasks_train_and_lower_the_loss(tmp_path, task):
     assert losses[-1] < 0.5 * losses[0]
     assert result["valid_loss"] < records[0]["loss"]
     assert (tmp_path / task / "best" / "model.safetensors").is_file()
+
+
+def test_early_stopping_on_patience(tmp_path):
+    cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "es"), "max_steps": 100, "eval_every": 5,
+                                 "patience": 2, "lr": 1e-12, "bleu_sentences": 5})
+    Trainer(cfg).train()
+    records = [json.loads(x) for x in (tmp_path / "es" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "valid_loss" in r] == [5, 10, 15]
+
+
+def test_learning_rate_schedules():
+    from aiayn.training.objective import noam_lr
+
+    assert noam_lr(4000, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
+    assert noam_lr(100, 512, 4000) < noam_lr(4000, 512, 4000) > noam_lr(16000, 512, 4000)
+    assert noam_lr(16000, 512, 4000) == pytest.approx(512 ** -0.5 * 16000 ** -0.5)
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg = TrainConfig(schedule="inverse_sqrt", lr=1e-3, warmup=100)
+    assert trainer.lr(50) == pytest.approx(5e-4) and trainer.lr(100) == pytest.approx(1e-3)
+    assert trainer.lr(400) == pytest.approx(5e-4)

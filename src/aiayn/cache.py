@@ -38,6 +38,16 @@ class KVCache:
         self.k = self.k.index_select(0, index)
         self.v = self.v.index_select(0, index)
 
+    def truncate(self, length: int) -> None:
+        """Forget positions from ``length`` on (speculative decoding rolls rejected tokens back)."""
+        self.length = min(self.length, length)
+
+    def copy_prefix(self, other: KVCache, length: int) -> None:
+        """Fill the first ``length`` positions from ``other`` (prompt caching)."""
+        self.k[:, :, :length] = other.k[:, :, :length]
+        self.v[:, :, :length] = other.v[:, :, :length]
+        self.length = length
+
 
 @dataclass
 class LayerCache:
@@ -73,3 +83,12 @@ class DecoderCache:
         """Reorder every layer's batch rows (beam search keeps, drops and copies hypotheses)."""
         for layer in self.layers:
             layer.reorder(index)
+
+    def truncate(self, length: int) -> None:
+        for layer in self.layers:
+            layer.self_kv.truncate(length)
+
+    def copy_prefix(self, other: DecoderCache, length: int) -> None:
+        """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
+        for mine, theirs in zip(self.layers, other.layers, strict=True):
+            mine.self_kv.copy_prefix(theirs.self_kv, length)

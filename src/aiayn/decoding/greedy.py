@@ -15,11 +15,12 @@ Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -
 
 @torch.no_grad()
 def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, choose: Chooser,
-                min_new_tokens: int = 0, use_cache: bool = True) -> list[list[int]]:
+                min_new_tokens: int = 0, use_cache: bool = True, prompt_cache=None) -> list[list[int]]:
     """Append one token per step, picked by ``choose``, until EOS or the row's limit.
 
     Returns, per row, the generated ids without BOS and without the final EOS. BOS and PAD are never
     generated; EOS is not allowed before ``min_new_tokens``; ``max_new_tokens`` may be a (B,) tensor.
+    ``prompt_cache`` (decoder-only, batch 1) supplies the keys/values of a stored prompt prefix.
     """
     cfg = model.config
     batch = src_ids.size(0)
@@ -27,13 +28,10 @@ def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor
     start = tokens.size(1)
     limits = torch.as_tensor(max_new_tokens, device=src_ids.device).expand(batch)  # (B,)
     longest = int(limits.max())
-    step = Stepper(model, src_ids, batch, start + longest, use_cache)
+    step = Stepper(model, src_ids, batch, start + longest, use_cache, prompt_cache=prompt_cache)
     done = limits <= 0
     for i in range(longest):
-        logits = step(tokens).float()  # (B, V)
-        logits[:, [cfg.bos_id, cfg.pad_id]] = float("-inf")
-        if i < min_new_tokens:
-            logits[:, cfg.eos_id] = float("-inf")
+        logits = forbid(step(tokens).float(), cfg, i < min_new_tokens)  # (B, V)
         nxt = choose(logits).masked_fill(done, cfg.pad_id)  # (B,)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t+1)
         done |= (nxt == cfg.eos_id) | (limits <= i + 1)
@@ -42,10 +40,19 @@ def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor
     return [_strip(row, cfg.eos_id, cfg.pad_id) for row in tokens[:, start:].tolist()]
 
 
+def forbid(logits: Tensor, cfg, no_eos: bool) -> Tensor:
+    """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V)."""
+    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")
+    if no_eos:
+        logits[..., cfg.eos_id] = float("-inf")
+    return logits
+
+
 def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int,
-                  min_new_tokens: int = 0, use_cache: bool = True) -> list[list[int]]:
+                  min_new_tokens: int = 0, use_cache: bool = True, prompt_cache=None) -> list[list[int]]:
     """Arg-max at every step. ``src_ids``: source ids (encoder-decoder) or the prompt (decoder-only)."""
-    return decode_loop(model, src_ids, max_new_tokens, lambda s: s.argmax(dim=-1), min_new_tokens, use_cache)
+    return decode_loop(model, src_ids, max_new_tokens, lambda s: s.argmax(dim=-1), min_new_tokens, use_cache,
+                       prompt_cache)
 
 
 def _strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:

@@ -23,7 +23,7 @@ class Stepper:
     """
 
     def __init__(self, model: TransformerModel, src_ids: Tensor | None, batch: int, max_len: int,
-                 use_cache: bool = True, like: Tensor | None = None) -> None:
+                 use_cache: bool = True, like: Tensor | None = None, prompt_cache=None) -> None:
         self.model = model
         self.memory = self.src_mask = None
         if isinstance(model, EncoderDecoder):
@@ -32,17 +32,23 @@ class Stepper:
             like = self.memory
         elif not isinstance(model, DecoderOnly):
             raise TypeError(f"{type(model).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
-        like = like if like is not None else torch.empty(0, device=next(model.parameters()).device)
+        if like is None:
+            weight = next(model.parameters())
+            like = torch.empty(0, device=weight.device, dtype=weight.dtype)
         self.cache = model.new_cache(batch, max_len, like) if use_cache else None
+        if prompt_cache is not None and self.cache is not None and batch == 1:
+            prompt_cache.fill(src_ids, self.cache)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (B, t) -> logits (B, V) for position t."""
+        return self.score_new(tokens)[:, -1]
+
+    def score_new(self, tokens: Tensor) -> Tensor:
+        """Logits (B, t', V) for every position not yet in the cache (all t positions without a cache)."""
         new = tokens if self.cache is None else tokens[:, self.cache.position:]
         if self.memory is not None:
-            logits = self.model.decode(new, self.memory, self.src_mask, self.cache)  # (B, t', V)
-        else:
-            logits = self.model.decode(new, self.cache)
-        return logits[:, -1]
+            return self.model.decode(new, self.memory, self.src_mask, self.cache)  # (B, t', V)
+        return self.model.decode(new, self.cache)
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` (beam search)."""

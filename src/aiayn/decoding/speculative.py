@@ -1,0 +1,78 @@
+"""Speculative decoding (greedy): a small draft model proposes k tokens, the main model checks them all in
+one parallel pass and keeps the longest run it agrees with, plus its own next token. The output is the
+main model's own greedy output, token for token; fewer main-model passes are needed when the draft is good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from aiayn.decoding.greedy import _strip, forbid
+from aiayn.decoding.steppers import Stepper, start_tokens
+from aiayn.models import TransformerModel
+
+
+@dataclass
+class SpeculativeStats:
+    proposed: int = 0
+    accepted: int = 0
+    main_passes: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+
+@torch.no_grad()
+def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids: Tensor, max_new_tokens: int,
+                       k: int = 4, min_new_tokens: int = 0) -> tuple[list[list[int]], SpeculativeStats]:
+    """Greedy outputs of ``model`` for each row of ``src_ids`` (one row at a time), drafted by ``draft``."""
+    if draft.config.target_vocab != model.config.target_vocab:
+        raise ValueError("draft model: its vocabulary must be the main model's")
+    stats, outputs = SpeculativeStats(), []
+    for row in src_ids.split(1):
+        row = row[:, : int((row != model.config.pad_id).sum())] if model.config.arch == "encoder-decoder" else row
+        outputs.append(_one(model, draft, row, max_new_tokens, k, min_new_tokens, stats))
+    return outputs, stats
+
+
+def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: SpeculativeStats) -> list[int]:
+    cfg = model.config
+    tokens = start_tokens(model, src)  # (1, t0)
+    start = tokens.size(1)
+    main = Stepper(model, src, 1, start + limit + k + 1)
+    small = Stepper(draft, src, 1, start + limit + k + 1)
+    while tokens.size(1) - start < limit:
+        proposal = _propose(small, tokens, min(k, limit - (tokens.size(1) - start)), start, min_new, cfg)
+        drafted = torch.cat([tokens, proposal], dim=1)  # (1, t + n)
+        n_new = drafted.size(1) - start
+        scores = main.score_new(drafted)[0, -(proposal.size(1) + 1):].float()  # (n + 1, V)
+        no_eos = torch.arange(tokens.size(1) - start, n_new + 1) < min_new
+        for j in range(scores.size(0)):
+            forbid(scores[j], cfg, bool(no_eos[j]))
+        best = scores.argmax(dim=-1)  # main model's choice after each drafted prefix
+        agree = int((best[:-1] == proposal[0]).long().cumprod(0).sum())
+        stats.proposed, stats.accepted, stats.main_passes = (stats.proposed + proposal.size(1),
+                                                             stats.accepted + agree, stats.main_passes + 1)
+        tokens = torch.cat([tokens, proposal[:, :agree], best[agree].view(1, 1)], dim=1)
+        main.cache.truncate(tokens.size(1) - 1)
+        small.cache.truncate(tokens.size(1) - 1)
+        if cfg.eos_id in tokens[0, start:].tolist():
+            break
+    return _strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
+
+
+def _propose(small: Stepper, tokens: Tensor, n: int, start: int, min_new: int, cfg) -> Tensor:
+    """Up to ``n`` greedy draft tokens (1, n'), stopping after an EOS."""
+    proposal = tokens.new_empty(1, 0)
+    for _ in range(n):
+        position = tokens.size(1) + proposal.size(1) - start
+        logits = forbid(small(torch.cat([tokens, proposal], dim=1)).float(), cfg, position < min_new)
+        nxt = logits.argmax(dim=-1, keepdim=True)  # (1, 1)
+        proposal = torch.cat([proposal, nxt], dim=1)
+        if int(nxt) == cfg.eos_id:
+            break
+    return proposal
