@@ -14,12 +14,20 @@ def test_help_lists_commands(capsys):
     assert "demo" in capsys.readouterr().out
 
 
-def test_python_dash_m_runs_the_demo_and_reports_accuracy():
-    result = subprocess.run([sys.executable, "-m", "aiayn", "demo", "--steps", "30"],
+def test_python_dash_m_runs_the_copy_demo_and_reports_accuracy():
+    result = subprocess.run([sys.executable, "-m", "aiayn", "demo", "--task", "copy", "--steps", "30"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "exact match (greedy, 1000 new sequences):" in result.stdout
     assert "source [" in result.stdout
+
+
+def test_numbers_demo_trains_translates_and_scores(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "aiayn", "demo", "--steps", "40", "--output", str(tmp_path / "d")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "test: sacreBLEU" in result.stdout and "nrefs:1|case:mixed" in result.stdout
+    assert (tmp_path / "d" / "best" / "model.safetensors").is_file()
 
 
 def test_bad_flag_value_is_one_line_and_exit_2(capsys):
