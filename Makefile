@@ -25,7 +25,6 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
