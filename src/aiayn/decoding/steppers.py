@@ -23,18 +23,16 @@ class Stepper:
     """
 
     def __init__(self, model: TransformerModel, src_ids: Tensor | None, batch: int, max_len: int,
-                 use_cache: bool = True, like: Tensor | None = None, prompt_cache=None) -> None:
+                 use_cache: bool = True, prompt_cache=None) -> None:
         self.model = model
         self.memory = self.src_mask = None
+        like = next(model.parameters())  # the cache takes the model's device and dtype
         if isinstance(model, EncoderDecoder):
             self.memory = model.encode(src_ids)  # (B, S, D)
             self.src_mask = padding_mask(src_ids, model.config.pad_id)  # (B, S)
             like = self.memory
         elif not isinstance(model, DecoderOnly):
             raise TypeError(f"{type(model).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
-        if like is None:
-            weight = next(model.parameters())
-            like = torch.empty(0, device=weight.device, dtype=weight.dtype)
         self.cache = model.new_cache(batch, max_len, like) if use_cache else None
         if prompt_cache is not None and self.cache is not None and batch == 1:
             prompt_cache.fill(src_ids, self.cache)

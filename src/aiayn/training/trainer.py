@@ -42,6 +42,7 @@ class Trainer:
             self.model = build_model(model_config(cfg, self.tokenizers))
         self.model.to(self.device)
         self.task = build_task(cfg, self.splits.train, self.tokenizers, self.model.config)
+        self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model)
         self.step, self.epoch, self.batch_pos, self.train_seconds = 0, 0, 0, 0.0
         self.best, self.bad_evals = -math.inf, 0
@@ -215,7 +216,7 @@ class Trainer:
     def validate(self) -> dict:
         """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF."""
         self.model.eval()
-        task = build_task(self.cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
+        task = self.valid_task
         total, tokens = 0.0, 0
         for indices in task.batches(0):
             with self._autocast():
