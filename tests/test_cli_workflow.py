@@ -16,14 +16,8 @@ def aiayn(*args: str, stdin: str | None = None, env: dict | None = None) -> subp
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """A tiny model trained on the reverse task by the CLI."""
-    out = tmp_path_factory.mktemp("cli") / "run"
-    result = aiayn("train", "--data", "reverse", "--preset", "tiny", "--max-steps", "300", "--output", str(out),
-                   "--vocab-size", "300", "--max-tokens", "1024", "--eval-every", "100", "--schedule", "inverse_sqrt",
-                   "--lr", "0.003", "--warmup", "50")
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out
+def run(trained_run) -> Path:
+    return trained_run
 
 
 def test_run_folder_layout(run):

@@ -131,8 +131,43 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    if args.what == "positions":
+        from aiayn.visual.positions import plot_positions
+
+        print(plot_positions(args.d_model, args.length, args.output))
+    elif args.what == "shapes":
+        from aiayn.config import ModelConfig, atomic_write_text
+        from aiayn.visual.shapes import format_table, trace_shapes
+
+        config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size)
+        table = format_table(trace_shapes(config), config)
+        sys.stdout.write(table)
+        if args.output:
+            atomic_write_text(Path(args.output), table)
+    else:
+        from aiayn.translate import Translator
+        from aiayn.visual.attention import KINDS, attention_for, plot_attention
+        from aiayn.visual.figures import check_output
+
+        check_output(args.output)
+        maps = attention_for(Translator.from_checkpoint(args.checkpoint, args.device), args.sentence, args.target)
+        print(f"translation: {maps.translation}")
+        print(plot_attention(maps, args.output, KINDS if args.kind == "all" else (args.kind,)))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiayn.serve.app import Limits, run_server
+
+    limits = Limits(args.max_chars, args.max_texts, args.max_new_tokens)
+    run_server(args.checkpoint, args.host, args.port, limits, beam_size=args.beam_size, int8=args.int8,
+               device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+    return 0
+
+
 COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
-            "average": _average, "tokenizer": _tokenizer_train, "plot": _plot}
+            "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve}
 
 
 def main(argv: list[str] | None = None) -> int:

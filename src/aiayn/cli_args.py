@@ -100,11 +100,53 @@ def _add_tools(sub) -> None:
     p.add_argument("--output", help="PNG file (default: RUN/curves.png)")
 
 
+def _add_show(sub) -> None:
+    show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, tensor shapes")
+    what = show.add_subparsers(dest="what", required=True)
+    a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
+                        description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
+                                    "and cross-attention as a grid of layers x heads, tokens on the axes.")
+    a.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    a.add_argument("sentence", help="the source sentence")
+    a.add_argument("--target", help="target sentence to force (default: the model's own translation)")
+    a.add_argument("--kind", choices=["all", "encoder", "decoder_self", "cross"], default="all")
+    a.add_argument("--output", default="attention.png", help="PNG, SVG or PDF file (default: attention.png)")
+    a.add_argument("--device", default="cpu")
+    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products")
+    p.add_argument("--d-model", type=int, default=128, dest="d_model")
+    p.add_argument("--length", type=int, default=100, help="number of positions")
+    p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
+    s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
+    s.add_argument("--preset", choices=["tiny", "small", "base", "big"], default="tiny")
+    s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
+    s.add_argument("--output", help="also write the table to this text file")
+
+
+def _add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="HTTP server: translation API and a web page that shows attention",
+                       description="Serve a checkpoint with FastAPI + uvicorn: POST /translate, POST /attention, "
+                                   "GET /health, GET / (web page), OpenAPI docs at /docs.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="default beam size (default: 4)")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--max-chars", type=int, default=1000, dest="max_chars", help="characters per text")
+    p.add_argument("--max-texts", type=int, default=64, dest="max_texts", help="texts per request")
+    p.add_argument("--max-new-tokens", type=int, default=256, dest="max_new_tokens",
+                   help="longest translation a request may ask for")
+    p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
+                   help="texts decoded together by the dynamic batcher")
+    p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
+                   help="how long the batcher waits for more requests")
+
+
 def build_parser(version: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_tools):
+    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_tools, _add_show, _add_serve):
         add(sub)
     return parser

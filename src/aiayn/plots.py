@@ -22,11 +22,9 @@ def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
 
 def plot_run(run: Path, output: str | None = None) -> list[Path]:
     """Draw a 2x3 grid (loss, lr, validation BLEU or loss; against steps and minutes) to one PNG."""
-    import matplotlib
+    from aiayn.visual.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     train, valid = read_metrics(run)
     metric = "valid_bleu" if any("valid_bleu" in r for r in valid) else "valid_loss"
     panels = [("loss", train, "training loss"), ("lr", train, "learning rate"), (metric, valid, metric)]
@@ -39,9 +37,4 @@ def plot_run(run: Path, output: str | None = None) -> list[Path]:
             ax.set(title=title, xlabel=x_label)
             ax.grid(alpha=0.3)
     fig.suptitle(f"aiayn run: {run}")
-    out = Path(output) if output else run / "curves.png"
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return [out]
+    return [save_figure(fig, Path(output) if output else run / "curves.png")]

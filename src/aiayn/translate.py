@@ -41,29 +41,35 @@ class Translator:
         folder = resolve_checkpoint(path)
         return cls(TransformerModel.load(folder), TokenizerPair.load(folder), device, **options)
 
-    def _generate(self, src: torch.Tensor) -> list[list[int]]:
-        """Best hypothesis per row; the length limit is max_len_a * source length + max_len_b."""
+    def _generate(self, src: torch.Tensor, beam_size: int, alpha: float,
+                  max_new_tokens: int | None) -> list[list[int]]:
+        """Best hypothesis per row; the length limit is max_len_a * source length + max_len_b (capped)."""
         lengths = (src != self.model.config.pad_id).sum(dim=1)
         limits = (self.max_len_a * lengths + self.max_len_b).long()
-        if self.beam_size == 1:
+        if max_new_tokens is not None:
+            limits = limits.clamp(max=max_new_tokens)
+        if beam_size == 1:
             return greedy_search(self.model, src, limits)
-        nbest = beam_search(self.model, src, self.beam_size, limits, alpha=self.alpha)
+        nbest = beam_search(self.model, src, beam_size, limits, alpha=alpha)
         return [hyps[0].tokens for hyps in nbest]
 
-    def _source_ids(self, text: str) -> list[int]:
+    def source_ids(self, text: str) -> list[int]:
+        """The encoder's input for ``text`` (whitespace normalised, cut to max_len, never empty)."""
         cfg = self.model.config
         ids = self.tokenizers.src.encode(" ".join(text.split()))[: cfg.max_len]
         return ids or [cfg.eos_id]  # an empty line still decodes (to whatever the model says)
 
     @torch.no_grad()
-    def translate(self, texts: list[str], batch_size: int = 64) -> list[str]:
-        """Translate each text; empty input gives an empty list."""
-        encoded = [self._source_ids(t) for t in texts]
+    def translate(self, texts: list[str], batch_size: int = 64, *, beam_size: int | None = None,
+                  alpha: float | None = None, max_new_tokens: int | None = None) -> list[str]:
+        """Translate each text; empty input gives an empty list. Options default to the constructor's."""
+        beam_size, alpha = beam_size or self.beam_size, self.alpha if alpha is None else alpha
+        encoded = [self.source_ids(t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(texts)
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
             src = pad_batch([encoded[i] for i in chunk], self.model.config.pad_id).to(self.device)
-            for i, ids in zip(chunk, self._generate(src), strict=True):
+            for i, ids in zip(chunk, self._generate(src, beam_size, alpha, max_new_tokens), strict=True):
                 results[i] = self.tokenizers.tgt.decode(ids)
         return results

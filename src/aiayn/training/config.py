@@ -48,7 +48,7 @@ class TrainConfig:
     synthetic_size: int = 20000  # training pairs for copy / reverse / numbers
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | mps
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (autocast on CUDA only)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CPU: auto = fp32, bf16 = autocast)
     log_every: int = 50
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ def seq2seq_loss(logits: Tensor, labels: Tensor, pad_id: int, label_smoothing: f
 
     logits (B, T, V), labels (B, T) -> scalar; PAD labels are ignored.
     """
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id,
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad_id,
                            label_smoothing=label_smoothing)
 
 

@@ -28,9 +28,17 @@ def pick_device(name: str) -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain float32 (always on CPU)."""
-    if device.type != "cuda" or precision == "fp32":
+    """The autocast dtype, or None for plain float32.
+
+    CUDA: ``auto`` picks bf16 where supported, else fp16. CPU: float32 unless ``bf16`` is asked for (mixed
+    precision; fast on CPUs with AVX512-BF16 or AMX); fp16 autocast is CUDA only.
+    """
+    if precision == "fp32" or device.type not in ("cuda", "cpu"):
         return None
+    if device.type == "cpu":
+        if precision == "fp16":
+            raise ValueError("precision: fp16 autocast needs a CUDA device; use bf16 or fp32 on CPU")
+        return torch.bfloat16 if precision == "bf16" else None
     if precision == "fp16":
         return torch.float16
     if precision == "bf16" or torch.cuda.is_bf16_supported():

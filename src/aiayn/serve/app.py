@@ -1,0 +1,154 @@
+"""The FastAPI app: POST /translate, POST /attention, GET /health, GET / (the web page), docs at /docs."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aiayn.serve.batcher import DynamicBatcher, Options
+from aiayn.translate import Translator
+from aiayn.visual.attention import attention_for
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("aiayn.serve")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one request may ask: over one -> 413 (size) or 422 (decoding length)."""
+
+    max_chars: int = 1000
+    max_texts: int = 64
+    max_new_tokens: int = 256
+    max_body_bytes: int = 1_000_000
+
+
+class TranslateRequest(BaseModel):
+    """One ``text`` or a list of ``texts``, and optional decoding options (server defaults otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    texts: list[str] | None = None
+    beam_size: int | None = Field(None, ge=1, le=16, description="1 = greedy")
+    length_penalty: float | None = Field(None, ge=0.0, le=5.0, description="GNMT alpha")
+    max_new_tokens: int | None = Field(None, ge=1, description="cap on the translation's length in tokens")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> TranslateRequest:
+        if (self.text is None) == (self.texts is None):
+            raise ValueError('give exactly one of "text" or "texts"')
+        return self
+
+
+class AttentionRequest(BaseModel):
+    """A source sentence and, optionally, the target to force (default: the model's translation)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    target: str | None = None
+
+
+def _check_size(texts: list[str], limits: Limits) -> None:
+    if len(texts) > limits.max_texts:
+        raise HTTPException(413, f"too many texts: {len(texts)} > {limits.max_texts} per request")
+    for i, text in enumerate(texts):
+        if len(text) > limits.max_chars:
+            raise HTTPException(413, f"text {i} has {len(text)} characters; the limit is {limits.max_chars}")
+
+
+def _options(req: TranslateRequest, translator: Translator, limits: Limits) -> Options:
+    if req.max_new_tokens is not None and req.max_new_tokens > limits.max_new_tokens:
+        raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit {limits.max_new_tokens}")
+    return Options(req.beam_size or translator.beam_size,
+                   translator.alpha if req.length_penalty is None else req.length_penalty,
+                   req.max_new_tokens or limits.max_new_tokens)
+
+
+def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
+               info: dict | None = None) -> FastAPI:
+    """The app around ``translator``; its batcher starts and stops with the app's lifespan."""
+
+    def translate(texts: list[str], o: Options) -> list[str]:
+        return translator.translate(texts, max_batch, beam_size=o.beam_size, alpha=o.alpha,
+                                    max_new_tokens=o.max_new_tokens)
+
+    batcher = DynamicBatcher(translate, max_batch, wait_ms)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="aiayn", description="Transformer translation server (Attention Is All You Need)",
+                  lifespan=lifespan)
+    app.state.batcher = batcher
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _add_guards(app, limits)
+    _add_routes(app, translator, batcher, limits, info or {})
+    return app
+
+
+def _add_guards(app: FastAPI, limits: Limits) -> None:
+    @app.middleware("http")
+    async def cap_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
+            return JSONResponse({"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, err: Exception):
+        log.exception("internal error")
+        return JSONResponse({"detail": f"internal error: {type(err).__name__}"}, status_code=500)
+
+
+def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, limits: Limits,
+                info: dict) -> None:
+    cfg = translator.model.config
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/health")
+    async def health() -> dict:
+        """Liveness, the model's dimensions, the limits and how many batches were decoded."""
+        model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
+        return {"status": "ok", "model": model, "limits": asdict(limits), "batches": batcher.batches,
+                "beam_size": translator.beam_size, **info}
+
+    @app.post("/translate")
+    async def translate(req: TranslateRequest) -> dict:
+        """Translate ``text`` -> {"translation"} or ``texts`` -> {"translations"}."""
+        texts = [req.text] if req.text is not None else req.texts
+        if not texts:
+            raise HTTPException(422, "texts: give at least one text")
+        _check_size(texts, limits)
+        results = await batcher.submit(texts, _options(req, translator, limits))
+        return {"translation": results[0]} if req.text is not None else {"translations": results}
+
+    @app.post("/attention")
+    async def attention(req: AttentionRequest) -> dict:
+        """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
+        _check_size([req.source] + ([req.target] if req.target else []), limits)
+        maps = await batcher.run_alone(attention_for, translator, req.source, req.target)
+        return {**maps.to_dict(), "heads": cfg.n_heads}
+
+
+def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
+               beam_size: int = 4, int8: bool = False, device: str = "cpu", max_batch: int = 32,
+               wait_ms: float = 5.0) -> None:
+    """Load the checkpoint and serve it with uvicorn until interrupted."""
+    import uvicorn
+
+    translator = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8)
+    app = create_app(translator, limits, max_batch, wait_ms, {"checkpoint": str(checkpoint)})
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,72 @@
+"""The web page in a real browser: Debian's chromium driven by Playwright against a live local server."""
+
+import os
+import shutil
+
+import httpx
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("the browser test needs Debian's chromium: run `apt-get install -y chromium` "
+                    "(make test does this when it can)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def cells(page) -> int:
+    return page.locator("#heatmap rect.cell").count()
+
+
+def test_translate_and_explore_attention(browser, live_server):
+    url, _app = live_server
+    page = browser.new_page()
+    page.goto(url)
+    page.fill("#source", "a b c d e")
+    page.click("#translate")
+    page.wait_for_selector("#explorer:not([hidden])", timeout=30_000)
+    expected = httpx.post(f"{url}/translate", json={"text": "a b c d e", "beam_size": 4}).json()["translation"]
+    assert page.locator("#translation").inner_text() == expected != ""
+    maps = httpx.post(f"{url}/attention", json={"source": "a b c d e", "target": expected}).json()
+    n_src, n_tgt = len(maps["source_tokens"]), len(maps["target_tokens"])
+    assert cells(page) == n_tgt * n_src  # cross-attention first: target rows x source columns
+    assert page.locator("#heatmap text.row-label").count() == n_tgt
+    assert page.locator("#heatmap text.col-label").count() == n_src
+    page.select_option("#layer", "1")
+    page.select_option("#head", "2")
+    first = page.locator('#heatmap rect.cell[data-row="0"][data-col="0"]').get_attribute("data-weight")
+    assert float(first) == pytest.approx(maps["attention"]["cross"][1][2][0][0], abs=1e-4)
+    page.select_option("#kind", "encoder")
+    assert cells(page) == n_src * n_src
+    page.select_option("#head", "mean")
+    page.hover('#heatmap rect.cell[data-row="1"][data-col="0"]')
+    assert page.locator("#cell-info").inner_text().startswith(f"{maps['source_tokens'][1]} → ")
+    page.close()
+
+
+def test_keyboard_only(browser, live_server):
+    url, _app = live_server
+    page = browser.new_page()
+    page.goto(url)
+    page.keyboard.press("Tab")  # the first stop is the text box
+    assert page.evaluate("document.activeElement.id") == "source"
+    page.keyboard.type("c d e f")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#explorer:not([hidden])", timeout=30_000)
+    assert page.locator("#translation").inner_text() != ""
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    active = page.locator("#heatmap rect.cell.active")
+    assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("1", "1")
+    page.close()

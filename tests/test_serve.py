@@ -1,0 +1,145 @@
+"""The HTTP server: API through a client, limits, malformed input, errors, and dynamic batching."""
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from aiayn.serve.app import Limits, create_app
+from aiayn.serve.batcher import DynamicBatcher, Options
+from aiayn.translate import Translator
+
+SENTENCES = ["a b c", "d e f g h", "i j", "k l m n o p", "q r s t", "u v w", "x y z a b c d", "e"]
+
+
+@pytest.fixture(scope="module")
+def translator(trained_run):
+    return Translator.from_checkpoint(trained_run, beam_size=2)
+
+
+@pytest.fixture(scope="module")
+def client(translator):
+    with TestClient(create_app(translator, Limits(max_chars=50, max_texts=4, max_new_tokens=40,
+                                                  max_body_bytes=5000)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_health_and_docs(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["model"]["arch"] == "encoder-decoder"
+    assert health["limits"]["max_texts"] == 4
+    assert "/translate" in client.get("/openapi.json").json()["paths"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_translate_one_and_many(client, translator):
+    assert client.post("/translate", json={"text": "a b c d"}).json() == {
+        "translation": translator.translate(["a b c d"])[0]}
+    texts = SENTENCES[:4]
+    assert client.post("/translate", json={"texts": texts}).json() == {"translations": translator.translate(texts)}
+
+
+def test_decoding_options(client, translator):
+    greedy = client.post("/translate", json={"text": "f g h i", "beam_size": 1}).json()["translation"]
+    assert greedy == translator.translate(["f g h i"], beam_size=1)[0]
+    short = client.post("/translate", json={"text": "a b c d e f g h", "max_new_tokens": 2}).json()["translation"]
+    assert len(translator.tokenizers.tgt.encode(short)) <= 2
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"texts": ["a"] * 5}, 413, "too many texts"),
+    ({"text": "a " * 40}, 413, "characters"),
+    ({"text": "a", "max_new_tokens": 41}, 422, "max_new_tokens"),
+    ({"text": "a", "beam_size": 0}, 422, "beam_size"),
+    ({"text": "a", "texts": ["b"]}, 422, "exactly one"),
+    ({}, 422, "exactly one"),
+    ({"texts": []}, 422, "at least one"),
+    ({"text": "a", "colour": "red"}, 422, "colour"),
+    ({"text": 5}, 422, "text"),
+])
+def test_limits_and_bad_requests(client, body, status, words):
+    response = client.post("/translate", json=body)
+    assert response.status_code == status
+    assert words in str(response.json()["detail"])
+
+
+def test_malformed_json_and_huge_body(client):
+    response = client.post("/translate", content=b'{"text": "a b', headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    response = client.post("/translate", content=b'{"text": "' + b"a" * 6000 + b'"}',
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "bytes" in response.json()["detail"]
+
+
+def test_internal_error_does_not_kill_the_server(client, translator, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(translator, "translate", broken)
+    response = client.post("/translate", json={"text": "a b"})
+    assert response.status_code == 500 and "RuntimeError" in response.json()["detail"]
+    monkeypatch.undo()
+    assert client.post("/translate", json={"text": "a b"}).status_code == 200
+
+
+def test_attention_endpoint(client, translator):
+    data = client.post("/attention", json={"source": "a b c"}).json()
+    assert data["translation"] == translator.translate(["a b c"])[0]
+    n_src, n_tgt = len(data["source_tokens"]), len(data["target_tokens"])
+    cross = data["attention"]["cross"]
+    assert len(cross) == translator.model.config.n_decoder_layers and len(cross[0]) == data["heads"]
+    assert (len(cross[0][0]), len(cross[0][0][0])) == (n_tgt, n_src)
+    assert client.post("/attention", json={"source": "a" * 51}).status_code == 413
+    assert client.post("/attention", json={"target": "a"}).status_code == 422
+
+
+def test_the_page_is_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "Translate" in page.text and "/static/app.js" in page.text
+    assert client.get("/static/app.js").status_code == 200
+
+
+def test_concurrent_requests_are_batched_and_equal_to_alone(live_server, translator):
+    url, app = live_server
+    alone = {s: translator.translate([s])[0] for s in SENTENCES}
+    before = app.state.batcher.batches
+    barrier, results = threading.Barrier(len(SENTENCES)), {}
+
+    def ask(sentence):
+        barrier.wait()
+        results[sentence] = httpx.post(f"{url}/translate", json={"text": sentence}, timeout=60).json()["translation"]
+
+    threads = [threading.Thread(target=ask, args=(s,)) for s in SENTENCES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == alone
+    assert app.state.batcher.batches - before < len(SENTENCES)  # some requests shared a batch
+
+
+def test_batcher_groups_requests_and_survives_errors():
+    calls = []
+
+    def translate(texts, options):
+        calls.append(list(texts))
+        if "bad" in texts:
+            raise ValueError("bad input")
+        return [t.upper() for t in texts]
+
+    async def scenario():
+        batcher = DynamicBatcher(translate, max_batch=100, wait_ms=50)
+        await batcher.start()
+        opts = Options(1, 1.0, 10)
+        outs = await asyncio.gather(*(batcher.submit([f"t{i}", f"u{i}"], opts) for i in range(6)))
+        failed = await asyncio.gather(batcher.submit(["bad"], opts), return_exceptions=True)
+        after = await batcher.submit(["ok"], Options(2, 1.0, 10))
+        await batcher.stop()
+        return outs, failed, after
+
+    outs, failed, after = asyncio.run(scenario())
+    assert outs == [[f"T{i}", f"U{i}"] for i in range(6)]
+    assert len(calls[0]) == 12  # the six requests went as one batch
+    assert isinstance(failed[0], ValueError) and after == ["OK"]
