@@ -34,9 +34,13 @@ class KVCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` of the batch (beam search), in that order."""
-        self.k = self.k.index_select(0, index)
-        self.v = self.v.index_select(0, index)
+        """Keep rows ``index`` of the batch (beam search), in that order; ``index`` has the batch's size.
+
+        Only the filled positions are moved: the preallocated rest is never read before it is written.
+        """
+        n = self.length
+        self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
+        self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
 
     def truncate(self, length: int) -> None:
         """Forget positions from ``length`` on (speculative decoding rolls rejected tokens back)."""
@@ -57,9 +61,10 @@ class LayerCache:
     self_kv: KVCache
     cross_kv: tuple[Tensor, Tensor] | None = None
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
+        """``within_groups``: rows only move among rows of the same source, so cross keys/values stay."""
         self.self_kv.reorder(index)
-        if self.cross_kv is not None:
+        if self.cross_kv is not None and not within_groups:
             self.cross_kv = tuple(t.index_select(0, index) for t in self.cross_kv)
 
 
@@ -79,10 +84,14 @@ class DecoderCache:
     def position(self) -> int:
         return self.layers[0].self_kv.length if self.layers else 0
 
-    def reorder(self, index: Tensor) -> None:
-        """Reorder every layer's batch rows (beam search keeps, drops and copies hypotheses)."""
+    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
+        """Reorder every layer's batch rows (beam search keeps, drops and copies hypotheses).
+
+        ``within_groups``: each row moves only among the rows of its own source sentence (the beams of
+        one sentence), whose cross-attention keys/values are equal, so those need no copy.
+        """
         for layer in self.layers:
-            layer.reorder(index)
+            layer.reorder(index, within_groups)
 
     def truncate(self, length: int) -> None:
         for layer in self.layers:

@@ -30,8 +30,13 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | Non
     return k_pos <= q_pos
 
 
-def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor:
-    """Causal mask, combined with the target's key padding when given: (B or 1, 1, T, S) bool."""
+def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
+    """Causal mask, combined with the target's key padding when given: (B or 1, 1, T, S) bool.
+
+    None (attend everywhere) for one newest query without padding: it may see every key.
+    """
+    if tgt_mask is None and q_len == 1:
+        return None
     mask = causal_mask(q_len, k_len, device)[None, None]  # (1, 1, T, S)
     if tgt_mask is not None:
         mask = mask & key_mask(tgt_mask)  # (B, 1, T, S)

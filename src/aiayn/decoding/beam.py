@@ -38,10 +38,9 @@ def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, ma
     """
     cfg, batch, k = model.config, src_ids.size(0), beam_size
     limits = torch.as_tensor(max_new_tokens).expand(batch).tolist()
-    rows = src_ids.repeat_interleave(k, dim=0)  # (B*K, S)
-    tokens = start_tokens(model, rows)  # (B*K, t0)
+    tokens = start_tokens(model, src_ids.repeat_interleave(k, dim=0))  # (B*K, t0)
     start = tokens.size(1)
-    step = Stepper(model, rows, batch * k, start + max(limits), use_cache)
+    step = Stepper(model, src_ids, batch * k, start + max(limits), use_cache, beams=k)
     scores = torch.full((batch, k), float("-inf"), device=src_ids.device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -62,7 +61,7 @@ def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, ma
         offsets = torch.arange(batch, device=cand_beam.device)[:, None] * k
         rows_kept = (cand_beam.gather(1, keep) + offsets).flatten()  # (B*K,)
         tokens = torch.cat([tokens.index_select(0, rows_kept), cand_tok.gather(1, keep).view(-1, 1)], dim=1)
-        step.reorder(rows_kept)
+        step.reorder(rows_kept, within_groups=True)  # beams never leave their sentence
         for b in range(batch):
             if not done[b] and t + 1 >= limits[b]:
                 _finish_live(finished[b], tokens[b * k:(b + 1) * k, start:], scores[b], alpha)

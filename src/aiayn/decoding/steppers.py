@@ -23,13 +23,17 @@ class Stepper:
     """
 
     def __init__(self, model: TransformerModel, src_ids: Tensor | None, batch: int, max_len: int,
-                 use_cache: bool = True, prompt_cache=None) -> None:
+                 use_cache: bool = True, prompt_cache=None, beams: int = 1) -> None:
+        """``beams``: each source row stands for this many consecutive decoding rows (beam search);
+        the source is encoded once and its memory repeated."""
         self.model = model
         self.memory = self.src_mask = None
         like = next(model.parameters())  # the cache takes the model's device and dtype
         if isinstance(model, EncoderDecoder):
-            self.memory = model.encode(src_ids)  # (B, S, D)
-            self.src_mask = padding_mask(src_ids, model.config.pad_id)  # (B, S)
+            self.memory = model.encode(src_ids).repeat_interleave(beams, dim=0)  # (B*beams, S, D)
+            self.src_mask = padding_mask(src_ids, model.config.pad_id).repeat_interleave(beams, dim=0)
+            if bool(self.src_mask.all()):
+                self.src_mask = None  # no padding: no mask, the fastest attention path
             like = self.memory
         elif not isinstance(model, DecoderOnly):
             raise TypeError(f"{type(model).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
@@ -48,10 +52,12 @@ class Stepper:
             return self.model.decode(new, self.memory, self.src_mask, self.cache)  # (B, t', V)
         return self.model.decode(new, self.cache)
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` (beam search)."""
-        if self.memory is not None:
+    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
+        """Keep rows ``index`` (beam search). ``within_groups``: rows move only among the beams of their
+        own sentence, which share one source, so the memory and cross-attention keys/values stay."""
+        if self.memory is not None and not within_groups:
             self.memory = self.memory.index_select(0, index)
-            self.src_mask = self.src_mask.index_select(0, index)
+            if self.src_mask is not None:
+                self.src_mask = self.src_mask.index_select(0, index)
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, within_groups)
