@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/aiayn demo
 
-test: $(STAMP)
+# The web page's browser test drives Debian's chromium (Playwright's own browser download is not used).
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) || \
+		echo "warning: could not install chromium; the browser test will say how"
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 

@@ -21,8 +21,8 @@ def translator(trained_run):
 
 @pytest.fixture(scope="module")
 def client(translator):
-    with TestClient(create_app(translator, Limits(max_chars=50, max_texts=4, max_new_tokens=40,
-                                                  max_body_bytes=5000)), raise_server_exceptions=False) as c:
+    limits = Limits(max_chars=50, max_texts=4, max_new_tokens=40, max_body_bytes=5000, max_attention_tokens=16)
+    with TestClient(create_app(translator, limits), raise_server_exceptions=False) as c:
         yield c
 
 
@@ -92,6 +92,8 @@ def test_attention_endpoint(client, translator):
     assert len(cross) == translator.model.config.n_decoder_layers and len(cross[0]) == data["heads"]
     assert (len(cross[0][0]), len(cross[0][0][0])) == (n_tgt, n_src)
     assert client.post("/attention", json={"source": "a" * 51}).status_code == 413
+    long = " ".join("abcdefghij" * 2)  # 20 letters: at least 20 tokens > max_attention_tokens=16
+    assert "tokens" in client.post("/attention", json={"source": long}).json()["detail"]
     assert client.post("/attention", json={"target": "a"}).status_code == 422
 
 

@@ -118,3 +118,26 @@ def test_learning_rate_schedules():
     trainer.cfg = TrainConfig(schedule="inverse_sqrt", lr=1e-3, warmup=100)
     assert trainer.lr(50) == pytest.approx(5e-4) and trainer.lr(100) == pytest.approx(1e-3)
     assert trainer.lr(400) == pytest.approx(5e-4)
+
+
+def test_cpu_precision_choices():
+    from aiayn.training.setup import autocast_dtype
+
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu) is None and autocast_dtype("fp32", cpu) is None
+    assert autocast_dtype("bf16", cpu) == torch.bfloat16
+    with pytest.raises(ValueError, match="fp16 autocast needs a CUDA device"):
+        autocast_dtype("fp16", cpu)
+
+
+def test_bf16_autocast_on_cpu_trains_fp32_weights(tmp_path):
+    cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "bf16"), "max_steps": 60, "eval_every": 60,
+                                 "precision": "bf16", "keep_last": 0})
+    trainer = Trainer(cfg)
+    trainer.train()
+    records = [json.loads(x) for x in (tmp_path / "bf16" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < 0.8 * losses[0], losses  # mixed precision still learns
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights stay fp32
+    saved = load_file(str(tmp_path / "bf16" / "last" / "model.safetensors"))
+    assert all(t.dtype == torch.float32 for t in saved.values())

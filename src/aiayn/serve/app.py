@@ -28,6 +28,7 @@ class Limits:
     max_texts: int = 64
     max_new_tokens: int = 256
     max_body_bytes: int = 1_000_000
+    max_attention_tokens: int = 128  # per side for /attention (its answer grows with the square)
 
 
 class TranslateRequest(BaseModel):
@@ -139,6 +140,10 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
         _check_size([req.source] + ([req.target] if req.target else []), limits)
+        n_tokens = len(translator.source_ids(req.source))
+        if n_tokens > limits.max_attention_tokens:
+            raise HTTPException(413, f"source has {n_tokens} tokens; /attention takes up to "
+                                     f"{limits.max_attention_tokens}")
         maps = await batcher.run_alone(attention_for, translator, req.source, req.target)
         return {**maps.to_dict(), "heads": cfg.n_heads}
 
