@@ -71,6 +71,9 @@ def test_malformed_json_and_huge_body(client):
     response = client.post("/translate", content=b'{"text": "' + b"a" * 6000 + b'"}',
                            headers={"content-type": "application/json"})
     assert response.status_code == 413 and "bytes" in response.json()["detail"]
+    chunked = iter([b'{"text": "'] + [b"a" * 1000] * 6 + [b'"}'])  # no content-length: counted as it arrives
+    response = client.post("/translate", content=chunked, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "bytes" in response.json()["detail"]
 
 
 def test_internal_error_does_not_kill_the_server(client, translator, monkeypatch):

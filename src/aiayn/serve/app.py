@@ -97,13 +97,38 @@ def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int
     return app
 
 
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413, whether it declares its length or not
+    (a chunked body is counted as it arrives and cut off at the limit)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
+        received = 0
+
+        async def counted():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _too_large(self, scope, receive, send) -> None:
+        response = JSONResponse({"detail": f"request body over {self.max_bytes} bytes"}, status_code=413)
+        await response(scope, receive, send)
+
+
 def _add_guards(app: FastAPI, limits: Limits) -> None:
-    @app.middleware("http")
-    async def cap_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:
-            return JSONResponse({"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413)
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
 
     @app.exception_handler(Exception)
     async def internal_error(_request: Request, err: Exception):
