@@ -4,7 +4,8 @@ Random weights, source length 20, exactly 32 new tokens per sentence (EOS forbid
 engine does the same work), greedy at batch 1 and 16, beam 4 at batch 16; aiayn with the KV cache on and
 off, float32 and int8 (``aiayn.quantize``). The same dimensions run as a Hugging Face ``MarianMTModel``
 (``generate()``, cache on and off, float32) and, with aiayn's own weights exported, in CTranslate2
-(float32 and int8, ``intra_threads`` = torch's thread count). ``transformers`` and ``ctranslate2`` are
+(float32 and int8, ``intra_threads`` = torch's thread count). Each engine runs in its own process, one after
+the other, so no engine's thread pool disturbs another's. ``transformers`` and ``ctranslate2`` are
 benchmark-only dependencies (``pip install -e '.[bench]'``); an engine that is not installed is skipped.
 Prints JSON lines {"config", "metric", "value", "unit"}; compare the ``speedup_*`` ratios (same run).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,34 +106,55 @@ def ct2_runner(translator, src: torch.Tensor, strategy: str) -> Callable[[], obj
     return run
 
 
-def measure(name: str, runner: Callable[[], object], batch: int, min_seconds: float) -> float:
-    rate = batch * NEW_TOKENS / seconds_per_call(runner, min_seconds)
-    emit(name, "generated_tokens_per_s", rate, "tokens/s")
-    return rate
+def measure(name: str, runner: Callable[[], object], batch: int, min_seconds: float) -> None:
+    emit(name, "generated_tokens_per_s", batch * NEW_TOKENS / seconds_per_call(runner, min_seconds), "tokens/s")
 
 
-def bench_preset(preset: str, engines: list[str], min_seconds: float, workdir: Path) -> None:
+def source(batch: int) -> torch.Tensor:
+    """The same random source batch in every worker process."""
+    return torch.randint(5, VOCAB, (batch, SRC_LEN), generator=torch.Generator().manual_seed(batch))
+
+
+def engine_models(engine: str, model: EncoderDecoder, folder: Path) -> dict[str, object]:
+    """precision -> what the engine runs: our model (and its int8 copy), a Marian model, or CT2 translators."""
+    if engine == "aiayn":
+        return {"fp32": model, "int8": quantize(model)}
+    if engine == "hf":
+        return {"fp32": hf_model(model.config)}
+    return {p: ct2_translator(model, folder, t) for p, t in (("fp32", "float32"), ("int8", "int8"))}
+
+
+def runner_for(engine: str, runs, src: torch.Tensor, strategy: str, cache: bool) -> Callable[[], object]:
+    if engine == "aiayn":
+        return aiayn_runner(runs, src, strategy, cache)
+    if engine == "hf":
+        return hf_runner(runs, src, strategy, cache)
+    return ct2_runner(runs, src, strategy)
+
+
+def worker(engine: str, preset: str, min_seconds: float) -> None:
+    """Measure one engine on one preset (run in its own process: engines' thread pools never meet)."""
     torch.manual_seed(0)
-    cfg = ModelConfig.preset(preset, vocab_size=VOCAB)
-    models = {"fp32": EncoderDecoder(cfg).eval()}
-    models["int8"] = quantize(models["fp32"])
-    hf = hf_model(cfg) if "hf" in engines else None
-    ct2 = {p: ct2_translator(models["fp32"], workdir / preset, t)
-           for p, t in (("fp32", "float32"), ("int8", "int8"))} if "ct2" in engines else {}
-    for strategy, batch in CASES:
-        src = torch.randint(5, VOCAB, (batch, SRC_LEN))
-        case = f"{preset}/{strategy}{BEAM if strategy == 'beam' else ''}/b{batch}"
-        for precision in ("fp32", "int8"):
-            for cache in (True, False):
-                tag = f"{case}/{'cache' if cache else 'nocache'}/{precision}"
-                ours = measure(f"{tag}/aiayn", aiayn_runner(models[precision], src, strategy, cache), batch,
-                               min_seconds)
-                if hf is not None and precision == "fp32":
-                    theirs = measure(f"{tag}/hf", hf_runner(hf, src, strategy, cache), batch, min_seconds)
-                    emit(tag, "speedup_vs_hf_generate", ours / theirs, "x")
-                if precision in ct2 and cache:
-                    theirs = measure(f"{tag}/ct2", ct2_runner(ct2[precision], src, strategy), batch, min_seconds)
-                    emit(tag, "speedup_vs_ctranslate2", ours / theirs, "x")
+    model = EncoderDecoder(ModelConfig.preset(preset, vocab_size=VOCAB)).eval()  # same weights everywhere
+    with tempfile.TemporaryDirectory() as tmp:
+        models = engine_models(engine, model, Path(tmp) / "ct2")
+        for strategy, batch in CASES:
+            case = f"{preset}/{strategy}{BEAM if strategy == 'beam' else ''}/b{batch}"
+            for precision, runs in models.items():
+                for cache in (True, False) if engine != "ct2" else (True,):  # CTranslate2 always caches
+                    tag = f"{case}/{'cache' if cache else 'nocache'}/{precision}/{engine}"
+                    measure(tag, runner_for(engine, runs, source(batch), strategy, cache), batch, min_seconds)
+
+
+def ratios(rates: dict[str, float]) -> None:
+    """aiayn against HF (same precision and cache) and against CTranslate2 (cache, same precision)."""
+    for name, rate in rates.items():
+        if not name.endswith("/aiayn"):
+            continue
+        tag = name.removesuffix("/aiayn")
+        for engine, metric in (("hf", "speedup_vs_hf_generate"), ("ct2", "speedup_vs_ctranslate2")):
+            if f"{tag}/{engine}" in rates:
+                emit(tag, metric, rate / rates[f"{tag}/{engine}"], "x")
 
 
 def available(engines: list[str]) -> list[str]:
@@ -147,12 +170,22 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["small", "base"])
     parser.add_argument("--engines", nargs="+", default=["aiayn", "hf", "ct2"], choices=["aiayn", "hf", "ct2"])
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each measurement at least this long")
+    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))  # ct2_export
-    engines = available(args.engines)
-    with tempfile.TemporaryDirectory() as tmp:
-        for preset in args.presets:
-            bench_preset(preset, engines, args.min_seconds, Path(tmp))
+    if args.worker:
+        worker(*args.worker, args.min_seconds)
+        return
+    rates = {}
+    for preset in args.presets:
+        for engine in available(args.engines):
+            cmd = [sys.executable, __file__, "--worker", engine, preset, "--min-seconds", str(args.min_seconds)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                print(line, flush=True)
+                record = json.loads(line)
+                rates[record["config"]] = record["value"]
+    ratios(rates)
 
 
 if __name__ == "__main__":
