@@ -66,7 +66,8 @@ def trace_shapes(config: ModelConfig) -> list[Stage]:
     tgt = torch.randint(5, config.target_vocab, (BATCH, TGT_LEN))  # (B, T)
     shapes = _record(model, src, tgt)
     maps = model.attention_maps(src, tgt)
-    q = model.encoder.layers[0].self_attn.split_heads(torch.zeros(shapes[HOOKED[2][0]]))  # (B, H, S, d_k)
+    q_proj = shapes["encoder.layers.0.self_attn.q_proj"]  # (B, S, d_model)
+    q = model.encoder.layers[0].self_attn.split_heads(torch.zeros(q_proj))  # (B, H, S, d_k)
     per_head = [
         Stage("Q split into h heads", "section 3.2.2", "B, H, S, d_k", tuple(q.shape)),
         Stage("weights softmax(QK^T / sqrt(d_k)), per head", "equation (1)", "B, H, S, S",
