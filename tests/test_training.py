@@ -141,3 +141,14 @@ def test_bf16_autocast_on_cpu_trains_fp32_weights(tmp_path):
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights stay fp32
     saved = load_file(str(tmp_path / "bf16" / "last" / "model.safetensors"))
     assert all(t.dtype == torch.float32 for t in saved.values())
+
+
+def test_recipe_values_are_checked_against_their_types(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("lr: 2e-3\nwarmup: 10\n")  # YAML 1.1 reads 2e-3 (no dot) as text: it must still be a number
+    assert TrainConfig.from_yaml(path).lr == 0.002
+    for line, field in [("lr: fast", "field lr must be a number"), ("max_steps: 1.5", "field max_steps must be"),
+                        ("joint_vocab: 3", "field joint_vocab must be"), ("warmup: true", "field warmup must be")]:
+        path.write_text(line + "\n")
+        with pytest.raises(ValueError, match=f"{path}: {field}"):
+            TrainConfig.from_yaml(path)

@@ -84,7 +84,27 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
-        return cls(**data)
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        return cls(**{k: _typed(source, k, v, types[k]) for k, v in data.items()})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _typed(source: str, name: str, value, annotation: str):
+    """Check one recipe value against its field's type; numbers written as text (YAML reads 2e-3 so) convert."""
+    if value is None and "None" in annotation:
+        return None
+    kind = annotation.split(" |")[0]
+    if kind == "float" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
+    if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    raise ValueError(f"{source}: field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, "
+                     f"got {value!r}")

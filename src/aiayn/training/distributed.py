@@ -34,15 +34,27 @@ def setup(device: torch.device) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+# One buffer per device, alive as long as the process. Gloo's worker thread frees its handle on a collective's
+# tensor after the caller has moved on; if that handle were the tensor's last owner, freeing it would need the
+# GIL, and at interpreter exit that aborts the process ("terminate called without an active exception").
+_SUM_BUFFERS: dict[str, torch.Tensor] = {}
+
+
 def all_sum(value: float, info: DistInfo, device: torch.device | None = None) -> float:
     """Sum a number over all processes (identity for one process)."""
     if not info.enabled:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
+    key = str(device or "cpu")
+    if key not in _SUM_BUFFERS:
+        _SUM_BUFFERS[key] = torch.zeros(1, dtype=torch.float64, device=device)
+    buffer = _SUM_BUFFERS[key]
+    buffer.fill_(value)
+    dist.all_reduce(buffer)
+    return float(buffer.item())
 
 
 def teardown(info: DistInfo) -> None:
+    """Leave the process group once every process has finished its last collective."""
     if info.enabled and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
