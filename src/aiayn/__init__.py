@@ -3,6 +3,7 @@
 from aiayn.config import ModelConfig
 from aiayn.decoding import generate
 from aiayn.models import DecoderOnly, EncoderDecoder, EncoderOnly, TransformerModel, build_model
+from aiayn.packing import pack
 from aiayn.params import count_parameters
 from aiayn.quantize import quantize
 
@@ -15,6 +16,7 @@ __all__ = [
     "build_model",
     "count_parameters",
     "generate",
+    "pack",
     "quantize",
 ]
 __version__ = "0.1.0"

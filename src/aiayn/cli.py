@@ -73,7 +73,7 @@ def _translator(args: argparse.Namespace):
     from aiayn.translate import Translator
 
     return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha,
-                                      int8=args.int8)
+                                      int8=args.int8, bf16=args.bf16)
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -162,7 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     limits = Limits(args.max_chars, args.max_texts, args.max_new_tokens)
     run_server(args.checkpoint, args.host, args.port, limits, beam_size=args.beam_size, int8=args.int8,
-               device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+               bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     return 0
 
 

@@ -9,6 +9,7 @@ import torch
 from aiayn.data.batching import pad_batch
 from aiayn.decoding import beam_search, greedy_search
 from aiayn.models import EncoderDecoder, TransformerModel
+from aiayn.packing import pack, packing_available
 from aiayn.quantize import quantize
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training.state import resolve_checkpoint
@@ -23,12 +24,23 @@ class Translator:
 
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                 int8: bool = False) -> None:
+                 int8: bool = False, bf16: bool = False, packed: bool = True) -> None:
+        """``int8``: dynamic int8 linear layers (CPU). ``bf16``: weights, activations and the KV cache in
+        bfloat16 (half the memory traffic of float32; logits are scored in float32). ``packed``: on the CPU,
+        decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster)."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         if int8 and torch.device(device).type != "cpu":
             raise ValueError("--int8: dynamic int8 quantization runs on the CPU only; use --device cpu")
-        self.model = quantize(model) if int8 else model.eval().to(device)
+        if int8 and bf16:
+            raise ValueError("--int8 and --bf16: choose one precision")
+        dtype = torch.bfloat16 if bf16 else None
+        if int8:
+            self.model = quantize(model)
+        elif packed and torch.device(device).type == "cpu" and packing_available():
+            self.model = pack(model, dtype)
+        else:
+            self.model = model.eval().to(device, dtype)
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
         if beam_size < 1:

@@ -175,10 +175,11 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                beam_size: int = 4, int8: bool = False, device: str = "cpu", max_batch: int = 32,
-               wait_ms: float = 5.0) -> None:
+               wait_ms: float = 5.0, bf16: bool = False) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted."""
     import uvicorn
 
-    translator = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8)
+    translator = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8,
+                                             bf16=bf16)
     app = create_app(translator, limits, max_batch, wait_ms, {"checkpoint": str(checkpoint)})
     uvicorn.run(app, host=host, port=port, log_level="info")

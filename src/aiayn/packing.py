@@ -1,0 +1,64 @@
+"""Fast CPU inference: every linear layer's weight prepacked once into oneDNN's blocked layout.
+
+PyTorch's default CPU matrix product for float32 calls a BLAS that, on some CPUs (AMD EPYC here), is 2x to
+2.5x slower for decoding's small batches than oneDNN with weights reordered ahead of time (the same kernels
+``torch.compile`` uses on CPU when it freezes weights). ``pack`` swaps each ``nn.Linear`` of an inference
+copy for a :class:`PackedLinear` that calls those kernels; the float32 results equal the plain model's to
+rounding (the sums run in another order). The model's own weights are left untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.models import TransformerModel
+
+
+def packing_available() -> bool:
+    """oneDNN is in this PyTorch build (x86-64 and most AArch64 wheels)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b, as ``nn.Linear``, with W prepacked for oneDNN (inference only, CPU).
+
+    Shape: x (..., in_features) -> (..., out_features), in W's dtype (float32 or bfloat16).
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # (out, in), oneDNN's blocked layout
+        self.bias = None if linear.bias is None else linear.bias.detach().clone()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def check_unpacked(model: nn.Module, what: str) -> None:
+    """Packed weights cannot be copied or converted again: start from the plain model."""
+    if any(isinstance(m, PackedLinear) for m in model.modules()):
+        raise ValueError(f"{what}: the model is already packed for inference; pass the original model")
+
+
+def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> TransformerModel:
+    """An inference copy of ``model`` on the CPU (optionally cast to ``dtype``, e.g. torch.bfloat16) whose
+    linear layers are :class:`PackedLinear`; ``generate`` and ``Translator`` take it, training cannot."""
+    if not packing_available():
+        raise RuntimeError("pack: this PyTorch build has no oneDNN (mkldnn); use the model as it is")
+    check_unpacked(model, "pack")
+    packed = copy.deepcopy(model).cpu().eval()
+    if dtype is not None:
+        packed = packed.to(dtype)
+    for module in list(packed.modules()):
+        for name, child in module.named_children():
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child))
+    return packed.requires_grad_(False)
