@@ -64,3 +64,15 @@ def test_int8_with_bf16_is_one_line_error(trained_run):
                              "--bf16"], input="a b c\n", capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == ["aiayn: error: --int8 and --bf16: choose one precision"]
+
+
+def test_translate_command_with_bf16_and_int8(trained_run, fp32):
+    texts = _sentences(8, seed=3)
+    expected = fp32.translate(texts)
+    for flag in ("--bf16", "--int8"):
+        result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run),
+                                 "--beam-size", "2", flag], input="\n".join(texts) + "\n", capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        got = result.stdout.splitlines()
+        assert len(got) == len(texts) and sum(a == b for a, b in zip(got, expected, strict=True)) >= 6
