@@ -103,3 +103,33 @@ def test_offline_multi30k_message(tmp_path):
 def test_existing_run_is_not_overwritten(run):
     result = aiayn("train", "--data", "reverse", "--output", str(run))
     assert result.returncode == 2 and "--resume" in result.stderr
+
+
+def test_speculative_translation_with_a_draft_checkpoint(run, tmp_path):
+    texts = "a b c d e\nj i h g f\nc c a b\nd e f g h i\n"
+    plain = aiayn("translate", "--checkpoint", str(run), "--beam-size", "1", stdin=texts)
+    draft = sorted((run / "checkpoints").glob("step_*"))[0]  # an earlier, weaker model with the same tokenizer
+    result = aiayn("translate", "--checkpoint", str(run), "--draft", str(draft), stdin=texts)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == plain.stdout
+    assert "drafted tokens accepted" in result.stderr and "tokens per main-model pass" in result.stderr
+    (tmp_path / "s.txt").write_text(texts)
+    result = aiayn("evaluate", "--checkpoint", str(run), "--draft", str(run), "--src", str(tmp_path / "s.txt"),
+                   "--ref", str(tmp_path / "s.txt"), "--json")
+    scores = json.loads(result.stdout)
+    assert scores["acceptance_rate"] == 1.0 and scores["tokens_per_main_pass"] > 1  # its own draft: all accepted
+
+
+def test_draft_with_other_tokenizers_or_beams_is_a_one_line_error(run, tmp_path):
+    import shutil
+
+    from aiayn.tokenizer import Tokenizer
+
+    other = tmp_path / "other"
+    shutil.copytree(run / "best", other)
+    Tokenizer.train(["x y z w"] * 50 + ["q r s t u v"] * 50, vocab_size=280).save(other / "tokenizer.model")
+    for args, message in [(["--draft", str(other)], "other tokenizers"),
+                          (["--draft", str(run), "--beam-size", "4"], "pass --beam-size 1")]:
+        result = aiayn("translate", "--checkpoint", str(run), *args, stdin="a b c\n")
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr

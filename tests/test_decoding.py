@@ -169,3 +169,9 @@ def test_speculative_greedy_equals_plain_greedy():
     outputs, stats = speculative_greedy(main, draft, src, max_new_tokens=12, k=4)
     assert outputs == greedy_search(main, src, 12)
     assert stats.main_passes < 40 * 12 and 0 < stats.acceptance_rate <= 1
+    # every pass yields the accepted drafted tokens plus the main model's own next one (cut at the limit)
+    assert stats.main_passes <= stats.generated <= stats.accepted + stats.main_passes
+    assert stats.generated >= sum(len(o) for o in outputs) and stats.tokens_per_main_pass > 1
+    limits = torch.randint(0, 12, (40,))
+    outputs, _ = speculative_greedy(main, draft, src, max_new_tokens=limits, k=3)
+    assert outputs == greedy_search(main, src, limits)

@@ -72,12 +72,16 @@ def _write_output(lines: list[str], path: str | None) -> None:
 def _translator(args: argparse.Namespace):
     from aiayn.translate import Translator
 
-    return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=args.beam_size, alpha=args.alpha,
-                                      int8=args.int8, bf16=args.bf16)
+    beam_size = args.beam_size if args.beam_size is not None else (1 if args.draft else 4)
+    return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=beam_size, alpha=args.alpha,
+                                      int8=args.int8, bf16=args.bf16, draft=args.draft)
 
 
 def _translate(args: argparse.Namespace) -> int:
-    _write_output(_translator(args).translate(_read_input(args.input), args.batch_size), args.output)
+    translator = _translator(args)
+    _write_output(translator.translate(_read_input(args.input), args.batch_size), args.output)
+    if translator.draft is not None:
+        print(translator.speculative.summary(), file=sys.stderr)
     return 0
 
 
@@ -87,12 +91,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
-    hyps = _translator(args).translate(sources, args.batch_size)
+    translator = _translator(args)
+    hyps = translator.translate(sources, args.batch_size)
     if args.hyp_output:
         _write_output(hyps, args.hyp_output)
     result = score(hyps, refs, args.tokenize)
+    extra = {}
+    if translator.draft is not None:
+        stats = translator.speculative
+        print(stats.summary(), file=sys.stderr)
+        extra = {"acceptance_rate": round(stats.acceptance_rate, 4),
+                 "tokens_per_main_pass": round(stats.tokens_per_main_pass, 3)}
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps({**result.to_dict(), **extra}))
     else:
         print(f"BLEU = {result.bleu:.2f}  ({result.bleu_signature})")
         print(f"chrF = {result.chrf:.2f}  ({result.chrf_signature})")

@@ -70,12 +70,15 @@ def _add_translate_evaluate(sub) -> None:
 
 
 def _add_decoding(p) -> None:
-    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="beam size; 1 = greedy (default: 4)")
+    p.add_argument("--beam-size", type=int, dest="beam_size", help="beam size; 1 = greedy (default: 4, or 1 "
+                   "with --draft)")
     p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
                    help="GNMT length penalty alpha (default: 1.0)")
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
+    p.add_argument("--draft", help="a smaller checkpoint with the same tokenizers: speculative greedy decoding "
+                   "(the same output as greedy; implies --beam-size 1)")
     p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
     p.add_argument("--device", default="cpu")
 

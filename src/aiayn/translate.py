@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from aiayn.data.batching import pad_batch
-from aiayn.decoding import beam_search, greedy_search
+from aiayn.decoding import SpeculativeStats, beam_search, greedy_search, speculative_greedy
 from aiayn.models import EncoderDecoder, TransformerModel
 from aiayn.packing import pack, packing_available
 from aiayn.quantize import quantize
@@ -24,34 +24,46 @@ class Translator:
 
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                 int8: bool = False, bf16: bool = False, packed: bool = True) -> None:
+                 int8: bool = False, bf16: bool = False, packed: bool = True,
+                 draft: EncoderDecoder | None = None) -> None:
         """``int8``: dynamic int8 linear layers (CPU). ``bf16``: weights, activations and the KV cache in
         bfloat16 (half the memory traffic of float32; logits are scored in float32). ``packed``: on the CPU,
-        decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster)."""
+        decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster).
+        ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
+        same output) and ``self.speculative`` counts the drafted and accepted tokens."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         if int8 and torch.device(device).type != "cpu":
             raise ValueError("--int8: dynamic int8 quantization runs on the CPU only; use --device cpu")
         if int8 and bf16:
             raise ValueError("--int8 and --bf16: choose one precision")
-        dtype = torch.bfloat16 if bf16 else None
-        if int8:
-            self.model = quantize(model)
-        elif packed and torch.device(device).type == "cpu" and packing_available():
-            self.model = pack(model, dtype)
-        else:
-            self.model = model.eval().to(device, dtype)
-        self.tokenizers, self.device = tokenizers, torch.device(device)
-        self.max_len_a, self.max_len_b = max_len_a, max_len_b
         if beam_size < 1:
             raise ValueError(f"beam size: must be at least 1, got {beam_size}")
+        if draft is not None and beam_size != 1:
+            raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
+        self.model = _inference_copy(model, device, int8, bf16, packed)
+        self.draft = None if draft is None else _inference_copy(draft, device, int8, bf16, packed)
+        self.speculative = SpeculativeStats()
+        self.tokenizers, self.device = tokenizers, torch.device(device)
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
         self.beam_size, self.alpha = beam_size, alpha
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", **options) -> Translator:
-        """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); options as in __init__."""
+    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
+                        **options) -> Translator:
+        """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); so is ``draft``, which must
+        use the same tokenizers; options as in __init__."""
         folder = resolve_checkpoint(path)
-        return cls(TransformerModel.load(folder), TokenizerPair.load(folder), device, **options)
+        tokenizers = TokenizerPair.load(folder)
+        draft_model = None
+        if draft is not None:
+            draft_folder = resolve_checkpoint(draft)
+            theirs = TokenizerPair.load(draft_folder)
+            if (theirs.src.proto, theirs.tgt.proto) != (tokenizers.src.proto, tokenizers.tgt.proto):
+                raise ValueError(f"--draft: {draft_folder} has other tokenizers than {folder}; train the draft "
+                                 f"with --tokenizer pointing at the main run's tokenizer/ folder")
+            draft_model = TransformerModel.load(draft_folder)
+        return cls(TransformerModel.load(folder), tokenizers, device, draft=draft_model, **options)
 
     def _generate(self, src: torch.Tensor, beam_size: int, alpha: float,
                   max_new_tokens: int | None) -> list[list[int]]:
@@ -60,6 +72,8 @@ class Translator:
         limits = (self.max_len_a * lengths + self.max_len_b).long()
         if max_new_tokens is not None:
             limits = limits.clamp(max=max_new_tokens)
+        if beam_size == 1 and self.draft is not None:
+            return speculative_greedy(self.model, self.draft, src, limits, stats=self.speculative)[0]
         if beam_size == 1:
             return greedy_search(self.model, src, limits)
         nbest = beam_search(self.model, src, beam_size, limits, alpha=alpha)
@@ -85,3 +99,13 @@ class Translator:
             for i, ids in zip(chunk, self._generate(src, beam_size, alpha, max_new_tokens), strict=True):
                 results[i] = self.tokenizers.tgt.decode(ids)
         return results
+
+
+def _inference_copy(model: TransformerModel, device, int8: bool, bf16: bool, packed: bool) -> TransformerModel:
+    """The model as it will decode: int8, oneDNN-packed (CPU, float32 or bfloat16), or moved and cast."""
+    dtype = torch.bfloat16 if bf16 else None
+    if int8:
+        return quantize(model)
+    if packed and torch.device(device).type == "cpu" and packing_available():
+        return pack(model, dtype)
+    return model.eval().to(device, dtype)

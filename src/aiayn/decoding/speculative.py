@@ -21,21 +21,38 @@ class SpeculativeStats:
     accepted: int = 0
     main_passes: int = 0
 
+    generated: int = 0
+
     @property
     def acceptance_rate(self) -> float:
+        """Share of drafted tokens the main model agreed with."""
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_main_pass(self) -> float:
+        """Tokens gained per main-model pass (plain greedy gains exactly 1)."""
+        return self.generated / self.main_passes if self.main_passes else 0.0
+
+    def summary(self) -> str:
+        return (f"speculative decoding: {self.accepted:,} of {self.proposed:,} drafted tokens accepted "
+                f"({100 * self.acceptance_rate:.1f}%), {self.tokens_per_main_pass:.2f} tokens per main-model pass")
 
 
 @torch.no_grad()
-def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids: Tensor, max_new_tokens: int,
-                       k: int = 4, min_new_tokens: int = 0) -> tuple[list[list[int]], SpeculativeStats]:
-    """Greedy outputs of ``model`` for each row of ``src_ids`` (one row at a time), drafted by ``draft``."""
+def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids: Tensor,
+                       max_new_tokens: Tensor | int, k: int = 4, min_new_tokens: int = 0,
+                       stats: SpeculativeStats | None = None) -> tuple[list[list[int]], SpeculativeStats]:
+    """Greedy outputs of ``model`` for each row of ``src_ids`` (one row at a time), drafted by ``draft``.
+
+    ``max_new_tokens`` may be a (B,) tensor of per-row limits; ``stats`` (if given) is added to and returned.
+    """
     if draft.config.target_vocab != model.config.target_vocab:
         raise ValueError("draft model: its vocabulary must be the main model's")
-    stats, outputs = SpeculativeStats(), []
-    for row in src_ids.split(1):
+    stats, outputs = stats or SpeculativeStats(), []
+    limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
+    for row, limit in zip(src_ids.split(1), limits, strict=True):
         row = row[:, : int((row != model.config.pad_id).sum())] if model.config.arch == "encoder-decoder" else row
-        outputs.append(_one(model, draft, row, max_new_tokens, k, min_new_tokens, stats))
+        outputs.append(_one(model, draft, row, int(limit), k, min_new_tokens, stats) if limit > 0 else [])
     return outputs, stats
 
 
@@ -62,7 +79,9 @@ def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: Spe
         small.cache.truncate(tokens.size(1) - 1)
         if cfg.eos_id in tokens[0, start:].tolist():
             break
-    return _strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
+    out = _strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
+    stats.generated += min(tokens.size(1) - start, limit)
+    return out
 
 
 def _propose(small: Stepper, tokens: Tensor, n: int, start: int, min_new: int, cfg) -> Tensor:

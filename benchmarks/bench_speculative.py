@@ -1,0 +1,58 @@
+"""Speculative greedy decoding against plain greedy decoding, one sentence at a time (the latency case).
+
+Both decode the same sentences with the same main checkpoint (oneDNN-packed, float32, as ``Translator`` runs
+it); the speculative run drafts ``k`` tokens with ``--draft`` (a smaller model trained with the same
+tokenizers) and checks them in one main-model pass. Prints JSON lines {"config", "metric", "value", "unit"}:
+sentences/s of each, the speedup, the acceptance rate, tokens per main-model pass, and how many outputs are
+identical (speculative greedy must equal plain greedy).
+
+    python benchmarks/bench_speculative.py --checkpoint RUN --draft DRAFT_RUN --input FILE [--sentences 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from aiayn.data.corpus import read_lines
+from aiayn.decoding import SpeculativeStats
+from aiayn.translate import Translator
+
+
+def emit(config: str, metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+
+
+def timed(translator: Translator, texts: list[str]) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    out = translator.translate(texts, batch_size=1)
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--draft", required=True)
+    parser.add_argument("--input", required=True, help="source sentences, one per line (plain or .gz)")
+    parser.add_argument("--sentences", type=int, default=200)
+    args = parser.parse_args()
+    texts = read_lines(args.input)[: args.sentences]
+    plain = Translator.from_checkpoint(args.checkpoint, beam_size=1)
+    fast = Translator.from_checkpoint(args.checkpoint, beam_size=1, draft=args.draft)
+    config = f"greedy/batch1/{len(texts)}sentences"
+    for translator in (plain, fast):
+        translator.translate(texts[:5], batch_size=1)  # warm-up
+    fast.speculative = SpeculativeStats()  # count the measured sentences only
+    expected, t_plain = timed(plain, texts)
+    got, t_fast = timed(fast, texts)
+    emit(f"{config}/plain", "sentences_per_s", len(texts) / t_plain, "sentences/s")
+    emit(f"{config}/speculative", "sentences_per_s", len(texts) / t_fast, "sentences/s")
+    emit(config, "speedup_speculative_vs_plain", t_plain / t_fast, "x")
+    emit(config, "acceptance_rate", fast.speculative.acceptance_rate, "")
+    emit(config, "tokens_per_main_pass", fast.speculative.tokens_per_main_pass, "tokens")
+    emit(config, "identical_outputs", sum(a == b for a, b in zip(expected, got, strict=True)), "sentences")
+
+
+if __name__ == "__main__":
+    main()
