@@ -7,6 +7,7 @@ sentences/s of each, the speedup, the acceptance rate, tokens per main-model pas
 identical (speculative greedy must equal plain greedy).
 
     python benchmarks/bench_speculative.py --checkpoint RUN --draft DRAFT_RUN --input FILE [--sentences 200]
+                                           [--k 1 2 4]
 """
 
 from __future__ import annotations
@@ -36,22 +37,25 @@ def main() -> None:
     parser.add_argument("--draft", required=True)
     parser.add_argument("--input", required=True, help="source sentences, one per line (plain or .gz)")
     parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--k", type=int, nargs="+", default=[4], help="drafted tokens per main-model pass")
     args = parser.parse_args()
     texts = read_lines(args.input)[: args.sentences]
     plain = Translator.from_checkpoint(args.checkpoint, beam_size=1)
-    fast = Translator.from_checkpoint(args.checkpoint, beam_size=1, draft=args.draft)
-    config = f"greedy/batch1/{len(texts)}sentences"
-    for translator in (plain, fast):
-        translator.translate(texts[:5], batch_size=1)  # warm-up
-    fast.speculative = SpeculativeStats()  # count the measured sentences only
+    plain.translate(texts[:5], batch_size=1)  # warm-up
     expected, t_plain = timed(plain, texts)
-    got, t_fast = timed(fast, texts)
-    emit(f"{config}/plain", "sentences_per_s", len(texts) / t_plain, "sentences/s")
-    emit(f"{config}/speculative", "sentences_per_s", len(texts) / t_fast, "sentences/s")
-    emit(config, "speedup_speculative_vs_plain", t_plain / t_fast, "x")
-    emit(config, "acceptance_rate", fast.speculative.acceptance_rate, "")
-    emit(config, "tokens_per_main_pass", fast.speculative.tokens_per_main_pass, "tokens")
-    emit(config, "identical_outputs", sum(a == b for a, b in zip(expected, got, strict=True)), "sentences")
+    base = f"greedy/batch1/{len(texts)}sentences"
+    emit(f"{base}/plain", "sentences_per_s", len(texts) / t_plain, "sentences/s")
+    for k in args.k:
+        fast = Translator.from_checkpoint(args.checkpoint, beam_size=1, draft=args.draft, draft_tokens=k)
+        fast.translate(texts[:5], batch_size=1)
+        fast.speculative = SpeculativeStats()  # count the measured sentences only
+        got, t_fast = timed(fast, texts)
+        config = f"{base}/k{k}"
+        emit(f"{config}/speculative", "sentences_per_s", len(texts) / t_fast, "sentences/s")
+        emit(config, "speedup_speculative_vs_plain", t_plain / t_fast, "x")
+        emit(config, "acceptance_rate", fast.speculative.acceptance_rate, "")
+        emit(config, "tokens_per_main_pass", fast.speculative.tokens_per_main_pass, "tokens")
+        emit(config, "identical_outputs", sum(a == b for a, b in zip(expected, got, strict=True)), "sentences")
 
 
 if __name__ == "__main__":

@@ -25,12 +25,13 @@ class Translator:
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                  int8: bool = False, bf16: bool = False, packed: bool = True,
-                 draft: EncoderDecoder | None = None) -> None:
+                 draft: EncoderDecoder | None = None, draft_tokens: int = 4) -> None:
         """``int8``: dynamic int8 linear layers (CPU). ``bf16``: weights, activations and the KV cache in
         bfloat16 (half the memory traffic of float32; logits are scored in float32). ``packed``: on the CPU,
         decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster).
         ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
-        same output) and ``self.speculative`` counts the drafted and accepted tokens."""
+        same output), proposing ``draft_tokens`` per main-model pass; ``self.speculative`` counts the drafted
+        and accepted tokens."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         if int8 and torch.device(device).type != "cpu":
@@ -43,7 +44,7 @@ class Translator:
             raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
         self.model = _inference_copy(model, device, int8, bf16, packed)
         self.draft = None if draft is None else _inference_copy(draft, device, int8, bf16, packed)
-        self.speculative = SpeculativeStats()
+        self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
         self.beam_size, self.alpha = beam_size, alpha
@@ -73,7 +74,8 @@ class Translator:
         if max_new_tokens is not None:
             limits = limits.clamp(max=max_new_tokens)
         if beam_size == 1 and self.draft is not None:
-            return speculative_greedy(self.model, self.draft, src, limits, stats=self.speculative)[0]
+            return speculative_greedy(self.model, self.draft, src, limits, self.draft_tokens,
+                                      stats=self.speculative)[0]
         if beam_size == 1:
             return greedy_search(self.model, src, limits)
         nbest = beam_search(self.model, src, beam_size, limits, alpha=alpha)
