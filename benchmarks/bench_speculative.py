@@ -3,8 +3,8 @@
 Both decode the same sentences with the same main checkpoint (oneDNN-packed, float32, as ``Translator`` runs
 it); the speculative run drafts ``k`` tokens with ``--draft`` (a smaller model trained with the same
 tokenizers) and checks them in one main-model pass. Prints JSON lines {"config", "metric", "value", "unit"}:
-sentences/s of each, the speedup, the acceptance rate, tokens per main-model pass, and how many outputs are
-identical (speculative greedy must equal plain greedy).
+sentences/s of each, the speedup, the acceptance rate, tokens per main-model pass, how many outputs are
+identical (speculative greedy must equal plain greedy), and the draft's own greedy time against the main's.
 
     python benchmarks/bench_speculative.py --checkpoint RUN --draft DRAFT_RUN --input FILE [--sentences 200]
                                            [--k 1 2 4]
@@ -45,6 +45,9 @@ def main() -> None:
     expected, t_plain = timed(plain, texts)
     base = f"greedy/batch1/{len(texts)}sentences"
     emit(f"{base}/plain", "sentences_per_s", len(texts) / t_plain, "sentences/s")
+    draft_alone = Translator.from_checkpoint(args.draft, beam_size=1)
+    draft_alone.translate(texts[:5], batch_size=1)
+    emit(base, "draft_alone_time_vs_main", timed(draft_alone, texts)[1] / t_plain, "x")
     for k in args.k:
         fast = Translator.from_checkpoint(args.checkpoint, beam_size=1, draft=args.draft, draft_tokens=k)
         fast.translate(texts[:5], batch_size=1)
