@@ -59,6 +59,14 @@ def test_bf16_cached_decoding_equals_uncached(fp32):
         model.float()
 
 
+def test_reduced_precision_translators_leave_the_callers_model_alone(fp32):
+    for options in ({"int8": True}, {"bf16": True}, {"bf16": True, "packed": False}):
+        translator = Translator(fp32.model, fp32.tokenizers, **options)
+        assert translator.model is not fp32.model
+        assert {p.dtype for p in fp32.model.parameters()} == {torch.float32}
+        assert all(type(m) is not PackedLinear for m in fp32.model.modules())
+
+
 def test_int8_with_bf16_is_one_line_error(trained_run):
     result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run), "--int8",
                              "--bf16"], input="a b c\n", capture_output=True, text=True, timeout=120)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -104,10 +105,13 @@ class Translator:
 
 
 def _inference_copy(model: TransformerModel, device, int8: bool, bf16: bool, packed: bool) -> TransformerModel:
-    """The model as it will decode: int8, oneDNN-packed (CPU, float32 or bfloat16), or moved and cast."""
+    """The model as it will decode: int8, oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to
+    bfloat16 in a copy: the caller's model keeps its dtype)."""
     dtype = torch.bfloat16 if bf16 else None
     if int8:
         return quantize(model)
     if packed and torch.device(device).type == "cpu" and packing_available():
         return pack(model, dtype)
+    if bf16:
+        model = copy.deepcopy(model)
     return model.eval().to(device, dtype)
