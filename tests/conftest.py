@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
-from aiayn import ModelConfig
+from aiayn import EncoderDecoder, ModelConfig
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +27,60 @@ def tiny(**overrides) -> ModelConfig:
 def random_ids(batch: int, length: int, vocab: int = 40, low: int = 4) -> torch.Tensor:
     """Ids above the special tokens, so none of them is padding."""
     return torch.randint(low, vocab, (batch, length))
+
+
+A, B, EOS = 4, 5, 2
+SCRIPT = {  # prefix (after BOS) -> next-token probabilities; anything else has probability 0
+    (): {A: 0.6, B: 0.4},
+    (A,): {EOS: 0.4, A: 0.1, B: 0.5},
+    (B,): {EOS: 0.9, A: 0.05, B: 0.05},
+    (A, B): {EOS: 1.0}, (A, A): {EOS: 1.0}, (B, A): {EOS: 1.0}, (B, B): {EOS: 1.0},
+}
+
+
+class ScriptedModel(EncoderDecoder):
+    """An encoder-decoder whose next-token distribution is read from SCRIPT (fairseq-style test model)."""
+
+    def __init__(self) -> None:
+        super().__init__(tiny(vocab_size=8))
+
+    def encode(self, src_ids: Tensor, need_weights: bool = False) -> Tensor:
+        return torch.zeros(src_ids.size(0), src_ids.size(1), 1)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask=None, cache=None) -> Tensor:
+        assert cache is None, "run with use_cache=False: the script needs whole prefixes"
+        logits = torch.full((tgt_ids.size(0), tgt_ids.size(1), 8), float("-inf"))
+        for row, ids in enumerate(tgt_ids.tolist()):
+            for tok, p in SCRIPT.get(tuple(ids[1:]), {EOS: 1.0}).items():
+                logits[row, -1, tok] = math.log(p)
+        return logits
+
+
+
+@pytest.fixture(scope="session")
+def model() -> EncoderDecoder:
+    """A tiny random encoder-decoder in float64 (vocabulary 30) for decoding tests."""
+    torch.manual_seed(3)
+    return EncoderDecoder(tiny(vocab_size=30)).double().eval()
+
+
+def train_reverse(cfg: ModelConfig, steps: int) -> EncoderDecoder:
+    """A small encoder-decoder trained on the reverse task, in float64 for exact comparisons."""
+    from aiayn.data.synthetic import copy_batch
+    from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer, shift_target
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    m = EncoderDecoder(cfg)
+    opt = make_optimizer(m, lr=3e-3)
+    for _ in range(steps):
+        src, tgt = copy_batch(cfg, 32, gen, reverse=True)
+        tgt_in, labels = shift_target(tgt, 0, 2)
+        loss = label_smoothed_cross_entropy(m(src, tgt_in), labels, 0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval().double()
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import torch
 from aiayn import DecoderOnly
 from aiayn.decoding import greedy_search
 from aiayn.demo import CopyRecipe, exact_match, train_copy
-from aiayn.training.objective import make_optimizer, seq2seq_loss
+from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer
 
 from conftest import tiny
 
@@ -24,7 +24,7 @@ def test_decoder_only_learns_a_repeated_pattern():
     data = pattern.repeat(6)[None].repeat(8, 1)  # (8, 36)
     opt = make_optimizer(model, lr=3e-3)
     for _ in range(150):
-        loss = seq2seq_loss(model(data[:, :-1]), data[:, 1:], pad_id=0)
+        loss = label_smoothed_cross_entropy(model(data[:, :-1]), data[:, 1:], pad_id=0)
         opt.zero_grad()
         loss.backward()
         opt.step()

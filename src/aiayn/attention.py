@@ -77,7 +77,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
                 cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
-                offset: int = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                offset: int | Tensor = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key_value``.
 
         Args:
@@ -85,7 +85,7 @@ class MultiHeadAttention(nn.Module):
             mask: bool, True = may attend, broadcastable to (B, H, T, S_total).
             cache: a self-attention KV cache; new keys/values are appended and all of them attended.
             static_kv: keys/values computed once (cross-attention over the encoder memory).
-            offset: absolute position of the first query (for rotary positions with a cache).
+            offset: absolute position of the first query (rotary positions with a cache); (B,) per row.
             need_weights: also return the per-head weights (B, H, T, S) through the reference path.
         Returns:
             output (B, T, d_model) and the weights or None.

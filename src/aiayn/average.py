@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import atomic_directory, save_weights
+from aiayn.checkpoint import write_checkpoint
 from aiayn.models import TransformerModel
 from aiayn.tokenizer import TokenizerPair
 
@@ -29,8 +29,5 @@ def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
         for name, param in merged.named_parameters():
             stacked = torch.stack([dict(m.named_parameters())[name] for m in models])  # (K, ...)
             param.copy_(stacked.mean(dim=0))
-    with atomic_directory(output) as tmp:
-        merged.config.save(tmp / "config.json")
-        save_weights(merged, tmp)
-        TokenizerPair.load(folders[-1]).save(tmp)
+    write_checkpoint(output, merged, TokenizerPair.load(folders[-1]))
     return merged

@@ -101,3 +101,35 @@ class DecoderCache:
         """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
         for mine, theirs in zip(self.layers, other.layers, strict=True):
             mine.self_kv.copy_prefix(theirs.self_kv, length)
+
+
+@dataclass
+class DecodeState:
+    """What a model keeps between decoding steps for B rows (``TransformerModel.start`` / ``.step``).
+
+    Attributes:
+        cache: the decoder's KV cache, or None to recompute every position at each step.
+        memory: (B, S, D) encoder output (encoder-decoder only); src_mask: (B, S) bool, True = real
+            source token, None when no source has padding.
+        left_pad: (B,) padding columns in front of each row's prompt (decoder-only prompts of different
+            lengths are left-aligned by padding); None when every row starts at column 0.
+    """
+
+    cache: DecoderCache | None
+    memory: Tensor | None = None
+    src_mask: Tensor | None = None
+    left_pad: Tensor | None = None
+
+    @property
+    def position(self) -> int:
+        """Columns already in the cache (0 without a cache: every step feeds all columns)."""
+        return 0 if self.cache is None else self.cache.position
+
+    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
+        """Keep rows ``index`` (beam search). ``within_groups``: rows move only among the beams of their
+        own input, which share one source and one padding, so those need no copy."""
+        if not within_groups:
+            self.memory, self.src_mask, self.left_pad = (
+                None if t is None else t.index_select(0, index) for t in (self.memory, self.src_mask, self.left_pad))
+        if self.cache is not None:
+            self.cache.reorder(index, within_groups)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from aiayn.checkpoint import atomic_write_text
+
+# The special token ids, the same for every tokenizer and model (the one place they are defined).
+SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
+FIRST_ORDINARY_ID = 5
 
 ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
 ACTIVATIONS = ("relu", "gelu")
@@ -60,10 +65,10 @@ class ModelConfig:
     max_len: int = 1024
     layer_norm_eps: float = 1e-5
     position_base: float = 10000.0
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    unk_id: int = 3
+    pad_id: int = SPECIAL_IDS["pad_id"]
+    bos_id: int = SPECIAL_IDS["bos_id"]
+    eos_id: int = SPECIAL_IDS["eos_id"]
+    unk_id: int = SPECIAL_IDS["unk_id"]
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -83,7 +88,7 @@ class ModelConfig:
         """A named preset (tiny, small, base, big) with any field overridden."""
         if name not in PRESETS:
             raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        return cls.from_dict({**PRESETS[name], **overrides})
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again)."""
@@ -92,13 +97,15 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def special_ids(self) -> tuple[int, int, int, int]:
+        """(pad, bos, eos, unk)."""
+        return self.pad_id, self.bos_id, self.eos_id, self.unk_id
+
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
-        return cls(**data)
+        """Fields by name; unknown names and values of the wrong type are errors naming the field."""
+        return cls(**typed_fields(cls, data))
 
     def save(self, path: str | Path) -> None:
         """Write the config as JSON, atomically (temp file, then rename)."""
@@ -113,19 +120,37 @@ class ModelConfig:
             raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object of config fields")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def typed_fields(cls, data: dict) -> dict:
+    """``data`` checked against the fields of dataclass ``cls``: unknown names are an error, and so is a
+    value of the wrong type; numbers written as text (YAML reads 2e-3 so) convert to float fields."""
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(types)}")
+    return {name: _typed(name, value, types[name]) for name, value in data.items()}
+
+
+def _typed(name: str, value, annotation: str):
+    if value is None and "None" in annotation:
+        return None
+    kind = annotation.split(" |")[0]
+    if kind == "float" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
+    if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    raise ValueError(f"field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, got {value!r}")
 
 
 def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:

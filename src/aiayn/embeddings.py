@@ -37,10 +37,10 @@ class InputEmbedding(nn.Module):
         self.positions = positions
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         x = self.tokens(ids)  # (B, T, D)
         if self.positions is not None:
-            x = x + self.positions(ids.size(1), offset, like=x)  # (T, D) broadcast over B
+            x = x + self.positions(ids.size(1), offset, like=x)  # (T, D) broadcast over B, or (B, T, D)
         return self.dropout(x)
 
 

@@ -95,7 +95,7 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(d_model, dropout, norm_first, eps)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
-                cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int = 0,
+                cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int | Tensor = 0,
                 need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
         """x (B, T, D), memory (B, S, D); self_mask (.., T, T_total), cross_mask (.., T, S).
 
@@ -155,7 +155,7 @@ class Decoder(nn.Module):
         self.norm = final_norm
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
-                cross_mask: Tensor | None = None, cache: DecoderCache | None = None, offset: int = 0,
+                cross_mask: Tensor | None = None, cache: DecoderCache | None = None, offset: int | Tensor = 0,
                 need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """x (B, T, D) -> (B, T, D), and per-layer attention weights when asked."""
         all_weights = []

@@ -41,3 +41,21 @@ def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: t
     if tgt_mask is not None:
         mask = mask & key_mask(tgt_mask)  # (B, 1, T, S)
     return mask
+
+
+def left_align(ids: Tensor, pad_id: int) -> tuple[Tensor, Tensor | None]:
+    """Right-padded rows (B, T) -> the same rows left-padded, and the padding per row (B,).
+
+    The padding is None when no row has any (then ``ids`` comes back unchanged). Every row needs at
+    least one token.
+    """
+    lengths = padding_mask(ids, pad_id).sum(dim=1)  # (B,)
+    if bool((lengths == 0).any()):
+        row = int((lengths == 0).nonzero()[0])
+        raise ValueError(f"prompt: row {row} has no tokens; give every prompt at least one")
+    left_pad = ids.size(1) - lengths  # (B,)
+    if not bool(left_pad.any()):
+        return ids, None
+    cols = torch.arange(ids.size(1), device=ids.device)  # (T,)
+    source_col = (cols[None, :] - left_pad[:, None]) % ids.size(1)  # (B, T): rotate each row right
+    return ids.gather(1, source_col), left_pad

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
 
-from aiayn.cache import DecoderCache
-from aiayn.checkpoint import atomic_directory, load_weights, save_weights
+from aiayn.cache import DecodeState, DecoderCache
+from aiayn.checkpoint import CONFIG, load_weights, write_checkpoint
 from aiayn.config import ModelConfig
 from aiayn.embeddings import InputEmbedding, TokenEmbedding, build_positions
 from aiayn.init import init_weights
 from aiayn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
-from aiayn.masks import decoder_self_mask, key_mask, padding_mask
+from aiayn.masks import decoder_self_mask, key_mask, left_align, padding_mask
 from aiayn.positions import RotaryEmbedding
 
 
@@ -60,27 +61,34 @@ def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Lin
 
 
 class TransformerModel(nn.Module):
-    """What every family member shares: its config, save/load, and the cache it decodes with."""
+    """What every family member shares: its config, save/load, and the step interface decoding drives.
+
+    Decoding (``aiayn.decoding``) talks to every member the same way: ``start(inputs)`` gives the first
+    tokens and a :class:`DecodeState` (with its KV cache), ``step(tokens, state)`` the next-token logits,
+    ``state.reorder(index)`` follows beam search. Members that cannot generate say so.
+    """
 
     arch = ""
 
     def __init__(self, config: ModelConfig) -> None:
+        """A preset's config (arch encoder-decoder, the default) is taken by every member: its sizes are
+        kept and its arch set to this class's; a config made for another member is an error."""
         super().__init__()
+        if config.arch == "encoder-decoder" and self.arch != config.arch:
+            config = config.replace(arch=self.arch)
         if config.arch != self.arch:
             raise ValueError(f"arch: {type(self).__name__} needs arch={self.arch!r}, got {config.arch!r}")
         self.config = config
 
     def save(self, folder: str | Path) -> None:
         """Write ``config.json`` + ``model.safetensors`` into ``folder`` atomically."""
-        with atomic_directory(folder) as tmp:
-            self.config.save(tmp / "config.json")
-            save_weights(self, tmp)
+        write_checkpoint(folder, self)
 
     @classmethod
     def load(cls, folder: str | Path) -> TransformerModel:
         """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode."""
         folder = Path(folder)
-        config = ModelConfig.load(folder / "config.json")
+        config = ModelConfig.load(folder / CONFIG)
         model = build_model(config) if cls is TransformerModel else cls(config)
         load_weights(model, folder)
         return model.eval()
@@ -90,6 +98,16 @@ class TransformerModel(nn.Module):
         cfg = self.config
         return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.n_heads, max_len, cfg.d_head,
                                      like.device, like.dtype)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Begin decoding ``inputs`` (B, S): the first tokens (B*beams, t0) and the state for :meth:`step`,
+        with room in its cache for ``max_new_tokens``. Each input stands for ``beams`` consecutive rows."""
+        raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        """Logits (B, t', V) for every column of ``tokens`` (B, t) not yet in the state's cache."""
+        raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
 
 
 class EncoderDecoder(TransformerModel):
@@ -144,6 +162,20 @@ class EncoderDecoder(TransformerModel):
         x = self.tgt_embed(tgt_ids, offset)
         return self.decoder(x, memory, self_mask, cross_mask, cache, offset, need_weights)
 
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Encode the source once (its memory repeated for the beams); decoding starts from BOS."""
+        memory = self.encode(inputs).repeat_interleave(beams, dim=0)  # (B*beams, S, D)
+        src_mask = padding_mask(inputs, self.config.pad_id).repeat_interleave(beams, dim=0)  # (B*beams, S)
+        if bool(src_mask.all()):
+            src_mask = None  # no padding: no mask, the fastest attention path
+        cache = self.new_cache(memory.size(0), 1 + max_new_tokens, memory) if use_cache else None
+        bos = torch.full((memory.size(0), 1), self.config.bos_id, dtype=torch.long, device=inputs.device)
+        return bos, DecodeState(cache, memory, src_mask)
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        return self.decode(tokens[:, state.position:], state.memory, state.src_mask, state.cache)
+
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
         src_mask = padding_mask(src_ids, self.config.pad_id)
@@ -169,14 +201,37 @@ class DecoderOnly(TransformerModel):
     def forward(self, ids: Tensor) -> Tensor:
         return self.decode(ids)
 
-    def decode(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only."""
+    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only.
+
+        ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
+        its real tokens start at position 0. Without it, right padding (pad_id) is masked.
+        """
         offset = 0 if cache is None else cache.position
         t = ids.size(1)
-        pad = padding_mask(ids, self.config.pad_id) if cache is None else None
-        mask = decoder_self_mask(pad, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
-        hidden, _ = self.decoder(self.embed(ids, offset), None, mask, None, cache, offset)
+        if left_pad is None:
+            keys = padding_mask(ids, self.config.pad_id) if cache is None else None
+            positions = offset
+        else:
+            keys = torch.arange(offset + t, device=ids.device) >= left_pad[:, None]  # (B, offset+T)
+            positions = offset - left_pad  # (B,) per-row position of column ``offset``
+        mask = decoder_self_mask(keys, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
+        hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
         return self.output(hidden)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Prompts (B, T), right-padded with pad_id, are left-aligned so that all rows continue in the
+        same column; each row keeps its own positions and never attends to the padding."""
+        tokens, left_pad = left_align(inputs, self.config.pad_id)  # (B, T0), (B,) or None
+        tokens = tokens.repeat_interleave(beams, dim=0)  # (B*beams, T0)
+        left_pad = None if left_pad is None else left_pad.repeat_interleave(beams, dim=0)
+        like = next(self.parameters())  # the cache takes the model's device and dtype
+        cache = self.new_cache(tokens.size(0), tokens.size(1) + max_new_tokens, like) if use_cache else None
+        return tokens, DecodeState(cache, left_pad=left_pad)
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        return self.decode(tokens[:, state.position:], state.cache, state.left_pad)
 
 
 class EncoderOnly(TransformerModel):

@@ -1,4 +1,9 @@
-"""Positional information: sinusoidal (section 3.5), learned absolute, and rotary (RoPE)."""
+"""Positional information: sinusoidal (section 3.5), learned absolute, and rotary (RoPE).
+
+Every module takes the positions of a (B, T) block as ``offset``: an int (row-independent, positions
+``offset .. offset + T - 1``) or a (B,) tensor of per-row offsets (left-padded prompts start their real
+tokens at position 0; their padding columns get negative positions, clamped to 0 and never attended).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,27 @@ def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0, offset
 
     Returns a (length, d_model) tensor for positions ``offset .. offset + length - 1``; any length works.
     """
-    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float64)[:, None]  # (L, 1)
-    two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)  # (ceil(D/2),)
-    angle = pos / base ** (two_i / d_model)  # (L, ceil(D/2))
-    pe = torch.zeros(length, d_model, device=device, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
-    return pe.to(dtype)
+    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float64)  # (L,)
+    return sinusoidal_at(pos, d_model, base).to(dtype)
+
+
+def sinusoidal_at(pos: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
+    """The same encodings for any tensor of positions: (...,) -> (..., d_model), in ``pos``'s float dtype."""
+    pos = pos.double()[..., None]  # (..., 1)
+    two_i = torch.arange(0, d_model, 2, device=pos.device, dtype=torch.float64)  # (ceil(D/2),)
+    angle = pos / base ** (two_i / d_model)  # (..., ceil(D/2))
+    pe = torch.zeros(*angle.shape[:-1], d_model, device=pos.device, dtype=torch.float64)
+    pe[..., 0::2] = torch.sin(angle)
+    pe[..., 1::2] = torch.cos(angle[..., : d_model // 2])
+    return pe
+
+
+def position_ids(length: int, offset: int | Tensor, device: torch.device | None = None) -> Tensor:
+    """Positions of a block of ``length`` columns: (length,) for an int offset, (B, length) for a (B,)
+    tensor of per-row offsets (negative positions, i.e. left padding, are clamped to 0)."""
+    if isinstance(offset, int):
+        return torch.arange(offset, offset + length, device=device)  # (T,)
+    return (offset[:, None] + torch.arange(length, device=offset.device)).clamp(min=0)  # (B, T)
 
 
 class SinusoidalPositions(nn.Module):
@@ -28,11 +47,14 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.d_model, self.base = d_model, base
 
-    def forward(self, length: int, offset: int = 0, like: Tensor | None = None) -> Tensor:
-        """(length, d_model) encodings for positions offset.., on ``like``'s device and dtype."""
+    def forward(self, length: int, offset: int | Tensor = 0, like: Tensor | None = None) -> Tensor:
+        """(length, d_model) encodings for positions offset.. ((B, length, d_model) for per-row offsets),
+        on ``like``'s device and dtype."""
         device = None if like is None else like.device
         dtype = torch.float32 if like is None else like.dtype
-        return sinusoidal_encoding(length, self.d_model, self.base, offset, device, dtype)
+        if isinstance(offset, int):
+            return sinusoidal_encoding(length, self.d_model, self.base, offset, device, dtype)
+        return sinusoidal_at(position_ids(length, offset, device), self.d_model, self.base).to(dtype)
 
 
 class LearnedPositions(nn.Module):
@@ -42,12 +64,16 @@ class LearnedPositions(nn.Module):
         super().__init__()
         self.table = nn.Embedding(max_len, d_model)
 
-    def forward(self, length: int, offset: int = 0, like: Tensor | None = None) -> Tensor:
-        """(length, d_model) rows for positions offset..; longer than the table is a clear error."""
-        if offset + length > self.table.num_embeddings:
-            raise ValueError(f"sequence of {offset + length} positions is longer than max_len="
+    def forward(self, length: int, offset: int | Tensor = 0, like: Tensor | None = None) -> Tensor:
+        """(length, d_model) rows for positions offset.. ((B, length, d_model) for per-row offsets);
+        longer than the table is a clear error."""
+        last = offset + length if isinstance(offset, int) else int(offset.max()) + length
+        if last > self.table.num_embeddings:
+            raise ValueError(f"sequence of {last} positions is longer than max_len="
                              f"{self.table.num_embeddings} of the learned position table")
-        return self.table.weight[offset: offset + length]
+        if isinstance(offset, int):
+            return self.table.weight[offset: offset + length]
+        return self.table(position_ids(length, offset))  # (B, T, D)
 
 
 class RotaryEmbedding(nn.Module):
@@ -58,11 +84,12 @@ class RotaryEmbedding(nn.Module):
         inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Rotate x of shape (B, H, T, D) whose positions start at ``offset``."""
-        t = x.size(-2)
-        pos = torch.arange(offset, offset + t, device=x.device, dtype=torch.float32)
-        angle = pos[:, None] * self.inv_freq[None, :]  # (T, D/2)
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """Rotate x of shape (B, H, T, D) whose positions start at ``offset`` (an int or per row, (B,))."""
+        pos = position_ids(x.size(-2), offset, x.device).float()  # (T,) or (B, T)
+        angle = pos[..., None] * self.inv_freq  # (T, D/2) or (B, T, D/2)
+        if angle.dim() == 3:
+            angle = angle[:, None]  # (B, 1, T, D/2): the same for every head
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, D/2, 2)
         x0, x1 = pairs[..., 0], pairs[..., 1]  # (B, H, T, D/2) each

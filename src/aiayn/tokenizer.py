@@ -12,9 +12,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
-MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
-FIRST_ORDINARY_ID = 5
+from aiayn.config import FIRST_ORDINARY_ID, MASK_ID, SPECIAL_IDS
+
+__all__ = ["FIRST_ORDINARY_ID", "MASK_ID", "SPECIAL_IDS", "Tokenizer", "TokenizerPair"]
 
 
 class Tokenizer:

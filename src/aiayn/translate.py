@@ -7,20 +7,22 @@ from pathlib import Path
 
 import torch
 
+from aiayn.checkpoint import resolve_checkpoint
 from aiayn.data.batching import pad_batch
-from aiayn.decoding import SpeculativeStats, beam_search, greedy_search, speculative_greedy
+from aiayn.decoding import SpeculativeStats, generate
 from aiayn.models import EncoderDecoder, TransformerModel
 from aiayn.packing import pack, packing_available
 from aiayn.quantize import quantize
 from aiayn.tokenizer import TokenizerPair
-from aiayn.training.state import resolve_checkpoint
 
 
 class Translator:
     """Translate raw text with an encoder-decoder and its tokenizers.
 
-    Sentences are sorted by length and decoded in batches, then returned in input order.
-    The output length is capped at ``max_len_a * source_length + max_len_b`` tokens.
+    Sentences are sorted by length and decoded in batches (through :func:`aiayn.generate`), then returned
+    in input order. The output length is capped at ``max_len_a * source_length + max_len_b`` tokens. Empty
+    (or whitespace-only) texts translate to "". Sources longer than the model's ``max_len`` are cut; the
+    indices of those of the last call are in ``self.truncated``.
     """
 
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
@@ -49,6 +51,7 @@ class Translator:
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
         self.beam_size, self.alpha = beam_size, alpha
+        self.truncated: list[int] = []
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
@@ -70,31 +73,25 @@ class Translator:
     def _generate(self, src: torch.Tensor, beam_size: int, alpha: float,
                   max_new_tokens: int | None) -> list[list[int]]:
         """Best hypothesis per row; the length limit is max_len_a * source length + max_len_b (capped)."""
-        lengths = (src != self.model.config.pad_id).sum(dim=1)
-        limits = (self.max_len_a * lengths + self.max_len_b).long()
-        if max_new_tokens is not None:
-            limits = limits.clamp(max=max_new_tokens)
-        if beam_size == 1 and self.draft is not None:
-            return speculative_greedy(self.model, self.draft, src, limits, self.draft_tokens,
-                                      stats=self.speculative)[0]
-        if beam_size == 1:
-            return greedy_search(self.model, src, limits)
-        nbest = beam_search(self.model, src, beam_size, limits, alpha=alpha)
-        return [hyps[0].tokens for hyps in nbest]
+        return generate(self.model, src, "beam" if beam_size > 1 else "greedy", beam_size, max_new_tokens,
+                        length_penalty=alpha, draft_model=self.draft, max_len_a=self.max_len_a,
+                        max_len_b=self.max_len_b, draft_tokens=self.draft_tokens,
+                        speculative_stats=self.speculative)
 
     def source_ids(self, text: str) -> list[int]:
-        """The encoder's input for ``text`` (whitespace normalised, cut to max_len, never empty)."""
-        cfg = self.model.config
-        ids = self.tokenizers.src.encode(" ".join(text.split()))[: cfg.max_len]
-        return ids or [cfg.eos_id]  # an empty line still decodes (to whatever the model says)
+        """The encoder's input for ``text`` (whitespace normalised, cut to max_len; [] for an empty text)."""
+        return self.tokenizers.src.encode(" ".join(text.split()))[: self.model.config.max_len]
 
     @torch.no_grad()
     def translate(self, texts: list[str], batch_size: int = 64, *, beam_size: int | None = None,
                   alpha: float | None = None, max_new_tokens: int | None = None) -> list[str]:
         """Translate each text; empty input gives an empty list. Options default to the constructor's."""
         beam_size, alpha = beam_size or self.beam_size, self.alpha if alpha is None else alpha
-        encoded = [self.source_ids(t) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        whole = self.tokenizers.src.encode_batch([" ".join(t.split()) for t in texts])
+        limit = self.model.config.max_len
+        self.truncated = [i for i, ids in enumerate(whole) if len(ids) > limit]
+        encoded = [ids[:limit] for ids in whole]
+        order = sorted((i for i in range(len(texts)) if encoded[i]), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(texts)
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]

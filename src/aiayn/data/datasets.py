@@ -10,9 +10,10 @@ import hashlib
 import os
 import random
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from aiayn.checkpoint import atomic_path
 from aiayn.data.corpus import DataError, Parallel, clean, read_parallel, read_tsv
 from aiayn.data.numbers import number_pairs
 
@@ -40,7 +41,6 @@ class Splits:
     train: Parallel
     valid: Parallel
     test: Parallel | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def cache_dir() -> Path:
@@ -63,18 +63,16 @@ def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) 
         target = folder / name
         if target.is_file() and _sha256(target) == MULTI30K_SHA256[name]:
             continue
-        tmp = folder / f".{name}.part"
-        try:
-            urllib.request.urlretrieve(f"{base_url}/{name}", tmp)
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise DataError(f"multi30k: cannot download {name} ({err}); on an offline machine pass --data-dir "
-                            "DIR, a folder holding train/val/test_2016_flickr .de/.en/.fr .gz files") from None
-        if _sha256(tmp) != MULTI30K_SHA256[name]:
-            tmp.unlink()
-            raise DataError(f"multi30k: {name} from {base_url} failed its SHA-256 check; try again later "
-                            "or pass --data-dir with a good copy")
-        tmp.replace(target)
+        with atomic_path(target) as tmp:
+            try:
+                urllib.request.urlretrieve(f"{base_url}/{name}", tmp)
+            except OSError as err:
+                raise DataError(f"multi30k: cannot download {name} ({err}); on an offline machine pass "
+                                "--data-dir DIR, a folder holding train/val/test_2016_flickr .de/.en/.fr .gz "
+                                "files") from None
+            if _sha256(tmp) != MULTI30K_SHA256[name]:
+                raise DataError(f"multi30k: {name} from {base_url} failed its SHA-256 check; try again later "
+                                "or pass --data-dir with a good copy")
 
 
 def load_multi30k(src: str, tgt: str, data_dir: str | Path | None) -> Splits:
@@ -122,7 +120,7 @@ def load_path(spec: str, src: str | None, tgt: str | None, valid: str | None, se
     n_valid = min(1000, max(1, len(order) // 100))
     held, kept = sorted(order[:n_valid]), sorted(order[n_valid:])
     pick = lambda p, idx: Parallel([p.sources[i] for i in idx], [p.targets[i] for i in idx], p.dropped)  # noqa: E731
-    return Splits(pick(train, kept), pick(train, held), notes=[f"held out {n_valid} training pairs for validation"])
+    return Splits(pick(train, kept), pick(train, held))
 
 
 def _read_spec(spec: str, src: str | None, tgt: str | None) -> Parallel:

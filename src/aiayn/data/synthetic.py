@@ -15,7 +15,7 @@ def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len
 
     Returns src (B, S) and tgt = ``<s> ... </s>`` (B, S+2), both right-padded.
     """
-    first = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
+    first = 1 + max(cfg.special_ids)
     srcs, tgts = [], []
     for _ in range(batch):
         n = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))

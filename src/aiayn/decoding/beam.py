@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.decoding.steppers import Stepper, start_tokens
+from aiayn.decoding.core import Stepper, forbid
 from aiayn.models import TransformerModel
 
 
@@ -38,18 +38,15 @@ def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, ma
     """
     cfg, batch, k = model.config, src_ids.size(0), beam_size
     limits = torch.as_tensor(max_new_tokens).expand(batch).tolist()
-    tokens = start_tokens(model, src_ids.repeat_interleave(k, dim=0))  # (B*K, t0)
+    step = Stepper(model, src_ids, max(limits), use_cache, beams=k)
+    tokens = step.start_tokens  # (B*K, t0)
     start = tokens.size(1)
-    step = Stepper(model, src_ids, batch * k, start + max(limits), use_cache, beams=k)
     scores = torch.full((batch, k), float("-inf"), device=src_ids.device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     done = [limit == 0 for limit in limits]
     for t in range(max(limits)):
-        logp = step(tokens).float().log_softmax(dim=-1)  # (B*K, V)
-        logp[:, [cfg.bos_id, cfg.pad_id]] = float("-inf")
-        if t < min_new_tokens:
-            logp[:, cfg.eos_id] = float("-inf")
+        logp = forbid(step(tokens).float().log_softmax(dim=-1), cfg, t < min_new_tokens)  # (B*K, V)
         vocab = logp.size(-1)
         cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)  # (B, K*V)
         cand_scores, cand_idx = cand.topk(2 * k, dim=1)  # (B, 2K)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from aiayn.decoding.steppers import Stepper, start_tokens
+from aiayn.decoding.core import Stepper, forbid, strip
 from aiayn.models import TransformerModel
 
 Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) next ids
@@ -23,12 +23,11 @@ def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor
     ``prompt_cache`` (decoder-only, batch 1) supplies the keys/values of a stored prompt prefix.
     """
     cfg = model.config
-    batch = src_ids.size(0)
-    tokens = start_tokens(model, src_ids)  # (B, t0)
-    start = tokens.size(1)
-    limits = torch.as_tensor(max_new_tokens, device=src_ids.device).expand(batch)  # (B,)
+    limits = torch.as_tensor(max_new_tokens, device=src_ids.device).expand(src_ids.size(0))  # (B,)
     longest = int(limits.max())
-    step = Stepper(model, src_ids, batch, start + longest, use_cache, prompt_cache=prompt_cache)
+    step = Stepper(model, src_ids, longest, use_cache, prompt_cache=prompt_cache)
+    tokens = step.start_tokens  # (B, t0)
+    start = tokens.size(1)
     done = limits <= 0
     for i in range(longest):
         logits = forbid(step(tokens).float(), cfg, i < min_new_tokens)  # (B, V)
@@ -37,15 +36,7 @@ def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor
         done |= (nxt == cfg.eos_id) | (limits <= i + 1)
         if bool(done.all()):
             break
-    return [_strip(row, cfg.eos_id, cfg.pad_id) for row in tokens[:, start:].tolist()]
-
-
-def forbid(logits: Tensor, cfg, no_eos: bool) -> Tensor:
-    """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V)."""
-    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")
-    if no_eos:
-        logits[..., cfg.eos_id] = float("-inf")
-    return logits
+    return [strip(row, cfg.eos_id, cfg.pad_id) for row in tokens[:, start:].tolist()]
 
 
 def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int,
@@ -53,11 +44,3 @@ def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tens
     """Arg-max at every step. ``src_ids``: source ids (encoder-decoder) or the prompt (decoder-only)."""
     return decode_loop(model, src_ids, max_new_tokens, lambda s: s.argmax(dim=-1), min_new_tokens, use_cache,
                        prompt_cache)
-
-
-def _strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:
-    """Cut a generated row at its first EOS (or padding)."""
-    for i, tok in enumerate(row):
-        if tok in (eos_id, pad_id):
-            return row[:i]
-    return row

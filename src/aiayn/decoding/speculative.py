@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.decoding.greedy import _strip, forbid
-from aiayn.decoding.steppers import Stepper, start_tokens
+from aiayn.decoding.core import Stepper, forbid, strip
 from aiayn.models import TransformerModel
 
 
@@ -51,17 +50,17 @@ def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids
     stats, outputs = stats or SpeculativeStats(), []
     limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
     for row, limit in zip(src_ids.split(1), limits, strict=True):
-        row = row[:, : int((row != model.config.pad_id).sum())] if model.config.arch == "encoder-decoder" else row
+        row = row[:, : int((row != model.config.pad_id).sum())]  # (1, S'): its right padding dropped
         outputs.append(_one(model, draft, row, int(limit), k, min_new_tokens, stats) if limit > 0 else [])
     return outputs, stats
 
 
 def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: SpeculativeStats) -> list[int]:
     cfg = model.config
-    tokens = start_tokens(model, src)  # (1, t0)
+    main = Stepper(model, src, limit + k + 1)
+    small = Stepper(draft, src, limit + k + 1)
+    tokens = main.start_tokens  # (1, t0)
     start = tokens.size(1)
-    main = Stepper(model, src, 1, start + limit + k + 1)
-    small = Stepper(draft, src, 1, start + limit + k + 1)
     while tokens.size(1) - start < limit:
         proposal = _propose(small, tokens, min(k, limit - (tokens.size(1) - start)), start, min_new, cfg)
         drafted = torch.cat([tokens, proposal], dim=1)  # (1, t + n)
@@ -79,7 +78,7 @@ def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: Spe
         small.cache.truncate(tokens.size(1) - 1)
         if cfg.eos_id in tokens[0, start:].tolist():
             break
-    out = _strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
+    out = strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
     stats.generated += min(tokens.size(1) - start, limit)
     return out
 

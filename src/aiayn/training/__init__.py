@@ -1,5 +1,6 @@
 """Training pieces: the loss, the paper's learning-rate schedule, and the optimiser (section 5)."""
 
-from aiayn.training.objective import make_optimizer, noam_lr, seq2seq_loss
+from aiayn.training.objective import (inverse_sqrt_lr, label_smoothed_cross_entropy, make_optimizer, noam_lr,
+                                      shift_target)
 
-__all__ = ["make_optimizer", "noam_lr", "seq2seq_loss"]
+__all__ = ["inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr", "shift_target"]

@@ -1,4 +1,9 @@
-"""The training recipe: one dataclass, read from YAML and overridden by command-line flags."""
+"""The training recipe: one dataclass, read from YAML and overridden by command-line flags.
+
+Each field's help text and choices live here, in its metadata; ``aiayn train``'s flags are generated
+from these fields (``aiayn.cli_args``), so a new field is a new flag with nothing else to edit.
+Errors name the field (``max_steps: ...``); the command line shows it as its flag (``--max-steps``).
+"""
 
 from __future__ import annotations
 
@@ -6,105 +11,109 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from aiayn.config import PRESETS, ModelConfig, typed_fields
 
 TASKS = ("translation", "lm", "mlm")
+SCHEDULES = ("noam", "inverse_sqrt")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+TOKENIZER_TYPES = ("bpe", "unigram")
+
+
+def _f(default, help: str, choices: tuple | None = None, **kw):  # noqa: A002 - argparse's word
+    """A recipe field with its command-line help (and choices)."""
+    kw.setdefault("default", default)
+    return field(metadata={"help": help, "choices": choices}, **kw)
 
 
 @dataclass
 class TrainConfig:
     """Everything ``aiayn train`` needs. Unknown YAML keys are errors naming the key."""
 
-    data: str = "numbers"  # built-in name or path (see aiayn.data.datasets)
-    task: str = "translation"  # translation | lm | mlm
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    data_dir: str | None = None
-    valid: str | None = None  # a validation file/prefix for user data (else 1% held out)
-    output: str = "runs/run"
-    preset: str = "small"
-    model: dict = field(default_factory=dict)  # ModelConfig field overrides, e.g. {dropout: 0.3}
-    tokenizer: str | None = None  # a folder with tokenizer model(s) to reuse instead of training one
-    vocab_size: int = 8000
-    tokenizer_type: str = "bpe"  # bpe | unigram
-    joint_vocab: bool = True
-    max_len: int = 128  # pairs with more tokens on a side are filtered (and counted)
-    block_size: int = 128  # lm / mlm block length
-    max_tokens: int = 4096  # padded tokens per batch and side
-    accum: int = 1  # gradient accumulation steps
-    max_steps: int = 1000
-    time_limit_min: float = 0.0  # stop after this many minutes of training (0 = no limit)
-    schedule: str = "noam"  # noam (paper, eq. 3) | inverse_sqrt (peak lr, then 1/sqrt decay)
-    lr: float = 1e-3  # peak lr for inverse_sqrt; noam's factor multiplies its own formula
-    lr_factor: float = 1.0
-    warmup: int = 4000
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0  # 0 = no clipping
-    eval_every: int = 500
-    keep_last: int = 5  # step checkpoints kept for `aiayn average`
-    patience: int = 0  # evaluations without improvement before stopping (0 = never)
-    bleu_sentences: int = 1000  # validation sentences decoded for BLEU/chrF
-    beam_size: int = 1  # decoding for validation BLEU
-    synthetic_size: int = 20000  # training pairs for copy / reverse / numbers
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | mps
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CPU: auto = fp32, bf16 = autocast)
-    log_every: int = 50
+    data: str = _f("numbers", "dataset name (multi30k, tatoeba-cmn, copy, reverse, numbers) or path")
+    task: str = _f("translation", "what to train: translation (encoder-decoder), lm (decoder-only), "
+                   "mlm (encoder-only)", TASKS)
+    src_lang: str | None = _f(None, "source language (file suffix for PREFIX.SRC files)")
+    tgt_lang: str | None = _f(None, "target language")
+    data_dir: str | None = _f(None, "local folder with the dataset's files (no download)")
+    valid: str | None = _f(None, "validation file or prefix for your own data (default: 1%% held out)")
+    output: str = _f("runs/run", "run folder (RUN)")
+    preset: str = _f("small", "model size", tuple(PRESETS))
+    model: dict = _f(None, "ModelConfig field overrides, e.g. {dropout: 0.3} (recipe only)",
+                     default_factory=dict, default=dataclasses.MISSING)
+    tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
+    vocab_size: int = _f(8000, "subword vocabulary size")
+    tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
+    joint_vocab: bool = _f(True, "one shared source/target vocabulary (default) or two")
+    max_len: int = _f(128, "pairs with more tokens on a side are filtered (and counted)")
+    block_size: int = _f(128, "lm / mlm block length in tokens")
+    max_tokens: int = _f(4096, "padded tokens per batch")
+    accum: int = _f(1, "gradient accumulation steps")
+    max_steps: int = _f(1000, "optimizer steps to train")
+    time_limit_min: float = _f(0.0, "stop after this many minutes of training (0 = no limit)")
+    schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3) or inverse_sqrt (peak lr, "
+                       "then 1/sqrt decay)", SCHEDULES)
+    lr: float = _f(1e-3, "peak learning rate (inverse_sqrt)")
+    lr_factor: float = _f(1.0, "factor on noam's learning rate")
+    warmup: int = _f(4000, "warm-up steps")
+    label_smoothing: float = _f(0.1, "label smoothing epsilon (section 5.4)")
+    clip_norm: float = _f(1.0, "gradient norm clipping (0 = none)")
+    eval_every: int = _f(500, "steps between validations and checkpoints")
+    keep_last: int = _f(5, "step checkpoints kept for `aiayn average`")
+    patience: int = _f(0, "validations without improvement before stopping (0 = never)")
+    bleu_sentences: int = _f(1000, "validation sentences translated for BLEU/chrF")
+    beam_size: int = _f(1, "beam size of the validation translations (1 = greedy)")
+    synthetic_size: int = _f(20000, "training pairs for copy / reverse / numbers")
+    seed: int = _f(0, "random seed")
+    device: str = _f("auto", "auto, cpu, cuda or mps")
+    precision: str = _f("auto", "auto | fp32 | bf16 | fp16 (CPU: auto = fp32, bf16 = mixed precision)", PRECISIONS)
+    log_every: int = _f(50, "steps between log lines")
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task: unknown value {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.schedule not in ("noam", "inverse_sqrt"):
-            raise ValueError(f"schedule: unknown value {self.schedule!r}; choose noam or inverse_sqrt")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"precision: unknown value {self.precision!r}; choose auto, fp32, bf16 or fp16")
-        for name in ("max_steps", "max_tokens", "accum", "eval_every", "vocab_size", "max_len", "block_size"):
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"{f.name}: unknown value {getattr(self, f.name)!r}; choose one of "
+                                 f"{', '.join(choices)}")
+        for name in ("max_steps", "max_tokens", "accum", "eval_every", "vocab_size", "max_len", "block_size",
+                     "beam_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
         if not isinstance(self.model, dict):
             raise ValueError("model: must be a mapping of model config fields")
+        try:  # a typo or a wrong type under model: is found now, before any data or tokenizer work
+            ModelConfig.preset(self.preset, **self.model)
+        except ValueError as err:
+            raise ValueError(f"model.{err}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides) -> TrainConfig:
         """Read a YAML recipe, then apply ``overrides`` (values that are None are ignored)."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"{path}: config file not found")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of recipe fields")
-        return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}}, source=str(path))
+        return cls.from_dict({**read_recipe(path), **{k: v for k, v in overrides.items() if v is not None}},
+                             source=str(path))
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "config") -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
-        types = {f.name: f.type for f in dataclasses.fields(cls)}
-        return cls(**{k: _typed(source, k, v, types[k]) for k, v in data.items()})
+        """Fields by name, checked against their types; errors are prefixed with ``source``."""
+        try:
+            return cls(**typed_fields(cls, data))
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def _typed(source: str, name: str, value, annotation: str):
-    """Check one recipe value against its field's type; numbers written as text (YAML reads 2e-3 so) convert."""
-    if value is None and "None" in annotation:
-        return None
-    kind = annotation.split(" |")[0]
-    if kind == "float" and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
-    if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
-        return value
-    raise ValueError(f"{source}: field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, "
-                     f"got {value!r}")
+def read_recipe(path: str | Path) -> dict:
+    """The mapping of a YAML recipe file; a missing or malformed file is a one-line error naming it."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of recipe fields")
+    return data

@@ -1,10 +1,32 @@
-"""Loss, optimiser and learning-rate schedule of section 5.3-5.4."""
+"""The training objective of section 5: label-smoothed cross-entropy, Adam, and the learning-rate
+schedules, each a pure function (tested directly against hand-computed values)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+REDUCTIONS = ("mean", "sum")
+
+
+def label_smoothed_cross_entropy(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float = 0.0,
+                                 reduction: str = "mean") -> Tensor:
+    """Label smoothing (section 5.4): cross-entropy against the target distribution
+    q = (1 - eps) * one_hot(label) + eps / V, over the labels that are not PAD.
+
+    Args:
+        logits: (B, T, V) scores; labels: (B, T) ids, PAD positions ignored.
+        smoothing: eps (the paper uses 0.1); 0 is plain cross-entropy.
+        reduction: ``mean`` over the non-pad labels, or their ``sum`` (the trainer normalises by the
+            global token count itself).
+    Returns:
+        a scalar, computed in float32 whatever the logits' dtype.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction: unknown value {reduction!r}; choose mean or sum")
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad_id,
+                           label_smoothing=smoothing, reduction=reduction)
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -13,18 +35,16 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
+def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
+    """Linear warm-up to ``peak`` at ``warmup`` steps, then peak * sqrt(warmup / step) (fairseq's
+    inverse_sqrt; the same shape as equation (3), parametrised by its peak)."""
+    step = max(step, 1)
+    return peak * min(step / warmup, (warmup / step) ** 0.5)
+
+
 def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
     """Adam with beta1 0.9, beta2 0.98, eps 1e-9 (section 5.3)."""
     return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-
-
-def seq2seq_loss(logits: Tensor, labels: Tensor, pad_id: int, label_smoothing: float = 0.0) -> Tensor:
-    """Mean label-smoothed cross-entropy over the non-pad labels (section 5.4).
-
-    logits (B, T, V), labels (B, T) -> scalar; PAD labels are ignored.
-    """
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad_id,
-                           label_smoothing=label_smoothing)
 
 
 def shift_target(tgt: Tensor, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:

@@ -13,8 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from aiayn.checkpoint import atomic_directory, save_weights
-from aiayn.config import atomic_write_text
+from aiayn.checkpoint import atomic_write_text, read_json, write_checkpoint
 from aiayn.models import TransformerModel
 from aiayn.tokenizer import TokenizerPair
 
@@ -56,30 +55,28 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
 def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
                     optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None) -> None:
     """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training."""
-    with atomic_directory(folder) as tmp:
-        model.config.save(tmp / "config.json")
-        save_weights(model, tmp)
-        tokenizers.save(tmp)
-        if optimizer is not None and trainer is not None:
-            tensors, meta = optimizer_tensors(optimizer)
-            save_file({**tensors, **rng_tensors()}, str(tmp / "trainer.safetensors"))
-            atomic_write_text(tmp / "trainer.json", json.dumps({**trainer, **meta}, indent=1) + "\n")
+
+    def write_state(tmp: Path) -> None:
+        tensors, meta = optimizer_tensors(optimizer)
+        save_file({**tensors, **rng_tensors()}, str(tmp / "trainer.safetensors"))
+        atomic_write_text(tmp / "trainer.json", json.dumps({**trainer, **meta}, indent=1) + "\n")
+
+    resumable = optimizer is not None and trainer is not None
+    write_checkpoint(folder, model, tokenizers, write_state if resumable else None)
 
 
 def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The JSON and tensor halves of a checkpoint's trainer state."""
+    """The JSON and tensor halves of a checkpoint's trainer state; damaged files are errors naming them."""
+    from safetensors import SafetensorError
+
     meta_file, tensor_file = folder / "trainer.json", folder / "trainer.safetensors"
     if not (meta_file.is_file() and tensor_file.is_file()):
         raise FileNotFoundError(f"{folder}: no trainer state (trainer.json, trainer.safetensors) to resume from")
-    return json.loads(meta_file.read_text(encoding="utf-8")), load_file(str(tensor_file))
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A run folder means its ``best/`` (else ``last/``); a checkpoint folder means itself."""
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    for name in ("best", "last"):
-        if (path / name / "config.json").is_file():
-            return path / name
-    raise FileNotFoundError(f"{path}: neither a checkpoint folder (config.json) nor a run folder with best/ or last/")
+    meta = read_json(meta_file)
+    missing = sorted({"step", "epoch", "batch_pos", "best", "bad_evals", "train_seconds", "param_groups"} - set(meta))
+    if missing:
+        raise ValueError(f"{meta_file}: damaged, missing {', '.join(missing)}; resume from another checkpoint")
+    try:
+        return meta, load_file(str(tensor_file))
+    except SafetensorError as err:
+        raise ValueError(f"{tensor_file}: damaged or truncated ({err})") from None

@@ -7,20 +7,18 @@ batch into a summed loss and its number of predicted tokens (``loss``); the trai
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ModelConfig
+from aiayn.config import FIRST_ORDINARY_ID, MASK_ID, ModelConfig
 from aiayn.data.batching import lm_blocks, pad_batch, token_batches
 from aiayn.data.corpus import Parallel
-from aiayn.tokenizer import FIRST_ORDINARY_ID, MASK_ID, TokenizerPair
-from aiayn.training.objective import shift_target
+from aiayn.tokenizer import TokenizerPair
+from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
 
 
 def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float) -> tuple[Tensor, int]:
-    """Label-smoothed cross-entropy summed over non-pad labels, and their count."""
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad_id,
-                           label_smoothing=smoothing, reduction="sum")
+    """The summed label-smoothed loss of a batch and its number of predicted (non-pad) tokens."""
+    loss = label_smoothed_cross_entropy(logits, labels, pad_id, smoothing, reduction="sum")
     return loss, int((labels != pad_id).sum())
 
 
@@ -37,7 +35,7 @@ class TranslationTask:
         self.src = [src[i] for i in keep]
         self.tgt = [[cfg.bos_id, *tgt[i], cfg.eos_id] for i in keep]
         if not self.src:
-            raise ValueError(f"no training pairs left after filtering to --max-len {max_len} tokens")
+            raise ValueError(f"max_len: no training pairs left after filtering to {max_len} tokens per side")
 
     def __len__(self) -> int:
         return len(self.src)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aiayn.checkpoint import atomic_path
+
 FORMATS = (".png", ".svg", ".pdf")
 
 
@@ -30,11 +32,9 @@ def check_output(path: str | Path) -> Path:
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) through a temp file, close it, return the path."""
     path = check_output(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
-        fig.savefig(tmp, dpi=dpi)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi)
     finally:
         pyplot().close(fig)
-        tmp.unlink(missing_ok=True)
     return path

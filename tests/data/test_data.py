@@ -10,7 +10,7 @@ from aiayn.data.corpus import DataError, clean, read_lines, read_parallel, read_
 from aiayn.data.datasets import MULTI30K_SHA256, fetch_multi30k, load_splits
 from aiayn.data.numbers import number_to_words
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def test_tsv_and_gz_pairs(tmp_path):

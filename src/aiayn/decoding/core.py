@@ -1,0 +1,80 @@
+"""What every decoding strategy shares: the stepper over a model's step interface, the tokens never
+generated, the length policy, and cutting a finished row.
+
+A model exposes ``start(inputs, max_new_tokens, use_cache, beams) -> (tokens, state)`` and
+``step(tokens, state) -> logits``; this module knows nothing about which family member it drives.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+from aiayn.models import TransformerModel
+
+
+def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
+    """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V), in place."""
+    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")
+    if no_eos:
+        logits[..., cfg.eos_id] = float("-inf")
+    return logits
+
+
+def strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:
+    """Cut a generated row at its first EOS (or padding)."""
+    for i, tok in enumerate(row):
+        if tok in (eos_id, pad_id):
+            return row[:i]
+    return row
+
+
+def length_limits(inputs: Tensor, pad_id: int, max_new_tokens: Tensor | int | None = None,
+                  max_len_a: float = 0.0, max_len_b: int | None = None) -> Tensor:
+    """New tokens allowed per row, (B,) long: ``max_len_a * input_length + max_len_b`` when ``max_len_b``
+    is given (fairseq's policy; input_length counts non-pad tokens), capped by ``max_new_tokens`` (an int
+    or a (B,) tensor of per-row limits). At least one of the two must be given."""
+    batch = inputs.size(0)
+    limits = None
+    if max_len_b is not None:
+        lengths = (inputs != pad_id).sum(dim=1)  # (B,)
+        limits = (max_len_a * lengths + max_len_b).long()
+    if max_new_tokens is not None:
+        cap = torch.as_tensor(max_new_tokens, device=inputs.device).long().expand(batch)
+        limits = cap if limits is None else torch.minimum(limits, cap)
+    if limits is None:
+        raise ValueError("max_new_tokens: give a limit (or max_len_b for a limit relative to the input)")
+    return limits.clamp(min=0)
+
+
+class Stepper:
+    """Next-token scores for every row, given all its tokens so far; with a cache, only the columns not
+    yet in the cache are fed to the model.
+
+    Args:
+        inputs: (B, S) sources (encoder-decoder) or right-padded prompts (decoder-only).
+        max_new_tokens: room to leave in the cache after the start tokens.
+        beams: each input stands for this many consecutive rows (beam search, sampling n per input).
+        prompt_cache: (decoder-only, one prompt) reuse the stored keys/values of its longest prefix.
+    """
+
+    def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+                 beams: int = 1, prompt_cache=None) -> None:
+        self.model = model
+        self.start_tokens, self.state = model.start(inputs, max_new_tokens, use_cache, beams)  # (B*beams, t0)
+        self.cache = self.state.cache
+        if prompt_cache is not None and self.cache is not None and self.start_tokens.size(0) == 1:
+            prompt_cache.fill(self.start_tokens, self.cache)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (B, t) -> logits (B, V) for column t."""
+        return self.score_new(tokens)[:, -1]
+
+    def score_new(self, tokens: Tensor) -> Tensor:
+        """Logits (B, t', V) for every column not yet in the cache (all t columns without a cache)."""
+        return self.model.step(tokens, self.state)
+
+    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
+        """Keep rows ``index`` (beam search); see :meth:`DecodeState.reorder`."""
+        self.state.reorder(index, within_groups)
