@@ -105,15 +105,15 @@ def live_server(trained_run):
 
     import uvicorn
 
-    from aiayn.serve.app import Limits, create_app
+    from aiayn.serve.app import Limits, create_app, server_config
     from aiayn.translate import Translator
 
-    app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), Limits(max_chars=200, max_texts=8),
-                     max_batch=32, wait_ms=50)
+    limits = Limits(max_chars=200, max_texts=8, read_timeout_s=1.0, max_connections=40)
+    app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port, limits, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -133,3 +133,72 @@ def test_draft_with_other_tokenizers_or_beams_is_a_one_line_error(run, tmp_path)
         result = aiayn("translate", "--checkpoint", str(run), *args, stdin="a b c\n")
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
+
+
+def _one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), result.stderr
+
+
+def test_resume_refuses_contradicting_settings_and_reports_harmless_changes(run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    refused = aiayn("train", "--output", str(copy), "--resume", "--preset", "base", "--vocab-size", "500",
+                    "--task", "lm")
+    _one_line_error(refused, "preset", "vocab_size", "task", "'tiny'", "'base'")
+    resumed = aiayn("train", "--output", str(copy), "--resume", "--max-steps", "302", "--eval-every", "2",
+                    "--bleu-sentences", "20")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resume: max_steps: 300 -> 302" in resumed.stderr
+    assert json.loads((copy / "last" / "trainer.json").read_text())["step"] == 302
+    (copy / "last" / "trainer.json").write_text('{"step": 3')
+    _one_line_error(aiayn("train", "--output", str(copy), "--resume"), str(copy / "last" / "trainer.json"))
+
+
+def test_recipe_mistakes_under_model_are_found_before_any_work(tmp_path):
+    for body, word in [("model:\n  dropuot: 0.1\n", "dropuot"), ("model:\n  dropout: high\n", "dropout")]:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text("data: reverse\n" + body)
+        result = aiayn("train", "--config", str(recipe), "--output", str(tmp_path / "out"))
+        _one_line_error(result, str(recipe), word)
+        assert not (tmp_path / "out" / "tokenizer").exists()
+
+
+def test_output_that_is_a_file_or_cannot_be_written(tmp_path):
+    (tmp_path / "file").write_text("x")
+    _one_line_error(aiayn("train", "--data", "reverse", "--output", str(tmp_path / "file")), "--output", "is a file")
+    _one_line_error(aiayn("train", "--data", "reverse", "--output", str(tmp_path / "file" / "run")), "--output",
+                    "cannot write")
+
+
+def test_truncated_weights_are_a_one_line_error(run, tmp_path):
+    import shutil
+
+    broken = tmp_path / "ckpt"
+    shutil.copytree(run / "best", broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    _one_line_error(aiayn("translate", "--checkpoint", str(broken), stdin="a b\n"), str(weights))
+
+
+def test_translate_input_edge_cases(run, tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(run)],
+                         input=b"a b c\n\xff\xfe d\n", capture_output=True, timeout=300)
+    assert bad.returncode == 2 and b"<stdin>:2: invalid UTF-8" in bad.stderr and b"Traceback" not in bad.stderr
+    long = " ".join("abcdefghij" * 20)  # 200 one-letter words: more tokens than the model's max_len
+    result = aiayn("translate", "--checkpoint", str(run), stdin=f"a b c\n\n   \n{long}\nd e f\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.split("\n")
+    assert out[1] == "" and out[2] == "" and out[0] == "c b a" and out[4] == "f e d"
+    assert "1 line(s) longer than the model's" in result.stderr and "(lines 4)" in result.stderr
+    (tmp_path / "s.txt").write_text(f"a b c\n{long}\n")
+    scores = aiayn("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "s.txt"),
+                   "--ref", str(tmp_path / "s.txt"), "--json")
+    assert json.loads(scores.stdout)["truncated_lines"] == 1
+    (tmp_path / "empty.txt").write_text("")
+    _one_line_error(aiayn("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "empty.txt"),
+                          "--ref", str(tmp_path / "empty.txt")), "no lines")

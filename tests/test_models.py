@@ -156,4 +156,17 @@ def test_cached_step_logits_equal_full_pass(arch, positions):
 
 def test_wrong_class_for_arch_is_a_clear_error():
     with pytest.raises(ValueError, match="arch"):
-        DecoderOnly(tiny())
+        EncoderDecoder(tiny(arch="decoder-only"))
+    with pytest.raises(ValueError, match="arch"):
+        DecoderOnly(tiny(arch="encoder-only"))
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "base"])
+def test_every_member_takes_any_preset(preset):
+    """README: DecoderOnly(config)(ids) and EncoderOnly(config)(ids) with a preset's config."""
+    config = ModelConfig.preset(preset, vocab_size=100)
+    ids = random_ids(2, 5, vocab=100)
+    for cls in (DecoderOnly, EncoderOnly):
+        model = cls(config).eval()
+        assert model.config.arch == cls.arch and model.config.d_model == config.d_model
+        assert model(ids).shape == (2, 5, 100)

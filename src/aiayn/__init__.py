@@ -1,22 +1,28 @@
-"""aiayn: the Transformer of *Attention Is All You Need*, as readable, tested software."""
+"""aiayn: the Transformer of *Attention Is All You Need*, as readable, tested software.
 
-from aiayn.config import ModelConfig
-from aiayn.decoding import generate
-from aiayn.models import DecoderOnly, EncoderDecoder, EncoderOnly, TransformerModel, build_model
-from aiayn.packing import pack
-from aiayn.params import count_parameters
-from aiayn.quantize import quantize
+The names below load on first use (PEP 562), so ``import aiayn`` (and ``aiayn --help``) stays light:
+torch is imported only when a model, decoding or a tool that needs it is touched.
+"""
 
-__all__ = [
-    "DecoderOnly",
-    "EncoderDecoder",
-    "EncoderOnly",
-    "ModelConfig",
-    "TransformerModel",
-    "build_model",
-    "count_parameters",
-    "generate",
-    "pack",
-    "quantize",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "DecoderOnly": "aiayn.models", "EncoderDecoder": "aiayn.models", "EncoderOnly": "aiayn.models",
+    "TransformerModel": "aiayn.models", "build_model": "aiayn.models", "ModelConfig": "aiayn.config",
+    "count_parameters": "aiayn.params", "generate": "aiayn.decoding", "pack": "aiayn.packing",
+    "quantize": "aiayn.quantization",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'aiayn' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from aiayn import __version__
 from aiayn.data.corpus import DataError
-from aiayn.demo import CopyRecipe
 
 
 class UserError(Exception):
@@ -17,7 +16,7 @@ class UserError(Exception):
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from aiayn.demo import run_demo, run_numbers_demo
+    from aiayn.demo import CopyRecipe, run_demo, run_numbers_demo
 
     if args.steps is not None and args.steps <= 0:
         raise UserError("--steps: must be a positive integer")
@@ -28,45 +27,82 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAIN_FLAGS = ("data", "preset", "max_steps", "output", "data_dir", "src_lang", "tgt_lang", "task", "valid",
-               "tokenizer", "vocab_size", "tokenizer_type", "max_tokens", "eval_every", "seed", "device",
-               "precision", "time_limit_min", "accum", "lr", "warmup", "schedule")
+def _recipe(args: argparse.Namespace):
+    """The run's TrainConfig: the recipe file, then the flags given; with --resume, the run's own recipe
+    with only the changes a resumed run may take (reported on stderr)."""
+    import dataclasses
+
+    from aiayn.checkpoint import read_json
+    from aiayn.training.config import TrainConfig, read_recipe, resume_recipe
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+             if getattr(args, f.name, None) is not None}
+    requested = {**(read_recipe(args.config) if args.config else {}), **given}
+    source = args.config or "aiayn train"
+    if not args.resume:
+        return TrainConfig.from_dict(requested, source)
+    out = Path(requested.get("output", TrainConfig.output))
+    if not (out / "last" / "trainer.json").is_file():
+        raise UserError(f"--resume: {out / 'last'} holds no checkpoint to resume from")
+    saved = read_json(out / "last" / "trainer.json").get("recipe")
+    if not isinstance(saved, dict):
+        raise UserError(f"{out / 'last' / 'trainer.json'}: no recipe saved; cannot resume this run")
+    cfg, changes = resume_recipe(saved, {**requested, "output": str(out)}, source)
+    for line in changes:
+        print(f"aiayn: resume: {line}", file=sys.stderr)
+    return cfg
+
+
+def _check_output_folder(out: Path) -> None:
+    """--output must be a folder we can write (created if missing)."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output: {out} is a file; give a folder for the run")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as err:
+        raise UserError(f"--output: cannot write to {out} ({err.strerror or err}); choose another folder") from None
 
 
 def _train(args: argparse.Namespace) -> int:
-    from aiayn.training.config import TrainConfig
-    from aiayn.training.setup import existing_run
+    from aiayn.checkpoint import is_checkpoint
+
+    cfg = _recipe(args)
+    out = Path(cfg.output)
+    _check_output_folder(out)
+    if not args.resume and is_checkpoint(out / "last"):
+        raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     from aiayn.training.trainer import Trainer
 
-    overrides = {k: getattr(args, k) for k in TRAIN_FLAGS}
-    if args.joint_vocab is not None:
-        overrides["joint_vocab"] = args.joint_vocab
-    cfg = (TrainConfig.from_yaml(args.config, **overrides) if args.config
-           else TrainConfig.from_dict({k: v for k, v in overrides.items() if v is not None}))
-    out = Path(cfg.output)
-    if args.resume and not existing_run(out):
-        raise UserError(f"--resume: {out / 'last'} holds no checkpoint to resume from")
-    if not args.resume and existing_run(out):
-        raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     result = Trainer(cfg, resume=args.resume).train()
     print(json.dumps(result))
     return 0
 
 
 def _read_input(path: str | None) -> list[str]:
-    from aiayn.data.corpus import read_lines
+    from aiayn.data.corpus import decode_lines, read_lines
 
-    return read_lines(path) if path else [line.rstrip("\r\n") for line in sys.stdin]
+    return read_lines(path) if path else decode_lines(sys.stdin.buffer, "<stdin>")
 
 
 def _write_output(lines: list[str], path: str | None) -> None:
-    from aiayn.config import atomic_write_text
+    from aiayn.checkpoint import atomic_write_text
 
     text = "".join(line + "\n" for line in lines)
     if path:
         atomic_write_text(Path(path), text)
     else:
         sys.stdout.write(text)
+
+
+def _warn_truncated(translator, where: str) -> None:
+    if translator.truncated:
+        lines = ", ".join(str(i + 1) for i in translator.truncated[:20]) + (" ..." if len(translator.truncated) > 20
+                                                                           else "")
+        print(f"aiayn: warning: {where}: {len(translator.truncated)} line(s) longer than the model's "
+              f"{translator.model.config.max_len} source tokens were cut (lines {lines})", file=sys.stderr)
 
 
 def _translator(args: argparse.Namespace):
@@ -78,8 +114,10 @@ def _translator(args: argparse.Namespace):
 
 
 def _translate(args: argparse.Namespace) -> int:
+    lines = _read_input(args.input)
     translator = _translator(args)
-    _write_output(translator.translate(_read_input(args.input), args.batch_size), args.output)
+    _write_output(translator.translate(lines, args.batch_size), args.output)
+    _warn_truncated(translator, args.input or "<stdin>")
     if translator.draft is not None:
         print(translator.speculative.summary(), file=sys.stderr)
     return 0
@@ -91,12 +129,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
+    if not sources:
+        raise UserError(f"{args.src}: no lines to translate; give a test set with at least one sentence")
     translator = _translator(args)
     hyps = translator.translate(sources, args.batch_size)
+    _warn_truncated(translator, args.src)
     if args.hyp_output:
         _write_output(hyps, args.hyp_output)
     result = score(hyps, refs, args.tokenize)
-    extra = {}
+    extra = {"truncated_lines": len(translator.truncated)}
     if translator.draft is not None:
         stats = translator.speculative
         print(stats.summary(), file=sys.stderr)
@@ -148,7 +189,8 @@ def _show(args: argparse.Namespace) -> int:
 
         print(plot_positions(args.d_model, args.length, args.output))
     elif args.what == "shapes":
-        from aiayn.config import ModelConfig, atomic_write_text
+        from aiayn.checkpoint import atomic_write_text
+        from aiayn.config import ModelConfig
         from aiayn.visual.shapes import format_table, trace_shapes
 
         config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size)
@@ -191,11 +233,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (UserError, DataError, ValueError, FileNotFoundError) as err:
-        print(f"aiayn: error: {err}", file=sys.stderr)
+        print(f"aiayn: error: {_as_flags(str(err), args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("aiayn: interrupted", file=sys.stderr)
         return 130
+
+
+def _as_flags(message: str, args: argparse.Namespace) -> str:
+    """Library errors name config fields (``max_steps: ...``); name the flags the user typed instead."""
+    import re
+
+    from aiayn.cli_args import flag
+
+    given = [k for k, v in vars(args).items() if v not in (None, False) and k not in ("command", "config")]
+    for name in sorted(given, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w.-])(field )?{name}(?=: | must )", flag(name), message)
+    return message
 
 
 if __name__ == "__main__":

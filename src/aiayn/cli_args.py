@@ -16,38 +16,38 @@ def _add_demo(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
 
+def flag(name: str) -> str:
+    """The command-line flag of a recipe field: max_steps -> --max-steps."""
+    return "--" + name.replace("_", "-")
+
+
 def _add_train(sub) -> None:
+    """``aiayn train``: --config and --resume, then one flag per TrainConfig field (its help, type and
+    choices from the field; default None, so only the flags given override the recipe)."""
+    import dataclasses
+
+    from aiayn.training.config import TrainConfig
+
     p = sub.add_parser("train", help="train a model (translation, lm or mlm) on your data",
                        description="Train from a YAML recipe and/or flags (flags win). DATA is a built-in name "
                                    "(multi30k, tatoeba-cmn, copy, reverse, numbers) or a path: a TSV "
                                    "(source<TAB>target) or a prefix of PREFIX.SRC / PREFIX.TGT files (plain or .gz); "
                                    "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.")
     p.add_argument("--config", help="YAML recipe (see configs/)")
-    p.add_argument("--data", help="dataset name or path")
-    p.add_argument("--task", choices=["translation", "lm", "mlm"])
-    p.add_argument("--preset", choices=["tiny", "small", "base", "big"], help="model size")
-    p.add_argument("--max-steps", type=int, dest="max_steps")
-    p.add_argument("--time-limit-min", type=float, dest="time_limit_min", help="stop after this many minutes")
-    p.add_argument("--output", help="run folder (RUN)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint")
-    p.add_argument("--data-dir", dest="data_dir", help="local folder with the dataset's files (no download)")
-    p.add_argument("--valid", help="validation file or prefix for your own data (default: 1%% held out)")
-    p.add_argument("--src-lang", dest="src_lang")
-    p.add_argument("--tgt-lang", dest="tgt_lang")
-    p.add_argument("--tokenizer", help="folder with trained tokenizer model(s) to reuse")
-    p.add_argument("--vocab-size", type=int, dest="vocab_size")
-    p.add_argument("--tokenizer-type", choices=["bpe", "unigram"], dest="tokenizer_type")
-    p.add_argument("--joint-vocab", action=argparse.BooleanOptionalAction, dest="joint_vocab",
-                   help="one shared source/target vocabulary (default) or two")
-    p.add_argument("--max-tokens", type=int, dest="max_tokens", help="padded tokens per batch")
-    p.add_argument("--accum", type=int, help="gradient accumulation steps")
-    p.add_argument("--schedule", choices=["noam", "inverse_sqrt"])
-    p.add_argument("--lr", type=float, help="peak learning rate (inverse_sqrt)")
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--eval-every", type=int, dest="eval_every")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device", help="auto, cpu, cuda or mps")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint "
+                   "(with its recipe; flags may change only limits such as --max-steps)")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "model":
+            continue  # a mapping: recipe files only
+        kind = f.type.split(" |")[0]
+        default = getattr(defaults, f.name)
+        text = f"{f.metadata['help']} (default: {default})".replace("%", "%%")
+        if kind == "bool":
+            p.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            p.add_argument(flag(f.name), dest=f.name, type={"int": int, "float": float}.get(kind, str),
+                           choices=f.metadata.get("choices"), help=text)
 
 
 def _add_translate_evaluate(sub) -> None:
@@ -106,6 +106,8 @@ def _add_tools(sub) -> None:
 
 
 def _add_show(sub) -> None:
+    from aiayn.config import PRESETS
+
     show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, tensor shapes")
     what = show.add_subparsers(dest="what", required=True)
     a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
@@ -122,7 +124,7 @@ def _add_show(sub) -> None:
     p.add_argument("--length", type=int, default=100, help="number of positions")
     p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
     s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
-    s.add_argument("--preset", choices=["tiny", "small", "base", "big"], default="tiny")
+    s.add_argument("--preset", choices=list(PRESETS), default="tiny")
     s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
     s.add_argument("--output", help="also write the table to this text file")
 

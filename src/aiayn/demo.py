@@ -12,7 +12,7 @@ from aiayn.config import ModelConfig
 from aiayn.data.synthetic import copy_batch
 from aiayn.decoding import greedy_search
 from aiayn.models import EncoderDecoder
-from aiayn.training.objective import make_optimizer, noam_lr, seq2seq_loss, shift_target
+from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer, noam_lr, shift_target
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> Enco
             group["lr"] = noam_lr(step, cfg.d_model, recipe.warmup, recipe.lr_factor)
         src, tgt = copy_batch(cfg, recipe.batch, gen)
         tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
-        loss = seq2seq_loss(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
+        loss = label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from aiayn.cache import DecodeState, DecoderCache
+from aiayn.cache import DecoderCache, DecodeState
 from aiayn.checkpoint import CONFIG, load_weights, write_checkpoint
 from aiayn.config import ModelConfig
 from aiayn.embeddings import InputEmbedding, TokenEmbedding, build_positions

@@ -12,7 +12,7 @@ from aiayn.data.batching import pad_batch
 from aiayn.decoding import SpeculativeStats, generate
 from aiayn.models import EncoderDecoder, TransformerModel
 from aiayn.packing import pack, packing_available
-from aiayn.quantize import quantize
+from aiayn.quantization import quantize
 from aiayn.tokenizer import TokenizerPair
 
 

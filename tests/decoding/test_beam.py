@@ -5,11 +5,10 @@ import math
 import pytest
 import torch
 
-from aiayn import EncoderDecoder
 from aiayn.decoding import beam_search, greedy_search
 from aiayn.decoding.beam import length_penalty
 
-from conftest import A, B, ScriptedModel, random_ids, tiny
+from conftest import A, B, ScriptedModel, random_ids
 
 
 def test_scripted_beam_search_hypotheses_and_scores():

@@ -1,11 +1,8 @@
 """Sampling: top-k 1 is greedy, seeds repeat, top-k / top-p filters keep the right tokens."""
 
-import pytest
 import torch
 
-from aiayn import EncoderDecoder
-
-from conftest import random_ids, tiny
+from conftest import random_ids
 
 
 def test_top_k_one_equals_greedy_and_seeds_repeat(model):

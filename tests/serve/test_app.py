@@ -148,3 +148,29 @@ def test_batcher_groups_requests_and_survives_errors():
     assert outs == [[f"T{i}", f"U{i}"] for i in range(6)]
     assert len(calls[0]) == 12  # the six requests went as one batch
     assert isinstance(failed[0], ValueError) and after == ["OK"]
+
+
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+def test_non_finite_numbers_are_422_not_500(client, value):
+    raw = b'{"text": "a", "length_penalty": ' + value + b"}"
+    response = client.post("/translate", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert "length_penalty" in str(response.json()["detail"])
+
+
+@pytest.mark.parametrize("path, raw", [("/translate", b'{"text": "abc \\ud800"}'),
+                                       ("/translate", b'{"texts": ["ok", "x \\udfff y"]}'),
+                                       ("/attention", b'{"source": "abc \\ud800"}'),
+                                       ("/attention", b'{"source": "abc", "target": "\\ud800"}')])
+def test_lone_surrogates_are_422_not_500(client, path, raw):
+    response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert "surrogate" in response.json()["detail"]
+
+
+def test_health_hides_the_checkpoint_path_and_docs_need_no_cdn(client):
+    health = client.get("/health").text
+    assert "/" not in health.replace("</", "")  # no filesystem path in the answer
+    page = client.get("/docs").text
+    assert "/openapi.json" in page and "cdn" not in page.lower() and "https://" not in page
+    assert client.get("/redoc").status_code == 404

@@ -152,3 +152,40 @@ def test_recipe_values_are_checked_against_their_types(tmp_path):
         path.write_text(line + "\n")
         with pytest.raises(ValueError, match=f"{path}: {field}"):
             TrainConfig.from_yaml(path)
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in the middle of writing a checkpoint."""
+
+
+def test_a_kill_while_saving_is_repaired_on_resume(tmp_path, monkeypatch):
+    import aiayn.training.trainer as trainer_module
+
+    cfg = TrainConfig.from_yaml(_recipe(tmp_path, "k", max_steps=20, eval_every=10, bleu_sentences=0))
+    real = trainer_module.save_checkpoint
+
+    def dies_at_last_of_step_20(folder, *args, **kwargs):
+        if folder.name == "last" and len(args) > 2 and args[3]["step"] == 20:
+            (folder.parent / ".last.abc.tmp").mkdir()  # what a real kill leaves behind
+            raise Killed
+        real(folder, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "save_checkpoint", dies_at_last_of_step_20)
+    with pytest.raises(Killed):
+        Trainer(cfg).train()
+    run = tmp_path / "k"
+    assert json.loads((run / "last" / "trainer.json").read_text())["step"] == 10  # last/ is still whole
+    monkeypatch.setattr(trainer_module, "save_checkpoint", real)
+    Trainer(cfg, resume=True).train()
+    assert json.loads((run / "last" / "trainer.json").read_text())["step"] == 20
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000010", "step_00000020"]
+    assert not list(run.glob(".*tmp*"))
+
+
+def test_a_fresh_start_after_a_kill_before_the_first_checkpoint_logs_once(tmp_path):
+    cfg = TrainConfig.from_yaml(_recipe(tmp_path, "f", max_steps=5, eval_every=5, bleu_sentences=0))
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "metrics.jsonl").write_text('{"step": 0, "data": {"train_pairs": 1}}\n')
+    Trainer(cfg).train()
+    records = [json.loads(x) for x in (tmp_path / "f" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("data" in r for r in records) == 1 and records[0]["data"]["train_pairs"] > 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,18 +21,24 @@ def read_lines(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    lines = []
     try:
         with _open_bytes(path) as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line; "
-                                    "convert the file to UTF-8") from None
-                lines.append(text.rstrip("\r\n"))
+            return decode_lines(f, str(path))
     except (OSError, EOFError) as err:
         raise DataError(f"{path}: cannot read ({err})") from None
+
+
+def decode_lines(stream: Iterable[bytes], name: str) -> list[str]:
+    """UTF-8 lines of a binary stream (a file, stdin), without line endings or a leading BOM; an invalid
+    byte is a DataError naming ``name`` and the line."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(f"{name}:{number}: invalid UTF-8 at byte {err.start} of the line; "
+                            "convert the text to UTF-8") from None
+        lines.append(text.rstrip("\r\n"))
     if lines and lines[0].startswith("\ufeff"):
         lines[0] = lines[0][1:]
     return lines

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,6 +31,8 @@ class Limits:
     max_new_tokens: int = 256
     max_body_bytes: int = 1_000_000
     max_attention_tokens: int = 128  # per side for /attention (its answer grows with the square)
+    read_timeout_s: float = 10.0  # a client must send its headers, and then its body, within this
+    max_connections: int = 64  # open connections at once; more are answered 503 and closed
 
 
 class TranslateRequest(BaseModel):
@@ -38,7 +42,7 @@ class TranslateRequest(BaseModel):
     text: str | None = None
     texts: list[str] | None = None
     beam_size: int | None = Field(None, ge=1, le=16, description="1 = greedy")
-    length_penalty: float | None = Field(None, ge=0.0, le=5.0, description="GNMT alpha")
+    length_penalty: float | None = Field(None, ge=0.0, le=5.0, allow_inf_nan=False, description="GNMT alpha")
     max_new_tokens: int | None = Field(None, ge=1, description="cap on the translation's length in tokens")
 
     @model_validator(mode="after")
@@ -57,11 +61,18 @@ class AttentionRequest(BaseModel):
 
 
 def _check_size(texts: list[str], limits: Limits) -> None:
+    """Sizes over the limits -> 413; text that is not valid Unicode (a lone surrogate such as \\ud800,
+    which JSON can carry) -> 422."""
     if len(texts) > limits.max_texts:
         raise HTTPException(413, f"too many texts: {len(texts)} > {limits.max_texts} per request")
     for i, text in enumerate(texts):
         if len(text) > limits.max_chars:
             raise HTTPException(413, f"text {i} has {len(text)} characters; the limit is {limits.max_chars}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise HTTPException(422, f"text {i}: not valid Unicode at character {err.start} (a lone "
+                                     "surrogate); send UTF-8 text") from None
 
 
 def _options(req: TranslateRequest, translator: Translator, limits: Limits) -> Options:
@@ -89,7 +100,7 @@ def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int
         await batcher.stop()
 
     app = FastAPI(title="aiayn", description="Transformer translation server (Attention Is All You Need)",
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
     app.state.batcher = batcher
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_guards(app, limits)
@@ -99,10 +110,11 @@ def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int
 
 class BodyLimit:
     """ASGI middleware: a request body over ``max_bytes`` gets 413, whether it declares its length or not
-    (a chunked body is counted as it arrives and cut off at the limit)."""
+    (a chunked body is counted as it arrives and cut off at the limit); a body that does not arrive
+    within ``timeout_s`` gets 408."""
 
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout_s: float = 10.0) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -114,7 +126,10 @@ class BodyLimit:
 
         async def counted():
             nonlocal received
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s)
+            except TimeoutError:
+                raise HTTPException(408, f"request body not received within {self.timeout_s:g} s") from None
             received += len(message.get("body", b""))
             if received > self.max_bytes:
                 raise HTTPException(413, f"request body over {self.max_bytes} bytes")
@@ -128,7 +143,15 @@ class BodyLimit:
 
 
 def _add_guards(app: FastAPI, limits: Limits) -> None:
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.read_timeout_s)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, err: RequestValidationError):
+        """422 with where and what; the offending input is left out (NaN or a lone surrogate would not
+        encode as JSON, and the client has it anyway)."""
+        detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in err.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(Exception)
     async def internal_error(_request: Request, err: Exception):
@@ -143,6 +166,11 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> FileResponse:
+        """The API from /openapi.json, rendered by a page of ours (no script from elsewhere)."""
+        return FileResponse(STATIC / "docs.html")
 
     @app.get("/health")
     async def health() -> dict:
@@ -165,12 +193,27 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
         _check_size([req.source] + ([req.target] if req.target else []), limits)
+        if not req.source.strip():
+            raise HTTPException(422, "source: give a sentence to attend over")
         n_tokens = len(translator.source_ids(req.source))
         if n_tokens > limits.max_attention_tokens:
             raise HTTPException(413, f"source has {n_tokens} tokens; /attention takes up to "
                                      f"{limits.max_attention_tokens}")
         maps = await batcher.run_alone(attention_for, translator, req.source, req.target)
         return {**maps.to_dict(), "heads": cfg.n_heads}
+
+
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
+                  log_level: str = "info"):
+    """uvicorn's config for ``app``: slow clients time out (headers and body within
+    ``limits.read_timeout_s``, idle keep-alive 5 s), at most ``limits.max_connections`` at once."""
+    import uvicorn
+
+    from aiayn.serve.slow import header_timeout_protocol
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5,
+                          limit_concurrency=limits.max_connections,
+                          http=header_timeout_protocol(limits.read_timeout_s))
 
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
@@ -181,5 +224,5 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
 
     translator = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8,
                                              bf16=bf16)
-    app = create_app(translator, limits, max_batch, wait_ms, {"checkpoint": str(checkpoint)})
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    app = create_app(translator, limits, max_batch, wait_ms)
+    uvicorn.Server(server_config(app, host, port, limits)).run()

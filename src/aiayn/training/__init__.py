@@ -1,6 +1,17 @@
-"""Training pieces: the loss, the paper's learning-rate schedule, and the optimiser (section 5)."""
+"""Training: the objective (loss, schedules, optimiser; section 5), tasks, the trainer and its recipe.
 
-from aiayn.training.objective import (inverse_sqrt_lr, label_smoothed_cross_entropy, make_optimizer, noam_lr,
-                                      shift_target)
+``aiayn.training.config`` (the recipe) imports no torch; the rest loads on use.
+"""
 
-__all__ = ["inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr", "shift_target"]
+from __future__ import annotations
+
+import importlib
+
+_OBJECTIVE = ("inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr", "shift_target")
+__all__ = list(_OBJECTIVE)
+
+
+def __getattr__(name: str):
+    if name not in _OBJECTIVE:
+        raise AttributeError(f"module 'aiayn.training' has no attribute {name!r}")
+    return getattr(importlib.import_module("aiayn.training.objective"), name)

@@ -19,10 +19,12 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram")
 
 
-def _f(default, help: str, choices: tuple | None = None, **kw):  # noqa: A002 - argparse's word
-    """A recipe field with its command-line help (and choices)."""
-    kw.setdefault("default", default)
-    return field(metadata={"help": help, "choices": choices}, **kw)
+def _f(default, help: str, choices: tuple | None = None):
+    """A recipe field with its command-line help (and choices); a dict default is made per instance."""
+    meta = {"help": help, "choices": choices}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -35,11 +37,11 @@ class TrainConfig:
     src_lang: str | None = _f(None, "source language (file suffix for PREFIX.SRC files)")
     tgt_lang: str | None = _f(None, "target language")
     data_dir: str | None = _f(None, "local folder with the dataset's files (no download)")
-    valid: str | None = _f(None, "validation file or prefix for your own data (default: 1%% held out)")
+    valid: str | None = _f(None, "validation file or prefix for your own data (default: 1% held out)")
     output: str = _f("runs/run", "run folder (RUN)")
     preset: str = _f("small", "model size", tuple(PRESETS))
-    model: dict = _f(None, "ModelConfig field overrides, e.g. {dropout: 0.3} (recipe only)",
-                     default_factory=dict, default=dataclasses.MISSING)
+    model: dict = field(default_factory=dict, metadata={"help": "ModelConfig field overrides, e.g. {dropout: 0.3} "
+                                                        "(recipe files only)", "choices": None})
     tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
     vocab_size: int = _f(8000, "subword vocabulary size")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
@@ -117,3 +119,25 @@ def read_recipe(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of recipe fields")
     return data
+
+
+# Fields a resumed run may change: limits and bookkeeping, not what the model or its data are.
+RESUMABLE_CHANGES = ("max_steps", "time_limit_min", "eval_every", "log_every", "patience", "keep_last",
+                     "bleu_sentences", "beam_size", "device", "output", "data_dir")
+
+
+def resume_recipe(saved: dict, requested: dict, source: str) -> tuple[TrainConfig, list[str]]:
+    """The recipe of a resumed run: the ``saved`` one, with the ``requested`` fields that may change.
+
+    Returns the recipe and one line per change; a requested value that contradicts the run in any other
+    field (preset, vocabulary, task, data, model...) is a ValueError naming every such field.
+    """
+    old = TrainConfig.from_dict(saved, source).to_dict()
+    new = TrainConfig.from_dict({**saved, **requested}, source).to_dict()
+    differ = [name for name in requested if new[name] != old[name]]
+    refused = [name for name in differ if name not in RESUMABLE_CHANGES]
+    if refused:
+        listed = "; ".join(f"{name}: run has {old[name]!r}, asked {new[name]!r}" for name in refused)
+        raise ValueError(f"resume: the run was trained differently ({listed}); drop these settings to "
+                         f"resume, or start a new run in another folder")
+    return TrainConfig(**new), [f"{name}: {old[name]!r} -> {new[name]!r}" for name in differ]

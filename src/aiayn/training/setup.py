@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from aiayn.config import ModelConfig
@@ -81,7 +79,3 @@ def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, mod
         return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed)
     return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
                      masked=cfg.task == "mlm")
-
-
-def existing_run(output: Path) -> bool:
-    return (output / "last" / "config.json").is_file()

@@ -13,13 +13,13 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from aiayn.config import atomic_write_text
+from aiayn.checkpoint import atomic_write_text, recover
 from aiayn.evaluation import score
 from aiayn.models import TransformerModel, build_model
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training import distributed
 from aiayn.training.config import TrainConfig
-from aiayn.training.objective import make_optimizer, noam_lr
+from aiayn.training.objective import inverse_sqrt_lr, make_optimizer, noam_lr
 from aiayn.training.setup import autocast_dtype, build_task, build_tokenizers, load_data, model_config, pick_device
 from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
 from aiayn.translate import Translator
@@ -32,6 +32,8 @@ class Trainer:
         self.cfg, self.out = cfg, Path(cfg.output)
         self.device = pick_device(cfg.device)
         self.dist = distributed.setup(self.device)
+        if self.dist.main:
+            self._tidy(resume)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
         if resume:
@@ -54,6 +56,14 @@ class Trainer:
             self._log_data()
         self.amp = autocast_dtype(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
+
+    def _tidy(self, resume: bool) -> None:
+        """Undo what a kill left: half-written checkpoint folders; on a fresh start, the metrics of a run
+        that never reached its first checkpoint."""
+        for folder in (self.out, self.out / "checkpoints"):
+            recover(folder)
+        if not resume:
+            (self.out / "metrics.jsonl").unlink(missing_ok=True)
 
     def _shared_tokenizers(self) -> TokenizerPair:
         """Rank 0 trains (or loads) the tokenizer and writes it to RUN/tokenizer/; the other ranks read it."""
@@ -105,7 +115,7 @@ class Trainer:
         c = self.cfg
         if c.schedule == "noam":
             return noam_lr(step, self.model.config.d_model, c.warmup, c.lr_factor)
-        return c.lr * min(step / c.warmup, math.sqrt(c.warmup / step))
+        return inverse_sqrt_lr(step, c.lr, c.warmup)
 
     def _shard(self, epoch: int) -> list[list[int]]:
         """This rank's batches of an epoch: every world-th batch, the same count on every rank."""
@@ -202,15 +212,17 @@ class Trainer:
         return result
 
     def _save(self, improved: bool) -> None:
-        state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
-                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.out / "last", self.model, self.tokenizers, self.optimizer, state)
+        """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
+        the previous last/ and writes this step's folders again."""
         if self.cfg.keep_last > 0:
             save_checkpoint(self.out / "checkpoints" / f"step_{self.step:08d}", self.model, self.tokenizers)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
         if improved:
             save_checkpoint(self.out / "best", self.model, self.tokenizers)
+        state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
+                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
+        save_checkpoint(self.out / "last", self.model, self.tokenizers, self.optimizer, state)
 
     @torch.no_grad()
     def validate(self) -> dict:
@@ -226,7 +238,8 @@ class Trainer:
         result = {"valid_loss": round(nll, 4), "valid_ppl": round(math.exp(min(nll, 50)), 3)}
         if self.cfg.task == "translation" and self.cfg.bleu_sentences > 0:
             n = self.cfg.bleu_sentences
-            hyps = Translator(self.model, self.tokenizers, self.device).translate(self.splits.valid.sources[:n])
+            translator = Translator(self.model, self.tokenizers, self.device, beam_size=self.cfg.beam_size)
+            hyps = translator.translate(self.splits.valid.sources[:n])
             scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
             result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
         return result

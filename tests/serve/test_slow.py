@@ -1,0 +1,68 @@
+"""Slow and greedy clients against a live server: half-sent headers or bodies are cut off in time, and
+connections over the cap are refused while the server keeps serving."""
+
+import socket
+import time
+
+import httpx
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
+    """What the server sent before closing the connection, or None if it was still open after ``seconds``."""
+    sock.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except TimeoutError:
+        return None
+    return data
+
+
+def test_half_sent_headers_are_closed_after_the_read_timeout(live_server):
+    url, _ = live_server  # read_timeout_s = 1.0
+    sock = _connect(url)
+    sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: applic")
+    started = time.monotonic()
+    assert _closed_within(sock, 8) == b""
+    assert 0.5 < time.monotonic() - started < 8
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+
+
+def test_half_sent_body_gets_408(live_server):
+    url, _ = live_server
+    sock = _connect(url)
+    sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"text\": \"a")
+    answer = _closed_within(sock, 8)
+    assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
+
+
+def test_idle_connection_after_a_response_is_closed(live_server):
+    url, _ = live_server
+    sock = _connect(url)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.3)
+    sock.sendall(b"GET /hea")  # the next request never finishes
+    answer = _closed_within(sock, 8)
+    assert answer is not None and answer.startswith(b"HTTP/1.1 200")
+
+
+def test_connections_over_the_cap_are_refused_and_the_server_recovers(live_server):
+    url, _ = live_server  # max_connections = 40
+    socks = [_connect(url) for _ in range(45)]
+    try:
+        with httpx.Client(timeout=10) as client:
+            status = client.get(f"{url}/health").status_code
+        assert status == 503
+    finally:
+        for sock in socks:
+            sock.close()
+    time.sleep(0.5)
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200

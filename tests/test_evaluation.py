@@ -1,0 +1,17 @@
+"""Scoring: sacreBLEU and chrF with their signatures."""
+
+import pytest
+
+from aiayn.evaluation import score
+
+
+def test_scores_and_signatures():
+    perfect = score(["the cat sat on the mat ."], ["the cat sat on the mat ."])
+    assert perfect.bleu == pytest.approx(100.0) and perfect.chrf == pytest.approx(100.0)
+    assert "tok:13a" in perfect.bleu_signature and "nrefs:1" in perfect.bleu_signature
+    partial = score(["the cat sat on a mat"], ["the cat sat on the mat"])
+    assert 0 < partial.bleu < 100 and 0 < partial.chrf < 100
+    assert "tok:zh" in score(["我爱你"], ["我爱你"], "zh").bleu_signature
+    assert set(partial.to_dict()) == {"bleu", "chrf", "bleu_signature", "chrf_signature"}
+    with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
+        score(["a"], ["a", "b"])

@@ -1,0 +1,66 @@
+"""The objective of section 5, each piece against the formula written out or hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from aiayn.training.objective import inverse_sqrt_lr, label_smoothed_cross_entropy, noam_lr, shift_target
+
+
+def _smoothed_by_hand(logits: torch.Tensor, labels: torch.Tensor, pad_id: int, eps: float) -> torch.Tensor:
+    """Section 5.4 written out: q = (1 - eps) one_hot + eps / V; loss_i = -sum_v q_v log p_v."""
+    logp = logits.log_softmax(dim=-1)  # (B, T, V)
+    vocab = logits.size(-1)
+    q = torch.full_like(logp, eps / vocab).scatter_add(-1, labels[..., None], torch.full_like(logp[..., :1],
+                                                                                            1 - eps))
+    per_token = -(q * logp).sum(dim=-1)  # (B, T)
+    keep = labels != pad_id
+    return per_token[keep]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
+def test_label_smoothing_equals_the_formula(eps):
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64)
+    labels = torch.randint(1, 11, (3, 5))
+    labels[0, 3:] = 0  # padding is ignored
+    expected = _smoothed_by_hand(logits, labels, 0, eps)
+    mean = label_smoothed_cross_entropy(logits, labels, 0, eps)
+    total = label_smoothed_cross_entropy(logits, labels, 0, eps, reduction="sum")
+    assert mean.item() == pytest.approx(expected.mean().item(), rel=1e-6)
+    assert total.item() == pytest.approx(expected.sum().item(), rel=1e-6)
+
+
+def test_label_smoothing_floor_is_the_entropy_of_the_smoothed_target():
+    """With the model predicting q exactly, the loss is H(q) > 0: smoothing never lets the loss reach 0."""
+    vocab, eps = 5, 0.1
+    q = torch.full((vocab,), eps / vocab)
+    q[2] += 1 - eps
+    loss = label_smoothed_cross_entropy(q.log().view(1, 1, vocab), torch.tensor([[2]]), pad_id=0, smoothing=eps)
+    assert loss.item() == pytest.approx(-(q * q.log()).sum().item(), rel=1e-5) and loss.item() > 0
+    with pytest.raises(ValueError, match="reduction"):
+        label_smoothed_cross_entropy(q.view(1, 1, vocab), torch.tensor([[2]]), 0, reduction="none")
+
+
+def test_noam_schedule_hand_computed():
+    # d_model 512, warmup 4000: step 1 -> 512^-0.5 * 4000^-1.5; the peak at 4000 -> 512^-0.5 * 4000^-0.5
+    assert noam_lr(1, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -1.5)
+    assert noam_lr(4000, 512, 4000) == pytest.approx(0.0006987712429686843)
+    assert noam_lr(16000, 512, 4000) == pytest.approx(0.0006987712429686843 / 2)
+    assert noam_lr(0, 512, 4000) == noam_lr(1, 512, 4000)
+    assert noam_lr(4000, 512, 4000, factor=2.0) == pytest.approx(2 * noam_lr(4000, 512, 4000))
+
+
+def test_inverse_sqrt_schedule_hand_computed():
+    assert inverse_sqrt_lr(50, 1e-3, 100) == pytest.approx(5e-4)  # halfway up the warm-up
+    assert inverse_sqrt_lr(100, 1e-3, 100) == pytest.approx(1e-3)  # the peak
+    assert inverse_sqrt_lr(400, 1e-3, 100) == pytest.approx(5e-4)  # sqrt(100 / 400) = 1/2
+    assert inverse_sqrt_lr(10_000, 1e-3, 100) == pytest.approx(1e-4)
+    assert math.isclose(inverse_sqrt_lr(0, 1e-3, 100), 1e-5)
+
+
+def test_shift_target_teacher_forcing():
+    tgt = torch.tensor([[1, 7, 8, 2], [1, 9, 2, 0]])
+    tgt_in, labels = shift_target(tgt, pad_id=0, eos_id=2)
+    assert tgt_in.tolist() == [[1, 7, 8], [1, 9, 0]] and labels.tolist() == [[7, 8, 2], [9, 2, 0]]

@@ -1,0 +1,49 @@
+"""Training tasks: batches, the summed loss and its token count, BERT masking, length filtering."""
+
+import pytest
+import torch
+
+from aiayn.config import FIRST_ORDINARY_ID, MASK_ID
+from aiayn.data.corpus import Parallel
+from aiayn.tokenizer import Tokenizer, TokenizerPair
+from aiayn.training.tasks import BlockTask, TranslationTask
+
+from conftest import tiny
+
+TEXTS = ["a b c d e f", "g h i j", "b a d c", "e f g h i j a"] * 30
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return TokenizerPair(Tokenizer.train(TEXTS, vocab_size=280))
+
+
+def test_translation_task_filters_long_pairs_and_counts_tokens(tokenizers):
+    cfg = tiny(vocab_size=len(tokenizers.src))
+    pairs = Parallel([*TEXTS[:8], "a " * 50], [*TEXTS[:8], "b"])
+    task = TranslationTask(pairs, tokenizers, cfg, max_len=20, max_tokens=64, seed=0)
+    assert len(task) == 8 and task.too_long == 1
+    batches = task.batches(0)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    model = torch.nn.Module()
+    model.forward = lambda src, tgt_in: torch.zeros(*tgt_in.shape, cfg.vocab_size)  # uniform predictions
+    loss, n = task.loss(model, task.collate(batches[0]), smoothing=0.0)
+    _, tgt = task.collate(batches[0])
+    assert n == int((tgt[:, 1:] != 0).sum())
+    assert loss.item() == pytest.approx(n * torch.log(torch.tensor(float(cfg.vocab_size))).item(), rel=1e-5)
+    with pytest.raises(ValueError, match="max_len"):
+        TranslationTask(Parallel(["a " * 50], ["b " * 50]), tokenizers, cfg, max_len=5, max_tokens=64, seed=0)
+
+
+def test_masking_follows_bert_proportions_and_repeats_for_the_same_batch(tokenizers):
+    cfg = tiny(arch="encoder-only", vocab_size=len(tokenizers.src))
+    task = BlockTask(TEXTS, tokenizers, cfg, block_size=16, max_tokens=256, seed=0, masked=True)
+    ids = torch.randint(FIRST_ORDINARY_ID, cfg.vocab_size, (64, 64))
+    masked, labels = task.mask_tokens(ids, salt=7)
+    chosen = labels != cfg.pad_id
+    assert 0.12 < chosen.float().mean() < 0.18  # 15% predicted
+    assert torch.equal(labels[chosen], ids[chosen]) and torch.equal(masked[~chosen], ids[~chosen])
+    share_mask = (masked[chosen] == MASK_ID).float().mean()
+    assert 0.7 < share_mask < 0.9  # 80% of them become <mask>
+    again, _ = task.mask_tokens(ids, salt=7)
+    assert torch.equal(again, masked)
