@@ -149,7 +149,7 @@ def test_resume_refuses_contradicting_settings_and_reports_harmless_changes(run,
     shutil.copytree(run, copy)
     refused = aiayn("train", "--output", str(copy), "--resume", "--preset", "base", "--vocab-size", "500",
                     "--task", "lm")
-    _one_line_error(refused, "preset", "vocab_size", "task", "'tiny'", "'base'")
+    _one_line_error(refused, "--preset: run has 'tiny', asked 'base'", "--vocab-size: run has 300", "--task")
     resumed = aiayn("train", "--output", str(copy), "--resume", "--max-steps", "302", "--eval-every", "2",
                     "--bleu-sentences", "20")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -190,10 +190,10 @@ def test_translate_input_edge_cases(run, tmp_path):
                          input=b"a b c\n\xff\xfe d\n", capture_output=True, timeout=300)
     assert bad.returncode == 2 and b"<stdin>:2: invalid UTF-8" in bad.stderr and b"Traceback" not in bad.stderr
     long = " ".join("abcdefghij" * 20)  # 200 one-letter words: more tokens than the model's max_len
-    result = aiayn("translate", "--checkpoint", str(run), stdin=f"a b c\n\n   \n{long}\nd e f\n")
+    result = aiayn("translate", "--checkpoint", str(run), stdin=f"a b c d e\n\n   \n{long}\nj i h g f\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout.split("\n")
-    assert out[1] == "" and out[2] == "" and out[0] == "c b a" and out[4] == "f e d"
+    assert out[1] == "" and out[2] == "" and out[0] == "e d c b a" and out[4] == "f g h i j"
     assert "1 line(s) longer than the model's" in result.stderr and "(lines 4)" in result.stderr
     (tmp_path / "s.txt").write_text(f"a b c\n{long}\n")
     scores = aiayn("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "s.txt"),
