@@ -35,3 +35,21 @@ def test_bad_flag_value_is_one_line_and_exit_2(capsys):
     err = capsys.readouterr().err
     assert err.strip() == "aiayn: error: --steps: must be a positive integer"
     assert "Traceback" not in err
+
+
+def test_train_flags_come_from_the_recipe_fields_and_errors_name_the_flag(capsys):
+    import dataclasses
+
+    from aiayn.cli_args import build_parser, flag
+    from aiayn.training.config import TrainConfig
+
+    parser = build_parser("test")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name != "model":
+            assert getattr(parser.parse_args(["train"]), f.name) is None  # only flags given override
+    args = parser.parse_args(["train", "--label-smoothing", "0.2", "--no-joint-vocab", "--schedule", "noam"])
+    assert (args.label_smoothing, args.joint_vocab, args.schedule) == (0.2, False, "noam")
+    assert flag("time_limit_min") == "--time-limit-min"
+    assert main(["train", "--data", "numbers", "--max-steps", "0", "--output", "unused"]) == 2
+    assert capsys.readouterr().err.strip() == ("aiayn: error: aiayn train: --max-steps (field max_steps): must be "
+                                               "a positive integer, got 0")

@@ -149,7 +149,8 @@ def test_resume_refuses_contradicting_settings_and_reports_harmless_changes(run,
     shutil.copytree(run, copy)
     refused = aiayn("train", "--output", str(copy), "--resume", "--preset", "base", "--vocab-size", "500",
                     "--task", "lm")
-    _one_line_error(refused, "--preset: run has 'tiny', asked 'base'", "--vocab-size: run has 300", "--task")
+    _one_line_error(refused, "--preset (field preset): run has 'tiny', asked 'base'",
+                    "--vocab-size (field vocab_size): run has 300", "--task")
     resumed = aiayn("train", "--output", str(copy), "--resume", "--max-steps", "302", "--eval-every", "2",
                     "--bleu-sentences", "20")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -7,10 +7,19 @@ from aiayn.positions import sinusoidal_encoding
 
 
 def test_soft_dictionary_lookup():
-    # keys apple/banana/chair with values 10/5/2, weights 0.6/0.4/0 -> 8
-    weights = torch.tensor([0.6, 0.4, 0.0], dtype=torch.float64)
-    values = torch.tensor([10.0, 5.0, 2.0], dtype=torch.float64)
-    assert round(float(weights @ values), 6) == 8.0
+    """Keys apple/banana/chair with values 10/5/2; the query matches them with weights 0.6/0.4/0 -> 8.
+
+    With d_k = 1 and q = 1, the scores are the keys themselves, so keys log 0.6 and log 0.4 give the softmax
+    weights 0.6 and 0.4; chair is masked out (True = may attend), so its weight is exactly 0.
+    """
+    q = torch.ones(1, 1, dtype=torch.float64)  # (T=1, d_k=1)
+    k = torch.tensor([[0.6], [0.4], [5.0]], dtype=torch.float64).log()  # apple, banana, chair: (S=3, 1)
+    v = torch.tensor([[10.0], [5.0], [2.0]], dtype=torch.float64)  # (S, 1)
+    mask = torch.tensor([[True, True, False]])  # (T, S)
+    out, weights = reference_attention(q, k, v, mask)
+    torch.testing.assert_close(weights, torch.tensor([[0.6, 0.4, 0.0]], dtype=torch.float64), atol=1e-12, rtol=0)
+    assert round(float(out), 6) == 8.0
+    assert round(float(fast_attention(q[None], k[None], v[None], mask[None])), 6) == 8.0
 
 
 def test_identity_projection_self_attention():

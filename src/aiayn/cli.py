@@ -241,14 +241,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _as_flags(message: str, args: argparse.Namespace) -> str:
-    """Library errors name config fields (``max_steps: ...``); name the flags the user typed instead."""
+    """Library errors name config fields (``max_steps: ...``); point at the flag the user typed too."""
     import re
 
     from aiayn.cli_args import flag
 
-    given = [k for k, v in vars(args).items() if v not in (None, False) and k not in ("command", "config")]
+    given = [k for k, v in vars(args).items() if v is not None and v is not False and k not in ("command", "config")]
     for name in sorted(given, key=len, reverse=True):
-        message = re.sub(rf"(?<![\w.-])(field )?{name}(?=: | must )", flag(name), message)
+        message = re.sub(rf"(?<![\w.-])(field )?{name}(?=: | must )", f"{flag(name)} (field {name})", message)
     return message
 
 
