@@ -27,11 +27,11 @@ browser:
 		echo "warning: could not install chromium; the browser test will say how"
 
 test: $(STAMP) browser
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

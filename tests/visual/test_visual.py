@@ -102,3 +102,8 @@ def test_show_mistakes_are_one_line(trained_run, tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--output" in result.stderr
     result = aiayn("show", "attention", "--checkpoint", str(tmp_path / "nothing"), "a b")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_attention_of_an_empty_sentence_is_a_clear_error(translator):
+    with pytest.raises(ValueError, match="sentence: empty"):
+        attention_for(translator, "   ")

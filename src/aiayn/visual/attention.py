@@ -47,8 +47,10 @@ def attention_for(translator: Translator, source: str, target: str | None = None
     """Attention of the translator's model on ``source`` and ``target`` (its own translation if None)."""
     model, tok = translator.model, translator.tokenizers
     cfg = model.config
-    translation = translator.translate([source])[0] if target is None else target
     src_ids = translator.source_ids(source)
+    if not src_ids:
+        raise ValueError("sentence: empty; give a sentence to draw the attention of")
+    translation = translator.translate([source])[0] if target is None else target
     tgt_ids = tok.tgt.encode(" ".join(translation.split()))[: cfg.max_len - 1]
     src = torch.tensor([src_ids], device=translator.device)  # (1, S)
     tgt_in = torch.tensor([[cfg.bos_id, *tgt_ids]], device=translator.device)  # (1, T)
