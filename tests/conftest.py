@@ -96,6 +96,35 @@ def trained_run(tmp_path_factory) -> Path:
     return out
 
 
+PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
+
+
+def _train_family(tmp_path_factory, task: str, **changes) -> Path:
+    from aiayn.training.config import TrainConfig
+    from aiayn.training.trainer import Trainer
+
+    folder = tmp_path_factory.mktemp(task)
+    (folder / "text.txt").write_text(PLANTED)
+    recipe = dict(data=str(folder / "text.txt"), task=task, preset="tiny", output=str(folder / "run"),
+                  block_size=32, max_tokens=512, max_steps=150, eval_every=150, schedule="inverse_sqrt",
+                  lr=3e-3, warmup=20, keep_last=0, log_every=50, label_smoothing=0.0,
+                  model={"dropout": 0.0, "norm": "pre"}, device="cpu", **changes)
+    Trainer(TrainConfig(**recipe)).train()
+    return folder / "run"
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory) -> Path:
+    """A tiny character-level language model trained on a repeated text (for generate and the server)."""
+    return _train_family(tmp_path_factory, "lm", tokenizer_type="char")
+
+
+@pytest.fixture(scope="session")
+def mlm_run(tmp_path_factory) -> Path:
+    """A tiny masked language model trained on the same text: it learns to fill "sat", "mat", "ran"..."""
+    return _train_family(tmp_path_factory, "mlm", vocab_size=300, max_steps=300)
+
+
 @pytest.fixture(scope="session")
 def live_server(trained_run):
     """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""

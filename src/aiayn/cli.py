@@ -151,6 +151,44 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from aiayn.generation import TextGenerator
+
+    for name in ("max_new_tokens", "num_samples"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be a positive integer")
+    prompt = args.prompt if args.prompt is not None else "\n".join(_read_input(None))
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device)
+
+    def show(sample: int, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    stream = args.num_samples == 1
+    texts = generator.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+                               args.num_samples, show if stream else None)
+    if stream:
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
+    return 0
+
+
+def _fill_mask(args: argparse.Namespace) -> int:
+    from aiayn.fill_mask import MaskFiller
+
+    if args.top_k < 1:
+        raise UserError("--top-k: must be a positive integer")
+    masks = MaskFiller.from_checkpoint(args.checkpoint, args.device).fill(args.text, args.top_k)
+    if args.json:
+        print(json.dumps({"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
+                                     for c in cands] for cands in masks]}, ensure_ascii=False))
+        return 0
+    for n, cands in enumerate(masks, start=1):
+        print(f"<mask> {n}: " + "  ".join(f"{c.token.strip() or repr(c.token)} {c.probability:.3f}" for c in cands))
+    return 0
+
+
 def _average(args: argparse.Namespace) -> int:
     from aiayn.average import average_checkpoints, step_checkpoints
 
@@ -220,6 +258,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
+            "generate": _generate, "fill-mask": _fill_mask,
             "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve}
 
 

@@ -83,6 +83,28 @@ def _add_decoding(p) -> None:
     p.add_argument("--device", default="cpu")
 
 
+def _add_family(sub) -> None:
+    g = sub.add_parser("generate", help="continue a prompt with a language model (decoder-only checkpoint)",
+                       description="Continue --prompt (or stdin) with a decoder-only checkpoint, streaming the text "
+                                   "as it is generated. --temperature 0 is greedy.")
+    g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
+    g.add_argument("--max-new-tokens", type=int, default=200, dest="max_new_tokens")
+    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default: 1.0)")
+    g.add_argument("--top-k", type=int, default=0, dest="top_k", help="keep the k most likely tokens (0 = all)")
+    g.add_argument("--top-p", type=float, default=1.0, dest="top_p", help="nucleus sampling mass (default: 1.0)")
+    g.add_argument("--seed", type=int, help="random seed: the same seed gives the same text")
+    g.add_argument("--num-samples", type=int, default=1, dest="num_samples")
+    g.add_argument("--device", default="cpu")
+    f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
+                       description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
+    f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    f.add_argument("text", help='e.g. "a man <mask> a horse ."')
+    f.add_argument("--top-k", type=int, default=5, dest="top_k")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.add_argument("--device", default="cpu")
+
+
 def _add_tools(sub) -> None:
     a = sub.add_parser("average", help="average checkpoints into one (the paper's trick)",
                        description="Average the last K step checkpoints of a run (or the folders given).")
@@ -97,7 +119,7 @@ def _add_tools(sub) -> None:
     tt.add_argument("--tgt-lang", dest="tgt_lang")
     tt.add_argument("--data-dir", dest="data_dir")
     tt.add_argument("--vocab-size", type=int, default=8000, dest="vocab_size")
-    tt.add_argument("--type", choices=["bpe", "unigram"], default="bpe")
+    tt.add_argument("--type", choices=["bpe", "unigram", "char"], default="bpe")
     tt.add_argument("--separate", action="store_true", help="separate source and target vocabularies")
     tt.add_argument("--output", required=True, help="folder for tokenizer.model (or .src/.tgt)")
     p = sub.add_parser("plot", help="draw a run's curves (loss, lr, validation BLEU) to PNG")
@@ -156,6 +178,6 @@ def build_parser(version: str) -> argparse.ArgumentParser:
         prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_tools, _add_show, _add_serve):
+    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve):
         add(sub)
     return parser

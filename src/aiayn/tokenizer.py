@@ -1,4 +1,4 @@
-"""Subword tokenizers: SentencePiece (BPE or unigram) with the project's fixed special ids.
+"""Subword tokenizers: SentencePiece (BPE, unigram, or characters) with the project's fixed special ids.
 
 pad 0, bos 1, eos 2, unk 3 (and <mask> 4) for every tokenizer, so a config's special ids hold whatever was trained.
 Byte fallback is on and normalisation is off, so any Unicode text round-trips through encode/decode.
@@ -14,7 +14,8 @@ import sentencepiece as spm
 
 from aiayn.config import FIRST_ORDINARY_ID, MASK_ID, SPECIAL_IDS
 
-__all__ = ["FIRST_ORDINARY_ID", "MASK_ID", "SPECIAL_IDS", "Tokenizer", "TokenizerPair"]
+__all__ = ["FIRST_ORDINARY_ID", "MASK_ID", "MODEL_TYPES", "SPECIAL_IDS", "Tokenizer", "TokenizerPair"]
+MODEL_TYPES = ("bpe", "unigram", "char")
 
 
 class Tokenizer:
@@ -27,12 +28,13 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8000, model_type: str = "bpe",
               character_coverage: float = 0.9995, max_sentences: int = 2_000_000) -> Tokenizer:
-        """Train on ``texts`` (one sentence each). ``model_type``: bpe | unigram.
+        """Train on ``texts`` (one sentence each). ``model_type``: bpe | unigram | char (one piece per
+        character seen, every other character through its bytes; ``vocab_size`` is then ignored).
 
         The vocabulary may come out smaller than asked when the text is small (hard_vocab_limit off).
         """
-        if model_type not in ("bpe", "unigram"):
-            raise ValueError(f"tokenizer type: unknown value {model_type!r}; choose bpe or unigram")
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"tokenizer type: unknown value {model_type!r}; choose {', '.join(MODEL_TYPES)}")
         sentences = [t for t in texts if t.strip()]
         if not sentences:
             raise ValueError("tokenizer: no text to train on")
@@ -77,7 +79,8 @@ def _train_spm(sentences: list[str], buffer: io.BytesIO, vocab_size: int, model_
                character_coverage: float, max_sentences: int) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=vocab_size,
-        model_type=model_type, character_coverage=character_coverage, byte_fallback=True,
+        model_type=model_type, character_coverage=1.0 if model_type == "char" else character_coverage,
+        byte_fallback=True, add_dummy_prefix=model_type != "char",
         normalization_rule_name="identity", remove_extra_whitespaces=False, hard_vocab_limit=False,
         input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2,
         minloglevel=2, **SPECIAL_IDS, pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -10,9 +9,8 @@ import torch
 from aiayn.checkpoint import resolve_checkpoint
 from aiayn.data.batching import pad_batch
 from aiayn.decoding import SpeculativeStats, generate
+from aiayn.inference import inference_copy, load_checkpoint
 from aiayn.models import EncoderDecoder, TransformerModel
-from aiayn.packing import pack, packing_available
-from aiayn.quantization import quantize
 from aiayn.tokenizer import TokenizerPair
 
 
@@ -37,16 +35,12 @@ class Translator:
         and accepted tokens."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
-        if int8 and torch.device(device).type != "cpu":
-            raise ValueError("--int8: dynamic int8 quantization runs on the CPU only; use --device cpu")
-        if int8 and bf16:
-            raise ValueError("--int8 and --bf16: choose one precision")
         if beam_size < 1:
             raise ValueError(f"beam size: must be at least 1, got {beam_size}")
         if draft is not None and beam_size != 1:
             raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
-        self.model = _inference_copy(model, device, int8, bf16, packed)
-        self.draft = None if draft is None else _inference_copy(draft, device, int8, bf16, packed)
+        self.model = inference_copy(model, device, int8, bf16, packed)
+        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed)
         self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
@@ -59,7 +53,7 @@ class Translator:
         """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); so is ``draft``, which must
         use the same tokenizers; options as in __init__."""
         folder = resolve_checkpoint(path)
-        tokenizers = TokenizerPair.load(folder)
+        model, tokenizers = load_checkpoint(folder, "encoder-decoder")
         draft_model = None
         if draft is not None:
             draft_folder = resolve_checkpoint(draft)
@@ -68,7 +62,7 @@ class Translator:
                 raise ValueError(f"--draft: {draft_folder} has other tokenizers than {folder}; train the draft "
                                  f"with --tokenizer pointing at the main run's tokenizer/ folder")
             draft_model = TransformerModel.load(draft_folder)
-        return cls(TransformerModel.load(folder), tokenizers, device, draft=draft_model, **options)
+        return cls(model, tokenizers, device, draft=draft_model, **options)
 
     def _generate(self, src: torch.Tensor, beam_size: int, alpha: float,
                   max_new_tokens: int | None) -> list[list[int]]:
@@ -99,16 +93,3 @@ class Translator:
             for i, ids in zip(chunk, self._generate(src, beam_size, alpha, max_new_tokens), strict=True):
                 results[i] = self.tokenizers.tgt.decode(ids)
         return results
-
-
-def _inference_copy(model: TransformerModel, device, int8: bool, bf16: bool, packed: bool) -> TransformerModel:
-    """The model as it will decode: int8, oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to
-    bfloat16 in a copy: the caller's model keeps its dtype)."""
-    dtype = torch.bfloat16 if bf16 else None
-    if int8:
-        return quantize(model)
-    if packed and torch.device(device).type == "cpu" and packing_available():
-        return pack(model, dtype)
-    if bf16:
-        model = copy.deepcopy(model)
-    return model.eval().to(device, dtype)

@@ -41,12 +41,16 @@ def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int, see
     return batches
 
 
-def lm_blocks(streams: list[list[int]], block_size: int, eos_id: int) -> Tensor:
+def lm_blocks(streams: list[list[int]] | Tensor, block_size: int, eos_id: int, shift: int = 0) -> Tensor:
     """Concatenate token lists (each ended by EOS) and cut into (N, block_size + 1) rows for next-token
-    training (input = row[:-1], labels = row[1:]); the remainder that does not fill a block is dropped."""
-    flat = [tok for ids in streams for tok in (*ids, eos_id)]
-    n = (len(flat) - 1) // block_size
-    if n == 0:
-        raise ValueError(f"language-model data: {len(flat)} tokens are fewer than one block of {block_size}")
-    data = torch.tensor(flat[: n * block_size + 1], dtype=torch.long)
-    return data.unfold(0, block_size + 1, block_size)  # (N, block_size + 1)
+    training (input = row[:-1], labels = row[1:]), starting ``shift`` tokens in; the remainder that does
+    not fill a block is dropped. ``streams`` may also be the concatenated tokens already (a 1-D tensor)."""
+    if isinstance(streams, Tensor):
+        data = streams
+    else:
+        data = torch.tensor([tok for ids in streams for tok in (*ids, eos_id)], dtype=torch.long)
+    data = data[shift:]
+    n = (data.numel() - 1) // block_size
+    if n <= 0:
+        raise ValueError(f"language-model data: {data.numel()} tokens are fewer than one block of {block_size}")
+    return data[: n * block_size + 1].unfold(0, block_size + 1, block_size)  # (N, block_size + 1)

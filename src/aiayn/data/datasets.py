@@ -30,6 +30,10 @@ MULTI30K_SHA256 = {
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
     "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
 }
+TEXT_CORPORA = {  # name -> (download address, SHA-256 of the text)
+    "tinyshakespeare": ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+}
 SYNTHETIC = ("copy", "reverse", "numbers")
 BUILTIN = ("multi30k", "tatoeba-cmn", *SYNTHETIC)
 
@@ -58,21 +62,42 @@ def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) 
     The source is ``base_url``, else $AIAYN_MULTI30K_URL (a mirror), else the public repository.
     """
     base_url = base_url or os.environ.get("AIAYN_MULTI30K_URL", MULTI30K_URL)
-    folder.mkdir(parents=True, exist_ok=True)
+    offline = "a folder holding train/val/test_2016_flickr .de/.en/.fr .gz files"
     for name in names:
-        target = folder / name
-        if target.is_file() and _sha256(target) == MULTI30K_SHA256[name]:
-            continue
-        with atomic_path(target) as tmp:
-            try:
-                urllib.request.urlretrieve(f"{base_url}/{name}", tmp)
-            except OSError as err:
-                raise DataError(f"multi30k: cannot download {name} ({err}); on an offline machine pass "
-                                "--data-dir DIR, a folder holding train/val/test_2016_flickr .de/.en/.fr .gz "
-                                "files") from None
-            if _sha256(tmp) != MULTI30K_SHA256[name]:
-                raise DataError(f"multi30k: {name} from {base_url} failed its SHA-256 check; try again later "
-                                "or pass --data-dir with a good copy")
+        fetch(f"{base_url}/{name}", folder / name, MULTI30K_SHA256[name], "multi30k", offline)
+
+
+def fetch(url: str, target: Path, sha256: str, corpus: str, offline: str) -> None:
+    """Download ``url`` to ``target`` atomically, checked against ``sha256``; a good copy is kept.
+    ``offline`` says what --data-dir must hold, for the message when the download fails."""
+    if target.is_file() and _sha256(target) == sha256:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        try:
+            urllib.request.urlretrieve(url, tmp)
+        except OSError as err:
+            raise DataError(f"{corpus}: cannot download {target.name} ({err}); on an offline machine pass "
+                            f"--data-dir DIR, {offline}") from None
+        if _sha256(tmp) != sha256:
+            raise DataError(f"{corpus}: {target.name} from {url} failed its SHA-256 check; try again later "
+                            "or pass --data-dir with a good copy")
+
+
+def text_corpus(spec: str, data_dir: str | Path | None) -> Path:
+    """The file of a language-modelling corpus: a built-in name (tinyshakespeare: downloaded and checked,
+    or found in --data-dir as input.txt or input.txt.gz) or a path to a text file (plain or .gz)."""
+    if spec not in TEXT_CORPORA:
+        return Path(spec)
+    url, sha256 = TEXT_CORPORA[spec]
+    if data_dir is not None:
+        for name in ("input.txt", "input.txt.gz"):
+            if (Path(data_dir) / name).is_file():
+                return Path(data_dir) / name
+        raise DataError(f"{spec}: no input.txt or input.txt.gz in {data_dir}")
+    target = cache_dir() / spec / "input.txt"
+    fetch(os.environ.get("AIAYN_TINYSHAKESPEARE_URL", url), target, sha256, spec, "a folder holding input.txt")
+    return target
 
 
 def load_multi30k(src: str, tgt: str, data_dir: str | Path | None) -> Splits:

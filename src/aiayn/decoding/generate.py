@@ -5,6 +5,8 @@ The Translator, the server and the validation loop decode through it; so does th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
 from aiayn.decoding.beam import beam_search
@@ -23,7 +25,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
              use_cache: bool = True, num_return_sequences: int = 1, draft_model: TransformerModel | None = None,
              prompt_cache: PromptCache | None = None, *, max_len_a: float = 0.0, max_len_b: int | None = None,
-             draft_tokens: int = 4, speculative_stats: SpeculativeStats | None = None) -> list[list[int]]:
+             draft_tokens: int = 4, speculative_stats: SpeculativeStats | None = None,
+             on_token: Callable[[Tensor, Tensor], None] | None = None) -> list[list[int]]:
     """Generate token ids for each row of ``src_ids``.
 
     Args:
@@ -36,6 +39,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         draft_model: greedy only: speculative decoding with this draft (same output, fewer main passes),
             proposing ``draft_tokens`` per main pass; counts are added to ``speculative_stats`` if given.
         prompt_cache: decoder-only, one prompt: reuse the stored keys/values of its longest cached prefix.
+        on_token: greedy and sample: called with the next ids (B,) and which rows are still live (B,), after
+            every step (streaming).
     Returns:
         B * num_return_sequences lists of generated ids (grouped per input), without BOS and EOS.
     """
@@ -47,7 +52,7 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         if draft_model is not None:
             return speculative_greedy(model, draft_model, src_ids, limits, draft_tokens, min_new_tokens,
                                       speculative_stats)[0]
-        return greedy_search(model, src_ids, limits, min_new_tokens, use_cache, prompt_cache)
+        return greedy_search(model, src_ids, limits, min_new_tokens, use_cache, prompt_cache, on_token)
     if draft_model is not None:
         raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
     if strategy == "beam":
@@ -57,5 +62,5 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         return [h.tokens for hyps in nbest for h in hyps[:num_return_sequences]]
     if strategy == "sample":
         return sample(model, src_ids, limits, min_new_tokens, temperature, top_k, top_p, seed,
-                      num_return_sequences, use_cache)
+                      num_return_sequences, use_cache, prompt_cache, on_token)
     raise ValueError(f"strategy: unknown value {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -32,8 +32,9 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
 
 def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-           num_samples: int = 1, use_cache: bool = True) -> list[list[int]]:
-    """``num_samples`` samples per row of ``src_ids`` (rows grouped per input, in order)."""
+           num_samples: int = 1, use_cache: bool = True, prompt_cache=None, on_token=None) -> list[list[int]]:
+    """``num_samples`` samples per row of ``src_ids`` (rows grouped per input, in order); ``prompt_cache``
+    and ``on_token`` as in :func:`aiayn.decoding.greedy.decode_loop`."""
     rows = src_ids.repeat_interleave(num_samples, dim=0)  # (B*N, S)
     limits = torch.as_tensor(max_new_tokens, device=src_ids.device)
     if limits.dim():
@@ -45,4 +46,4 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
         probs = filter_logits(scores, temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
         return torch.multinomial(probs, 1, generator=gen).squeeze(1)
 
-    return decode_loop(model, rows, limits, choose, min_new_tokens, use_cache)
+    return decode_loop(model, rows, limits, choose, min_new_tokens, use_cache, prompt_cache, on_token)

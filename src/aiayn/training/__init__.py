@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-_OBJECTIVE = ("inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr", "shift_target")
+_OBJECTIVE = ("cosine_lr", "inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr",
+              "shift_target")
 __all__ = list(_OBJECTIVE)
 
 

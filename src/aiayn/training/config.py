@@ -14,9 +14,9 @@ from pathlib import Path
 from aiayn.config import PRESETS, ModelConfig, typed_fields
 
 TASKS = ("translation", "lm", "mlm")
-SCHEDULES = ("noam", "inverse_sqrt")
+SCHEDULES = ("noam", "inverse_sqrt", "cosine")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-TOKENIZER_TYPES = ("bpe", "unigram")
+TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizer.MODEL_TYPES (no torch here)
 
 
 def _f(default, help: str, choices: tuple | None = None):
@@ -43,18 +43,18 @@ class TrainConfig:
     model: dict = field(default_factory=dict, metadata={"help": "ModelConfig field overrides, e.g. {dropout: 0.3} "
                                                         "(recipe files only)", "choices": None})
     tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
-    vocab_size: int = _f(8000, "subword vocabulary size")
+    vocab_size: int = _f(8000, "subword vocabulary size (ignored by char)")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
     joint_vocab: bool = _f(True, "one shared source/target vocabulary (default) or two")
     max_len: int = _f(128, "pairs with more tokens on a side are filtered (and counted)")
-    block_size: int = _f(128, "lm / mlm block length in tokens")
+    block_size: int = _f(128, "lm / mlm block length in tokens (the context)")
     max_tokens: int = _f(4096, "padded tokens per batch")
     accum: int = _f(1, "gradient accumulation steps")
     max_steps: int = _f(1000, "optimizer steps to train")
     time_limit_min: float = _f(0.0, "stop after this many minutes of training (0 = no limit)")
-    schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3) or inverse_sqrt (peak lr, "
-                       "then 1/sqrt decay)", SCHEDULES)
-    lr: float = _f(1e-3, "peak learning rate (inverse_sqrt)")
+    schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3), inverse_sqrt (peak lr, then 1/sqrt "
+                       "decay) or cosine (peak lr, then a half cosine to lr/10 at max_steps)", SCHEDULES)
+    lr: float = _f(1e-3, "peak learning rate (inverse_sqrt, cosine)")
     lr_factor: float = _f(1.0, "factor on noam's learning rate")
     warmup: int = _f(4000, "warm-up steps")
     label_smoothing: float = _f(0.1, "label smoothing epsilon (section 5.4)")

@@ -3,6 +3,8 @@ schedules, each a pure function (tested directly against hand-computed values)."
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -40,6 +42,16 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     inverse_sqrt; the same shape as equation (3), parametrised by its peak)."""
     step = max(step, 1)
     return peak * min(step / warmup, (warmup / step) ** 0.5)
+
+
+def cosine_lr(step: int, peak: float, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Linear warm-up to ``peak``, then a half cosine down to ``floor * peak`` at step ``total`` (and flat
+    after): the schedule of GPT-style language models (nanoGPT's)."""
+    step = max(step, 1)
+    if step < warmup:
+        return peak * step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:

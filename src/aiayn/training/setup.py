@@ -6,7 +6,7 @@ import torch
 
 from aiayn.config import ModelConfig
 from aiayn.data.corpus import Parallel, read_lines
-from aiayn.data.datasets import Splits, load_splits
+from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training.config import TrainConfig
 from aiayn.training.tasks import BlockTask, TranslationTask
@@ -45,20 +45,24 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def load_data(cfg: TrainConfig) -> Splits:
-    """Translation pairs, or (lm / mlm) the text file's lines as ``sources`` with a 1% validation slice."""
+    """Translation pairs, or (lm / mlm) the text file as one text, split by characters: the first 90%
+    trains, the last 10% validates (the usual language-modelling split); newlines stay in the text."""
     if cfg.task == "translation":
         return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
                            cfg.synthetic_size)
-    lines = [line for line in read_lines(cfg.data) if line.strip()]
-    n_valid = max(1, len(lines) // 100)
-    return Splits(Parallel(lines[n_valid:], []), Parallel(lines[:n_valid], []))
+    text = "\n".join(read_lines(text_corpus(cfg.data, cfg.data_dir))) + "\n"
+    if not text.strip():
+        raise ValueError(f"data: {cfg.data} holds no text")
+    cut = int(len(text) * 0.9)
+    return Splits(Parallel([text[:cut]], []), Parallel([text[cut:]], []))
 
 
 def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
     if cfg.tokenizer is not None:
         return TokenizerPair.load(cfg.tokenizer)
-    if cfg.task != "translation":
-        return TokenizerPair.train(splits.train.sources, [], cfg.vocab_size, True, cfg.tokenizer_type)
+    if cfg.task != "translation":  # SentencePiece learns from lines; the text is encoded whole
+        lines = [line for text in splits.train.sources for line in text.splitlines()]
+        return TokenizerPair.train(lines, [], cfg.vocab_size, True, cfg.tokenizer_type)
     return TokenizerPair.train(splits.train.sources, splits.train.targets, cfg.vocab_size, cfg.joint_vocab,
                                cfg.tokenizer_type)
 

@@ -55,13 +55,20 @@ class TranslationTask:
 
 
 class BlockTask:
-    """Text cut into fixed blocks: next-token prediction (``lm``) or masked tokens (``mlm``, BERT's
-    15% with 80% <mask> / 10% random / 10% kept)."""
+    """Text cut into blocks of ``block_size`` tokens: next-token prediction (``lm``) or masked tokens
+    (``mlm``, BERT's 15% with 80% <mask> / 10% random / 10% kept).
+
+    Every epoch after the first shifts the block grid by a seeded offset (so the model sees other
+    windows of the same text; the same seed gives the same batches, which keeps resuming exact).
+    Validation (``shuffle_seed`` given to build_task) uses epoch 0: every token predicted once.
+    """
 
     def __init__(self, texts: list[str], tokenizers: TokenizerPair, cfg: ModelConfig, block_size: int,
                  max_tokens: int, seed: int, masked: bool) -> None:
-        self.cfg, self.seed, self.masked = cfg, seed, masked
-        self.blocks = lm_blocks(tokenizers.src.encode_batch(texts), block_size, cfg.eos_id)  # (N, L+1)
+        self.cfg, self.seed, self.masked, self.block_size = cfg, seed, masked, block_size
+        streams = tokenizers.src.encode_batch(texts)
+        self.tokens = torch.tensor([t for ids in streams for t in (*ids, cfg.eos_id)], dtype=torch.long)  # (N,)
+        self.blocks = lm_blocks(self.tokens, block_size, cfg.eos_id)  # (N, L+1)
         self.rows_per_batch = max(1, max_tokens // block_size)
         self.too_long = 0
 
@@ -70,6 +77,8 @@ class BlockTask:
 
     def batches(self, epoch: int) -> list[list[int]]:
         gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        shift = int(torch.randint(0, self.block_size, (1,), generator=gen)) if epoch else 0
+        self.blocks = lm_blocks(self.tokens, self.block_size, self.cfg.eos_id, shift)  # (N, L+1)
         order = torch.randperm(len(self), generator=gen).tolist()
         return [order[i: i + self.rows_per_batch] for i in range(0, len(order), self.rows_per_batch)]
 
@@ -81,6 +90,13 @@ class BlockTask:
             return summed_loss(model(batch[:, :-1]), batch[:, 1:], self.cfg.pad_id, smoothing)
         ids, labels = self.mask_tokens(batch[:, :-1], int(batch.sum()))
         return summed_loss(model(ids), labels, self.cfg.pad_id, smoothing)
+
+    @torch.no_grad()
+    def masked_accuracy(self, model: nn.Module, batch: Tensor) -> tuple[int, int]:
+        """(correct, total) arg-max predictions at the masked positions of a batch (mlm validation)."""
+        ids, labels = self.mask_tokens(batch[:, :-1], int(batch.sum()))
+        chosen = labels != self.cfg.pad_id
+        return int((model(ids).argmax(dim=-1)[chosen] == labels[chosen]).sum()), int(chosen.sum())
 
     def mask_tokens(self, ids: Tensor, salt: int) -> tuple[Tensor, Tensor]:
         """BERT masking, seeded by the batch content so a resumed run masks the same way."""

@@ -19,7 +19,7 @@ from aiayn.models import TransformerModel, build_model
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training import distributed
 from aiayn.training.config import TrainConfig
-from aiayn.training.objective import inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.objective import cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
 from aiayn.training.setup import autocast_dtype, build_task, build_tokenizers, load_data, model_config, pick_device
 from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
 from aiayn.translate import Translator
@@ -115,6 +115,8 @@ class Trainer:
         c = self.cfg
         if c.schedule == "noam":
             return noam_lr(step, self.model.config.d_model, c.warmup, c.lr_factor)
+        if c.schedule == "cosine":
+            return cosine_lr(step, c.lr, c.warmup, c.max_steps)
         return inverse_sqrt_lr(step, c.lr, c.warmup)
 
     def _shard(self, epoch: int) -> list[list[int]]:
@@ -226,7 +228,8 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict:
-        """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF."""
+        """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF; for mlm the
+        masked-token accuracy (arg-max at the masked positions)."""
         self.model.eval()
         task = self.valid_task
         total, tokens = 0.0, 0
@@ -236,6 +239,9 @@ class Trainer:
             total, tokens = total + loss.item(), tokens + n
         nll = total / max(tokens, 1)
         result = {"valid_loss": round(nll, 4), "valid_ppl": round(math.exp(min(nll, 50)), 3)}
+        if self.cfg.task == "mlm":
+            counts = [task.masked_accuracy(self.model, _to(task.collate(b), self.device)) for b in task.batches(0)]
+            result["valid_mask_acc"] = round(sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1), 4)
         if self.cfg.task == "translation" and self.cfg.bleu_sentences > 0:
             n = self.cfg.bleu_sentences
             translator = Translator(self.model, self.tokenizers, self.device, beam_size=self.cfg.beam_size)
