@@ -99,16 +99,16 @@ def trained_run(tmp_path_factory) -> Path:
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
 
 
-def _train_family(tmp_path_factory, task: str, **changes) -> Path:
+def _train_family(tmp_path_factory, task: str, text: str = PLANTED, **changes) -> Path:
     from aiayn.training.config import TrainConfig
     from aiayn.training.trainer import Trainer
 
     folder = tmp_path_factory.mktemp(task)
-    (folder / "text.txt").write_text(PLANTED)
-    recipe = dict(data=str(folder / "text.txt"), task=task, preset="tiny", output=str(folder / "run"),
-                  block_size=32, max_tokens=512, max_steps=150, eval_every=150, schedule="inverse_sqrt",
-                  lr=3e-3, warmup=20, keep_last=0, log_every=50, label_smoothing=0.0,
-                  model={"dropout": 0.0, "norm": "pre"}, device="cpu", **changes)
+    (folder / "text.txt").write_text(text)
+    recipe = {"data": str(folder / "text.txt"), "task": task, "preset": "tiny", "output": str(folder / "run"),
+              "block_size": 32, "max_tokens": 512, "max_steps": 150, "eval_every": 150, "schedule": "inverse_sqrt",
+              "lr": 3e-3, "warmup": 20, "keep_last": 0, "log_every": 50, "label_smoothing": 0.0,
+              "model": {"dropout": 0.0, "norm": "pre"}, "device": "cpu", **changes}
     Trainer(TrainConfig(**recipe)).train()
     return folder / "run"
 
@@ -122,7 +122,13 @@ def lm_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mlm_run(tmp_path_factory) -> Path:
     """A tiny masked language model trained on the same text: it learns to fill "sat", "mat", "ran"..."""
-    return _train_family(tmp_path_factory, "mlm", vocab_size=300, max_steps=300)
+    import random
+
+    sentences = ["the cat sat on the mat .", "a dog ran in the park .", "the bird flew over a house .",
+                 "my friend read a book ."]
+    rng = random.Random(0)  # shuffled, so a token's place in a block says nothing: only the context does
+    text = "".join(rng.choice(sentences) + "\n" for _ in range(800))
+    return _train_family(tmp_path_factory, "mlm", text, vocab_size=400, max_steps=1500, eval_every=1500)
 
 
 @pytest.fixture(scope="session")

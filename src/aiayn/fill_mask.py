@@ -37,8 +37,12 @@ class MaskFiller:
         return cls(model, tokenizers, device)
 
     def ids(self, text: str) -> list[int]:
-        """The text's ids, each ``<mask>`` one MASK_ID; a text without a mask, or too long, is a ValueError."""
+        """The text's ids, each ``<mask>`` one MASK_ID standing for a whole piece (the word-start marker the
+        tokenizer puts before it is dropped: in training a masked piece carries its own); a text without a
+        mask, or too long, is a ValueError."""
         ids = self.tokenizer.encode(" ".join(text.split()))
+        space = self.tokenizer.sp.piece_to_id("\u2581")  # SentencePiece's word-start marker
+        ids = [t for t, nxt in zip(ids, [*ids[1:], None], strict=True) if not (t == space and nxt == MASK_ID)]
         if MASK_ID not in ids:
             raise ValueError(f"text: no {MASK} in it; mark each word to predict with {MASK}")
         if len(ids) > self.model.config.max_len:

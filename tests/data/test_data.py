@@ -4,6 +4,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.data.batching import lm_blocks, token_batches
 from aiayn.data.corpus import DataError, clean, read_lines, read_parallel, read_tsv
@@ -107,3 +108,40 @@ def test_tatoeba_both_directions_and_user_paths(tmp_path):
     assert len(user.train) + len(user.valid) == 300 and len(user.valid) == 3
     with pytest.raises(DataError, match="neither a TSV"):
         load_splits(str(tmp_path / "missing"), "de", "en")
+
+
+def test_lm_blocks_with_a_shift():
+    blocks = lm_blocks(torch.arange(10, 20), block_size=3, eos_id=2, shift=2)
+    assert blocks.tolist() == [[12, 13, 14, 15], [15, 16, 17, 18]]
+
+
+def test_text_corpus_downloads_checks_and_reads_local_copies(tmp_path, monkeypatch):
+    """tinyshakespeare: --data-dir takes the shared copy; without it the file is downloaded (here from a local
+    server holding the same text) and checked against its SHA-256, and a wrong file is refused."""
+    import functools
+    import http.server
+    import threading
+
+    from aiayn.data.datasets import text_corpus
+
+    assert text_corpus("tinyshakespeare", SHARED / "tinyshakespeare").name == "input.txt.gz"
+    assert text_corpus("some/file.txt", None) == Path("some/file.txt")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "input.txt").write_bytes(gzip.decompress((SHARED / "tinyshakespeare" / "input.txt.gz").read_bytes()))
+    (served / "wrong.txt").write_text("not shakespeare")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setenv("AIAYN_TINYSHAKESPEARE_URL", f"{base}/wrong.txt")
+        with pytest.raises(DataError, match="SHA-256"):
+            text_corpus("tinyshakespeare", None)
+        assert not (tmp_path / "cache" / "tinyshakespeare" / "input.txt").exists()
+        monkeypatch.setenv("AIAYN_TINYSHAKESPEARE_URL", f"{base}/input.txt")
+        path = text_corpus("tinyshakespeare", None)
+        assert path.read_text().startswith("First Citizen:")
+    finally:
+        server.shutdown()

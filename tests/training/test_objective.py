@@ -64,3 +64,12 @@ def test_shift_target_teacher_forcing():
     tgt = torch.tensor([[1, 7, 8, 2], [1, 9, 2, 0]])
     tgt_in, labels = shift_target(tgt, pad_id=0, eos_id=2)
     assert tgt_in.tolist() == [[1, 7, 8], [1, 9, 0]] and labels.tolist() == [[7, 8, 2], [9, 2, 0]]
+
+
+def test_cosine_schedule_hand_computed():
+    from aiayn.training.objective import cosine_lr
+
+    assert cosine_lr(50, 1e-3, 100, 1100) == pytest.approx(5e-4)  # warm-up
+    assert cosine_lr(100, 1e-3, 100, 1100) == pytest.approx(1e-3)  # the peak
+    assert cosine_lr(600, 1e-3, 100, 1100) == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # halfway down the cosine
+    assert cosine_lr(1100, 1e-3, 100, 1100) == pytest.approx(1e-4) == cosine_lr(5000, 1e-3, 100, 1100)

@@ -54,6 +54,14 @@ class TranslationTask:
         return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing)
 
 
+def encode_lines(tokenizer, text: str) -> list[int]:
+    """A text's ids, line by line with a newline piece between: every line is encoded as users' text is
+    (a subword tokenizer marks its first word as a word start), and newlines stay in the stream."""
+    newline = tokenizer.sp.piece_to_id("<0x0A>")  # byte fallback's piece for "\n"
+    lines = tokenizer.encode_batch(text.split("\n"))
+    return [t for i, ids in enumerate(lines) for t in ([newline] if i else []) + ids]
+
+
 class BlockTask:
     """Text cut into blocks of ``block_size`` tokens: next-token prediction (``lm``) or masked tokens
     (``mlm``, BERT's 15% with 80% <mask> / 10% random / 10% kept).
@@ -66,8 +74,8 @@ class BlockTask:
     def __init__(self, texts: list[str], tokenizers: TokenizerPair, cfg: ModelConfig, block_size: int,
                  max_tokens: int, seed: int, masked: bool) -> None:
         self.cfg, self.seed, self.masked, self.block_size = cfg, seed, masked, block_size
-        streams = tokenizers.src.encode_batch(texts)
-        self.tokens = torch.tensor([t for ids in streams for t in (*ids, cfg.eos_id)], dtype=torch.long)  # (N,)
+        self.tokens = torch.tensor([t for text in texts for t in (*encode_lines(tokenizers.src, text), cfg.eos_id)],
+                                   dtype=torch.long)  # (N,)
         self.blocks = lm_blocks(self.tokens, block_size, cfg.eos_id)  # (N, L+1)
         self.rows_per_batch = max(1, max_tokens // block_size)
         self.too_long = 0
