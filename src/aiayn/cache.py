@@ -97,6 +97,44 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_kv.truncate(length)
 
+    # Continuous batching (aiayn.serve.continuous): rows join, leave, and share columns.
+
+    def select(self, index: Tensor) -> DecoderCache:
+        """A cache of rows ``index`` only (self-attention; any number of rows), the same filled length."""
+        return DecoderCache([LayerCache(_rows(layer.self_kv, index)) for layer in self.layers])
+
+    def append_rows(self, other: DecoderCache) -> DecoderCache:
+        """This cache's rows followed by ``other``'s (same layers, capacity and filled length)."""
+        return DecoderCache([LayerCache(_cat(mine.self_kv, theirs.self_kv))
+                             for mine, theirs in zip(self.layers, other.layers, strict=True)])
+
+    def shift(self, columns: int) -> None:
+        """Move the filled positions ``columns`` to the right (> 0: new empty columns in front, for a
+        longer prompt to join) or to the left (< 0: drop columns of padding every row has)."""
+        for layer in self.layers:
+            kv = layer.self_kv
+            n, new = kv.length, kv.length + columns
+            if new > kv.k.size(2) or new < 0:
+                raise ValueError(f"KV cache: cannot shift {n} positions by {columns} in {kv.k.size(2)}")
+            start = max(0, -columns)
+            for t in (kv.k, kv.v):
+                t[:, :, start + columns: n + columns] = t[:, :, start:n].clone()
+            kv.length = new
+
+
+def _rows(kv: KVCache, index: Tensor) -> KVCache:
+    out = KVCache.__new__(KVCache)
+    out.k, out.v, out.length = kv.k.index_select(0, index), kv.v.index_select(0, index), kv.length
+    return out
+
+
+def _cat(a: KVCache, b: KVCache) -> KVCache:
+    if a.length != b.length:
+        raise ValueError(f"KV cache: rows of {a.length} and {b.length} positions cannot share a batch")
+    out = KVCache.__new__(KVCache)
+    out.k, out.v, out.length = torch.cat([a.k, b.k]), torch.cat([a.v, b.v]), a.length
+    return out
+
     def copy_prefix(self, other: DecoderCache, length: int) -> None:
         """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
         for mine, theirs in zip(self.layers, other.layers, strict=True):

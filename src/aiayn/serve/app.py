@@ -83,9 +83,17 @@ def _options(req: TranslateRequest, translator: Translator, limits: Limits) -> O
                    req.max_new_tokens or limits.max_new_tokens)
 
 
-def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
+def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
                info: dict | None = None) -> FastAPI:
-    """The app around ``translator``; its batcher starts and stops with the app's lifespan."""
+    """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
+    with continuous batching) or a ``MaskFiller`` (/fill-mask). Its batcher starts and stops with the app."""
+    from aiayn.fill_mask import MaskFiller
+    from aiayn.generation import TextGenerator
+
+    if isinstance(translator, (TextGenerator, MaskFiller)):
+        from aiayn.serve.family import create_family_app
+
+        return create_family_app(translator, limits, max_batch, _base_app, _check_size)
 
     def translate(texts: list[str], o: Options) -> list[str]:
         return translator.translate(texts, max_batch, beam_size=o.beam_size, alpha=o.alpha,
@@ -99,12 +107,24 @@ def create_app(translator: Translator, limits: Limits = Limits(), max_batch: int
         yield
         await batcher.stop()
 
-    app = FastAPI(title="aiayn", description="Transformer translation server (Attention Is All You Need)",
-                  lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
+    app = _base_app(lifespan, limits)
     app.state.batcher = batcher
+    _add_routes(app, translator, batcher, limits, info or {})
+    return app
+
+
+def _base_app(lifespan, limits: Limits) -> FastAPI:
+    """What every server shares: the static files, /docs, the guards."""
+    app = FastAPI(title="aiayn", description="Transformer server (Attention Is All You Need)",
+                  lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_guards(app, limits)
-    _add_routes(app, translator, batcher, limits, info or {})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> FileResponse:
+        """The API from /openapi.json, rendered by a page of ours (no script from elsewhere)."""
+        return FileResponse(STATIC / "docs.html")
+
     return app
 
 
@@ -167,11 +187,6 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
-    @app.get("/docs", include_in_schema=False)
-    async def docs() -> FileResponse:
-        """The API from /openapi.json, rendered by a page of ours (no script from elsewhere)."""
-        return FileResponse(STATIC / "docs.html")
-
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits and how many batches were decoded."""
@@ -222,7 +237,17 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     """Load the checkpoint and serve it with uvicorn until interrupted."""
     import uvicorn
 
-    translator = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8,
-                                             bf16=bf16)
-    app = create_app(translator, limits, max_batch, wait_ms)
+    from aiayn.checkpoint import resolve_checkpoint
+    from aiayn.config import ModelConfig
+    from aiayn.fill_mask import MaskFiller
+    from aiayn.generation import TextGenerator
+
+    arch = ModelConfig.load(resolve_checkpoint(checkpoint) / "config.json").arch
+    if arch == "decoder-only":
+        engine = TextGenerator.from_checkpoint(checkpoint, device, bf16=bf16)
+    elif arch == "encoder-only":
+        engine = MaskFiller.from_checkpoint(checkpoint, device)
+    else:
+        engine = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8, bf16=bf16)
+    app = create_app(engine, limits, max_batch, wait_ms)
     uvicorn.Server(server_config(app, host, port, limits)).run()

@@ -1,0 +1,191 @@
+"""Continuous batching for a decoder-only model (the idea of Orca and vLLM, written small).
+
+One decoding thread keeps a running batch. Between two steps, waiting requests join it: a joining prompt
+is computed alone into a cache row of its own and then appended, left-padded to the batch's width (each
+row keeps its own positions and never attends to padding: ``DecoderOnly.decode(left_pad=...)``); a row
+leaves as soon as it ends. So a long generation never holds up a short one, and each answer is the one the
+request would get alone (greedy, or sampling with its own seeded generator).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from aiayn.cache import DecodeState
+from aiayn.decoding.core import forbid
+from aiayn.decoding.sampling import filter_logits
+from aiayn.models import DecoderOnly
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to continue. ``emit(event)`` is called on the decoding thread: ``{"id": token}`` per
+    token, then ``{"finish_reason": "stop" | "length" | "cancelled", ...counts}``."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    emit: Callable[[dict], None]
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator()
+        self.generator.manual_seed(self.seed if self.seed is not None else int(torch.randint(2**62, ()).item()))
+
+    def choose(self, logits: Tensor) -> int:
+        """The next token from (1, V) scores: arg-max at temperature 0, else a draw from the filtered
+        distribution with this request's generator (as ``aiayn.generate`` draws for it alone)."""
+        if self.temperature == 0:
+            return int(logits.argmax(dim=-1))
+        probs = filter_logits(logits, self.temperature, self.top_k, self.top_p).softmax(dim=-1)  # (1, V)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+class ContinuousBatcher:
+    """Runs requests on ``model`` in one batch that they join and leave between steps.
+
+    Args:
+        max_batch: rows decoded together; more requests wait in order.
+        capacity: columns of the shared KV cache (the longest prompt + continuation a row may reach).
+    Invariant between steps: ``tokens`` (B, W) holds every row left-padded to width W, and the cache
+    holds columns 0..W-2 (the last column is what the next step reads).
+    """
+
+    def __init__(self, model: DecoderOnly, max_batch: int = 16, capacity: int | None = None) -> None:
+        self.model, self.max_batch = model, max_batch
+        self.capacity = capacity or model.config.max_len
+        self.waiting: queue.Queue[GenerationRequest] = queue.Queue()
+        self.held: GenerationRequest | None = None  # the next in line, waiting for room in the cache
+        self.rows: list[GenerationRequest] = []
+        self.tokens: Tensor | None = None
+        self.state: DecodeState | None = None
+        self.steps = self.joined = self.largest_batch = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="aiayn-generate", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+
+    def submit(self, request: GenerationRequest) -> None:
+        if len(request.prompt) + request.max_new_tokens > self.capacity:
+            raise ValueError(f"prompt and max_new_tokens: {len(request.prompt)} + {request.max_new_tokens} "
+                             f"tokens exceed the model's {self.capacity}")
+        self.waiting.put(request)
+
+    def _run(self) -> None:
+        with torch.no_grad():
+            while not self._stop.is_set():
+                self._admit()
+                if self.rows:
+                    self._step()
+
+    def _admit(self) -> None:
+        while len(self.rows) < self.max_batch:
+            request, self.held = self.held, None
+            if request is None:
+                try:
+                    request = self.waiting.get(timeout=0.05) if not self.rows else self.waiting.get_nowait()
+                except queue.Empty:
+                    return
+            if request.cancelled:
+                request.emit(self._final(request, "cancelled"))
+            elif self._fits(request):
+                self._join(request)
+            else:
+                self.held = request  # in order: it joins when rows have left
+                return
+
+    def _fits(self, request: GenerationRequest) -> bool:
+        """Whether every row, the newcomer included, can still reach its limit in the cache's columns."""
+        if self.tokens is None:
+            return True
+        width = max(len(request.prompt), self.tokens.size(1))
+        longest = max([r.max_new_tokens - len(r.generated) for r in self.rows] + [request.max_new_tokens])
+        return width - 1 + longest <= self.capacity
+
+    def _join(self, request: GenerationRequest) -> None:
+        """Compute the prompt alone into a cache row, then append it to the batch (widening the batch when
+        the prompt is longer than the batch is wide)."""
+        n = len(request.prompt)
+        width = n if self.tokens is None else max(n, self.tokens.size(1))
+        if self.tokens is not None and width > self.tokens.size(1):
+            extra = width - self.tokens.size(1)  # new padding columns in front of every row
+            self.tokens = torch.cat([self.tokens.new_full((len(self.rows), extra), self.model.config.pad_id),
+                                     self.tokens], dim=1)  # (B, W)
+            self.state.left_pad = self.state.left_pad + extra
+            self.state.cache.shift(extra)
+        row = torch.tensor([[self.model.config.pad_id] * (width - n) + request.prompt])  # (1, W)
+        left = torch.tensor([width - n])
+        cache = self.model.new_cache(1, self.capacity, next(self.model.parameters()))
+        if width > 1:
+            self.model.decode(row[:, :-1], cache, left)  # fills columns 0..W-2
+        if self.tokens is None:
+            self.tokens, self.state = row, DecodeState(cache, left_pad=left)
+        else:
+            self.tokens = torch.cat([self.tokens, row])
+            self.state.left_pad = torch.cat([self.state.left_pad, left])
+            self.state.cache = self.state.cache.append_rows(cache)
+        self.rows.append(request)
+        self.joined += 1
+        self.largest_batch = max(self.largest_batch, len(self.rows))
+
+    def _step(self) -> None:
+        cfg = self.model.config
+        logits = forbid(self.model.step(self.tokens, self.state)[:, -1].float(), cfg, no_eos=False)  # (B, V)
+        chosen = [request.choose(logits[i: i + 1]) for i, request in enumerate(self.rows)]
+        self.tokens = torch.cat([self.tokens, torch.tensor(chosen)[:, None]], dim=1)  # (B, W+1)
+        self.steps += 1
+        keep = []
+        for i, (request, token) in enumerate(zip(self.rows, chosen, strict=True)):
+            reason = self._advance(request, token, cfg.eos_id)
+            if reason is None:
+                keep.append(i)
+            else:
+                request.emit(self._final(request, reason))
+        if len(keep) < len(self.rows):
+            self._leave(keep)
+
+    def _advance(self, request: GenerationRequest, token: int, eos_id: int) -> str | None:
+        """Record and emit ``token``; the finish reason if the request ends here."""
+        if request.cancelled:
+            return "cancelled"
+        if token == eos_id:
+            return "stop"
+        request.generated.append(token)
+        request.emit({"id": token})
+        return "length" if len(request.generated) >= request.max_new_tokens else None
+
+    def _leave(self, keep: list[int]) -> None:
+        """Drop finished rows, then the padding columns every remaining row has in front."""
+        self.rows = [self.rows[i] for i in keep]
+        if not self.rows:
+            self.tokens = self.state = None
+            return
+        index = torch.tensor(keep)
+        self.tokens = self.tokens.index_select(0, index)
+        self.state.left_pad = self.state.left_pad.index_select(0, index)
+        self.state.cache = self.state.cache.select(index)
+        common = int(self.state.left_pad.min())
+        if common:
+            self.tokens = self.tokens[:, common:]
+            self.state.left_pad = self.state.left_pad - common
+            self.state.cache.shift(-common)
+
+    @staticmethod
+    def _final(request: GenerationRequest, reason: str) -> dict:
+        return {"finish_reason": reason, "prompt_tokens": len(request.prompt),
+                "completion_tokens": len(request.generated)}

@@ -1,0 +1,136 @@
+"""The server for the other family members: POST /generate (decoder-only, continuous batching, optional
+Server-Sent Events) and POST /fill-mask (encoder-only). The translation routes live in ``serve/app.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from aiayn.fill_mask import MaskFiller
+from aiayn.generation import TextGenerator, TextStream
+from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+
+
+class GenerateRequest(BaseModel):
+    """A prompt and sampling options; ``stream`` answers with Server-Sent Events, one per token."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=10.0, allow_inf_nan=False, description="0 = greedy")
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stream: bool = False
+
+
+class FillMaskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str
+    top_k: int = Field(5, ge=1, le=100)
+
+
+def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int, base_app, check_size) -> FastAPI:
+    """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint."""
+    batcher = ContinuousBatcher(engine.model, max_batch) if isinstance(engine, TextGenerator) else None
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if batcher is not None:
+            batcher.start()
+        yield
+        if batcher is not None:
+            batcher.stop()
+
+    app = base_app(lifespan, limits)
+    app.state.batcher = batcher
+    cfg = engine.model.config
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(__import__("aiayn.serve.app", fromlist=["STATIC"]).STATIC / "docs.html")
+
+    @app.get("/health")
+    async def health() -> dict:
+        """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
+        model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
+        counts = {} if batcher is None else {"steps": batcher.steps, "joined": batcher.joined,
+                                             "largest_batch": batcher.largest_batch}
+        return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
+
+    if batcher is not None:
+        _add_generate(app, engine, batcher, limits, check_size)
+    else:
+        _add_fill_mask(app, engine, limits, check_size)
+    return app
+
+
+def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBatcher, limits, check_size) -> None:
+    @app.post("/generate")
+    async def generate(req: GenerateRequest, request: Request):
+        """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
+        ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
+        check_size([req.prompt], limits)
+        if not req.prompt:
+            raise HTTPException(422, "prompt: empty; give the text to continue")
+        if req.max_new_tokens > limits.max_new_tokens:
+            raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit "
+                                     f"{limits.max_new_tokens}")
+        prompt = generator.prompt_ids(req.prompt)
+        if len(prompt) + req.max_new_tokens > batcher.capacity:
+            raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {req.max_new_tokens} tokens "
+                                     f"exceed the model's {batcher.capacity}")
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        job = GenerationRequest(prompt, req.max_new_tokens, lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
+                                req.temperature, req.top_k, req.top_p, req.seed)
+        batcher.submit(job)
+        if req.stream:
+            return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
+        try:
+            final, _ = await _collect(events)
+        finally:
+            job.cancelled = True  # a client that went away frees its row at the next step
+        return {"text": generator.tokenizer.decode(job.generated), **final}
+
+
+async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
+    ids = []
+    while "finish_reason" not in (event := await events.get()):
+        ids.append(event["id"])
+    return event, ids
+
+
+async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGenerator, request: Request):
+    """Server-Sent Events: ``data: {"text", "id"}`` per token, then ``data: {"finish_reason", ...}``."""
+    text = TextStream(generator.tokenizer)
+    try:
+        while True:
+            event = await events.get()
+            if "finish_reason" in event:
+                yield f"data: {json.dumps({**event, 'text': generator.tokenizer.decode(job.generated)})}\n\n"
+                return
+            yield f"data: {json.dumps({'text': text.add(event['id']), 'id': event['id']}, ensure_ascii=False)}\n\n"
+            if await request.is_disconnected():
+                return
+    finally:
+        job.cancelled = True
+
+
+def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits, check_size) -> None:
+    @app.post("/fill-mask")
+    async def fill_mask(req: FillMaskRequest) -> dict:
+        """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
+        check_size([req.text], limits)
+        try:
+            filler.ids(req.text)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        masks = await asyncio.get_running_loop().run_in_executor(None, filler.fill, req.text, req.top_k)
+        return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
+                           for c in cands] for cands in masks]}
