@@ -102,3 +102,61 @@ def test_fill_mask_endpoint(mlm_run):
         response = client.post("/fill-mask", json={"text": "no mask here"})
         assert response.status_code == 422 and "<mask>" in response.json()["detail"]
         assert client.get("/health").json()["model"]["arch"] == "encoder-only"
+
+
+def _run(batcher, jobs):
+    finished = threading.Semaphore(0)
+    for job in jobs:
+        emit = job.emit
+        job.emit = lambda event, emit=emit: (emit(event), "finish_reason" in event and finished.release())
+    for job in jobs:
+        batcher.submit(job)
+        assert finished.acquire(timeout=60)  # one after the other: the second finds the first's blocks
+
+
+def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap(generator):
+    from aiayn.serve.continuous import PrefixBlocks
+
+    system = "the cat sat on the mat . a dog ran in the park 1 .\n"
+    prompts = [system + "the cat ", system + "a dog ", "the bird "]
+    store = PrefixBlocks(block_size=8)
+    batcher = ContinuousBatcher(generator.model, max_batch=2, prefix_cache=store)
+    jobs = [GenerationRequest(generator.prompt_ids(p), 12, lambda e: None, 0.0) for p in prompts]
+    batcher.start()
+    try:
+        _run(batcher, jobs)
+    finally:
+        batcher.stop()
+    for prompt, job in zip(prompts, jobs, strict=True):
+        assert job.generated == alone(generator, prompt, 12, 0.0, 0)
+    shared = len(generator.prompt_ids(system)) // 8
+    assert store.hits == 1 and store.misses == 2 and store.hit_tokens == shared * 8
+    assert store.stats()["prefix_cache_bytes"] == store.bytes > 0
+    small = PrefixBlocks(block_size=8, max_bytes=store.bytes // 3)
+    small.store(generator.prompt_ids(system), *_one_row_cache(generator, system))
+    assert small.bytes <= small.max_bytes and 0 < len(small.blocks) < shared
+
+
+def _one_row_cache(generator, text):
+    ids = generator.prompt_ids(text)
+    cache = generator.model.new_cache(1, 200, next(generator.model.parameters()))
+    generator.model.decode(torch.tensor([ids[:-1]]), cache)
+    return cache, 0, len(ids) - 1
+
+
+def test_a_cancelled_request_leaves_the_batch(generator):
+    batcher = ContinuousBatcher(generator.model, max_batch=4)
+    events = []
+    job = GenerationRequest(generator.prompt_ids("the cat "), 100, events.append, 1.0, seed=1)
+    batcher.start()
+    try:
+        batcher.submit(job)
+        deadline = time.monotonic() + 30
+        while len(events) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.cancelled = True
+        while "finish_reason" not in events[-1] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        batcher.stop()
+    assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.tokens is None

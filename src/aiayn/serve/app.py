@@ -31,6 +31,8 @@ class Limits:
     max_new_tokens: int = 256
     max_body_bytes: int = 1_000_000
     max_attention_tokens: int = 128  # per side for /attention (its answer grows with the square)
+    max_context: int = 1024  # prompt + continuation tokens for /generate (models without a learned table)
+    prefix_cache_bytes: int = 64 * 2**20  # keys/values of prompt blocks kept across /generate requests
     read_timeout_s: float = 10.0  # a client must send its headers, and then its body, within this
     max_connections: int = 64  # open connections at once; more are answered 503 and closed
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,54 @@ class GenerationRequest:
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
+class PrefixBlocks:
+    """Prompt caching across requests, block by block (vLLM's automatic prefix caching, written small).
+
+    The keys/values of every whole block of ``block_size`` prompt tokens are kept under the tuple of all
+    prompt tokens up to the block's end, so a shared system prompt is found whatever follows it. A memory
+    cap evicts the least recently used blocks. Blocks are copied into a row's cache, never shared, so a row
+    that leaves (finished or disconnected) holds nothing.
+    """
+
+    def __init__(self, block_size: int = 16, max_bytes: int = 64 * 2**20) -> None:
+        self.block_size, self.max_bytes = block_size, max_bytes
+        self.blocks: OrderedDict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = OrderedDict()
+        self.bytes = self.hits = self.misses = self.hit_tokens = 0
+
+    def lookup(self, prompt: list[int], usable: int) -> list[list[tuple[Tensor, Tensor]]]:
+        """The cached blocks that start ``prompt``, in order, covering at most ``usable`` tokens."""
+        found, b = [], self.block_size
+        for end in range(b, usable + 1, b):
+            block = self.blocks.get(tuple(prompt[:end]))
+            if block is None:
+                break
+            self.blocks.move_to_end(tuple(prompt[:end]))
+            found.append(block)
+        self.hits, self.misses = self.hits + bool(found), self.misses + (not found)
+        self.hit_tokens += len(found) * b
+        return found
+
+    def store(self, prompt: list[int], cache, first_column: int, computed: int) -> None:
+        """Keep the whole blocks among the first ``computed`` prompt tokens, read from ``cache`` (one row)
+        where the prompt starts at column ``first_column``."""
+        b = self.block_size
+        for end in range(b, computed + 1, b):
+            key = tuple(prompt[:end])
+            if key in self.blocks:
+                continue
+            cols = slice(first_column + end - b, first_column + end)
+            block = [(kv.k[:, :, cols].clone(), kv.v[:, :, cols].clone()) for kv in (la.self_kv for la in cache.layers)]
+            self.blocks[key] = block
+            self.bytes += sum(k.nbytes + v.nbytes for k, v in block)
+        while self.bytes > self.max_bytes and self.blocks:
+            _, block = self.blocks.popitem(last=False)
+            self.bytes -= sum(k.nbytes + v.nbytes for k, v in block)
+
+    def stats(self) -> dict:
+        return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
+                "prefix_cached_tokens": len(self.blocks) * self.block_size, "prefix_cache_bytes": self.bytes}
+
+
 class ContinuousBatcher:
     """Runs requests on ``model`` in one batch that they join and leave between steps.
 
@@ -61,8 +110,11 @@ class ContinuousBatcher:
     holds columns 0..W-2 (the last column is what the next step reads).
     """
 
-    def __init__(self, model: DecoderOnly, max_batch: int = 16, capacity: int | None = None) -> None:
-        self.model, self.max_batch = model, max_batch
+    def __init__(self, model: DecoderOnly, max_batch: int = 16, capacity: int | None = None,
+                 prefix_cache: PrefixBlocks | None = None, static: bool = False) -> None:
+        """``prefix_cache``: reuse the keys/values of prompt blocks seen before. ``static``: the old way,
+        for comparison: a batch is formed only when none is running (no joining)."""
+        self.model, self.max_batch, self.prefix_cache, self.static = model, max_batch, prefix_cache, static
         self.capacity = capacity or model.config.max_len
         self.waiting: queue.Queue[GenerationRequest] = queue.Queue()
         self.held: GenerationRequest | None = None  # the next in line, waiting for room in the cache
@@ -94,6 +146,8 @@ class ContinuousBatcher:
                     self._step()
 
     def _admit(self) -> None:
+        if self.static and self.rows:
+            return
         while len(self.rows) < self.max_batch:
             request, self.held = self.held, None
             if request is None:
@@ -130,9 +184,7 @@ class ContinuousBatcher:
             self.state.cache.shift(extra)
         row = torch.tensor([[self.model.config.pad_id] * (width - n) + request.prompt])  # (1, W)
         left = torch.tensor([width - n])
-        cache = self.model.new_cache(1, self.capacity, next(self.model.parameters()))
-        if width > 1:
-            self.model.decode(row[:, :-1], cache, left)  # fills columns 0..W-2
+        cache = self._prefill(request.prompt, row, width - n)
         if self.tokens is None:
             self.tokens, self.state = row, DecodeState(cache, left_pad=left)
         else:
@@ -142,6 +194,27 @@ class ContinuousBatcher:
         self.rows.append(request)
         self.joined += 1
         self.largest_batch = max(self.largest_batch, len(self.rows))
+
+    def _prefill(self, prompt: list[int], row: Tensor, first: int):
+        """A one-row cache holding columns 0..W-2 of ``row`` (the prompt starts at column ``first``): the
+        cached prefix blocks are copied in, the model computes the rest."""
+        cache = self.model.new_cache(1, self.capacity, next(self.model.parameters()))
+        width, start = row.size(1), 0
+        if self.prefix_cache is not None:
+            blocks = self.prefix_cache.lookup(prompt, len(prompt) - 1)
+            for i, block in enumerate(blocks):
+                b = self.prefix_cache.block_size
+                cols = slice(first + i * b, first + (i + 1) * b)
+                for layer, (k, v) in zip(cache.layers, block, strict=True):
+                    layer.self_kv.k[:, :, cols], layer.self_kv.v[:, :, cols] = k, v
+            start = first + len(blocks) * self.prefix_cache.block_size if blocks else 0
+            for layer in cache.layers:
+                layer.self_kv.length = start
+        if width - 1 > start:
+            self.model.decode(row[:, start: width - 1], cache, torch.tensor([first]))  # fills up to W-2
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(prompt, cache, first, len(prompt) - 1)
+        return cache
 
     def _step(self) -> None:
         cfg = self.model.config

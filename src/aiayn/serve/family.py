@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.fill_mask import MaskFiller
 from aiayn.generation import TextGenerator, TextStream
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
 
 
 class GenerateRequest(BaseModel):
@@ -38,7 +38,12 @@ class FillMaskRequest(BaseModel):
 
 def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int, base_app, check_size) -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint."""
-    batcher = ContinuousBatcher(engine.model, max_batch) if isinstance(engine, TextGenerator) else None
+    batcher = None
+    if isinstance(engine, TextGenerator):
+        cfg = engine.model.config
+        capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
+        prefix = PrefixBlocks(max_bytes=limits.prefix_cache_bytes)
+        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -61,7 +66,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
         model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
         counts = {} if batcher is None else {"steps": batcher.steps, "joined": batcher.joined,
-                                             "largest_batch": batcher.largest_batch}
+                                             "largest_batch": batcher.largest_batch, **batcher.prefix_cache.stats()}
         return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
 
     if batcher is not None:
