@@ -6,6 +6,7 @@ Prints JSON lines {"config", "metric", "value", "unit"}: requests/s, p50 and p99
 
     python benchmarks/bench_serve.py --checkpoint RUN [--input FILE] [--requests 500] [--clients 50]
     python benchmarks/bench_serve.py --url http://127.0.0.1:8000
+    python benchmarks/bench_serve.py --generate --checkpoint LM_RUN   (see bench_generate.py)
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def start_server(checkpoint: str, max_batch: int) -> tuple[subprocess.Popen, str
 
 
 def main() -> None:
+    if "--generate" in sys.argv:  # decoder-only serving: continuous batching and prompt caching
+        import bench_generate
+
+        sys.argv.remove("--generate")
+        bench_generate.main()
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="start `aiayn serve` on this checkpoint (with and without batching)")

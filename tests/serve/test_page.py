@@ -70,3 +70,49 @@ def test_keyboard_only(browser, live_server):
     active = page.locator("#heatmap rect.cell.active")
     assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("1", "1")
     page.close()
+
+
+@pytest.fixture(scope="module")
+def lm_server(lm_run):
+    """A live server for the tiny language model."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from aiayn.generation import TextGenerator
+    from aiayn.serve.app import Limits, create_app, server_config
+
+    limits = Limits(max_new_tokens=64)
+    app = create_app(TextGenerator.from_checkpoint(lm_run), limits)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port, limits, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_language_model_page_streams_the_continuation(browser, lm_server):
+    page = browser.new_page()
+    page.goto(lm_server)
+    page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
+    assert page.locator("#mlm").is_hidden()
+    page.fill("#prompt", "the cat ")
+    page.fill("#max-new", "20")
+    page.fill("#temperature", "0")
+    page.focus("#prompt")
+    page.keyboard.press("Control+Enter")  # keyboard only
+    page.wait_for_function("document.querySelector('#status').textContent.includes('tokens')", timeout=30_000)
+    expected = httpx.post(f"{lm_server}/generate", json={"prompt": "the cat ", "max_new_tokens": 20,
+                                                          "temperature": 0}).json()["text"]
+    assert page.locator("#continuation").inner_text() == expected != ""
+    assert "20 tokens" in page.locator("#status").inner_text()
+    page.close()

@@ -7,6 +7,7 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 from dataclasses import asdict
+from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
@@ -59,7 +60,8 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(__import__("aiayn.serve.app", fromlist=["STATIC"]).STATIC / "docs.html")
+        """The page for this model: a prompt with the continuation streamed in, or masks with their bars."""
+        return FileResponse(Path(__file__).parent / "static" / "family.html")
 
     @app.get("/health")
     async def health() -> dict:

@@ -1,0 +1,72 @@
+// The page for a language model (streamed continuation) or a masked language model (top-k bars).
+const $ = (id) => document.getElementById(id);
+const status = (text, error = false) => { $("status").textContent = text; $("status").className = error ? "error" : ""; };
+
+async function generateText() {
+  const button = $("generate");
+  button.disabled = true;
+  $("continuation").textContent = "";
+  status("Generating…");
+  try {
+    const body = { prompt: $("prompt").value, max_new_tokens: Number($("max-new").value),
+                   temperature: Number($("temperature").value), stream: true };
+    const response = await fetch("/generate", { method: "POST", headers: { "content-type": "application/json" },
+                                                body: JSON.stringify(body) });
+    if (!response.ok) throw new Error((await response.json()).detail);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const event = JSON.parse(buffer.slice(0, cut).replace(/^data: /, ""));
+        buffer = buffer.slice(cut + 2);
+        if (event.finish_reason) status(`${event.completion_tokens} tokens (${event.finish_reason})`);
+        else $("continuation").textContent += event.text;
+      }
+    }
+  } catch (err) {
+    status(String(err.message || err), true);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function fillMask() {
+  status("Predicting…");
+  const response = await fetch("/fill-mask", { method: "POST", headers: { "content-type": "application/json" },
+                                               body: JSON.stringify({ text: $("masked").value, top_k: 5 }) });
+  const data = await response.json();
+  if (!response.ok) { status(String(data.detail), true); return; }
+  const box = $("predictions");
+  box.textContent = "";
+  data.masks.forEach((cands, i) => {
+    const list = document.createElement("ol");
+    list.setAttribute("aria-label", `mask ${i + 1}`);
+    for (const c of cands) {
+      const item = document.createElement("li");
+      const bar = document.createElement("span");
+      bar.className = "bar";
+      bar.style.cssText = `display:inline-block;height:0.8em;background:var(--accent);width:${Math.round(c.probability * 200)}px;margin-right:0.5em`;
+      item.append(bar, `${c.token.trim() || JSON.stringify(c.token)} ${c.probability.toFixed(3)}`);
+      list.append(item);
+    }
+    box.append(list);
+  });
+  status("");
+}
+
+async function init() {
+  const health = await (await fetch("/health")).json();
+  const arch = health.model.arch;
+  $("what").textContent = `A ${arch} Transformer (d_model ${health.model.d_model}, ${health.model.n_heads} heads).`;
+  const lm = arch === "decoder-only";
+  $(lm ? "lm" : "mlm").hidden = false;
+  const [input, run] = lm ? ["prompt", generateText] : ["masked", fillMask];
+  $(lm ? "generate" : "fill").addEventListener("click", run);
+  $(input).addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) run(); });
+}
+init();
