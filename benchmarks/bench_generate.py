@@ -82,7 +82,7 @@ def batching(gen: TextGenerator, args) -> None:
     tag = f"{args.requests}req/{args.clients}clients/max_batch{args.max_batch}"
     rates = {}
     for name, static in (("continuous", False), ("static", True)):
-        batcher = ContinuousBatcher(gen.model, args.max_batch, 1024, static=static)
+        batcher = ContinuousBatcher(gen.model, args.max_batch, 64 + 256 + 1, static=static)  # the longest row
         batcher.start()
         try:
             result = load(batcher, work, args.clients)
@@ -126,11 +126,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
+    parser.add_argument("--only", choices=["batching", "prefix"], help="run one of the two parts")
     args = parser.parse_args()
     gen = TextGenerator.from_checkpoint(args.checkpoint)
     with torch.no_grad():
-        batching(gen, args)
-        prefix_caching(gen)
+        if args.only != "prefix":
+            batching(gen, args)
+        if args.only != "batching":
+            prefix_caching(gen)
 
 
 if __name__ == "__main__":
