@@ -61,4 +61,7 @@ class MaskFiller:
                 for ps, ix in zip(best.values, best.indices, strict=True)]
 
     def _text(self, token_id: int) -> str:
-        return self.tokenizer.pieces([token_id])[0].replace("\u2581", " ")
+        piece = self.tokenizer.pieces([token_id])[0]
+        if piece.startswith("<0x"):  # a byte piece: show the character (e.g. a newline), not its name
+            return self.tokenizer.sp.decode([token_id])
+        return piece.replace("\u2581", " ")
