@@ -122,19 +122,6 @@ class DecoderCache:
             kv.length = new
 
 
-def _rows(kv: KVCache, index: Tensor) -> KVCache:
-    out = KVCache.__new__(KVCache)
-    out.k, out.v, out.length = kv.k.index_select(0, index), kv.v.index_select(0, index), kv.length
-    return out
-
-
-def _cat(a: KVCache, b: KVCache) -> KVCache:
-    if a.length != b.length:
-        raise ValueError(f"KV cache: rows of {a.length} and {b.length} positions cannot share a batch")
-    out = KVCache.__new__(KVCache)
-    out.k, out.v, out.length = torch.cat([a.k, b.k]), torch.cat([a.v, b.v]), a.length
-    return out
-
     def copy_prefix(self, other: DecoderCache, length: int) -> None:
         """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
         for mine, theirs in zip(self.layers, other.layers, strict=True):
@@ -171,3 +158,17 @@ class DecodeState:
                 None if t is None else t.index_select(0, index) for t in (self.memory, self.src_mask, self.left_pad))
         if self.cache is not None:
             self.cache.reorder(index, within_groups)
+
+
+def _rows(kv: KVCache, index: Tensor) -> KVCache:
+    out = KVCache.__new__(KVCache)
+    out.k, out.v, out.length = kv.k.index_select(0, index), kv.v.index_select(0, index), kv.length
+    return out
+
+
+def _cat(a: KVCache, b: KVCache) -> KVCache:
+    if a.length != b.length:
+        raise ValueError(f"KV cache: rows of {a.length} and {b.length} positions cannot share a batch")
+    out = KVCache.__new__(KVCache)
+    out.k, out.v, out.length = torch.cat([a.k, b.k]), torch.cat([a.v, b.v]), a.length
+    return out

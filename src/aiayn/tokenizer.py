@@ -34,7 +34,7 @@ class Tokenizer:
         The vocabulary may come out smaller than asked when the text is small (hard_vocab_limit off).
         """
         if model_type not in MODEL_TYPES:
-            raise ValueError(f"tokenizer type: unknown value {model_type!r}; choose {', '.join(MODEL_TYPES)}")
+            raise ValueError(f"tokenizer type: unknown value {model_type!r}; choose bpe or unigram (subwords) or char")
         sentences = [t for t in texts if t.strip()]
         if not sentences:
             raise ValueError("tokenizer: no text to train on")

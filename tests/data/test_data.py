@@ -110,9 +110,9 @@ def test_tatoeba_both_directions_and_user_paths(tmp_path):
         load_splits(str(tmp_path / "missing"), "de", "en")
 
 
-def test_lm_blocks_with_a_shift():
-    blocks = lm_blocks(torch.arange(10, 20), block_size=3, eos_id=2, shift=2)
-    assert blocks.tolist() == [[12, 13, 14, 15], [15, 16, 17, 18]]
+def test_lm_blocks_of_a_token_tensor():
+    blocks = lm_blocks(torch.arange(10, 20), block_size=3, eos_id=2)
+    assert blocks.tolist() == [[10, 11, 12, 13], [13, 14, 15, 16], [16, 17, 18, 19]]
 
 
 def test_text_corpus_downloads_checks_and_reads_local_copies(tmp_path, monkeypatch):

@@ -41,15 +41,14 @@ def token_batches(src_lens: list[int], tgt_lens: list[int], max_tokens: int, see
     return batches
 
 
-def lm_blocks(streams: list[list[int]] | Tensor, block_size: int, eos_id: int, shift: int = 0) -> Tensor:
+def lm_blocks(streams: list[list[int]] | Tensor, block_size: int, eos_id: int) -> Tensor:
     """Concatenate token lists (each ended by EOS) and cut into (N, block_size + 1) rows for next-token
-    training (input = row[:-1], labels = row[1:]), starting ``shift`` tokens in; the remainder that does
-    not fill a block is dropped. ``streams`` may also be the concatenated tokens already (a 1-D tensor)."""
+    training (input = row[:-1], labels = row[1:]); the remainder that does not fill a block is dropped.
+    ``streams`` may also be the concatenated tokens already (a 1-D tensor)."""
     if isinstance(streams, Tensor):
         data = streams
     else:
         data = torch.tensor([tok for ids in streams for tok in (*ids, eos_id)], dtype=torch.long)
-    data = data[shift:]
     n = (data.numel() - 1) // block_size
     if n <= 0:
         raise ValueError(f"language-model data: {data.numel()} tokens are fewer than one block of {block_size}")

@@ -66,9 +66,8 @@ class BlockTask:
     """Text cut into blocks of ``block_size`` tokens: next-token prediction (``lm``) or masked tokens
     (``mlm``, BERT's 15% with 80% <mask> / 10% random / 10% kept).
 
-    Every epoch after the first shifts the block grid by a seeded offset (so the model sees other
-    windows of the same text; the same seed gives the same batches, which keeps resuming exact).
-    Validation (``shuffle_seed`` given to build_task) uses epoch 0: every token predicted once.
+    Blocks are laid end to end (consecutive blocks share one token: the last label of one is the first
+    input of the next), so every token is predicted once per epoch; each epoch shuffles their order.
     """
 
     def __init__(self, texts: list[str], tokenizers: TokenizerPair, cfg: ModelConfig, block_size: int,
@@ -85,8 +84,6 @@ class BlockTask:
 
     def batches(self, epoch: int) -> list[list[int]]:
         gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        shift = int(torch.randint(0, self.block_size, (1,), generator=gen)) if epoch else 0
-        self.blocks = lm_blocks(self.tokens, self.block_size, self.cfg.eos_id, shift)  # (N, L+1)
         order = torch.randperm(len(self), generator=gen).tolist()
         return [order[i: i + self.rows_per_batch] for i in range(0, len(order), self.rows_per_batch)]
 
