@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -131,20 +132,17 @@ def mlm_run(tmp_path_factory) -> Path:
     return _train_family(tmp_path_factory, "mlm", text, vocab_size=400, max_steps=1500, eval_every=1500)
 
 
-@pytest.fixture(scope="session")
-def live_server(trained_run):
-    """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""
+@contextlib.contextmanager
+def serving(app, limits):
+    """A real uvicorn server for ``app`` on a free local port (with the server's own guards); yields its URL."""
     import socket
     import threading
     import time
 
     import uvicorn
 
-    from aiayn.serve.app import Limits, create_app, server_config
-    from aiayn.translate import Translator
+    from aiayn.serve.app import server_config
 
-    limits = Limits(max_chars=200, max_texts=8, read_timeout_s=1.0, max_connections=40)
-    app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -155,6 +153,20 @@ def live_server(trained_run):
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "the test server did not start"
-    yield f"http://127.0.0.1:{port}", app
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(trained_run):
+    """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""
+    from aiayn.serve.app import Limits, create_app
+    from aiayn.translate import Translator
+
+    limits = Limits(max_chars=200, max_texts=8, read_timeout_s=1.0, max_connections=40)
+    app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)
+    with serving(app, limits) as url:
+        yield url, app

@@ -6,6 +6,8 @@ import shutil
 import httpx
 import pytest
 
+from conftest import serving
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -75,29 +77,12 @@ def test_keyboard_only(browser, live_server):
 @pytest.fixture(scope="module")
 def lm_server(lm_run):
     """A live server for the tiny language model."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
     from aiayn.generation import TextGenerator
-    from aiayn.serve.app import Limits, create_app, server_config
+    from aiayn.serve.app import Limits, create_app
 
     limits = Limits(max_new_tokens=64)
-    app = create_app(TextGenerator.from_checkpoint(lm_run), limits)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, "127.0.0.1", port, limits, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(TextGenerator.from_checkpoint(lm_run), limits), limits) as url:
+        yield url
 
 
 def test_language_model_page_streams_the_continuation(browser, lm_server):
