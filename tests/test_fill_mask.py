@@ -18,8 +18,8 @@ def test_planted_tokens_rank_first_for_each_mask(mlm_run):
     (only,) = filler.fill("the cat <mask> on the mat .", top_k=3)
     assert only[0].token.strip() == "sat" and only[0].probability > 0.5
     assert sum(c.probability for c in only) <= 1.0 + 1e-6 and only[0].probability >= only[1].probability
-    two = filler.fill("the <mask> sat on the <mask> .", top_k=2)
-    assert [m[0].token.strip() for m in two] == ["cat", "mat"]
+    two = filler.fill("a dog <mask> in the <mask> .", top_k=2)
+    assert [m[0].token.strip() for m in two] == ["ran", "park"]
 
 
 def test_fill_mask_cli(mlm_run):
