@@ -89,7 +89,8 @@ def batching(gen: TextGenerator, args) -> None:
         finally:
             batcher.stop()
         for metric, value in result.items():
-            emit(f"{tag}/{name}", metric, value, "s" if metric.endswith("_s") else metric.split("_per_")[0] + "/s")
+            unit = metric.split("_per_")[0] + "/s" if "_per_" in metric else "s"
+            emit(f"{tag}/{name}", metric, value, unit)
         rates[name] = result
     emit(tag, "throughput_ratio_continuous_vs_static", rates["continuous"]["tokens_per_s"] /
          rates["static"]["tokens_per_s"], "x")
