@@ -46,6 +46,23 @@ class KVCache:
         """Forget positions from ``length`` on (speculative decoding rolls rejected tokens back)."""
         self.length = min(self.length, length)
 
+    @classmethod
+    def holding(cls, k: Tensor, v: Tensor, length: int) -> KVCache:
+        """A cache around existing (B, H, max_len, D) tensors whose first ``length`` positions are filled."""
+        cache = cls.__new__(cls)
+        cache.k, cache.v, cache.length = k, v, length
+        return cache
+
+    def select(self, index: Tensor) -> KVCache:
+        """A new cache of rows ``index`` only (any number of rows)."""
+        return KVCache.holding(self.k.index_select(0, index), self.v.index_select(0, index), self.length)
+
+    def append_rows(self, other: KVCache) -> KVCache:
+        """A new cache of this cache's rows followed by ``other``'s (same capacity and filled length)."""
+        if self.length != other.length:
+            raise ValueError(f"KV cache: rows of {self.length} and {other.length} positions cannot share a batch")
+        return KVCache.holding(torch.cat([self.k, other.k]), torch.cat([self.v, other.v]), self.length)
+
     def copy_prefix(self, other: KVCache, length: int) -> None:
         """Fill the first ``length`` positions from ``other`` (prompt caching)."""
         self.k[:, :, :length] = other.k[:, :, :length]
@@ -101,11 +118,11 @@ class DecoderCache:
 
     def select(self, index: Tensor) -> DecoderCache:
         """A cache of rows ``index`` only (self-attention; any number of rows), the same filled length."""
-        return DecoderCache([LayerCache(_rows(layer.self_kv, index)) for layer in self.layers])
+        return DecoderCache([LayerCache(layer.self_kv.select(index)) for layer in self.layers])
 
     def append_rows(self, other: DecoderCache) -> DecoderCache:
         """This cache's rows followed by ``other``'s (same layers, capacity and filled length)."""
-        return DecoderCache([LayerCache(_cat(mine.self_kv, theirs.self_kv))
+        return DecoderCache([LayerCache(mine.self_kv.append_rows(theirs.self_kv))
                              for mine, theirs in zip(self.layers, other.layers, strict=True)])
 
     def shift(self, columns: int) -> None:
@@ -158,17 +175,3 @@ class DecodeState:
                 None if t is None else t.index_select(0, index) for t in (self.memory, self.src_mask, self.left_pad))
         if self.cache is not None:
             self.cache.reorder(index, within_groups)
-
-
-def _rows(kv: KVCache, index: Tensor) -> KVCache:
-    out = KVCache.__new__(KVCache)
-    out.k, out.v, out.length = kv.k.index_select(0, index), kv.v.index_select(0, index), kv.length
-    return out
-
-
-def _cat(a: KVCache, b: KVCache) -> KVCache:
-    if a.length != b.length:
-        raise ValueError(f"KV cache: rows of {a.length} and {b.length} positions cannot share a batch")
-    out = KVCache.__new__(KVCache)
-    out.k, out.v, out.length = torch.cat([a.k, b.k]), torch.cat([a.v, b.v]), a.length
-    return out

@@ -95,7 +95,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
     if isinstance(translator, (TextGenerator, MaskFiller)):
         from aiayn.serve.family import create_family_app
 
-        return create_family_app(translator, limits, max_batch, _base_app, _check_size)
+        return create_family_app(translator, limits, max_batch)
 
     def translate(texts: list[str], o: Options) -> list[str]:
         return translator.translate(texts, max_batch, beam_size=o.beam_size, alpha=o.alpha,
@@ -239,17 +239,16 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     """Load the checkpoint and serve it with uvicorn until interrupted."""
     import uvicorn
 
-    from aiayn.checkpoint import resolve_checkpoint
-    from aiayn.config import ModelConfig
     from aiayn.fill_mask import MaskFiller
     from aiayn.generation import TextGenerator
+    from aiayn.inference import load_checkpoint
 
-    arch = ModelConfig.load(resolve_checkpoint(checkpoint) / "config.json").arch
-    if arch == "decoder-only":
-        engine = TextGenerator.from_checkpoint(checkpoint, device, bf16=bf16)
-    elif arch == "encoder-only":
-        engine = MaskFiller.from_checkpoint(checkpoint, device)
+    model, tokenizers = load_checkpoint(checkpoint)  # read once; the engine follows the family member
+    if model.config.arch == "decoder-only":
+        engine = TextGenerator(model, tokenizers, device, bf16=bf16)
+    elif model.config.arch == "encoder-only":
+        engine = MaskFiller(model, tokenizers, device)
     else:
-        engine = Translator.from_checkpoint(checkpoint, device, beam_size=beam_size, int8=int8, bf16=bf16)
+        engine = Translator(model, tokenizers, device, beam_size=beam_size, int8=int8, bf16=bf16)
     app = create_app(engine, limits, max_batch, wait_ms)
     uvicorn.Server(server_config(app, host, port, limits)).run()

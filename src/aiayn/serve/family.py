@@ -7,7 +7,6 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.fill_mask import MaskFiller
 from aiayn.generation import TextGenerator, TextStream
+from aiayn.serve.app import STATIC, Limits, _base_app, _check_size
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
 
 
@@ -37,7 +37,7 @@ class FillMaskRequest(BaseModel):
     top_k: int = Field(5, ge=1, le=100)
 
 
-def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int, base_app, check_size) -> FastAPI:
+def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int) -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint."""
     batcher = None
     if isinstance(engine, TextGenerator):
@@ -54,14 +54,14 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int
         if batcher is not None:
             batcher.stop()
 
-    app = base_app(lifespan, limits)
+    app = _base_app(lifespan, limits)
     app.state.batcher = batcher
     cfg = engine.model.config
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         """The page for this model: a prompt with the continuation streamed in, or masks with their bars."""
-        return FileResponse(Path(__file__).parent / "static" / "family.html")
+        return FileResponse(STATIC / "family.html")
 
     @app.get("/health")
     async def health() -> dict:
@@ -72,18 +72,18 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits, max_batch: int
         return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
 
     if batcher is not None:
-        _add_generate(app, engine, batcher, limits, check_size)
+        _add_generate(app, engine, batcher, limits)
     else:
-        _add_fill_mask(app, engine, limits, check_size)
+        _add_fill_mask(app, engine, limits)
     return app
 
 
-def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBatcher, limits, check_size) -> None:
+def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBatcher, limits: Limits) -> None:
     @app.post("/generate")
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
         ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
-        check_size([req.prompt], limits)
+        _check_size([req.prompt], limits)
         if not req.prompt:
             raise HTTPException(422, "prompt: empty; give the text to continue")
         if req.max_new_tokens > limits.max_new_tokens:
@@ -129,15 +129,14 @@ async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGen
         job.cancelled = True
 
 
-def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits, check_size) -> None:
+def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits) -> None:
     @app.post("/fill-mask")
     async def fill_mask(req: FillMaskRequest) -> dict:
         """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
-        check_size([req.text], limits)
-        try:
-            filler.ids(req.text)
+        _check_size([req.text], limits)
+        try:  # a text without <mask>, or too long, is the client's mistake
+            masks = await asyncio.get_running_loop().run_in_executor(None, filler.fill, req.text, req.top_k)
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
-        masks = await asyncio.get_running_loop().run_in_executor(None, filler.fill, req.text, req.top_k)
         return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
                            for c in cands] for cands in masks]}
