@@ -163,7 +163,8 @@ def serving(app, limits):
 @pytest.fixture(scope="session")
 def live_server(trained_run):
     """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""
-    from aiayn.serve.app import Limits, create_app
+    from aiayn.serve.app import create_app
+    from aiayn.serve.limits import Limits
     from aiayn.translate import Translator
 
     limits = Limits(max_chars=200, max_texts=8, read_timeout_s=1.0, max_connections=40)

@@ -249,9 +249,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiayn.serve.app import Limits, run_server
+    import dataclasses
 
-    limits = Limits(args.max_chars, args.max_texts, args.max_new_tokens)
+    from aiayn.serve.app import run_server
+    from aiayn.serve.limits import Limits
+
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     run_server(args.checkpoint, args.host, args.port, limits, beam_size=args.beam_size, int8=args.int8,
                bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     return 0

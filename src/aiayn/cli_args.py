@@ -163,14 +163,23 @@ def _add_serve(sub) -> None:
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--max-chars", type=int, default=1000, dest="max_chars", help="characters per text")
-    p.add_argument("--max-texts", type=int, default=64, dest="max_texts", help="texts per request")
-    p.add_argument("--max-new-tokens", type=int, default=256, dest="max_new_tokens",
-                   help="longest translation a request may ask for")
+    _add_limits(p)
     p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
                    help="texts decoded together by the dynamic batcher")
     p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
                    help="how long the batcher waits for more requests")
+
+
+def _add_limits(p) -> None:
+    """One flag per ``Limits`` field (its help and default from the field)."""
+    import dataclasses
+
+    from aiayn.serve.limits import Limits
+
+    for f in dataclasses.fields(Limits):
+        kind = {"int": int, "float": float}[f.type]
+        p.add_argument(flag(f.name), dest=f.name, type=kind, default=f.default,
+                       help=f"{f.metadata['help']} (default: {f.default})")
 
 
 def build_parser(version: str) -> argparse.ArgumentParser:

@@ -233,6 +233,12 @@ class DecoderOnly(TransformerModel):
     def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
         return self.decode(tokens[:, state.position:], state.cache, state.left_pad)
 
+    def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
+        """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
+        mask = decoder_self_mask(padding_mask(ids, self.config.pad_id), ids.size(1), ids.size(1), ids.device)
+        _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True)
+        return {"decoder_self": [w["self"] for w in weights]}
+
 
 class EncoderOnly(TransformerModel):
     """BERT-style encoder: ``forward(ids (B, S)) -> per-token logits (B, S, V)`` (e.g. masked tokens)."""

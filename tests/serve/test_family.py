@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from aiayn import generate
 from aiayn.fill_mask import MaskFiller
 from aiayn.generation import TextGenerator
-from aiayn.serve.app import Limits, create_app
+from aiayn.serve.app import create_app
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+from aiayn.serve.limits import Limits
 
 PROMPTS = ["the cat ", "a dog ran in the park 3 .\n", "t", "the cat sat on the mat . a dog", "park 1",
            "a ", "the mat . a dog ran in", "dog"]
@@ -160,3 +161,48 @@ def test_a_cancelled_request_leaves_the_batch(generator):
     finally:
         batcher.stop()
     assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.tokens is None
+
+
+def test_lm_attention_is_causal_per_layer_and_head(generator):
+    limits = Limits(max_attention_tokens=20)
+    with TestClient(create_app(generator, limits), raise_server_exceptions=False) as client:
+        answer = client.post("/attention", json={"text": "the cat sat"}).json()
+        n, cfg = len(answer["tokens"]), generator.model.config
+        weights = torch.tensor(answer["attention"]["decoder_self"])  # (L, H, T, T)
+        assert weights.shape == (cfg.n_decoder_layers, cfg.n_heads, n, n) and answer["heads"] == cfg.n_heads
+        assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)  # every row sums to 1
+        assert weights.triu(diagonal=1).abs().max() == 0  # nothing from the future
+        assert client.post("/attention", json={"text": ""}).status_code == 422
+        too_long = client.post("/attention", json={"text": "a" * 21})
+        assert too_long.status_code == 413 and "20" in too_long.json()["detail"]
+
+
+def test_generate_over_the_stream_cap_is_429(generator):
+    app = create_app(generator, Limits(max_streams=1))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        batcher = app.state.batcher
+        assert client.post("/generate", json={"prompt": "a", "max_new_tokens": 4}).status_code == 200
+        assert client.get("/health").json()["open_requests"] == 0  # a finished request holds no slot
+        batcher.stop()  # the decoding thread is gone: a submitted request stays open
+        batcher.submit(GenerationRequest(generator.prompt_ids("a"), 4, lambda e: None))
+        busy = client.post("/generate", json={"prompt": "a", "max_new_tokens": 4})
+        assert busy.status_code == 429 and "limit is 1" in busy.json()["detail"]
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_row(generator):
+    import httpx
+
+    from conftest import serving
+
+    limits = Limits(max_new_tokens=900)
+    app = create_app(generator, limits)
+    with serving(app, limits) as url:
+        body = {"prompt": "the cat ", "max_new_tokens": 900, "temperature": 1.0, "seed": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/generate", json=body) as response:
+            events = (json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: "))
+            assert all("id" in next(events) for _ in range(3))  # three tokens arrived, then the client leaves
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{url}/health").json())["open_requests"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health["open_requests"] == 0 and health["cancelled"] == 1
+        assert not app.state.batcher.rows and app.state.batcher.tokens is None

@@ -78,7 +78,8 @@ def test_keyboard_only(browser, live_server):
 def lm_server(lm_run):
     """A live server for the tiny language model."""
     from aiayn.generation import TextGenerator
-    from aiayn.serve.app import Limits, create_app
+    from aiayn.serve.app import create_app
+    from aiayn.serve.limits import Limits
 
     limits = Limits(max_new_tokens=64)
     with serving(create_app(TextGenerator.from_checkpoint(lm_run), limits), limits) as url:
@@ -93,6 +94,8 @@ def test_language_model_page_streams_the_continuation(browser, lm_server):
     page.fill("#prompt", "the cat ")
     page.fill("#max-new", "20")
     page.fill("#temperature", "0")
+    page.evaluate("""window.updates = 0; new MutationObserver(() => window.updates++).observe(
+        document.querySelector('#continuation'), {childList: true, characterData: true, subtree: true})""")
     page.focus("#prompt")
     page.keyboard.press("Control+Enter")  # keyboard only
     page.wait_for_function("document.querySelector('#status').textContent.includes('tokens')", timeout=30_000)
@@ -100,4 +103,30 @@ def test_language_model_page_streams_the_continuation(browser, lm_server):
                                                           "temperature": 0}).json()["text"]
     assert page.locator("#continuation").inner_text() == expected != ""
     assert "20 tokens" in page.locator("#status").inner_text()
+    assert page.evaluate("window.updates") >= 10  # streamed in piece by piece, not written once
+    page.close()
+
+
+def test_language_model_page_explores_causal_attention(browser, lm_server):
+    page = browser.new_page()
+    page.goto(lm_server)
+    page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
+    page.fill("#prompt", "the dog ")
+    page.fill("#max-new", "12")
+    page.fill("#temperature", "0")
+    page.click("#generate")
+    page.wait_for_selector("#explorer:not([hidden])", timeout=30_000)
+    text = "the dog " + page.locator("#continuation").inner_text()
+    maps = httpx.post(f"{lm_server}/attention", json={"text": text}).json()
+    n = len(maps["tokens"])
+    assert cells(page) == n * n and page.locator("#heatmap text.row-label").count() == n
+    page.select_option("#layer", "1")
+    page.select_option("#head", "1")  # the second head
+    weight = lambda r, c: float(page.locator(  # noqa: E731
+        f'#heatmap rect.cell[data-row="{r}"][data-col="{c}"]').get_attribute("data-weight"))
+    assert weight(n - 1, 3) == pytest.approx(maps["attention"]["decoder_self"][1][1][n - 1][3], abs=1e-4)
+    assert weight(2, 5) == 0.0  # causal: a token never sees the ones after it
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowDown")
+    assert page.locator("#heatmap rect.cell.active").get_attribute("data-row") == "1"
     page.close()

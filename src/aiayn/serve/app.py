@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
@@ -15,26 +15,12 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aiayn.serve.batcher import DynamicBatcher, Options
+from aiayn.serve.limits import Limits
 from aiayn.translate import Translator
 from aiayn.visual.attention import attention_for
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("aiayn.serve")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Caps on what one request may ask: over one -> 413 (size) or 422 (decoding length)."""
-
-    max_chars: int = 1000
-    max_texts: int = 64
-    max_new_tokens: int = 256
-    max_body_bytes: int = 1_000_000
-    max_attention_tokens: int = 128  # per side for /attention (its answer grows with the square)
-    max_context: int = 1024  # prompt + continuation tokens for /generate (models without a learned table)
-    prefix_cache_bytes: int = 64 * 2**20  # keys/values of prompt blocks kept across /generate requests
-    read_timeout_s: float = 10.0  # a client must send its headers, and then its body, within this
-    max_connections: int = 64  # open connections at once; more are answered 503 and closed
 
 
 class TranslateRequest(BaseModel):

@@ -122,6 +122,7 @@ class ContinuousBatcher:
         self.tokens: Tensor | None = None
         self.state: DecodeState | None = None
         self.steps = self.joined = self.largest_batch = 0
+        self.submitted = self.finished = self.cancelled = 0  # submitted: the server's thread; others: decoder
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aiayn-generate", daemon=True)
 
@@ -136,7 +137,13 @@ class ContinuousBatcher:
         if len(request.prompt) + request.max_new_tokens > self.capacity:
             raise ValueError(f"prompt and max_new_tokens: {len(request.prompt)} + {request.max_new_tokens} "
                              f"tokens exceed the model's {self.capacity}")
+        self.submitted += 1
         self.waiting.put(request)
+
+    @property
+    def open_requests(self) -> int:
+        """Requests submitted and not yet finished (running or waiting)."""
+        return self.submitted - self.finished
 
     def _run(self) -> None:
         with torch.no_grad():
@@ -156,7 +163,7 @@ class ContinuousBatcher:
                 except queue.Empty:
                     return
             if request.cancelled:
-                request.emit(self._final(request, "cancelled"))
+                self._finish(request, "cancelled")
             elif self._fits(request):
                 self._join(request)
             else:
@@ -228,7 +235,7 @@ class ContinuousBatcher:
             if reason is None:
                 keep.append(i)
             else:
-                request.emit(self._final(request, reason))
+                self._finish(request, reason)
         if len(keep) < len(self.rows):
             self._leave(keep)
 
@@ -258,7 +265,8 @@ class ContinuousBatcher:
             self.state.left_pad = self.state.left_pad - common
             self.state.cache.shift(-common)
 
-    @staticmethod
-    def _final(request: GenerationRequest, reason: str) -> dict:
-        return {"finish_reason": reason, "prompt_tokens": len(request.prompt),
-                "completion_tokens": len(request.generated)}
+    def _finish(self, request: GenerationRequest, reason: str) -> None:
+        self.finished += 1
+        self.cancelled += reason == "cancelled"
+        request.emit({"finish_reason": reason, "prompt_tokens": len(request.prompt),
+                      "completion_tokens": len(request.generated)})

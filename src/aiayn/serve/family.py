@@ -14,8 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.fill_mask import MaskFiller
 from aiayn.generation import TextGenerator, TextStream
-from aiayn.serve.app import STATIC, Limits, _base_app, _check_size
+from aiayn.serve.app import STATIC, _base_app, _check_size
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
+from aiayn.serve.limits import Limits
+from aiayn.visual.attention import lm_attention_for
 
 
 class GenerateRequest(BaseModel):
@@ -29,6 +31,13 @@ class GenerateRequest(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
+
+
+class TextAttentionRequest(BaseModel):
+    """A text (a prompt and its continuation) to draw the language model's causal attention over."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str
 
 
 class FillMaskRequest(BaseModel):
@@ -68,6 +77,8 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
         model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
         counts = {} if batcher is None else {"steps": batcher.steps, "joined": batcher.joined,
+                                             "open_requests": batcher.open_requests,
+                                             "cancelled": batcher.cancelled,
                                              "largest_batch": batcher.largest_batch, **batcher.prefix_cache.stats()}
         return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
 
@@ -83,16 +94,10 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
         ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
-        _check_size([req.prompt], limits)
-        if not req.prompt:
-            raise HTTPException(422, "prompt: empty; give the text to continue")
-        if req.max_new_tokens > limits.max_new_tokens:
-            raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit "
-                                     f"{limits.max_new_tokens}")
-        prompt = generator.prompt_ids(req.prompt)
-        if len(prompt) + req.max_new_tokens > batcher.capacity:
-            raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {req.max_new_tokens} tokens "
-                                     f"exceed the model's {batcher.capacity}")
+        prompt = _checked_prompt(req, generator, batcher, limits)
+        if batcher.open_requests >= limits.max_streams:
+            raise HTTPException(429, f"busy: {batcher.open_requests} generations running or waiting (the "
+                                     f"server's limit is {limits.max_streams}); try again shortly")
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         job = GenerationRequest(prompt, req.max_new_tokens, lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
                                 req.temperature, req.top_k, req.top_p, req.seed)
@@ -104,6 +109,39 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
         finally:
             job.cancelled = True  # a client that went away frees its row at the next step
         return {"text": generator.tokenizer.decode(job.generated), **final}
+
+    @app.post("/attention")
+    async def attention(req: TextAttentionRequest) -> dict:
+        """{"tokens", "heads", "attention": {"decoder_self": [layer][head][row][col]}}: row i attends to
+        columns 0..i (causal) of ``text``, a prompt with its continuation."""
+        _check_size([req.text], limits)
+        if not req.text:
+            raise HTTPException(422, "text: empty; give a prompt and its continuation")
+        n_tokens = len(generator.tokenizer.encode(req.text))
+        if n_tokens > limits.max_attention_tokens:
+            raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to "
+                                     f"{limits.max_attention_tokens}")
+        loop = asyncio.get_running_loop()
+        maps = await loop.run_in_executor(None, lm_attention_for, generator.model, generator.tokenizer, req.text)
+        weights = maps.weights["decoder_self"].round(decimals=4).tolist()
+        return {"tokens": maps.target_tokens, "heads": generator.model.config.n_heads,
+                "attention": {"decoder_self": weights}}
+
+
+def _checked_prompt(req: GenerateRequest, generator: TextGenerator, batcher: ContinuousBatcher,
+                    limits: Limits) -> list[int]:
+    """The prompt's ids, or 413/422 naming the field over its limit."""
+    _check_size([req.prompt], limits)
+    if not req.prompt:
+        raise HTTPException(422, "prompt: empty; give the text to continue")
+    if req.max_new_tokens > limits.max_new_tokens:
+        raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit "
+                                 f"{limits.max_new_tokens}")
+    prompt = generator.prompt_ids(req.prompt)
+    if len(prompt) + req.max_new_tokens > batcher.capacity:
+        raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {req.max_new_tokens} tokens "
+                                 f"exceed the model's {batcher.capacity}")
+    return prompt
 
 
 async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:

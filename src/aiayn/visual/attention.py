@@ -59,6 +59,18 @@ def attention_for(translator: Translator, source: str, target: str | None = None
     return AttentionMaps(tok.src.pieces(src_ids), ["<s>", *tok.tgt.pieces(tgt_ids)], translation, weights)
 
 
+@torch.no_grad()
+def lm_attention_for(model, tokenizer, text: str) -> AttentionMaps:
+    """Causal self-attention of a decoder-only ``model`` over ``text`` (a prompt and its continuation): only
+    ``decoder_self`` (L, H, T, T); the tokens are the rows and the columns."""
+    ids = tokenizer.encode(text)[-model.config.max_len:]
+    if not ids:
+        raise ValueError("text: empty; give the text to draw the attention of")
+    maps = model.eval().attention_maps(torch.tensor([ids], device=next(model.parameters()).device))  # (1, T)
+    weights = {"decoder_self": torch.stack([w[0] for w in maps["decoder_self"]]).float().cpu()}  # (L, H, T, T)
+    return AttentionMaps([], tokenizer.pieces(ids), text, weights)
+
+
 def _heatmap(ax, matrix: Tensor, rows: list[str], cols: list[str], left: bool, bottom: bool) -> object:
     image = ax.imshow(matrix.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), cols if bottom else [], rotation=90, fontsize=7)

@@ -28,11 +28,23 @@ async function generateText() {
         else $("continuation").textContent += event.text;
       }
     }
+    await showAttention(body.prompt + $("continuation").textContent);
   } catch (err) {
     status(String(err.message || err), true);
   } finally {
     button.disabled = false;
   }
+}
+
+const explorer = attentionExplorer((maps) => [maps.tokens, maps.tokens]);
+
+async function showAttention(text) {
+  const response = await fetch("/attention", { method: "POST", headers: { "content-type": "application/json" },
+                                               body: JSON.stringify({ text }) });
+  const data = await response.json();
+  if (!response.ok) { $("explorer").hidden = true; return; }  // e.g. longer than /attention takes
+  $("explorer").hidden = false;
+  explorer.show(data);
 }
 
 async function fillMask() {

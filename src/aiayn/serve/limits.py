@@ -1,0 +1,27 @@
+"""What one client may ask of the server (no web imports: ``aiayn serve``'s flags are made from it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def _limit(default: float, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one request may ask: over one -> 413 (size), 422 (decoding length) or 429 (busy)."""
+
+    max_chars: int = _limit(1000, "characters per text or prompt")
+    max_texts: int = _limit(64, "texts per /translate request")
+    max_new_tokens: int = _limit(256, "longest translation or continuation a request may ask for")
+    max_body_bytes: int = _limit(1_000_000, "largest request body")
+    max_attention_tokens: int = _limit(128, "tokens per side for /attention (its answer grows with the square)")
+    max_context: int = _limit(1024, "prompt + continuation tokens for /generate (models without a learned "
+                                    "position table)")
+    prefix_cache_bytes: int = _limit(64 * 2**20, "memory for the keys/values of prompt blocks kept across "
+                                                 "/generate requests (least recently used evicted)")
+    read_timeout_s: float = _limit(10.0, "seconds a client has to send its headers, and then its body")
+    max_connections: int = _limit(64, "open connections at once; more are answered 503 and closed")
+    max_streams: int = _limit(32, "/generate requests running or waiting at once; more are answered 429")
