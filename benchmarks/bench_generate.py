@@ -3,8 +3,9 @@ wait-and-batch, and prompt caching across requests. ``bench_serve.py --generate`
 
 1. ``--requests`` (200) from ``--clients`` (20) concurrent clients, each request a random prompt of the
    corpus and 16-256 new tokens (EOS forbidden is not needed: lengths are limits, EOS may end earlier):
-   requests/s, generated tokens/s, p50/p99 latency, for continuous batching and for static batching (a
-   batch forms only when none is running: the wait-and-batch scheme), and the throughput ratio.
+   requests/s, generated tokens/s, p50/p99 latency, for continuous batching and for static batching (the
+   wait-and-batch scheme: a batch forms only when none is running and answers when its last row ends), and
+   the throughput ratio.
 2. Time to first token for a 512-token shared prefix + a 16-token suffix, prefix cache warm against off
    (median of 10), and the hit rate over 30 requests sharing 3 prefixes.
 Prints JSON lines {"config", "metric", "value", "unit"}.
@@ -25,6 +26,8 @@ import torch
 
 from aiayn.generation import TextGenerator
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
+from aiayn.serve.limits import Limits
+from aiayn.serve.threads import single_threaded_main
 
 
 def emit(config: str, metric: str, value: float, unit: str) -> None:
@@ -82,28 +85,32 @@ def batching(gen: TextGenerator, args) -> None:
     tag = f"{args.requests}req/{args.clients}clients/max_batch{args.max_batch}"
     rates = {}
     for name, static in (("continuous", False), ("static", True)):
-        batcher = ContinuousBatcher(gen.model, args.max_batch, 64 + 256 + 1, static=static)  # the longest row
+        batcher = ContinuousBatcher(gen.model, args.max_batch, Limits().max_context, static=static,  # as served
+                                    threads=args.threads)
         batcher.start()
         try:
             result = load(batcher, work, args.clients)
         finally:
             batcher.stop()
+        result["decoding_steps"] = batcher.steps
         for metric, value in result.items():
-            unit = metric.split("_per_")[0] + "/s" if "_per_" in metric else "s"
+            unit = metric.split("_per_")[0] + "/s" if "_per_" in metric else "steps" if "steps" in metric else "s"
             emit(f"{tag}/{name}", metric, value, unit)
         rates[name] = result
     emit(tag, "throughput_ratio_continuous_vs_static", rates["continuous"]["tokens_per_s"] /
          rates["static"]["tokens_per_s"], "x")
     emit(tag, "p99_ratio_continuous_vs_static", rates["continuous"]["p99_s"] / rates["static"]["p99_s"], "x")
+    emit(tag, "step_ratio_static_vs_continuous", rates["static"]["decoding_steps"] /
+         rates["continuous"]["decoding_steps"], "x")  # the throughput ratio if every step cost the same
 
 
-def prefix_caching(gen: TextGenerator) -> None:
+def prefix_caching(gen: TextGenerator, threads: int) -> None:
     rng = random.Random(1)
     prefixes = [[rng.randrange(5, 60) for _ in range(512)] for _ in range(3)]
     suffix = lambda: [rng.randrange(5, 60) for _ in range(16)]  # noqa: E731
     ttft = {}
     for name, store in (("off", None), ("warm", PrefixBlocks())):
-        batcher = ContinuousBatcher(gen.model, 4, 1024, prefix_cache=store)
+        batcher = ContinuousBatcher(gen.model, 4, 1024, prefix_cache=store, threads=threads)
         batcher.start()
         try:
             run_one(batcher, prefixes[0] + suffix(), 1, 0)  # warms the cache (and the kernels)
@@ -129,12 +136,13 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
     parser.add_argument("--only", choices=["batching", "prefix"], help="run one of the two parts")
     args = parser.parse_args()
+    args.threads = single_threaded_main()  # as the server: only the decoding thread computes in parallel
     gen = TextGenerator.from_checkpoint(args.checkpoint)
     with torch.no_grad():
         if args.only != "prefix":
             batching(gen, args)
         if args.only != "batching":
-            prefix_caching(gen)
+            prefix_caching(gen, args.threads)
 
 
 if __name__ == "__main__":

@@ -54,14 +54,25 @@ class KVCache:
         return cache
 
     def select(self, index: Tensor) -> KVCache:
-        """A new cache of rows ``index`` only (any number of rows)."""
-        return KVCache.holding(self.k.index_select(0, index), self.v.index_select(0, index), self.length)
+        """A new cache of rows ``index`` only (any number of rows); only the filled positions are copied."""
+        n = self.length
+        return self._filled_with(self.k[:, :, :n].index_select(0, index), self.v[:, :, :n].index_select(0, index))
 
     def append_rows(self, other: KVCache) -> KVCache:
         """A new cache of this cache's rows followed by ``other``'s (same capacity and filled length)."""
         if self.length != other.length:
             raise ValueError(f"KV cache: rows of {self.length} and {other.length} positions cannot share a batch")
-        return KVCache.holding(torch.cat([self.k, other.k]), torch.cat([self.v, other.v]), self.length)
+        n = self.length
+        return self._filled_with(torch.cat([self.k[:, :, :n], other.k[:, :, :n]]),
+                                 torch.cat([self.v[:, :, :n], other.v[:, :, :n]]))
+
+    def _filled_with(self, k: Tensor, v: Tensor) -> KVCache:
+        """A cache of this one's capacity whose filled positions are k, v (B', H, length, D); the rest is
+        left uninitialised (never read before it is written)."""
+        shape = (k.size(0), k.size(1), self.k.size(2), k.size(3))  # (B', H, max_len, D)
+        big_k, big_v = self.k.new_empty(shape), self.v.new_empty(shape)
+        big_k[:, :, : self.length], big_v[:, :, : self.length] = k, v
+        return KVCache.holding(big_k, big_v, self.length)
 
     def copy_prefix(self, other: KVCache, length: int) -> None:
         """Fill the first ``length`` positions from ``other`` (prompt caching)."""

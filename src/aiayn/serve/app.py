@@ -72,22 +72,23 @@ def _options(req: TranslateRequest, translator: Translator, limits: Limits) -> O
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
-               info: dict | None = None) -> FastAPI:
+               info: dict | None = None, threads: int | None = None) -> FastAPI:
     """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
-    with continuous batching) or a ``MaskFiller`` (/fill-mask). Its batcher starts and stops with the app."""
+    with continuous batching) or a ``MaskFiller`` (/fill-mask). Its batcher starts and stops with the app;
+    all its computing runs on one thread with ``threads`` compute threads (``serve/threads.py``)."""
     from aiayn.fill_mask import MaskFiller
     from aiayn.generation import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
         from aiayn.serve.family import create_family_app
 
-        return create_family_app(translator, limits, max_batch)
+        return create_family_app(translator, limits, max_batch, threads)
 
     def translate(texts: list[str], o: Options) -> list[str]:
         return translator.translate(texts, max_batch, beam_size=o.beam_size, alpha=o.alpha,
                                     max_new_tokens=o.max_new_tokens)
 
-    batcher = DynamicBatcher(translate, max_batch, wait_ms)
+    batcher = DynamicBatcher(translate, max_batch, wait_ms, threads)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -228,7 +229,9 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     from aiayn.fill_mask import MaskFiller
     from aiayn.generation import TextGenerator
     from aiayn.inference import load_checkpoint
+    from aiayn.serve.threads import single_threaded_main
 
+    threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     model, tokenizers = load_checkpoint(checkpoint)  # read once; the engine follows the family member
     if model.config.arch == "decoder-only":
         engine = TextGenerator(model, tokenizers, device, bf16=bf16)
@@ -236,5 +239,5 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         engine = MaskFiller(model, tokenizers, device)
     else:
         engine = Translator(model, tokenizers, device, beam_size=beam_size, int8=int8, bf16=bf16)
-    app = create_app(engine, limits, max_batch, wait_ms)
+    app = create_app(engine, limits, max_batch, wait_ms, threads=threads)
     uvicorn.Server(server_config(app, host, port, limits)).run()

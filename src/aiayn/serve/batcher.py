@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+from aiayn.serve.threads import compute_executor
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,11 @@ class DynamicBatcher:
         wait_ms: how long the first request of a batch waits for company.
     """
 
-    def __init__(self, translate: TranslateFn, max_batch: int = 32, wait_ms: float = 5.0) -> None:
+    def __init__(self, translate: TranslateFn, max_batch: int = 32, wait_ms: float = 5.0,
+                 threads: int | None = None) -> None:
+        """``threads``: compute threads of the decoding thread (see ``serve/threads.py``; None: as is)."""
         self.translate, self.max_batch, self.wait = translate, max_batch, wait_ms / 1000
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-decode")
+        self.executor = compute_executor(threads)
         self.queue: asyncio.Queue[_Pending] | None = None
         self.task: asyncio.Task | None = None
         self.batches = 0  # batches decoded so far (reported by /health)

@@ -13,6 +13,7 @@ import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
@@ -38,6 +39,7 @@ class GenerationRequest:
     seed: int | None = None
     generated: list[int] = field(default_factory=list)
     cancelled: bool = False
+    finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator()
@@ -111,12 +113,15 @@ class ContinuousBatcher:
     """
 
     def __init__(self, model: DecoderOnly, max_batch: int = 16, capacity: int | None = None,
-                 prefix_cache: PrefixBlocks | None = None, static: bool = False) -> None:
-        """``prefix_cache``: reuse the keys/values of prompt blocks seen before. ``static``: the old way,
-        for comparison: a batch is formed only when none is running (no joining)."""
+                 prefix_cache: PrefixBlocks | None = None, static: bool = False, threads: int | None = None) -> None:
+        """``prefix_cache``: reuse the keys/values of prompt blocks seen before. ``static``: wait-and-batch,
+        for comparison: a batch forms only when none is running and runs until its last row ends (finished
+        rows are still computed, as ``aiayn.generate`` computes them), then answers all its requests.
+        ``threads``: compute threads of the decoding thread (``serve/threads.py``; None: as is)."""
         self.model, self.max_batch, self.prefix_cache, self.static = model, max_batch, prefix_cache, static
-        self.capacity = capacity or model.config.max_len
+        self.capacity, self.threads = capacity or model.config.max_len, threads
         self.waiting: queue.Queue[GenerationRequest] = queue.Queue()
+        self.chores: queue.Queue[tuple[Future, Callable, tuple]] = queue.Queue()  # run between two steps
         self.held: GenerationRequest | None = None  # the next in line, waiting for room in the cache
         self.rows: list[GenerationRequest] = []
         self.tokens: Tensor | None = None
@@ -145,12 +150,30 @@ class ContinuousBatcher:
         """Requests submitted and not yet finished (running or waiting)."""
         return self.submitted - self.finished
 
+    def run_alone(self, fn: Callable, *args) -> Future:
+        """Run ``fn(*args)`` on the decoding thread between two steps (the server's one compute thread)."""
+        future: Future = Future()
+        self.chores.put((future, fn, args))
+        return future
+
     def _run(self) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
         with torch.no_grad():
             while not self._stop.is_set():
+                self._do_chores()
                 self._admit()
                 if self.rows:
                     self._step()
+
+    def _do_chores(self) -> None:
+        while not self.chores.empty():
+            future, fn, args = self.chores.get_nowait()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except Exception as err:  # the caller gets it; the decoding thread lives on
+                    future.set_exception(err)
 
     def _admit(self) -> None:
         if self.static and self.rows:
@@ -163,7 +186,8 @@ class ContinuousBatcher:
                 except queue.Empty:
                     return
             if request.cancelled:
-                self._finish(request, "cancelled")
+                request.finish_reason = "cancelled"
+                self._finish(request)
             elif self._fits(request):
                 self._join(request)
             else:
@@ -231,11 +255,16 @@ class ContinuousBatcher:
         self.steps += 1
         keep = []
         for i, (request, token) in enumerate(zip(self.rows, chosen, strict=True)):
-            reason = self._advance(request, token, cfg.eos_id)
-            if reason is None:
+            if request.finish_reason is None:
+                request.finish_reason = self._advance(request, token, cfg.eos_id)
+            if request.finish_reason is None or self.static:  # static: a finished row waits for the batch
                 keep.append(i)
             else:
-                self._finish(request, reason)
+                self._finish(request)
+        if self.static and all(request.finish_reason for request in self.rows):
+            for request in self.rows:
+                self._finish(request)
+            keep = []
         if len(keep) < len(self.rows):
             self._leave(keep)
 
@@ -265,8 +294,8 @@ class ContinuousBatcher:
             self.state.left_pad = self.state.left_pad - common
             self.state.cache.shift(-common)
 
-    def _finish(self, request: GenerationRequest, reason: str) -> None:
+    def _finish(self, request: GenerationRequest) -> None:
         self.finished += 1
-        self.cancelled += reason == "cancelled"
-        request.emit({"finish_reason": reason, "prompt_tokens": len(request.prompt),
+        self.cancelled += request.finish_reason == "cancelled"
+        request.emit({"finish_reason": request.finish_reason, "prompt_tokens": len(request.prompt),
                       "completion_tokens": len(request.generated)})

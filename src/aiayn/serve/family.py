@@ -17,6 +17,7 @@ from aiayn.generation import TextGenerator, TextStream
 from aiayn.serve.app import STATIC, _base_app, _check_size
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
 from aiayn.serve.limits import Limits
+from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
 
 
@@ -46,14 +47,18 @@ class FillMaskRequest(BaseModel):
     top_k: int = Field(5, ge=1, le=100)
 
 
-def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int) -> FastAPI:
-    """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint."""
-    batcher = None
+def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int,
+                      threads: int | None = None) -> FastAPI:
+    """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint; all its
+    computing runs on one thread (the generation batcher's, or one executor's)."""
+    batcher = executor = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
         prefix = PrefixBlocks(max_bytes=limits.prefix_cache_bytes)
-        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix)
+        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, threads=threads)
+    else:
+        executor = compute_executor(threads)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -62,6 +67,8 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         yield
         if batcher is not None:
             batcher.stop()
+        else:
+            executor.shutdown(wait=True)
 
     app = _base_app(lifespan, limits)
     app.state.batcher = batcher
@@ -85,7 +92,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     if batcher is not None:
         _add_generate(app, engine, batcher, limits)
     else:
-        _add_fill_mask(app, engine, limits)
+        _add_fill_mask(app, engine, limits, executor)
     return app
 
 
@@ -121,8 +128,8 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
         if n_tokens > limits.max_attention_tokens:
             raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to "
                                      f"{limits.max_attention_tokens}")
-        loop = asyncio.get_running_loop()
-        maps = await loop.run_in_executor(None, lm_attention_for, generator.model, generator.tokenizer, req.text)
+        job = batcher.run_alone(lm_attention_for, generator.model, generator.tokenizer, req.text)
+        maps = await asyncio.wrap_future(job)
         weights = maps.weights["decoder_self"].round(decimals=4).tolist()
         return {"tokens": maps.target_tokens, "heads": generator.model.config.n_heads,
                 "attention": {"decoder_self": weights}}
@@ -167,13 +174,13 @@ async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGen
         job.cancelled = True
 
 
-def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits) -> None:
+def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits, executor) -> None:
     @app.post("/fill-mask")
     async def fill_mask(req: FillMaskRequest) -> dict:
         """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
         _check_size([req.text], limits)
         try:  # a text without <mask>, or too long, is the client's mistake
-            masks = await asyncio.get_running_loop().run_in_executor(None, filler.fill, req.text, req.top_k)
+            masks = await asyncio.get_running_loop().run_in_executor(executor, filler.fill, req.text, req.top_k)
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
