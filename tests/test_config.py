@@ -40,7 +40,9 @@ def test_json_round_trip(tmp_path):
     ({"n_encoder_layers": -1}, "n_encoder_layers"),
     ({"dropout": 1.5}, "dropout"),
     ({"tgt_vocab_size": 10, "share_embeddings": "all"}, "share_embeddings"),
-    ({"pad_id": 1}, "pad_id"),
+    ({"eos_id": 0}, "pad_id"),  # EOS and PAD share an id
+    ({"bos_id": 2}, "bos_id may equal pad_id"),  # BOS and EOS share an id
+    ({"sinusoid_layout": "split"}, "sinusoid_layout"),
 ])
 def test_bad_values_name_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
@@ -56,3 +58,7 @@ def test_unknown_preset_and_unknown_json_field(tmp_path):
     (tmp_path / "bad.json").write_text('{"d_model": ')
     with pytest.raises(ValueError, match=r"bad\.json"):
         ModelConfig.load(tmp_path / "bad.json")
+
+
+def test_decoding_may_start_from_the_pad_id_as_marian_does():
+    assert ModelConfig(bos_id=0).bos_id == ModelConfig().pad_id

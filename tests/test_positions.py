@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from aiayn.positions import LearnedPositions, RotaryEmbedding, sinusoidal_encoding
+from aiayn.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions, sinusoidal_encoding
 
 
 def test_sinusoidal_any_length_and_offset_consistent():
@@ -49,3 +49,16 @@ def test_rope_rotates_pairs_and_depends_only_on_relative_position():
     x[..., 0] = 1.0
     out = rope(x, 2)
     torch.testing.assert_close(out[..., :2].flatten(), torch.tensor([math.cos(2), math.sin(2)]))
+
+
+def test_marian_halves_layout_puts_every_sin_before_every_cos():
+    """Marian's layout: dimension i < D/2 is sin(pos / 10000^(2i/D)), dimension D/2 + i its cos."""
+    d, n = 10, 7
+    pe = SinusoidalPositions(d, halves=True)(n)
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    angle = pos / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (n, D/2)
+    expected = torch.cat([angle.sin(), angle.cos()], dim=1).float()
+    assert torch.allclose(pe, expected, atol=1e-6)
+    assert torch.equal(pe[:, : d // 2], SinusoidalPositions(d)(n)[:, 0::2])  # the same values, moved
+    offset = torch.tensor([0, 3])
+    assert torch.allclose(SinusoidalPositions(d, halves=True)(2, offset)[1], pe[3:5])  # per-row offsets too

@@ -260,9 +260,17 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from aiayn.hf import import_pretrained
+
+    print(import_pretrained(args.folder, args.output))
+    return 0
+
+
 COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
             "generate": _generate, "fill-mask": _fill_mask,
-            "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve}
+            "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve,
+            "import": _import}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,6 +170,15 @@ def _add_serve(sub) -> None:
                    help="how long the batcher waits for more requests")
 
 
+def _add_import(sub) -> None:
+    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian / OPUS-MT) as a checkpoint",
+                       description="Read a local Hugging Face model folder (config.json, model.safetensors, the "
+                                   "tokenizer files) and write an aiayn checkpoint folder that translate, serve and "
+                                   "show take. Nothing is downloaded: see docs/pretrained.md for getting the folder.")
+    p.add_argument("folder", help="the Hugging Face model folder")
+    p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
+
+
 def _add_limits(p) -> None:
     """One flag per ``Limits`` field (its help and default from the field)."""
     import dataclasses
@@ -187,6 +196,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
         prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve):
+    for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve,
+                _add_import):
         add(sub)
     return parser

@@ -15,7 +15,8 @@ MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
 FIRST_ORDINARY_ID = 5
 
 ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "silu")
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORMS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 SHARING = ("none", "decoder", "all")
@@ -44,9 +45,16 @@ class ModelConfig:
         activation: inside the feed-forward network, relu (paper) or gelu.
         norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
         positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
+            Marian models do not).
+        sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
+            ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
         share_embeddings: none | decoder (target embedding = output projection) | all (source too).
         max_len: longest sequence for learned positions (sinusoidal and rope take any length).
-        pad_id, bos_id, eos_id, unk_id: special token ids, fixed for every tokenizer.
+        output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
+            ``final_logits_bias``).
+        pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
+            what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token).
     """
 
     arch: str = "encoder-decoder"
@@ -65,6 +73,9 @@ class ModelConfig:
     max_len: int = 1024
     layer_norm_eps: float = 1e-5
     position_base: float = 10000.0
+    scale_embeddings: bool = True
+    sinusoid_layout: str = "interleaved"
+    output_bias: bool = False
     pad_id: int = SPECIAL_IDS["pad_id"]
     bos_id: int = SPECIAL_IDS["bos_id"]
     eos_id: int = SPECIAL_IDS["eos_id"]
@@ -161,7 +172,8 @@ def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None
 
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
-                          ("positions", POSITIONS), ("share_embeddings", SHARING)):
+                          ("positions", POSITIONS), ("share_embeddings", SHARING),
+                          ("sinusoid_layout", SINUSOID_LAYOUTS)):
         _check_choice(cfg, name, choices)
     for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
         if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) <= 0:
@@ -183,7 +195,7 @@ def _validate(cfg: ModelConfig) -> None:
     for name, value in specials.items():
         if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
             raise ValueError(f"{name}: {value} is outside the vocabulary")
-    if len(set(specials.values())) != len(specials):
-        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct")
+    if len({cfg.pad_id, cfg.eos_id, cfg.unk_id}) != 3 or cfg.bos_id in (cfg.eos_id, cfg.unk_id):
+        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id may equal pad_id)")
     if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
         raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

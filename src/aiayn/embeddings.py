@@ -10,16 +10,21 @@ from aiayn.positions import LearnedPositions, SinusoidalPositions
 
 
 class TokenEmbedding(nn.Embedding):
-    """A (vocab, d_model) lookup table whose output is multiplied by sqrt(d_model) (section 3.4).
+    """A (vocab, d_model) lookup table whose output is multiplied by sqrt(d_model) (section 3.4; ``scale``
+    False leaves it as it is, as GPT-2 and BERT do).
 
     Ids outside [0, vocab) raise a clear ValueError before any computation.
     """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, scale: bool = True) -> None:
+        super().__init__(num_embeddings, embedding_dim)
+        self.scale = math.sqrt(embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor) -> Tensor:
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise ValueError(f"token ids must lie in [0, {self.num_embeddings}); got values in "
                              f"[{int(ids.min())}, {int(ids.max())}]")
-        return super().forward(ids) * math.sqrt(self.embedding_dim)
+        return super().forward(ids) * self.scale
 
 
 class InputEmbedding(nn.Module):
@@ -44,10 +49,11 @@ class InputEmbedding(nn.Module):
         return self.dropout(x)
 
 
-def build_positions(kind: str, d_model: int, max_len: int, base: float) -> nn.Module | None:
-    """The absolute-position module for a config's ``positions`` kind (None for rope and none)."""
+def build_positions(kind: str, d_model: int, max_len: int, base: float, halves: bool = False) -> nn.Module | None:
+    """The absolute-position module for a config's ``positions`` kind (None for rope and none);
+    ``halves``: Marian's sinusoid layout."""
     if kind == "sinusoidal":
-        return SinusoidalPositions(d_model, base)
+        return SinusoidalPositions(d_model, base, halves)
     if kind == "learned":
         return LearnedPositions(max_len, d_model)
     return None

@@ -16,7 +16,7 @@ from aiayn.positions import RotaryEmbedding
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU optional. d_model -> d_ff -> d_model."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU or SiLU optional. d_model -> d_ff -> d_model."""
 
     def __init__(self, d_model: int = 512, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu") -> None:
@@ -24,7 +24,7 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))

@@ -26,7 +26,8 @@ from aiayn.positions import RotaryEmbedding
 
 
 def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
-    positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base)
+    positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base,
+                                cfg.sinusoid_layout == "halves")
     return InputEmbedding(tokens, positions, cfg.dropout)
 
 
@@ -53,8 +54,9 @@ def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
 
 
 def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Linear:
-    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing."""
-    proj = nn.Linear(cfg.d_model, vocab, bias=False)
+    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing; a bias only with
+    ``output_bias`` (Marian)."""
+    proj = nn.Linear(cfg.d_model, vocab, bias=cfg.output_bias)
     if cfg.share_embeddings != "none":
         proj.weight = tokens.weight
     return proj
@@ -118,8 +120,9 @@ class EncoderDecoder(TransformerModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         cfg = config
-        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model)
-        tgt_tokens = src_tokens if cfg.share_embeddings == "all" else TokenEmbedding(cfg.target_vocab, cfg.d_model)
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
+        tgt_tokens = (src_tokens if cfg.share_embeddings == "all"
+                      else TokenEmbedding(cfg.target_vocab, cfg.d_model, cfg.scale_embeddings))
         self.src_embed = build_embedding(cfg, src_tokens)
         self.tgt_embed = build_embedding(cfg, tgt_tokens)
         self.encoder = build_encoder(cfg)
@@ -156,7 +159,10 @@ class EncoderDecoder(TransformerModel):
                 cache: DecoderCache | None, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
         offset = 0 if cache is None else cache.position
         t = tgt_ids.size(1)
-        tgt_pad = padding_mask(tgt_ids, self.config.pad_id) if cache is None else None
+        tgt_pad = None
+        if cache is None:
+            tgt_pad = padding_mask(tgt_ids, self.config.pad_id)  # (B, T)
+            tgt_pad[:, 0] = True  # the start token is never padding (Marian starts from the pad id)
         self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device)  # (B|1, 1, T, offset+T)
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         x = self.tgt_embed(tgt_ids, offset)
@@ -192,7 +198,7 @@ class DecoderOnly(TransformerModel):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        tokens = TokenEmbedding(config.vocab_size, config.d_model)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
         self.embed = build_embedding(config, tokens)
         self.decoder = build_decoder(config, cross_attention=False)
         self.output = build_output(config, config.vocab_size, tokens)
@@ -247,7 +253,7 @@ class EncoderOnly(TransformerModel):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        tokens = TokenEmbedding(config.vocab_size, config.d_model)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
         self.embed = build_embedding(config, tokens)
         self.encoder = build_encoder(config)
         self.output = build_output(config, config.vocab_size, tokens)

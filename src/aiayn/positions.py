@@ -41,11 +41,12 @@ def position_ids(length: int, offset: int | Tensor, device: torch.device | None 
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal encodings (no parameters), computed for any length."""
+    """Fixed sinusoidal encodings (no parameters), computed for any length. ``halves``: the same values with
+    every sin first and every cos after (Marian's layout) instead of interleaved (the paper's)."""
 
-    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+    def __init__(self, d_model: int, base: float = 10000.0, halves: bool = False) -> None:
         super().__init__()
-        self.d_model, self.base = d_model, base
+        self.d_model, self.base, self.halves = d_model, base, halves
 
     def forward(self, length: int, offset: int | Tensor = 0, like: Tensor | None = None) -> Tensor:
         """(length, d_model) encodings for positions offset.. ((B, length, d_model) for per-row offsets),
@@ -53,8 +54,12 @@ class SinusoidalPositions(nn.Module):
         device = None if like is None else like.device
         dtype = torch.float32 if like is None else like.dtype
         if isinstance(offset, int):
-            return sinusoidal_encoding(length, self.d_model, self.base, offset, device, dtype)
-        return sinusoidal_at(position_ids(length, offset, device), self.d_model, self.base).to(dtype)
+            pe = sinusoidal_encoding(length, self.d_model, self.base, offset, device, dtype)
+        else:
+            pe = sinusoidal_at(position_ids(length, offset, device), self.d_model, self.base).to(dtype)
+        if self.halves:
+            pe = torch.cat([pe[..., 0::2], pe[..., 1::2]], dim=-1)  # (..., D): sin of every pair, then cos
+        return pe
 
 
 class LearnedPositions(nn.Module):

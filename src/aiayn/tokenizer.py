@@ -116,7 +116,12 @@ class TokenizerPair:
 
     @classmethod
     def load(cls, folder: str | Path) -> TokenizerPair:
+        """aiayn's own SentencePiece files, or an imported Marian checkpoint's (``vocab.json``)."""
         folder = Path(folder)
+        if (folder / "vocab.json").is_file():
+            from aiayn.tokenizer_marian import MarianTokenizers
+
+            return MarianTokenizers.load(folder)
         if (folder / "tokenizer.model").is_file():
             return cls(Tokenizer.load(folder / "tokenizer.model"))
         if (folder / "tokenizer.src.model").is_file():

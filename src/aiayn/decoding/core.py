@@ -16,7 +16,7 @@ from aiayn.models import TransformerModel
 
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
     """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V), in place."""
-    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")
+    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")  # the same id when decoding starts from PAD
     if no_eos:
         logits[..., cfg.eos_id] = float("-inf")
     return logits

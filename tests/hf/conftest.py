@@ -1,0 +1,60 @@
+"""Small random Hugging Face models, built and saved by the tests themselves (no hub)."""
+
+import io
+import json
+
+import pytest
+
+TEXTS = ["Ein Mann fährt ein Pferd.", "A man rides a horse.", "Zwei Hunde spielen im Schnee.",
+         "Two dogs play in the snow.", "Eine Frau liest ein Buch.", "A woman reads a book.", "Kinder lachen.",
+         "Children laugh."]
+
+
+def marian_folder(folder, activation="swish", scale_embedding=True, seed=0):
+    """A tiny MarianMTModel (2+2 layers, d 16) with a SentencePiece model and vocab.json, as OPUS-MT ships."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXTS * 20), model_writer=buf, vocab_size=50,
+                                   model_type="unigram", hard_vocab_limit=False, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    vocab = {"</s>": 0, "<unk>": 1}
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i)):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab[">>deu<<"] = len(vocab)  # a target-language code, as multilingual OPUS-MT models have
+    vocab["<pad>"] = len(vocab)
+    src = folder / "src"
+    src.mkdir(parents=True)
+    for name in ("source.spm", "target.spm"):
+        (src / name).write_bytes(buf.getvalue())
+    (src / "vocab.json").write_text(json.dumps(vocab))
+    config = MarianConfig(vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                          max_position_embeddings=64, activation_function=activation, scale_embedding=scale_embedding,
+                          pad_token_id=vocab["<pad>"], eos_token_id=0, decoder_start_token_id=vocab["<pad>"])
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():  # a visible final_logits_bias, so a model that forgets it fails
+        model.final_logits_bias.normal_()
+    out = folder / "hf"
+    model.save_pretrained(out)
+    MarianTokenizer(str(src / "source.spm"), str(src / "target.spm"), str(src / "vocab.json")).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory):
+    """(Hugging Face folder, its MarianMTModel, its MarianTokenizer)."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    folder = marian_folder(tmp_path_factory.mktemp("marian"))
+    return folder, MarianMTModel.from_pretrained(folder).eval(), MarianTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def make_marian():
+    """The builder itself: ``make_marian(folder, activation, scale_embedding, seed)``."""
+    return marian_folder
