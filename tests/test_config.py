@@ -41,7 +41,8 @@ def test_json_round_trip(tmp_path):
     ({"dropout": 1.5}, "dropout"),
     ({"tgt_vocab_size": 10, "share_embeddings": "all"}, "share_embeddings"),
     ({"eos_id": 0}, "pad_id"),  # EOS and PAD share an id
-    ({"bos_id": 2}, "bos_id may equal pad_id"),  # BOS and EOS share an id
+    ({"bos_id": 2}, "bos_id and unk_id may equal pad_id"),  # BOS and EOS share an id
+    ({"bos_id": 5, "unk_id": 5}, "bos_id and unk_id"),  # BOS and UNK share an id that is not PAD
     ({"sinusoid_layout": "split"}, "sinusoid_layout"),
 ])
 def test_bad_values_name_the_field(changes, field):

@@ -15,7 +15,7 @@ MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
 FIRST_ORDINARY_ID = 5
 
 ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
-ACTIVATIONS = ("relu", "gelu", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORMS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
@@ -42,7 +42,8 @@ class ModelConfig:
         d_model, n_heads, d_ff: widths (section 3.2.2, 3.3); ``d_model % n_heads == 0``.
         n_encoder_layers, n_decoder_layers: stack depths N (section 3.1).
         dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
-        activation: inside the feed-forward network, relu (paper) or gelu.
+        activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
+            approximation) or silu (Marian's "swish").
         norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
         positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
@@ -54,7 +55,8 @@ class ModelConfig:
         output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
             ``final_logits_bias``).
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
-            what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token).
+            what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
+            may ``unk_id`` for a model without an unknown token (GPT-2).
     """
 
     arch: str = "encoder-decoder"
@@ -195,7 +197,8 @@ def _validate(cfg: ModelConfig) -> None:
     for name, value in specials.items():
         if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
             raise ValueError(f"{name}: {value} is outside the vocabulary")
-    if len({cfg.pad_id, cfg.eos_id, cfg.unk_id}) != 3 or cfg.bos_id in (cfg.eos_id, cfg.unk_id):
-        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id may equal pad_id)")
+    if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
+        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
+                         "equal pad_id)")
     if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
         raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

@@ -6,6 +6,7 @@ Masks are bool, True = may attend. Shapes: x (B, T, d_model), memory (B, S, d_mo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,7 +25,8 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation]
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"),
+                           "silu": F.silu}[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))

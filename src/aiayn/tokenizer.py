@@ -116,8 +116,13 @@ class TokenizerPair:
 
     @classmethod
     def load(cls, folder: str | Path) -> TokenizerPair:
-        """aiayn's own SentencePiece files, or an imported Marian checkpoint's (``vocab.json``)."""
+        """aiayn's own SentencePiece files, or an imported checkpoint's: ``tokenizer.json`` (GPT-2, BERT) or
+        Marian's ``vocab.json`` with its SentencePiece models."""
         folder = Path(folder)
+        if (folder / "tokenizer.json").is_file():
+            from aiayn.tokenizer_hf import HFTokenizers
+
+            return HFTokenizers.load(folder)
         if (folder / "vocab.json").is_file():
             from aiayn.tokenizer_marian import MarianTokenizers
 

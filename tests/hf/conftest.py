@@ -58,3 +58,32 @@ def marian(tmp_path_factory):
 def make_marian():
     """The builder itself: ``make_marian(folder, activation, scale_embedding, seed)``."""
     return marian_folder
+
+
+def gpt2_folder(folder, seed=0):
+    """A tiny GPT2LMHeadModel (2 layers, d 16) with a byte-level BPE tokenizer trained on a few sentences."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXTS * 5, vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False)
+    tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                            unk_token="<|endoftext|>")
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    config = GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=2, n_head=2, n_positions=64, bos_token_id=eos,
+                        eos_token_id=eos)
+    torch.manual_seed(seed)
+    out = folder / "gpt2"
+    GPT2LMHeadModel(config).eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gpt2(tmp_path_factory):
+    """(Hugging Face folder, its GPT2LMHeadModel, its tokenizer)."""
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    folder = gpt2_folder(tmp_path_factory.mktemp("gpt2"))
+    return folder, GPT2LMHeadModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)

@@ -1,0 +1,75 @@
+"""GPT-2 -> aiayn's decoder-only model: learned positions, pre-norm with a final LayerNorm, GELU with the
+tanh approximation (``activation="gelu_tanh"``), unscaled embeddings (``scale_embeddings=False``), the
+output tied to the token embedding. Conv1D weights are stored (in, out) and are transposed; the fused
+query/key/value projection is split. GPT-2 has one special token, ``<|endoftext|>`` (EOS, and the start of
+a document); it has no padding token, so one zero row is appended for padding (``pad_id``, never generated:
+the logits of the real vocabulary are GPT-2's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+from aiayn.hf import load_mapped, take
+from aiayn.models import DecoderOnly
+from aiayn.tokenizer_hf import HFTokenizers
+
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def gpt2_config(hf: dict) -> ModelConfig:
+    """aiayn's config for a Hugging Face ``GPT2Config`` (as a dict); what aiayn cannot express is an error."""
+    if hf.get("activation_function") not in ACTIVATIONS:
+        raise ValueError(f"config.json: activation_function {hf.get('activation_function')!r} is not supported; "
+                         f"aiayn has {', '.join(ACTIVATIONS)}")
+    for flag in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        if hf.get(flag):
+            raise ValueError(f"config.json: {flag} is not supported")
+    if not hf.get("scale_attn_weights", True):
+        raise ValueError("config.json: scale_attn_weights false is not supported (aiayn scales by 1/sqrt(d_k))")
+    pad = hf["vocab_size"]  # the appended padding row
+    d = hf["n_embd"]
+    return ModelConfig(
+        arch="decoder-only", vocab_size=pad + 1, d_model=d, n_heads=hf["n_head"], n_encoder_layers=0,
+        n_decoder_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * d, dropout=hf.get("resid_pdrop", 0.1),
+        activation=ACTIVATIONS[hf["activation_function"]], norm="pre", positions="learned",
+        share_embeddings="all", max_len=hf["n_positions"], layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        scale_embeddings=False, pad_id=pad, bos_id=pad, unk_id=pad, eos_id=hf["eos_token_id"])
+
+
+def gpt2_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """aiayn's parameter names -> the GPT-2 tensors (``transformer.`` prefix or none)."""
+    prefix = "transformer." if any(k.startswith("transformer.") for k in w) else ""
+    wte = take(w, prefix + "wte.weight")
+    tokens = torch.cat([wte, wte.new_zeros(1, wte.size(1))])  # (V + 1, D): the padding row
+    out = {"embed.tokens.weight": tokens, "output.weight": tokens,
+           "embed.positions.table.weight": take(w, prefix + "wpe.weight"),
+           "decoder.norm.weight": take(w, prefix + "ln_f.weight"), "decoder.norm.bias": take(w, prefix + "ln_f.bias")}
+    for i in range(cfg.n_decoder_layers):
+        hf, ours = f"{prefix}h.{i}.", f"decoder.layers.{i}."
+        qkv_w = take(w, hf + "attn.c_attn.weight").t()  # Conv1D (D, 3D) -> Linear (3D, D)
+        qkv_b = take(w, hf + "attn.c_attn.bias")
+        for name, weight, bias in zip(("q_proj", "k_proj", "v_proj"), qkv_w.chunk(3), qkv_b.chunk(3), strict=True):
+            out[f"{ours}self_attn.{name}.weight"], out[f"{ours}self_attn.{name}.bias"] = weight, bias
+        for theirs, mine in (("attn.c_proj", "self_attn.out_proj"), ("mlp.c_fc", "ffn.linear1"),
+                             ("mlp.c_proj", "ffn.linear2")):
+            out[f"{ours}{mine}.weight"] = take(w, f"{hf}{theirs}.weight").t()  # Conv1D (in, out) -> (out, in)
+            out[f"{ours}{mine}.bias"] = take(w, f"{hf}{theirs}.bias")
+        for theirs, mine in (("ln_1", "res_self.norm"), ("ln_2", "res_ffn.norm")):
+            for kind in ("weight", "bias"):
+                out[f"{ours}{mine}.{kind}"] = take(w, f"{hf}{theirs}.{kind}")
+    return out
+
+
+def import_gpt2(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[DecoderOnly, HFTokenizers]:
+    tokenizers = HFTokenizers.load(folder)
+    cfg = gpt2_config(hf)
+    if len(tokenizers.src) != hf["vocab_size"]:
+        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
+                         f"vocab_size {hf['vocab_size']}")
+    model = DecoderOnly(cfg)
+    load_mapped(model, gpt2_state_dict(weights, cfg))
+    return model.eval(), tokenizers
