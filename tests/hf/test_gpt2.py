@@ -9,7 +9,6 @@ import torch
 from aiayn import generate
 from aiayn.cli import main
 from aiayn.generation import TextGenerator
-from aiayn.hf import import_pretrained
 from aiayn.inference import load_checkpoint
 
 SENTENCES = ["A man rides a horse.", "Zwei Hunde spielen im Schnee.", "一个男人骑着马。", "  spaces  and\ttabs\n",
