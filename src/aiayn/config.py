@@ -52,8 +52,12 @@ class ModelConfig:
             ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
         share_embeddings: none | decoder (target embedding = output projection) | all (source too).
         max_len: longest sequence for learned positions (sinusoidal and rope take any length).
+        embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
+        output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM
+            head; the paper has none).
         output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
             ``final_logits_bias``).
+        mask_id: the id that stands for a masked token (masked-LM training, fill-mask).
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
@@ -77,11 +81,14 @@ class ModelConfig:
     position_base: float = 10000.0
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
+    embedding_norm: bool = False
+    output_transform: bool = False
     output_bias: bool = False
     pad_id: int = SPECIAL_IDS["pad_id"]
     bos_id: int = SPECIAL_IDS["bos_id"]
     eos_id: int = SPECIAL_IDS["eos_id"]
     unk_id: int = SPECIAL_IDS["unk_id"]
+    mask_id: int = MASK_ID
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -193,7 +200,8 @@ def _validate(cfg: ModelConfig) -> None:
         raise ValueError(f"dropout: must be in [0, 1), got {cfg.dropout!r}")
     if cfg.share_embeddings == "all" and cfg.arch == "encoder-decoder" and cfg.target_vocab != cfg.vocab_size:
         raise ValueError("share_embeddings: 'all' needs one joint vocabulary (tgt_vocab_size == vocab_size)")
-    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id}
+    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,
+                "mask_id": cfg.mask_id}
     for name, value in specials.items():
         if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
             raise ValueError(f"{name}: {value} is outside the vocabulary")

@@ -33,19 +33,24 @@ class InputEmbedding(nn.Module):
     Args:
         tokens: the token table (possibly shared with another embedding or the output layer).
         positions: SinusoidalPositions, LearnedPositions, or None (rotary positions act in attention).
+        norm: a LayerNorm applied to the sum before dropout (BERT), or None (the paper).
     Shape: ids (B, T) -> (B, T, d_model).
     """
 
-    def __init__(self, tokens: TokenEmbedding, positions: nn.Module | None, dropout: float = 0.1) -> None:
+    def __init__(self, tokens: TokenEmbedding, positions: nn.Module | None, dropout: float = 0.1,
+                 norm: nn.LayerNorm | None = None) -> None:
         super().__init__()
         self.tokens = tokens
         self.positions = positions
+        self.norm = norm
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         x = self.tokens(ids)  # (B, T, D)
         if self.positions is not None:
             x = x + self.positions(ids.size(1), offset, like=x)  # (T, D) broadcast over B, or (B, T, D)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)
 
 

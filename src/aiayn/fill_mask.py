@@ -7,7 +7,6 @@ from pathlib import Path
 
 import torch
 
-from aiayn.config import FIRST_ORDINARY_ID, MASK_ID
 from aiayn.inference import inference_copy, load_checkpoint
 from aiayn.models import EncoderOnly
 from aiayn.tokenizer import TokenizerPair
@@ -37,13 +36,10 @@ class MaskFiller:
         return cls(model, tokenizers, device)
 
     def ids(self, text: str) -> list[int]:
-        """The text's ids, each ``<mask>`` one MASK_ID standing for a whole piece (the word-start marker the
-        tokenizer puts before it is dropped: in training a masked piece carries its own); a text without a
-        mask, or too long, is a ValueError."""
-        ids = self.tokenizer.encode(" ".join(text.split()))
-        space = self.tokenizer.sp.piece_to_id("\u2581")  # SentencePiece's word-start marker
-        ids = [t for t, nxt in zip(ids, [*ids[1:], None], strict=True) if not (t == space and nxt == MASK_ID)]
-        if MASK_ID not in ids:
+        """The text's ids, each ``<mask>`` one mask id (the tokenizer's conventions: aiayn's own, or
+        BERT's [CLS] ... [SEP]); a text without a mask, or too long, is a ValueError."""
+        ids = self.tokenizer.encode_masked(" ".join(text.split()))
+        if self.model.config.mask_id not in ids:
             raise ValueError(f"text: no {MASK} in it; mark each word to predict with {MASK}")
         if len(ids) > self.model.config.max_len:
             raise ValueError(f"text: {len(ids)} tokens, more than the model's {self.model.config.max_len}")
@@ -54,14 +50,8 @@ class MaskFiller:
         """For each mask, left to right, the ``top_k`` most likely ordinary tokens with their probabilities."""
         ids = torch.tensor([self.ids(text)], device=self.device)  # (1, S)
         logits = self.model(ids)[0].float()  # (S, V)
-        logits[:, :FIRST_ORDINARY_ID] = float("-inf")  # never predict a special token
-        probs = logits[ids[0] == MASK_ID].softmax(dim=-1)  # (M, V)
+        logits[:, self.tokenizer.special_ids()] = float("-inf")  # never predict a special token
+        probs = logits[ids[0] == self.model.config.mask_id].softmax(dim=-1)  # (M, V)
         best = probs.topk(min(top_k, probs.size(-1)), dim=-1)
-        return [[Candidate(self._text(i), i, p) for p, i in zip(ps.tolist(), ix.tolist(), strict=True)]
+        return [[Candidate(self.tokenizer.token_text(i), i, p) for p, i in zip(ps.tolist(), ix.tolist(), strict=True)]
                 for ps, ix in zip(best.values, best.indices, strict=True)]
-
-    def _text(self, token_id: int) -> str:
-        piece = self.tokenizer.pieces([token_id])[0]
-        if piece.startswith("<0x"):  # a byte piece: show the character (e.g. a newline), not its name
-            return self.tokenizer.sp.decode([token_id])
-        return piece.replace("\u2581", " ")

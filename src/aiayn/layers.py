@@ -15,6 +15,8 @@ from aiayn.attention import MultiHeadAttention
 from aiayn.cache import DecoderCache, LayerCache
 from aiayn.positions import RotaryEmbedding
 
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU or SiLU optional. d_model -> d_ff -> d_model."""
@@ -25,8 +27,7 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"),
-                           "silu": F.silu}[activation]
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))

@@ -20,7 +20,7 @@ from aiayn.checkpoint import CONFIG, load_weights, write_checkpoint
 from aiayn.config import ModelConfig
 from aiayn.embeddings import InputEmbedding, TokenEmbedding, build_positions
 from aiayn.init import init_weights
-from aiayn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
+from aiayn.layers import ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLayer
 from aiayn.masks import decoder_self_mask, key_mask, left_align, padding_mask
 from aiayn.positions import RotaryEmbedding
 
@@ -28,7 +28,8 @@ from aiayn.positions import RotaryEmbedding
 def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
     positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base,
                                 cfg.sinusoid_layout == "halves")
-    return InputEmbedding(tokens, positions, cfg.dropout)
+    norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+    return InputEmbedding(tokens, positions, cfg.dropout, norm)
 
 
 def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
@@ -60,6 +61,19 @@ def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Lin
     if cfg.share_embeddings != "none":
         proj.weight = tokens.weight
     return proj
+
+
+class OutputTransform(nn.Module):
+    """BERT's masked-LM head before the output projection: LayerNorm(activation(x W + b)). (B, T, D) -> same."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.activation(self.dense(x)))
 
 
 class TransformerModel(nn.Module):
@@ -256,12 +270,15 @@ class EncoderOnly(TransformerModel):
         tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
         self.embed = build_embedding(config, tokens)
         self.encoder = build_encoder(config)
+        self.transform = OutputTransform(config) if config.output_transform else None
         self.output = build_output(config, config.vocab_size, tokens)
         init_weights(self)
 
     def forward(self, ids: Tensor) -> Tensor:
         mask = key_mask(padding_mask(ids, self.config.pad_id))  # (B, 1, 1, S)
         hidden, _ = self.encoder(self.embed(ids), mask)
+        if self.transform is not None:
+            hidden = self.transform(hidden)
         return self.output(hidden)
 
 

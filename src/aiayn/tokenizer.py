@@ -74,6 +74,24 @@ class Tokenizer:
         """The subword strings of ``ids`` (for pictures and debugging)."""
         return [self.sp.id_to_piece(i) for i in ids]
 
+    def encode_masked(self, text: str) -> list[int]:
+        """Ids of a text with ``<mask>`` words, each one MASK_ID standing for a whole piece (the word-start
+        marker the tokenizer puts before it is dropped: in training a masked piece carries its own)."""
+        ids = self.encode(text)
+        space = self.sp.piece_to_id("\u2581")  # SentencePiece's word-start marker
+        return [t for t, nxt in zip(ids, [*ids[1:], None], strict=True) if not (t == space and nxt == MASK_ID)]
+
+    def special_ids(self) -> list[int]:
+        """Ids that are never a prediction (padding, BOS, EOS, UNK, mask)."""
+        return list(range(FIRST_ORDINARY_ID))
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text: a byte piece as its character (e.g. a newline), a word start as a space."""
+        piece = self.sp.id_to_piece(token_id)
+        if piece.startswith("<0x"):
+            return self.sp.decode([token_id])
+        return piece.replace("\u2581", " ")
+
 
 def _train_spm(sentences: list[str], buffer: io.BytesIO, vocab_size: int, model_type: str,
                character_coverage: float, max_sentences: int) -> None:

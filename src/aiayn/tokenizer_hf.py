@@ -13,8 +13,9 @@ FILE = "tokenizer.json"
 
 
 class HFTokenizer:
-    """``encode(text) -> ids`` without special tokens (a model's own conventions add them), ``decode(ids)``
-    without special tokens. Ids past the tokenizer's vocabulary (a padding row aiayn appended) are dropped."""
+    """``encode(text) -> ids`` as the Hugging Face tokenizer gives them (BERT's [CLS] ... [SEP] included),
+    ``decode(ids)`` without special tokens. Ids past the tokenizer's vocabulary (a padding row aiayn
+    appended) are dropped."""
 
     def __init__(self, json_text: str) -> None:
         self.tok = HFTokenizerModel.from_str(json_text)
@@ -25,10 +26,24 @@ class HFTokenizer:
         return self.size
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
+        return self.tok.encode(text).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in self.tok.encode_batch(texts)]
+
+    def encode_masked(self, text: str) -> list[int]:
+        """Ids of a text with ``<mask>`` words: each becomes the tokenizer's mask token (BERT's [MASK])."""
+        mask = next((t for t in ("[MASK]", "<mask>") if self.tok.token_to_id(t) is not None), None)
+        if mask is None:
+            raise ValueError("tokenizer.json: no mask token ([MASK] or <mask>); this tokenizer cannot fill masks")
+        return self.encode(text.replace("<mask>", mask))
+
+    def special_ids(self) -> list[int]:
+        """The ids of the tokenizer's special tokens ([CLS], [SEP], [PAD], [MASK], ...)."""
+        return [i for i, token in self.tok.get_added_tokens_decoder().items() if token.special]
+
+    def token_text(self, token_id: int) -> str:
+        return self.tok.decode([token_id])
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode([i for i in ids if i < self.size], skip_special_tokens=True)

@@ -87,3 +87,32 @@ def gpt2(tmp_path_factory):
 
     folder = gpt2_folder(tmp_path_factory.mktemp("gpt2"))
     return folder, GPT2LMHeadModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def bert_folder(folder, seed=0):
+    """A tiny BertForMaskedLM (2 layers, d 16) with an uncased WordPiece vocabulary (Chinese characters too)."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    words = sorted({w for t in TEXTS for w in t.lower().replace(".", " ").split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", *words, "##s", "##en", "##er",
+             "un", "##d", *"一个男人骑着马。"]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
+    tok = BertTokenizerFast(str(folder / "vocab.txt"))  # the vocabulary file (positional in 4.x and 5.x)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    out = folder / "bert"
+    BertForMaskedLM(config).eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def bert(tmp_path_factory):
+    """(Hugging Face folder, its BertForMaskedLM, its tokenizer)."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    folder = bert_folder(tmp_path_factory.mktemp("bert"))
+    return folder, BertForMaskedLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-SUPPORTED = ("marian", "gpt2")  # model_type values of config.json
+SUPPORTED = ("marian", "gpt2", "bert")  # model_type values of config.json
 
 
 def read_config(folder: Path) -> dict:
@@ -71,13 +71,14 @@ def load_mapped(model, mapped: dict[str, Tensor]) -> None:
 def import_pretrained(folder: str | Path, output: str | Path) -> Path:
     """Import the Hugging Face model in ``folder`` into the aiayn checkpoint folder ``output``."""
     from aiayn.checkpoint import write_checkpoint
-    from aiayn.hf import gpt2, marian
+    from aiayn.hf import bert, gpt2, marian
 
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder; give a Hugging Face model folder")
     config = read_config(folder)
-    importer = marian.import_marian if config["model_type"] == "marian" else gpt2.import_gpt2
+    importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
+    importer = importers[config["model_type"]]
     model, tokenizers = importer(folder, config, read_weights(folder))
     write_checkpoint(output, model, tokenizers)
     return Path(output)

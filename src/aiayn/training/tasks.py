@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import FIRST_ORDINARY_ID, MASK_ID, ModelConfig
+from aiayn.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.data.batching import lm_blocks, pad_batch, token_batches
 from aiayn.data.corpus import Parallel
 from aiayn.tokenizer import TokenizerPair
@@ -110,6 +110,6 @@ class BlockTask:
         labels = ids.masked_fill(~chosen, self.cfg.pad_id)
         roll = torch.rand(ids.shape, generator=gen)
         random_ids = torch.randint(FIRST_ORDINARY_ID, self.cfg.vocab_size, ids.shape, generator=gen)
-        ids = torch.where(chosen & (roll < 0.8), torch.full_like(ids, MASK_ID), ids)
+        ids = torch.where(chosen & (roll < 0.8), torch.full_like(ids, self.cfg.mask_id), ids)
         ids = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, ids)
         return ids, labels

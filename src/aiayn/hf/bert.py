@@ -1,0 +1,73 @@
+"""BERT (``BertForMaskedLM``) -> aiayn's encoder-only model: post-norm as the paper, learned positions, a
+LayerNorm on the embeddings (``embedding_norm``), GELU, unscaled embeddings, and the masked-LM head's own
+dense + GELU + LayerNorm before the tied output with its bias (``output_transform``, ``output_bias``).
+Token-type embeddings: aiayn feeds one segment, so type 0's row is added into the position table (exact for
+single-text input, which is what fill-mask gives). Special ids come from the tokenizer: [PAD], [UNK],
+[CLS] (as BOS), [SEP] (as EOS), [MASK]."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+from aiayn.hf import load_mapped, take
+from aiayn.models import EncoderOnly
+from aiayn.tokenizer_hf import HFTokenizers
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu", "silu": "silu"}
+SPECIALS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "bos_id": "[CLS]", "eos_id": "[SEP]", "mask_id": "[MASK]"}
+PARTS = {"attention.self.query": "self_attn.q_proj", "attention.self.key": "self_attn.k_proj",
+         "attention.self.value": "self_attn.v_proj", "attention.output.dense": "self_attn.out_proj",
+         "attention.output.LayerNorm": "res_attn.norm", "intermediate.dense": "ffn.linear1",
+         "output.dense": "ffn.linear2", "output.LayerNorm": "res_ffn.norm"}
+
+
+def bert_config(hf: dict, tokenizers: HFTokenizers) -> ModelConfig:
+    """aiayn's config for a Hugging Face ``BertConfig`` (as a dict) and its tokenizer's special ids."""
+    if hf.get("hidden_act") not in ACTIVATIONS:
+        raise ValueError(f"config.json: hidden_act {hf.get('hidden_act')!r} is not supported; aiayn has "
+                         f"{', '.join(ACTIVATIONS)}")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"config.json: position_embedding_type {hf['position_embedding_type']!r} is not supported")
+    ids = {}
+    for field, token in SPECIALS.items():
+        ids[field] = tokenizers.src.token_id(token)
+        if ids[field] is None:
+            raise ValueError(f"tokenizer.json: no {token} token; a BERT tokenizer has {', '.join(SPECIALS.values())}")
+    return ModelConfig(
+        arch="encoder-only", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"], n_encoder_layers=hf["num_hidden_layers"], n_decoder_layers=0,
+        d_ff=hf["intermediate_size"], dropout=hf.get("hidden_dropout_prob", 0.1),
+        activation=ACTIVATIONS[hf["hidden_act"]], norm="post", positions="learned", share_embeddings="all",
+        max_len=hf["max_position_embeddings"], layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        scale_embeddings=False, embedding_norm=True, output_transform=True, output_bias=True, **ids)
+
+
+def bert_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """aiayn's parameter names -> the BERT tensors."""
+    emb = "bert.embeddings."
+    words = take(w, emb + "word_embeddings.weight")
+    positions = take(w, emb + "position_embeddings.weight") + take(w, emb + "token_type_embeddings.weight")[0]
+    out = {"embed.tokens.weight": words, "output.weight": words, "embed.positions.table.weight": positions,
+           "embed.norm.weight": take(w, emb + "LayerNorm.weight"), "embed.norm.bias": take(w, emb + "LayerNorm.bias"),
+           "output.bias": take(w, "cls.predictions.bias", "cls.predictions.decoder.bias")}
+    for kind in ("weight", "bias"):
+        out[f"transform.dense.{kind}"] = take(w, f"cls.predictions.transform.dense.{kind}")
+        out[f"transform.norm.{kind}"] = take(w, f"cls.predictions.transform.LayerNorm.{kind}")
+        for i in range(cfg.n_encoder_layers):
+            for theirs, mine in PARTS.items():
+                out[f"encoder.layers.{i}.{mine}.{kind}"] = take(w, f"bert.encoder.layer.{i}.{theirs}.{kind}")
+    return out
+
+
+def import_bert(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[EncoderOnly, HFTokenizers]:
+    tokenizers = HFTokenizers.load(folder)
+    if len(tokenizers.src) != hf["vocab_size"]:
+        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
+                         f"vocab_size {hf['vocab_size']}")
+    cfg = bert_config(hf, tokenizers)
+    model = EncoderOnly(cfg)
+    load_mapped(model, bert_state_dict(weights, cfg))
+    return model.eval(), tokenizers
