@@ -87,19 +87,25 @@ def hf_runner(model, src: torch.Tensor, strategy: str, cache: bool) -> Callable[
     return run
 
 
+def vocabulary(size: int) -> list[str]:
+    """Token strings for a model without a tokenizer: the specials at aiayn's ids, then ``t{id}``."""
+    specials = ["<blank>", "<s>", "</s>", "<unk>"]
+    return specials + [f"t{i}" for i in range(len(specials), size)]
+
+
 def ct2_translator(model: EncoderDecoder, folder: Path, compute_type: str):
     import ctranslate2
-    from ct2_export import AiaynConverter
+
+    from aiayn.interop.ctranslate2 import AiaynConverter
 
     if not folder.exists():
-        AiaynConverter(model).convert(str(folder))
+        tokens = vocabulary(model.config.vocab_size)
+        AiaynConverter(model, tokens, tokens, max_len=256).convert(str(folder))
     return ctranslate2.Translator(str(folder), device="cpu", compute_type=compute_type,
                                   intra_threads=torch.get_num_threads())
 
 
 def ct2_runner(translator, src: torch.Tensor, strategy: str) -> Callable[[], object]:
-    from ct2_export import vocabulary
-
     vocab = vocabulary(VOCAB)
     tokens = [[vocab[i] for i in row] for row in src.tolist()]
 
@@ -189,7 +195,6 @@ def main() -> None:
                         help="run every engine this many times, in turn, and keep each figure's best")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))  # ct2_export
     if args.worker:
         worker(*args.worker, args.min_seconds)
         return

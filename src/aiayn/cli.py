@@ -261,16 +261,33 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from aiayn.hf import import_pretrained
+    from aiayn.interop import import_pretrained
 
     print(import_pretrained(args.folder, args.output))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    if args.format == "hf":
+        from aiayn.interop.hf_export import export_hf
+
+        if args.quantization:
+            raise ValueError("--quantization: only for --format ctranslate2")
+        print(export_hf(args.checkpoint, args.output))
+    else:
+        try:
+            from aiayn.interop.ctranslate2 import export_ctranslate2
+        except ImportError:
+            raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") \
+                from None
+        print(export_ctranslate2(args.checkpoint, args.output, args.quantization))
     return 0
 
 
 COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
             "generate": _generate, "fill-mask": _fill_mask,
             "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve,
-            "import": _import}
+            "import": _import, "export": _export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,6 +179,18 @@ def _add_import(sub) -> None:
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
 
 
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="export a translator as a Hugging Face Marian folder or a CTranslate2 model",
+                       description="Write an aiayn encoder-decoder checkpoint as a Hugging Face Marian folder "
+                                   "(MarianMTModel.from_pretrained loads it) or, through CTranslate2's converter, a "
+                                   "CTranslate2 model. Options Marian cannot express are named in the error.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--format", required=True, choices=["hf", "ctranslate2"], dest="format")
+    p.add_argument("--output", required=True, help="the folder to write")
+    p.add_argument("--quantization", choices=["int8", "int8_float32", "float16", "bfloat16"],
+                   help="ctranslate2 only: store the weights quantized (default: float32)")
+
+
 def _add_limits(p) -> None:
     """One flag per ``Limits`` field (its help and default from the field)."""
     import dataclasses
@@ -197,6 +209,6 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve,
-                _add_import):
+                _add_import, _add_export):
         add(sub)
     return parser

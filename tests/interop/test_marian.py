@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from aiayn import generate
 from aiayn.cli import main
-from aiayn.hf import import_pretrained
 from aiayn.inference import load_checkpoint
+from aiayn.interop import import_pretrained
 from aiayn.translate import Translator
 
 SENTENCES = ["Ein Mann fährt ein Pferd.", "Kinder lachen im Schnee.", "A woman reads.", ">>deu<< Two dogs play.",

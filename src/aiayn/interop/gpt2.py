@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import ModelConfig
-from aiayn.hf import load_mapped, take
+from aiayn.interop import load_mapped, take
 from aiayn.models import DecoderOnly
 from aiayn.tokenizer_hf import HFTokenizers
 

@@ -6,12 +6,13 @@ from pad (``bos_id = pad_id``). The rest is the paper's post-norm Transformer wi
 
 from __future__ import annotations
 
+from itertools import product
 from pathlib import Path
 
 from torch import Tensor
 
 from aiayn.config import ModelConfig
-from aiayn.hf import load_mapped, take
+from aiayn.interop import load_mapped, take
 from aiayn.models import EncoderDecoder
 from aiayn.tokenizer_marian import MarianTokenizers
 
@@ -49,6 +50,21 @@ def marian_config(hf: dict, unk_id: int) -> ModelConfig:
         eos_id=hf["eos_token_id"], unk_id=unk_id)
 
 
+def layer_names(cfg: ModelConfig) -> list[tuple[str, str]]:
+    """(aiayn name, Marian name) of every encoder and decoder layer tensor; one table for import and export."""
+    names = []
+    for side, n, norms in (("encoder", cfg.n_encoder_layers, ENCODER_NORMS),
+                           ("decoder", cfg.n_decoder_layers, DECODER_NORMS)):
+        parts = {**LAYER_PARTS, **norms}
+        if side == "encoder":
+            del parts["encoder_attn"]
+        for i, (theirs, mine), kind in product(range(n), parts.items(), ("weight", "bias")):
+            projections = ("q_proj.", "k_proj.", "v_proj.", "out_proj.") if theirs.endswith("attn") else ("",)
+            names += [(f"{side}.layers.{i}.{mine}.{p}{kind}", f"model.{side}.layers.{i}.{theirs}.{p}{kind}")
+                      for p in projections]
+    return names
+
+
 def marian_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
     """aiayn's parameter names -> the Marian tensors."""
     shared = take(w, "model.shared.weight", "model.encoder.embed_tokens.weight")
@@ -56,19 +72,7 @@ def marian_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tenso
     out = {"src_embed.tokens.weight": shared, "tgt_embed.tokens.weight": target,
            "output.weight": take(w, "lm_head.weight") if cfg.share_embeddings == "none" else target,
            "output.bias": take(w, "final_logits_bias")[0]}
-    for side, n, norms in (("encoder", cfg.n_encoder_layers, ENCODER_NORMS),
-                           ("decoder", cfg.n_decoder_layers, DECODER_NORMS)):
-        for i in range(n):
-            hf, ours = f"model.{side}.layers.{i}.", f"{side}.layers.{i}."
-            for part, mine in {**LAYER_PARTS, **norms}.items():
-                if part == "encoder_attn" and side == "encoder":
-                    continue
-                projections = ("q_proj.", "k_proj.", "v_proj.", "out_proj.") if "attn" in part and "norm" not in part \
-                    else ("",)
-                for proj in projections:
-                    for kind in ("weight", "bias"):
-                        out[f"{ours}{mine}.{proj}{kind}"] = take(w, f"{hf}{part}.{proj}{kind}")
-    return out
+    return out | {ours: take(w, theirs) for ours, theirs in layer_names(cfg)}
 
 
 def import_marian(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[EncoderDecoder, MarianTokenizers]:

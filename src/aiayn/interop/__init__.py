@@ -71,7 +71,7 @@ def load_mapped(model, mapped: dict[str, Tensor]) -> None:
 def import_pretrained(folder: str | Path, output: str | Path) -> Path:
     """Import the Hugging Face model in ``folder`` into the aiayn checkpoint folder ``output``."""
     from aiayn.checkpoint import write_checkpoint
-    from aiayn.hf import bert, gpt2, marian
+    from aiayn.interop import bert, gpt2, marian
 
     folder = Path(folder)
     if not folder.is_dir():

@@ -12,7 +12,7 @@ from pathlib import Path
 from torch import Tensor
 
 from aiayn.config import ModelConfig
-from aiayn.hf import load_mapped, take
+from aiayn.interop import load_mapped, take
 from aiayn.models import EncoderOnly
 from aiayn.tokenizer_hf import HFTokenizers
 

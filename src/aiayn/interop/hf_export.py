@@ -1,0 +1,123 @@
+"""aiayn translators out to Hugging Face: a Marian folder that ``MarianMTModel.from_pretrained`` loads, with
+the same logits (CTranslate2 export: ``interop/ctranslate2.py``).
+
+Marian's Transformer is the paper's post-norm encoder-decoder with sinusoidal positions laid out in halves
+(every sin, then every cos). An aiayn model with the paper's interleaved layout is exported exactly all the
+same: the d_model dimensions of the residual stream are permuted (embeddings, every projection's input or
+output side, every LayerNorm), which moves sin(pos w_i) from dimension 2i to i and its cos from 2i+1 to
+D/2 + i and changes nothing else (a LayerNorm does not care about the order of its dimensions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from aiayn.config import ModelConfig
+from aiayn.interop.marian import layer_names
+from aiayn.models import EncoderDecoder
+
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}
+
+
+def marian_problems(cfg: ModelConfig) -> list[str]:
+    """The options of ``cfg`` that a Marian model cannot express (empty: it can be exported)."""
+    checks = [(cfg.arch == "encoder-decoder", f"arch {cfg.arch} (Marian is an encoder-decoder)"),
+              (cfg.norm == "post", "norm pre (Marian is post-norm)"),
+              (cfg.positions == "sinusoidal", f"positions {cfg.positions} (Marian has sinusoidal positions)"),
+              (cfg.position_base == 10000.0, f"position_base {cfg.position_base} (Marian's is 10000)"),
+              (cfg.layer_norm_eps == 1e-5, f"layer_norm_eps {cfg.layer_norm_eps} (Marian's is 1e-5)"),
+              (not cfg.embedding_norm, "embedding_norm (Marian has none)"),
+              (not cfg.output_transform, "output_transform (Marian has none)")]
+    return [problem for ok, problem in checks if not ok]
+
+
+def _residual_order(cfg: ModelConfig) -> Tensor:
+    """The permutation of d_model that turns the interleaved sinusoid layout into halves (identity if halves)."""
+    d = cfg.d_model
+    if cfg.sinusoid_layout == "halves":
+        return torch.arange(d)
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # new dimension j reads old order[j]
+
+
+def _permuted(name: str, tensor: Tensor, order: Tensor) -> Tensor:
+    """``tensor`` with its residual-stream (d_model) sides put in ``order``."""
+    if name.endswith(("norm.weight", "norm.bias", "out_proj.bias", "linear2.bias")):
+        return tensor[order]  # (D,)
+    if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "linear1.weight")):
+        return tensor[:, order]  # (out, D): reads the residual stream
+    if name.endswith(("out_proj.weight", "linear2.weight")):
+        return tensor[order]  # (D, in): writes the residual stream
+    if name.endswith(("tokens.weight", "output.weight")):
+        return tensor[:, order]  # (V, D)
+    return tensor  # q/k/v/linear1 biases, output bias: not on the residual stream
+
+
+def marian_tensors(model: EncoderDecoder) -> dict[str, Tensor]:
+    """Marian's tensor names -> the model's tensors, permuted to the halves layout."""
+    cfg, order = model.config, _residual_order(model.config)
+    own = {name: _permuted(name, t.detach().float(), order) for name, t in model.state_dict().items()}
+    out = {theirs: own[ours] for ours, theirs in layer_names(cfg)}
+    out["model.shared.weight"] = own["src_embed.tokens.weight"]
+    out["model.encoder.embed_tokens.weight"] = own["src_embed.tokens.weight"]
+    out["model.decoder.embed_tokens.weight"] = own["tgt_embed.tokens.weight"]
+    out["lm_head.weight"] = own["output.weight"]
+    bias = own.get("output.bias", torch.zeros(cfg.target_vocab))
+    out["final_logits_bias"] = bias[None]  # (1, V)
+    return out
+
+
+def marian_config(cfg: ModelConfig) -> dict:
+    """The Hugging Face ``MarianConfig`` fields of ``cfg``."""
+    separate = cfg.share_embeddings != "all"
+    return dict(vocab_size=cfg.vocab_size, decoder_vocab_size=cfg.target_vocab, d_model=cfg.d_model,
+                encoder_layers=cfg.n_encoder_layers, decoder_layers=cfg.n_decoder_layers,
+                encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+                encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function=ACTIVATIONS[cfg.activation],
+                dropout=cfg.dropout, max_position_embeddings=cfg.max_len, scale_embedding=cfg.scale_embeddings,
+                pad_token_id=cfg.pad_id, eos_token_id=cfg.eos_id, decoder_start_token_id=cfg.bos_id,
+                forced_eos_token_id=cfg.eos_id, share_encoder_decoder_embeddings=not separate,
+                tie_word_embeddings=cfg.share_embeddings != "none")
+
+
+def export_hf(checkpoint: str | Path, output: str | Path) -> Path:
+    """Write the aiayn translator ``checkpoint`` as a Hugging Face Marian folder ``output``."""
+    from aiayn.checkpoint import atomic_directory
+    from aiayn.inference import load_checkpoint
+
+    model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
+    problems = marian_problems(model.config)
+    if problems:
+        raise ValueError(f"{checkpoint}: Marian cannot express {'; '.join(problems)}")
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError:
+        raise ValueError("export --format hf needs the transformers package: pip install transformers") from None
+    hf = MarianMTModel(MarianConfig(**marian_config(model.config))).eval()
+    missing, unexpected = hf.load_state_dict(marian_tensors(model), strict=False)
+    left = [name for name in [*missing, *unexpected] if "embed_positions" not in name]  # positions: computed
+    if left:
+        raise ValueError(f"export: Marian tensors without a counterpart: {', '.join(left[:3])}")
+    with atomic_directory(output) as tmp:
+        hf.save_pretrained(tmp)
+        _write_tokenizer(tokenizers, tmp)
+    return Path(output)
+
+
+def _write_tokenizer(tokenizers, folder: Path) -> None:
+    """Marian's tokenizer files: the SentencePiece models as source.spm / target.spm and vocab.json."""
+    if hasattr(tokenizers, "files"):  # an imported Marian checkpoint: its own files
+        for name, data in tokenizers.files.items():
+            (folder / name).write_bytes(data)
+        return
+    if not tokenizers.joint:
+        raise ValueError("export --format hf: separate source and target vocabularies are not supported yet")
+    sp = tokenizers.src.sp
+    (folder / "source.spm").write_bytes(tokenizers.src.proto)
+    (folder / "target.spm").write_bytes(tokenizers.tgt.proto)
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer"}))

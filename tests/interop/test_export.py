@@ -1,0 +1,90 @@
+"""Exporting aiayn translators: a Hugging Face Marian folder with the same logits (and back through
+``aiayn import``), a CTranslate2 model with the same greedy output, and clear refusals."""
+
+import json
+
+import pytest
+import torch
+
+from aiayn import generate
+from aiayn.cli import main
+from aiayn.inference import load_checkpoint
+
+SOURCES = ["a b c d e", "f g h", "c c a b d e f g"]
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "hf"
+    assert main(["export", "--checkpoint", str(trained_run), "--format", "hf", "--output", str(out)]) == 0
+    return out
+
+
+def _batch(tokenizers, pad):
+    rows = [tokenizers.src.encode(s) for s in SOURCES]
+    width = max(map(len, rows))
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, S) right-padded
+
+
+def test_hugging_face_loads_the_export_with_the_same_logits(trained_run, exported):
+    from transformers import MarianMTModel, MarianTokenizer
+
+    model, tokenizers = load_checkpoint(trained_run)
+    cfg = model.eval().config
+    assert cfg.sinusoid_layout == "interleaved"  # the permutation to Marian's halves is exercised
+    hf = MarianMTModel.from_pretrained(exported).eval()
+    src = _batch(tokenizers, cfg.pad_id)
+    dec = torch.tensor([[cfg.bos_id, 7, 8, 9], [cfg.bos_id, 9, 9, 5], [cfg.bos_id, 6, 10, 12]])
+    with torch.no_grad():
+        ref = model(src, dec)
+        theirs = hf(input_ids=src, attention_mask=(src != cfg.pad_id).long(), decoder_input_ids=dec).logits
+    assert (ref - theirs).abs().max() <= 1e-4
+    hf_tok = MarianTokenizer.from_pretrained(exported)
+    for text in SOURCES:  # the same ids (aiayn's sources carry no </s>: add_special_tokens=False)
+        assert hf_tok(text, add_special_tokens=False).input_ids == tokenizers.src.encode(text)
+    out = hf.generate(src[:1], attention_mask=(src[:1] != cfg.pad_id).long(), max_new_tokens=20, num_beams=1,
+                      do_sample=False, bad_words_ids=[[cfg.bos_id], [cfg.pad_id]])[0, 1:].tolist()
+    mine = generate(model, src[:1], "greedy", max_new_tokens=20)[0]
+    assert out[: len(mine)] == mine and out[len(mine)] == cfg.eos_id
+
+
+def test_export_then_import_round_trips(trained_run, exported, tmp_path):
+    assert main(["import", str(exported), "--output", str(tmp_path / "back")]) == 0
+    (model, tokenizers), (back, _) = load_checkpoint(trained_run), load_checkpoint(tmp_path / "back")
+    src = _batch(tokenizers, model.config.pad_id)
+    for a, b in ((model.eval(), back.eval()),):
+        assert generate(a, src, "beam", beam_size=4, max_new_tokens=20) == \
+            generate(b, src, "beam", beam_size=4, max_new_tokens=20)
+        dec = torch.tensor([[model.config.bos_id, 7, 8]] * 3)
+        assert (a(src, dec) - b(src, dec)).abs().max() <= 1e-4
+
+
+def test_ctranslate2_gives_the_same_greedy_output(trained_run, tmp_path):
+    import ctranslate2
+
+    out = tmp_path / "ct2"
+    assert main(["export", "--checkpoint", str(trained_run), "--format", "ctranslate2", "--output", str(out)]) == 0
+    model, tokenizers = load_checkpoint(trained_run)
+    translator = ctranslate2.Translator(str(out), device="cpu")
+    for text in SOURCES:
+        ids = tokenizers.src.encode(text)
+        result = translator.translate_batch([tokenizers.src.pieces(ids)], beam_size=1, max_decoding_length=20)
+        mine = generate(model.eval(), torch.tensor([ids]), "greedy", max_new_tokens=20)[0]
+        assert result[0].hypotheses[0] == tokenizers.tgt.pieces(mine), text
+
+
+def test_what_marian_cannot_express_is_named(trained_run, lm_run, tmp_path, capsys):
+    from aiayn.checkpoint import write_checkpoint
+    from aiayn.models import EncoderDecoder
+
+    model, tokenizers = load_checkpoint(trained_run)
+    write_checkpoint(tmp_path / "pre", EncoderDecoder(model.config.replace(norm="pre", positions="rope")), tokenizers)
+    out = str(tmp_path / "o")
+    assert main(["export", "--checkpoint", str(tmp_path / "pre"), "--format", "hf", "--output", out]) == 2
+    err = capsys.readouterr().err
+    assert "Marian cannot express norm pre" in err and "positions rope" in err and err.count("\n") == 1
+    assert main(["export", "--checkpoint", str(lm_run), "--format", "ctranslate2", "--output", out]) == 2
+    assert "is a decoder-only checkpoint" in capsys.readouterr().err  # a language model is no translator
+    assert not (tmp_path / "o").exists()
+    config = json.loads((tmp_path / "pre" / "config.json").read_text())
+    assert config["norm"] == "pre"
