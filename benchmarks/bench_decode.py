@@ -11,7 +11,12 @@ the other, so no engine's thread pool disturbs another's. ``transformers`` and `
 benchmark-only dependencies (``pip install -e '.[bench]'``); an engine that is not installed is skipped.
 Prints JSON lines {"config", "metric", "value", "unit"}; compare the ``speedup_*`` ratios (same run).
 
-    python benchmarks/bench_decode.py [--presets small base] [--engines aiayn hf ct2] [--min-seconds 1]
+Preset ``opus-mt``: an OPUS-MT-shaped Marian model (d 512, 6+6 layers, 8 heads, FFN 2048, vocabulary 58,101,
+SiLU, biases, the pad row zero as OPUS-MT's) with random weights, saved by ``transformers`` and brought in
+with ``aiayn import``; all three engines then run the very same weights (CTranslate2 through its own
+Transformers converter).
+
+    python benchmarks/bench_decode.py [--presets small base opus-mt] [--engines aiayn hf ct2] [--min-seconds 1]
                                       [--repeats 2]
 """
 
@@ -64,6 +69,41 @@ def aiayn_runner(model, src: torch.Tensor, strategy: str, cache: bool) -> Callab
     return run
 
 
+OPUS_MT = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+               decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, activation_function="swish",
+               scale_embedding=True, max_position_embeddings=512)
+
+
+def opus_mt_folder(root: Path) -> Path:
+    """root/hf: a random OPUS-MT-shaped Marian folder (tokenizer files included); root/aiayn: its import."""
+    import io
+
+    import sentencepiece as spm
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    from aiayn.interop import import_pretrained
+
+    size = OPUS_MT["vocab_size"]
+    vocab = {"</s>": 0, "<unk>": 1, **{f"t{i}": i for i in range(2, size - 1)}, "<pad>": size - 1}
+    buf = io.BytesIO()  # a small SentencePiece model: the benchmark feeds ids, the files must only exist
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["a b c d e f g"] * 50), model_writer=buf, vocab_size=12,
+                                   hard_vocab_limit=False, minloglevel=2)
+    (root / "spm").mkdir(parents=True)
+    for name in ("source.spm", "target.spm"):
+        (root / "spm" / name).write_bytes(buf.getvalue())
+    (root / "spm" / "vocab.json").write_text(json.dumps(vocab))
+    torch.manual_seed(0)
+    model = MarianMTModel(MarianConfig(**OPUS_MT, pad_token_id=size - 1, eos_token_id=0, forced_eos_token_id=None,
+                                       decoder_start_token_id=size - 1)).eval()
+    with torch.no_grad():
+        model.model.shared.weight[size - 1] = 0  # OPUS-MT's pad row: decoding starts from a zero embedding
+    model.save_pretrained(root / "hf")
+    spms = [str(root / "spm" / n) for n in ("source.spm", "target.spm", "vocab.json")]
+    MarianTokenizer(*spms).save_pretrained(root / "hf")
+    import_pretrained(root / "hf", root / "aiayn")
+    return root
+
+
 def hf_model(cfg: ModelConfig):
     """A MarianMTModel with the preset's dimensions (post-norm, ReLU, scaled embeddings, tied)."""
     from transformers import MarianConfig, MarianMTModel
@@ -106,7 +146,7 @@ def ct2_translator(model: EncoderDecoder, folder: Path, compute_type: str):
 
 
 def ct2_runner(translator, src: torch.Tensor, strategy: str) -> Callable[[], object]:
-    vocab = vocabulary(VOCAB)
+    vocab = vocabulary(max(VOCAB, OPUS_MT["vocab_size"]))  # t{id}: the opus-mt vocabulary's tokens too
     tokens = [[vocab[i] for i in row] for row in src.tolist()]
 
     def run():
@@ -120,19 +160,28 @@ def measure(name: str, runner: Callable[[], object], batch: int, min_seconds: fl
     emit(name, "generated_tokens_per_s", batch * NEW_TOKENS / seconds_per_call(runner, min_seconds), "tokens/s")
 
 
-def source(batch: int) -> torch.Tensor:
+def source(batch: int, vocab: int = VOCAB) -> torch.Tensor:
     """The same random source batch in every worker process."""
-    return torch.randint(5, VOCAB, (batch, SRC_LEN), generator=torch.Generator().manual_seed(batch))
+    return torch.randint(5, vocab - 1, (batch, SRC_LEN), generator=torch.Generator().manual_seed(batch))
 
 
-def engine_models(engine: str, model: EncoderDecoder, folder: Path) -> dict[str, object]:
+def engine_models(engine: str, model: EncoderDecoder, folder: Path, opus: Path | None) -> dict[str, object]:
     """precision -> what the engine runs: our model (and its int8 copy), a Marian model, or CT2 translators."""
     if engine == "aiayn":  # what Translator decodes with on a CPU: oneDNN-prepacked linears (aiayn.pack)
         return {"fp32": pack(model), "bf16": pack(model, torch.bfloat16), "int8": quantize(model),
                 "fp32-unpacked": model}
     if engine == "hf":
-        hf = hf_model(model.config)
+        if opus is None:
+            hf = hf_model(model.config)
+        else:
+            from transformers import MarianMTModel
+
+            hf = MarianMTModel.from_pretrained(opus / "hf").eval()
         return {"fp32": hf, "bf16": copy.deepcopy(hf).to(torch.bfloat16)}
+    if opus is not None:  # CTranslate2's own converter for Marian folders
+        from ctranslate2.converters import TransformersConverter
+
+        TransformersConverter(str(opus / "hf")).convert(str(folder))
     return {p: ct2_translator(model, folder, t) for p, t in (("fp32", "float32"), ("int8", "int8"))}
 
 
@@ -144,19 +193,25 @@ def runner_for(engine: str, runs, src: torch.Tensor, strategy: str, cache: bool)
     return ct2_runner(runs, src, strategy)
 
 
-def worker(engine: str, preset: str, min_seconds: float) -> None:
+def worker(engine: str, preset: str, min_seconds: float, opus: Path | None = None) -> None:
     """Measure one engine on one preset (run in its own process: engines' thread pools never meet)."""
     torch.manual_seed(0)
-    model = EncoderDecoder(ModelConfig.preset(preset, vocab_size=VOCAB)).eval()  # same weights everywhere
+    if opus is not None:
+        from aiayn.inference import load_checkpoint
+
+        model = load_checkpoint(opus / "aiayn")[0].eval()  # the imported OPUS-MT-shaped model
+    else:
+        model = EncoderDecoder(ModelConfig.preset(preset, vocab_size=VOCAB)).eval()  # same weights everywhere
     with tempfile.TemporaryDirectory() as tmp:
-        models = engine_models(engine, model, Path(tmp) / "ct2")
+        models = engine_models(engine, model, Path(tmp) / "ct2", opus)
         for strategy, batch in CASES:
             case = f"{preset}/{strategy}{BEAM if strategy == 'beam' else ''}/b{batch}"
             for precision, runs in models.items():
                 no_cache = engine != "ct2" and precision in ("fp32", "int8")  # CTranslate2 always caches
                 for cache in (True, False) if no_cache else (True,):
                     tag = f"{case}/{'cache' if cache else 'nocache'}/{precision}/{engine}"
-                    measure(tag, runner_for(engine, runs, source(batch), strategy, cache), batch, min_seconds)
+                    src = source(batch, model.config.vocab_size)
+                    measure(tag, runner_for(engine, runs, src, strategy, cache), batch, min_seconds)
 
 
 def ratios(rates: dict[str, float]) -> None:
@@ -194,15 +249,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every engine this many times, in turn, and keep each figure's best")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
+    parser.add_argument("--opus-mt-folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(*args.worker, args.min_seconds)
+        worker(*args.worker, args.min_seconds, args.opus_mt_folder)
         return
     rates: dict[str, float] = {}
+    scratch = tempfile.TemporaryDirectory()
     for preset in args.presets:
+        opus = ["--opus-mt-folder", str(opus_mt_folder(Path(scratch.name)))] if preset == "opus-mt" else []
         for _ in range(args.repeats):  # engines take turns, so a slow spell of the machine hits them all
             for engine in available(args.engines):
-                cmd = [sys.executable, __file__, "--worker", engine, preset, "--min-seconds", str(args.min_seconds)]
+                cmd = [sys.executable, __file__, "--worker", engine, preset, "--min-seconds", str(args.min_seconds),
+                       *opus]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 for line in out.splitlines():
                     record = json.loads(line)

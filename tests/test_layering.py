@@ -11,7 +11,8 @@ from import_graph import graph  # noqa: E402
 GRAPH = graph(ROOT / "src" / "aiayn")
 INFERENCE = ("aiayn.attention", "aiayn.cache", "aiayn.checkpoint", "aiayn.config", "aiayn.decoding",
              "aiayn.embeddings", "aiayn.layers", "aiayn.masks", "aiayn.models", "aiayn.packing", "aiayn.positions",
-             "aiayn.quantization", "aiayn.translate", "aiayn.serve", "aiayn.visual", "aiayn.tokenizer")
+             "aiayn.quantization", "aiayn.translate", "aiayn.serve", "aiayn.visual", "aiayn.tokenizer",
+             "aiayn.tokenizer_marian", "aiayn.tokenizer_hf", "aiayn.interop")
 
 
 def _under(module: str, prefixes) -> bool:
