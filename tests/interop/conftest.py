@@ -48,10 +48,7 @@ def marian_folder(folder, activation="swish", scale_embedding=True, seed=0):
 @pytest.fixture(scope="session")
 def marian(tmp_path_factory):
     """(Hugging Face folder, its MarianMTModel, its MarianTokenizer)."""
-    from transformers import MarianMTModel, MarianTokenizer
-
-    folder = marian_folder(tmp_path_factory.mktemp("marian"))
-    return folder, MarianMTModel.from_pretrained(folder).eval(), MarianTokenizer.from_pretrained(folder)
+    return _loaded(marian_folder(tmp_path_factory.mktemp("marian")))
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +59,6 @@ def make_marian():
 
 def gpt2_folder(folder, seed=0):
     """A tiny GPT2LMHeadModel (2 layers, d 16) with a byte-level BPE tokenizer trained on a few sentences."""
-    import torch
     from tokenizers import ByteLevelBPETokenizer
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
@@ -73,25 +69,17 @@ def gpt2_folder(folder, seed=0):
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     config = GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=2, n_head=2, n_positions=64, bos_token_id=eos,
                         eos_token_id=eos)
-    torch.manual_seed(seed)
-    out = folder / "gpt2"
-    GPT2LMHeadModel(config).eval().save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save(folder / "gpt2", GPT2LMHeadModel, config, tok, seed)
 
 
 @pytest.fixture(scope="session")
 def gpt2(tmp_path_factory):
     """(Hugging Face folder, its GPT2LMHeadModel, its tokenizer)."""
-    from transformers import AutoTokenizer, GPT2LMHeadModel
-
-    folder = gpt2_folder(tmp_path_factory.mktemp("gpt2"))
-    return folder, GPT2LMHeadModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    return _loaded(gpt2_folder(tmp_path_factory.mktemp("gpt2")))
 
 
 def bert_folder(folder, seed=0):
     """A tiny BertForMaskedLM (2 layers, d 16) with an uncased WordPiece vocabulary (Chinese characters too)."""
-    import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
     words = sorted({w for t in TEXTS for w in t.lower().replace(".", " ").split()})
@@ -100,19 +88,56 @@ def bert_folder(folder, seed=0):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
     tok = BertTokenizerFast(str(folder / "vocab.txt"))  # the vocabulary file (positional in 4.x and 5.x)
-    torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)
-    out = folder / "bert"
-    BertForMaskedLM(config).eval().save_pretrained(out)
-    tok.save_pretrained(out)
+    return _save(folder / "bert", BertForMaskedLM, config, tok, seed)
+
+
+def _save(out, model_class, config, tokenizer, seed):
+    """A random ``model_class(config)`` and ``tokenizer`` saved into ``out`` with ``save_pretrained``."""
+    import torch
+
+    torch.manual_seed(seed)
+    model_class(config).eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out
 
 
 @pytest.fixture(scope="session")
 def bert(tmp_path_factory):
     """(Hugging Face folder, its BertForMaskedLM, its tokenizer)."""
-    from transformers import AutoTokenizer, BertForMaskedLM
+    return _loaded(bert_folder(tmp_path_factory.mktemp("bert")))
 
-    folder = bert_folder(tmp_path_factory.mktemp("bert"))
-    return folder, BertForMaskedLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+def _loaded(folder):
+    """(folder, the model class its config.json names, loaded, its tokenizer)."""
+    import transformers
+
+    architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
+    model = getattr(transformers, architecture).from_pretrained(folder).eval()
+    return folder, model, transformers.AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def import_hf(tmp_path_factory):
+    """``import_hf(folder) -> ((model, tokenizers), checkpoint)``: ``aiayn import`` run on ``folder``."""
+    from aiayn.cli import main
+    from aiayn.inference import load_checkpoint
+
+    def run(folder):
+        out = tmp_path_factory.mktemp("imported") / "ckpt"
+        assert main(["import", str(folder), "--output", str(out)]) == 0
+        return load_checkpoint(out), out
+    return run
+
+
+@pytest.fixture(scope="session")
+def same_ids():
+    """``same_ids(ours, decoder, hf_tok, texts)``: encoding equal to the Hugging Face tokenizer's, and
+    ``decoder``'s decoding equal to ``decode(skip_special_tokens=True)``."""
+    def check(ours, decoder, hf_tok, texts):
+        for text in texts:
+            ids = hf_tok(text).input_ids
+            assert ours.encode(text) == ids, text
+            assert decoder.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True), text
+    return check

@@ -6,27 +6,19 @@ import torch
 
 from aiayn.cli import main
 from aiayn.fill_mask import MaskFiller
-from aiayn.inference import load_checkpoint
 
 SENTENCES = ["A man rides a horse.", "Zwei Hunde spielen im Schnee!", "一个男人骑着马。", "Children LAUGH , dogs play",
              "Ünïcödé unknown words", ""]
 
 
 @pytest.fixture(scope="module")
-def imported(bert, tmp_path_factory):
-    folder, _, _ = bert
-    out = tmp_path_factory.mktemp("imported") / "ckpt"
-    assert main(["import", str(folder), "--output", str(out)]) == 0
-    return load_checkpoint(out), out
+def imported(bert, import_hf):
+    return import_hf(bert[0])
 
 
-def test_wordpiece_ids_equal_hugging_face(bert, imported):
-    _, _, hf_tok = bert
+def test_wordpiece_ids_equal_hugging_face(bert, imported, same_ids):
     (_, tokenizers), _ = imported
-    for text in SENTENCES:
-        assert tokenizers.src.encode(text) == hf_tok(text).input_ids, text  # [CLS] ... [SEP] included
-        ids = hf_tok(text).input_ids
-        assert tokenizers.src.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True), text
+    same_ids(tokenizers.src, tokenizers.src, bert[2], SENTENCES)  # [CLS] ... [SEP] included
 
 
 def test_logits_equal_on_a_padded_batch(bert, imported):

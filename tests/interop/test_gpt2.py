@@ -9,27 +9,19 @@ import torch
 from aiayn import generate
 from aiayn.cli import main
 from aiayn.generation import TextGenerator
-from aiayn.inference import load_checkpoint
 
 SENTENCES = ["A man rides a horse.", "Zwei Hunde spielen im Schnee.", "一个男人骑着马。", "  spaces  and\ttabs\n",
              "Ünïcödé ß ẞ 🐎", "<|endoftext|>A new document", ""]
 
 
 @pytest.fixture(scope="module")
-def imported(gpt2, tmp_path_factory):
-    folder, _, _ = gpt2
-    out = tmp_path_factory.mktemp("imported") / "ckpt"
-    assert main(["import", str(folder), "--output", str(out)]) == 0
-    return load_checkpoint(out), out
+def imported(gpt2, import_hf):
+    return import_hf(gpt2[0])
 
 
-def test_tokenizer_ids_equal_hugging_face(gpt2, imported):
-    _, _, hf_tok = gpt2
+def test_tokenizer_ids_equal_hugging_face(gpt2, imported, same_ids):
     (_, tokenizers), _ = imported
-    for text in SENTENCES:
-        assert tokenizers.src.encode(text) == hf_tok(text).input_ids, text
-        ids = hf_tok(text).input_ids
-        assert tokenizers.src.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True), text
+    same_ids(tokenizers.src, tokenizers.src, gpt2[2], SENTENCES)
 
 
 def test_logits_equal_on_a_padded_batch(gpt2, imported):

@@ -19,20 +19,13 @@ SENTENCES = ["Ein Mann fährt ein Pferd.", "Kinder lachen im Schnee.", "A woman 
 
 
 @pytest.fixture(scope="module")
-def imported(marian, tmp_path_factory):
-    folder, _, _ = marian
-    out = tmp_path_factory.mktemp("imported") / "ckpt"
-    import_pretrained(folder, out)
-    return load_checkpoint(out), out
+def imported(marian, import_hf):
+    return import_hf(marian[0])
 
 
-def test_tokenizer_ids_equal_hugging_face(marian, imported):
-    _, _, hf_tok = marian
+def test_tokenizer_ids_equal_hugging_face(marian, imported, same_ids):
     (_, tokenizers), _ = imported
-    for text in SENTENCES:
-        assert tokenizers.src.encode(text) == hf_tok(text).input_ids, text
-        ids = hf_tok(text).input_ids
-        assert tokenizers.tgt.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True), text
+    same_ids(tokenizers.src, tokenizers.tgt, marian[2], SENTENCES)  # the source ends with </s>
 
 
 @pytest.mark.parametrize("activation, scale", [("swish", True), ("gelu", False), ("relu", True)])
