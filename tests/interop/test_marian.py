@@ -98,13 +98,15 @@ def _broken_copy(marian, tmp_path):
     ("no_weights", "no model.safetensors (or pytorch_model.bin)"),
     ("pickle", "pytorch_model.bin: not a plain tensor file"),
     ("activation", "activation_function 'gelu_fast' is not supported"),
+    ("separate", "separate source and target vocabularies) is not supported"),
 ])
 def test_bad_folders_give_one_line_errors(marian, tmp_path, capsys, breakage, words):
     folder = _broken_copy(marian, tmp_path)
     config = json.loads((folder / "config.json").read_text())
     weights = load_file(folder / "model.safetensors")
-    if breakage in ("model_type", "activation"):
-        config.update({"model_type": "llama"} if breakage == "model_type" else {"activation_function": "gelu_fast"})
+    if breakage in ("model_type", "activation", "separate"):
+        config.update({"model_type": {"model_type": "llama"}, "activation": {"activation_function": "gelu_fast"},
+                       "separate": {"share_encoder_decoder_embeddings": False}}[breakage])
         (folder / "config.json").write_text(json.dumps(config))
     elif breakage == "no_vocab":
         (folder / "vocab.json").unlink()

@@ -37,14 +37,17 @@ def marian_config(hf: dict, unk_id: int) -> ModelConfig:
         raise ValueError("config.json: pre-norm / extra layer norms are not Marian's OPUS-MT layout; not supported")
     vocab = hf["vocab_size"]
     separate = not hf.get("share_encoder_decoder_embeddings", True)
+    if separate:
+        raise ValueError("config.json: share_encoder_decoder_embeddings false (separate source and target "
+                         "vocabularies) is not supported yet; aiayn imports Marian models with one vocab.json")
     tied = hf.get("tie_word_embeddings", True)
     return ModelConfig(
-        arch="encoder-decoder", vocab_size=vocab, tgt_vocab_size=hf.get("decoder_vocab_size") if separate else None,
+        arch="encoder-decoder", vocab_size=vocab,
         d_model=hf["d_model"], n_heads=same("encoder_attention_heads", "decoder_attention_heads"),
         n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
         d_ff=same("encoder_ffn_dim", "decoder_ffn_dim"), dropout=hf.get("dropout", 0.1),
         activation=ACTIVATIONS[hf["activation_function"]], norm="post", positions="sinusoidal",
-        share_embeddings="decoder" if separate and tied else "all" if tied else "none",
+        share_embeddings="all" if tied else "none",
         max_len=hf.get("max_position_embeddings", 512), scale_embeddings=bool(hf.get("scale_embedding", False)),
         sinusoid_layout="halves", output_bias=True, pad_id=hf["pad_token_id"], bos_id=hf["decoder_start_token_id"],
         eos_id=hf["eos_token_id"], unk_id=unk_id)
@@ -68,9 +71,8 @@ def layer_names(cfg: ModelConfig) -> list[tuple[str, str]]:
 def marian_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
     """aiayn's parameter names -> the Marian tensors."""
     shared = take(w, "model.shared.weight", "model.encoder.embed_tokens.weight")
-    target = take(w, "model.decoder.embed_tokens.weight", "model.shared.weight") if cfg.tgt_vocab_size else shared
-    out = {"src_embed.tokens.weight": shared, "tgt_embed.tokens.weight": target,
-           "output.weight": take(w, "lm_head.weight") if cfg.share_embeddings == "none" else target,
+    out = {"src_embed.tokens.weight": shared, "tgt_embed.tokens.weight": shared,
+           "output.weight": take(w, "lm_head.weight") if cfg.share_embeddings == "none" else shared,
            "output.bias": take(w, "final_logits_bias")[0]}
     return out | {ours: take(w, theirs) for ours, theirs in layer_names(cfg)}
 
