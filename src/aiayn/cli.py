@@ -260,6 +260,28 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distill(args: argparse.Namespace) -> int:
+    from aiayn.data.datasets import load_splits
+    from aiayn.distill import distill
+    from aiayn.translate import Translator
+
+    if args.beam_size < 1 or args.chunk < 1:
+        raise UserError("--beam-size and --chunk: must be at least 1")
+    splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
+    translator = Translator.from_checkpoint(args.teacher, args.device)
+    about = {"teacher": str(args.teacher), "data": args.data}
+    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from aiayn.training.experiment import read_experiment, run_experiment
+
+    rows = run_experiment(args.file, args.only)
+    print(f"{len(rows)} variant(s) done; table: {Path(read_experiment(args.file)['output']) / 'results.md'}")
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from aiayn.interop import import_pretrained
 
@@ -287,7 +309,7 @@ def _export(args: argparse.Namespace) -> int:
 COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate": _evaluate,
             "generate": _generate, "fill-mask": _fill_mask,
             "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve,
-            "import": _import, "export": _export}
+            "import": _import, "export": _export, "distill": _distill, "experiment": _experiment}
 
 
 def main(argv: list[str] | None = None) -> int:

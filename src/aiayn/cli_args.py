@@ -170,6 +170,32 @@ def _add_serve(sub) -> None:
                    help="how long the batcher waits for more requests")
 
 
+def _add_distill(sub) -> None:
+    p = sub.add_parser("distill", help="translate a corpus with a teacher, for a student to train on",
+                       description="Sequence-level knowledge distillation (Kim & Rush, 2016): the teacher translates "
+                                   "the training sources of DATA; DIR gets train.tsv (source, teacher's translation), "
+                                   "valid.tsv and test.tsv (the real references) and distill.json. Interrupted runs "
+                                   "continue where they stopped. Then: aiayn train --data DIR ...")
+    p.add_argument("--teacher", required=True, help="the teacher's run or checkpoint folder")
+    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
+    p.add_argument("--output", required=True, help="the corpus folder to write")
+    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="teacher's beam size (default: 4)")
+    p.add_argument("--src-lang", dest="src_lang", help="source language (built-in corpora, PREFIX.SRC files)")
+    p.add_argument("--tgt-lang", dest="tgt_lang", help="target language")
+    p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")
+    p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
+    p.add_argument("--device", default="cpu")
+
+
+def _add_experiment(sub) -> None:
+    p = sub.add_parser("experiment", help="train the variants of an experiment file and write its table and plots",
+                       description="Train every variant of FILE (a YAML experiment: a base recipe, the shared budget, "
+                                   "and NAME: {changes}) into OUTPUT/NAME, resuming interrupted ones and skipping "
+                                   "finished ones, then write OUTPUT/results.md, results.json and curves.png.")
+    p.add_argument("file", help="the experiment file (see experiments/)")
+    p.add_argument("--only", nargs="+", help="train only these variants (the table lists all that are done)")
+
+
 def _add_import(sub) -> None:
     p = sub.add_parser("import", help="import a Hugging Face model folder (Marian / OPUS-MT) as a checkpoint",
                        description="Read a local Hugging Face model folder (config.json, model.safetensors, the "
@@ -209,6 +235,6 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve,
-                _add_import, _add_export):
+                _add_import, _add_export, _add_distill, _add_experiment):
         add(sub)
     return parser

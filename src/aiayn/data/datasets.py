@@ -136,7 +136,17 @@ def synthetic_pairs(name: str, count: int, seed: int) -> Parallel:
 
 
 def load_path(spec: str, src: str | None, tgt: str | None, valid: str | None, seed: int) -> Splits:
-    """A TSV file, or PREFIX.SRC / PREFIX.TGT (plain or .gz); valid split from ``valid`` or held out."""
+    """A TSV file, or PREFIX.SRC / PREFIX.TGT (plain or .gz), or a corpus folder (``train.tsv`` with
+    ``valid.tsv`` and ``test.tsv`` if there: what ``aiayn distill`` writes); valid split from ``valid``, the
+    folder, or held out."""
+    folder = Path(spec)
+    if folder.is_dir():
+        if not (folder / "train.tsv").is_file():
+            raise DataError(f"{folder}: a corpus folder needs train.tsv (and valid.tsv, test.tsv if you have them)")
+        test = clean(read_tsv(folder / "test.tsv")) if (folder / "test.tsv").is_file() else None
+        if valid is None and (folder / "valid.tsv").is_file():
+            return Splits(clean(read_tsv(folder / "train.tsv")), clean(read_tsv(folder / "valid.tsv")), test)
+        spec = str(folder / "train.tsv")
     train = _read_spec(spec, src, tgt)
     if valid is not None:
         return Splits(train, _read_spec(valid, src, tgt))

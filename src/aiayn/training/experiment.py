@@ -1,0 +1,142 @@
+"""Experiments: one command trains a set of variants of a recipe under the same budget and writes a table
+and pictures (the paper's Table 3, re-run small: ``experiments/table3.yaml``).
+
+An experiment file (YAML)::
+
+    recipe: configs/multi30k-de-en.yaml     # the base recipe (a path, relative to the working folder)
+    changes: {time_limit_min: 8}            # applied to every variant: the budget
+    output: runs/table3
+    long_valid: 0.1                         # optional: also BLEU on the longest 10% of validation
+    variants:
+      base: {}
+      heads-1: {model: {n_heads: 1}}        # ``model`` changes merge into the recipe's model
+
+Each variant trains into ``output/NAME``; a variant with ``result.json`` is done and skipped, one with a
+``last/`` checkpoint resumes, so an interrupted experiment continues where it stopped. ``output`` gets
+``results.json``, ``results.md`` (the table) and ``curves.png`` (validation curves).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aiayn.checkpoint import atomic_write_text, is_checkpoint
+from aiayn.training.config import TrainConfig, read_recipe
+
+KEYS = ("recipe", "changes", "output", "variants", "long_valid")
+
+
+def read_experiment(path: str | Path) -> dict:
+    """The experiment file, checked: unknown keys, a missing recipe or no variants are one-line errors."""
+    spec = read_recipe(path)
+    unknown = sorted(set(spec) - set(KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+    if not isinstance(spec.get("variants"), dict) or not spec["variants"]:
+        raise ValueError(f"{path}: variants: give at least one, as NAME: {{changes}}")
+    for key in ("recipe", "output"):
+        if not isinstance(spec.get(key), str):
+            raise ValueError(f"{path}: {key}: missing (a path)")
+    return spec
+
+
+def variant_config(spec: dict, name: str) -> TrainConfig:
+    """The recipe of variant ``name``: base recipe, then the shared changes, then the variant's own."""
+    recipe = read_recipe(spec["recipe"])
+    for changes in (spec.get("changes") or {}, spec["variants"][name] or {}):
+        model = {**recipe.get("model", {}), **changes.get("model", {})}
+        recipe = {**recipe, **changes, "model": model}
+    recipe["output"] = str(Path(spec["output"]) / name)
+    return TrainConfig.from_dict(recipe, source=f"variant {name}")
+
+
+def run_experiment(path: str | Path, only: list[str] | None = None) -> list[dict]:
+    """Train every variant not done yet (or those in ``only``), then write the table and the pictures."""
+    from aiayn.training.trainer import Trainer
+
+    spec = read_experiment(path)
+    names = list(spec["variants"])
+    for name in only or names:
+        if name not in names:
+            raise ValueError(f"--only: no variant {name!r}; the file has {', '.join(names)}")
+        cfg = variant_config(spec, name)
+        folder = Path(cfg.output)
+        if (folder / "result.json").is_file():
+            continue
+        Trainer(cfg, resume=is_checkpoint(folder / "last")).train()
+        atomic_write_text(folder / "result.json", json.dumps(summarize(cfg, spec)) + "\n")
+    return write_report(spec)
+
+
+def summarize(cfg: TrainConfig, spec: dict) -> dict:
+    """Best validation BLEU (and its step), last validation loss, steps and training minutes of one run."""
+    folder = Path(cfg.output)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    valid = [r for r in rows if "valid_loss" in r]
+    best = max(valid, key=lambda r: r.get("valid_bleu", -r["valid_loss"]))
+    result = {"best_valid_bleu": best.get("valid_bleu"), "best_step": best["step"],
+              "last_valid_loss": valid[-1]["valid_loss"], "steps": valid[-1]["step"], "minutes": valid[-1]["time_min"],
+              "curve": [(r["step"], r.get("valid_bleu"), r["valid_loss"]) for r in valid]}
+    if spec.get("long_valid"):
+        result["long_valid_bleu"] = long_valid_bleu(cfg, spec["long_valid"])
+    return result
+
+
+def long_valid_bleu(cfg: TrainConfig, share: float) -> float:
+    """sacreBLEU of the best checkpoint on the longest ``share`` of the validation pairs (by source words):
+    how far positions carry a model beyond the lengths it trained on."""
+    from aiayn.evaluation import score
+    from aiayn.training.setup import load_data
+    from aiayn.translate import Translator
+
+    valid = load_data(cfg).valid
+    order = sorted(range(len(valid)), key=lambda i: len(valid.sources[i].split()), reverse=True)
+    chosen = order[: max(1, int(len(order) * share))]
+    translator = Translator.from_checkpoint(cfg.output, beam_size=cfg.beam_size)
+    outputs = translator.translate([valid.sources[i] for i in chosen], max_new_tokens=256)
+    return round(score(outputs, [valid.targets[i] for i in chosen]).bleu, 2)
+
+
+def write_report(spec: dict) -> list[dict]:
+    """results.json, results.md and curves.png in the experiment's output folder, for the variants done."""
+    out = Path(spec["output"])
+    rows = []
+    for name, changes in spec["variants"].items():
+        path = out / name / "result.json"
+        if path.is_file():
+            rows.append({"variant": name, "changes": changes or {}, **json.loads(path.read_text())})
+    atomic_write_text(out / "results.json", json.dumps(rows, indent=1) + "\n")
+    atomic_write_text(out / "results.md", markdown_table(rows))
+    if rows:
+        plot_curves(rows, out / "curves.png")
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    long = any("long_valid_bleu" in r for r in rows)
+    head = ["variant", "changes", "best valid BLEU", "at step", "last valid loss", "steps", "minutes"]
+    lines = ["| " + " | ".join(head + (["BLEU, longest valid"] if long else [])) + " |",
+             "|" + " --- |" * (len(head) + long)]
+    for r in rows:
+        cells = [r["variant"], f"`{json.dumps(r['changes'])}`", r["best_valid_bleu"], r["best_step"],
+                 r["last_valid_loss"], r["steps"], r["minutes"]] + ([r.get("long_valid_bleu")] if long else [])
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(rows: list[dict], path: Path) -> Path:
+    """Validation BLEU (or loss, for runs without BLEU) against step, one line per variant."""
+    from aiayn.visual.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    for r in rows:
+        steps = [c[0] for c in r["curve"]]
+        if all(c[1] is not None for c in r["curve"]):
+            axes[0].plot(steps, [c[1] for c in r["curve"]], marker="o", label=r["variant"])
+        axes[1].plot(steps, [c[2] for c in r["curve"]], marker="o", label=r["variant"])
+    axes[0].set(xlabel="step", ylabel="validation BLEU", title="validation BLEU")
+    axes[1].set(xlabel="step", ylabel="validation loss (nats/token)", title="validation loss")
+    axes[1].legend(fontsize=8)
+    return save_figure(fig, path)

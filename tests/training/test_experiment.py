@@ -1,0 +1,58 @@
+"""Experiments: variants of one recipe trained under one budget, a table and curves; interrupted experiments
+resume; bad files are one-line errors."""
+
+import json
+
+import pytest
+
+from aiayn.cli import main
+from aiayn.training.experiment import read_experiment, variant_config
+
+RECIPE = {"data": "reverse", "preset": "tiny", "synthetic_size": 300, "vocab_size": 300, "max_tokens": 512,
+          "schedule": "inverse_sqrt", "lr": 0.003, "warmup": 5, "eval_every": 5, "keep_last": 0, "log_every": 5,
+          "bleu_sentences": 20, "model": {"dropout": 0.0}}
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    import yaml
+
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(RECIPE))
+    spec = {"recipe": str(tmp_path / "recipe.yaml"), "changes": {"max_steps": 10}, "output": str(tmp_path / "out"),
+            "long_valid": 0.2, "variants": {"base": {}, "one-head": {"model": {"n_heads": 1}},
+                                            "pre": {"model": {"norm": "pre"}, "warmup": 1}}}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(spec))
+    return tmp_path / "exp.yaml"
+
+
+def test_variants_merge_model_changes_into_the_recipe(experiment):
+    spec = read_experiment(experiment)
+    cfg = variant_config(spec, "pre")
+    assert cfg.model == {"dropout": 0.0, "norm": "pre"} and cfg.warmup == 1 and cfg.max_steps == 10
+    assert cfg.output.endswith("out/pre") and variant_config(spec, "base").warmup == 5
+
+
+def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experiment, tmp_path, capsys):
+    assert main(["experiment", str(experiment), "--only", "base", "one-head"]) == 0
+    out = tmp_path / "out"
+    rows = json.loads((out / "results.json").read_text())
+    assert [r["variant"] for r in rows] == ["base", "one-head"] and all(r["steps"] == 10 for r in rows)
+    assert all(r["best_valid_bleu"] is not None and "long_valid_bleu" in r for r in rows)
+    table = (out / "results.md").read_text().splitlines()
+    assert table[0].startswith("| variant |") and len(table) == 4 and "one-head" in table[3]
+    assert (out / "curves.png").stat().st_size > 1000
+    first = (out / "base" / "result.json").read_text()
+    (out / "one-head" / "result.json").unlink()  # as if interrupted after its last checkpoint
+    assert main(["experiment", str(experiment)]) == 0  # one-head resumes, pre trains, base is left alone
+    assert (out / "base" / "result.json").read_text() == first
+    assert [r["variant"] for r in json.loads((out / "results.json").read_text())] == ["base", "one-head", "pre"]
+
+
+@pytest.mark.parametrize("content, words", [("variants: {}\nrecipe: r\noutput: o\n", "give at least one"),
+                                            ("colour: red\n", "unknown key(s) colour"),
+                                            ("variants: {a: {}}\noutput: o\n", "recipe: missing")])
+def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, content, words):
+    (tmp_path / "e.yaml").write_text(content)
+    assert main(["experiment", str(tmp_path / "e.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
