@@ -277,7 +277,7 @@ def _distill(args: argparse.Namespace) -> int:
 def _experiment(args: argparse.Namespace) -> int:
     from aiayn.training.experiment import read_experiment, run_experiment
 
-    rows = run_experiment(args.file, args.only)
+    rows = run_experiment(args.file, args.only, args.data_dir)
     print(f"{len(rows)} variant(s) done; table: {Path(read_experiment(args.file)['output']) / 'results.md'}")
     return 0
 

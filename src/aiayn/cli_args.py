@@ -194,6 +194,7 @@ def _add_experiment(sub) -> None:
                                    "finished ones, then write OUTPUT/results.md, results.json and curves.png.")
     p.add_argument("file", help="the experiment file (see experiments/)")
     p.add_argument("--only", nargs="+", help="train only these variants (the table lists all that are done)")
+    p.add_argument("--data-dir", dest="data_dir", help="a local copy of the corpus (no download), for every variant")
 
 
 def _add_import(sub) -> None:

@@ -103,7 +103,9 @@ def test_language_model_page_streams_the_continuation(browser, lm_server):
                                                           "temperature": 0}).json()["text"]
     assert page.locator("#continuation").inner_text() == expected != ""
     assert "20 tokens" in page.locator("#status").inner_text()
-    assert page.evaluate("window.updates") >= 10  # streamed in piece by piece, not written once
+    # streamed: the text arrived in several deliveries (one observer call per task that changed it; how many
+    # events share a network read varies with the machine's load, so only "more than one" is certain)
+    assert page.evaluate("window.updates") >= 2
     page.close()
 
 

@@ -30,6 +30,7 @@ def test_variants_merge_model_changes_into_the_recipe(experiment):
     cfg = variant_config(spec, "pre")
     assert cfg.model == {"dropout": 0.0, "norm": "pre"} and cfg.warmup == 1 and cfg.max_steps == 10
     assert cfg.output.endswith("out/pre") and variant_config(spec, "base").warmup == 5
+    assert variant_config(spec, "base", "/corpora/m30k").data_dir == "/corpora/m30k"  # --data-dir
 
 
 def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experiment, tmp_path, capsys):

@@ -41,9 +41,10 @@ def read_experiment(path: str | Path) -> dict:
     return spec
 
 
-def variant_config(spec: dict, name: str) -> TrainConfig:
-    """The recipe of variant ``name``: base recipe, then the shared changes, then the variant's own."""
-    recipe = read_recipe(spec["recipe"])
+def variant_config(spec: dict, name: str, data_dir: str | None = None) -> TrainConfig:
+    """The recipe of variant ``name``: base recipe, then the shared changes, then the variant's own
+    (``data_dir``: a local copy of the corpus, for every variant)."""
+    recipe = read_recipe(spec["recipe"]) | ({"data_dir": data_dir} if data_dir else {})
     for changes in (spec.get("changes") or {}, spec["variants"][name] or {}):
         model = {**recipe.get("model", {}), **changes.get("model", {})}
         recipe = {**recipe, **changes, "model": model}
@@ -51,7 +52,7 @@ def variant_config(spec: dict, name: str) -> TrainConfig:
     return TrainConfig.from_dict(recipe, source=f"variant {name}")
 
 
-def run_experiment(path: str | Path, only: list[str] | None = None) -> list[dict]:
+def run_experiment(path: str | Path, only: list[str] | None = None, data_dir: str | None = None) -> list[dict]:
     """Train every variant not done yet (or those in ``only``), then write the table and the pictures."""
     from aiayn.training.trainer import Trainer
 
@@ -60,7 +61,7 @@ def run_experiment(path: str | Path, only: list[str] | None = None) -> list[dict
     for name in only or names:
         if name not in names:
             raise ValueError(f"--only: no variant {name!r}; the file has {', '.join(names)}")
-        cfg = variant_config(spec, name)
+        cfg = variant_config(spec, name, data_dir)
         folder = Path(cfg.output)
         if (folder / "result.json").is_file():
             continue
