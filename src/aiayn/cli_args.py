@@ -198,10 +198,11 @@ def _add_experiment(sub) -> None:
 
 
 def _add_import(sub) -> None:
-    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian / OPUS-MT) as a checkpoint",
+    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT) as a checkpoint",
                        description="Read a local Hugging Face model folder (config.json, model.safetensors, the "
-                                   "tokenizer files) and write an aiayn checkpoint folder that translate, serve and "
-                                   "show take. Nothing is downloaded: see docs/pretrained.md for getting the folder.")
+                                   "tokenizer files) of a MarianMTModel, GPT2LMHeadModel or BertForMaskedLM and write "
+                                   "an aiayn checkpoint that translate, generate, fill-mask, serve and show take. "
+                                   "Nothing is downloaded: see docs/pretrained.md for getting the folder.")
     p.add_argument("folder", help="the Hugging Face model folder")
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
 
