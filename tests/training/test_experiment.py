@@ -57,3 +57,17 @@ def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, content, wor
     assert main(["experiment", str(tmp_path / "e.yaml")]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
+    from pathlib import Path
+
+    from aiayn.config import ModelConfig
+
+    root = Path(__file__).resolve().parents[2]
+    spec = read_experiment(root / "experiments" / "table3.yaml")
+    spec["recipe"] = str(root / spec["recipe"])
+    for name in spec["variants"]:
+        cfg = variant_config(spec, name)
+        ModelConfig.preset(cfg.preset, **cfg.model)  # the model each variant asks for can be built
+        assert cfg.time_limit_min == 8 and cfg.output.endswith(f"table3/{name}")

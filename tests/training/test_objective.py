@@ -67,7 +67,10 @@ def test_shift_target_teacher_forcing():
 
 
 def test_cosine_schedule_hand_computed():
-    from aiayn.training.objective import cosine_lr
+    from aiayn.training.objective import constant_lr, cosine_lr
+
+    assert constant_lr(50, 1e-3, 100) == pytest.approx(5e-4) and constant_lr(5000, 1e-3, 100) == 1e-3
+    assert constant_lr(1, 1e-3, 1) == 1e-3  # no warm-up: the peak from the first step
 
     assert cosine_lr(50, 1e-3, 100, 1100) == pytest.approx(5e-4)  # warm-up
     assert cosine_lr(100, 1e-3, 100, 1100) == pytest.approx(1e-3)  # the peak

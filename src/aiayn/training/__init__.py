@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-_OBJECTIVE = ("cosine_lr", "inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer", "noam_lr",
-              "shift_target")
+_OBJECTIVE = ("constant_lr", "cosine_lr", "inverse_sqrt_lr", "label_smoothed_cross_entropy", "make_optimizer",
+              "noam_lr", "shift_target")
 __all__ = list(_OBJECTIVE)
 
 

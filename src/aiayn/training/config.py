@@ -14,7 +14,7 @@ from pathlib import Path
 from aiayn.config import PRESETS, ModelConfig, typed_fields
 
 TASKS = ("translation", "lm", "mlm")
-SCHEDULES = ("noam", "inverse_sqrt", "cosine")
+SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizer.MODEL_TYPES (no torch here)
 
@@ -53,8 +53,9 @@ class TrainConfig:
     max_steps: int = _f(1000, "optimizer steps to train")
     time_limit_min: float = _f(0.0, "stop after this many minutes of training (0 = no limit)")
     schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3), inverse_sqrt (peak lr, then 1/sqrt "
-                       "decay) or cosine (peak lr, then a half cosine to lr/10 at max_steps)", SCHEDULES)
-    lr: float = _f(1e-3, "peak learning rate (inverse_sqrt, cosine)")
+                       "decay), cosine (peak lr, then a half cosine to lr/10 at max_steps) or constant (peak lr after "
+                       "the warm-up)", SCHEDULES)
+    lr: float = _f(1e-3, "peak learning rate (inverse_sqrt, cosine, constant)")
     lr_factor: float = _f(1.0, "factor on noam's learning rate")
     warmup: int = _f(4000, "warm-up steps")
     label_smoothing: float = _f(0.1, "label smoothing epsilon (section 5.4)")

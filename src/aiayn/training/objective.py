@@ -44,6 +44,12 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, (warmup / step) ** 0.5)
 
 
+def constant_lr(step: int, peak: float, warmup: int) -> float:
+    """Linear warm-up to ``peak``, then ``peak`` for good: with ``warmup`` 1 the rate is the peak from the
+    first step, so warm-up alone differs (the training-stability question)."""
+    return peak * min(1.0, max(step, 1) / warmup)
+
+
 def cosine_lr(step: int, peak: float, warmup: int, total: int, floor: float = 0.1) -> float:
     """Linear warm-up to ``peak``, then a half cosine down to ``floor * peak`` at step ``total`` (and flat
     after): the schedule of GPT-style language models (nanoGPT's)."""

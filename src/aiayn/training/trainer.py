@@ -19,7 +19,7 @@ from aiayn.models import TransformerModel, build_model
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training import distributed
 from aiayn.training.config import TrainConfig
-from aiayn.training.objective import cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
 from aiayn.training.setup import autocast_dtype, build_task, build_tokenizers, load_data, model_config, pick_device
 from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
 from aiayn.translate import Translator
@@ -117,6 +117,8 @@ class Trainer:
             return noam_lr(step, self.model.config.d_model, c.warmup, c.lr_factor)
         if c.schedule == "cosine":
             return cosine_lr(step, c.lr, c.warmup, c.max_steps)
+        if c.schedule == "constant":
+            return constant_lr(step, c.lr, c.warmup)
         return inverse_sqrt_lr(step, c.lr, c.warmup)
 
     def _shard(self, epoch: int) -> list[list[int]]:
