@@ -25,8 +25,9 @@ import time
 import torch
 
 from aiayn.generation import TextGenerator
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
+from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
+from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import single_threaded_main
 
 

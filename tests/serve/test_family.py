@@ -116,7 +116,7 @@ def _run(batcher, jobs):
 
 
 def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap(generator):
-    from aiayn.serve.continuous import PrefixBlocks
+    from aiayn.serve.prefix_blocks import PrefixBlocks
 
     system = "the cat sat on the mat . a dog ran in the park 1 .\n"
     prompts = [system + "the cat ", system + "a dog ", "the bird "]

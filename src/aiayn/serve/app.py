@@ -168,6 +168,12 @@ def _add_guards(app: FastAPI, limits: Limits) -> None:
         return JSONResponse({"detail": f"internal error: {type(err).__name__}"}, status_code=500)
 
 
+def health_body(cfg, limits: Limits, **counts) -> dict:
+    """What GET /health answers: liveness, the model's dimensions, the limits, and the engine's counts."""
+    model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
+    return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
+
+
 def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, limits: Limits,
                 info: dict) -> None:
     cfg = translator.model.config
@@ -179,9 +185,7 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits and how many batches were decoded."""
-        model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
-        return {"status": "ok", "model": model, "limits": asdict(limits), "batches": batcher.batches,
-                "beam_size": translator.beam_size, **info}
+        return health_body(cfg, limits, batches=batcher.batches, beam_size=translator.beam_size, **info)
 
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
@@ -14,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.fill_mask import MaskFiller
 from aiayn.generation import TextGenerator, TextStream
-from aiayn.serve.app import STATIC, _base_app, _check_size
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest, PrefixBlocks
+from aiayn.serve.app import STATIC, _base_app, _check_size, health_body
+from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
+from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
 
@@ -82,12 +82,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
-        model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
-        counts = {} if batcher is None else {"steps": batcher.steps, "joined": batcher.joined,
-                                             "open_requests": batcher.open_requests,
-                                             "cancelled": batcher.cancelled,
-                                             "largest_batch": batcher.largest_batch, **batcher.prefix_cache.stats()}
-        return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
+        return health_body(cfg, limits, **({} if batcher is None else batcher.stats()))
 
     if batcher is not None:
         _add_generate(app, engine, batcher, limits)

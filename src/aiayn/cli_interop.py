@@ -1,0 +1,54 @@
+"""The commands that bring models and corpora in and out, and run experiments: ``aiayn import``, ``export``,
+``distill`` and ``experiment`` (their flags: ``cli_args.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def distill(args: argparse.Namespace) -> int:
+    from aiayn.data.datasets import load_splits
+    from aiayn.distill import distill
+    from aiayn.translate import Translator
+
+    if args.beam_size < 1 or args.chunk < 1:
+        raise ValueError("--beam-size and --chunk: must be at least 1")
+    splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
+    translator = Translator.from_checkpoint(args.teacher, args.device)
+    about = {"teacher": str(args.teacher), "data": args.data}
+    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    return 0
+
+
+def experiment(args: argparse.Namespace) -> int:
+    from aiayn.training.experiment import read_experiment, run_experiment
+
+    rows = run_experiment(args.file, args.only, args.data_dir)
+    print(f"{len(rows)} variant(s) done; table: {Path(read_experiment(args.file)['output']) / 'results.md'}")
+    return 0
+
+
+def import_(args: argparse.Namespace) -> int:
+    from aiayn.interop import import_pretrained
+
+    print(import_pretrained(args.folder, args.output))
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    if args.format == "hf":
+        from aiayn.interop.hf_export import export_hf
+
+        if args.quantization:
+            raise ValueError("--quantization: only for --format ctranslate2")
+        print(export_hf(args.checkpoint, args.output))
+    else:
+        try:
+            from aiayn.interop.ctranslate2 import export_ctranslate2
+        except ImportError:
+            raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") \
+                from None
+        print(export_ctranslate2(args.checkpoint, args.output, args.quantization))
+    return 0
