@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean browser
+.PHONY: demo test lint install clean browser notebook
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ browser:
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q
+
+# The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync).
+notebook: $(STAMP)
+	$(VENV)/bin/jupytext --to ipynb --set-kernel python3 -o notebooks/tour.ipynb docs/tour.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -20,6 +20,24 @@ def _seed():
     torch.manual_seed(0)
 
 
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                        reason="no CUDA device here")])
+
+
+@pytest.fixture(params=["cpu", CUDA])
+def device_name(request) -> str:
+    """Runs the test on the CPU and, where CUDA is present, again on the GPU: "cpu" or "cuda"."""
+    return request.param
+
+
+@pytest.fixture
+def device(device_name):
+    """As ``device_name``, and within the test tensors and modules are created on that device (``torch.device``
+    as the default), so the test's own code is unchanged."""
+    with torch.device(device_name):
+        yield torch.device(device_name)
+
+
 def tiny(**overrides) -> ModelConfig:
     """A tiny config for fast tests (dropout off unless asked)."""
     return ModelConfig.preset("tiny", **{"vocab_size": 40, "dropout": 0.0, "max_len": 64, **overrides})

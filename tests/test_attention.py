@@ -19,7 +19,7 @@ def _random_mask(b=2, t=5, s=7):
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_fast_equals_reference_float32(with_mask):
+def test_fast_equals_reference_float32(with_mask, device):
     q, k, v = _qkv()
     mask = _random_mask() if with_mask else None
     torch.testing.assert_close(fast_attention(q, k, v, mask), reference_attention(q, k, v, mask)[0],
@@ -27,14 +27,14 @@ def test_fast_equals_reference_float32(with_mask):
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_fast_equals_reference_float64(with_mask):
+def test_fast_equals_reference_float64(with_mask, device):
     q, k, v = _qkv(torch.float64)
     mask = _random_mask() if with_mask else None
     torch.testing.assert_close(fast_attention(q, k, v, mask), reference_attention(q, k, v, mask)[0],
                                atol=1e-12, rtol=0)
 
 
-def test_fully_masked_row_gives_zeros_not_nan_with_finite_gradients():
+def test_fully_masked_row_gives_zeros_not_nan_with_finite_gradients(device):
     q, k, v = (t.requires_grad_() for t in _qkv())
     mask = torch.zeros(2, 1, 5, 7, dtype=torch.bool)
     mask[1] = True
@@ -44,7 +44,7 @@ def test_fully_masked_row_gives_zeros_not_nan_with_finite_gradients():
         assert torch.isfinite(grad).all()
 
 
-def test_masked_weights_exactly_zero_and_rows_sum_to_one():
+def test_masked_weights_exactly_zero_and_rows_sum_to_one(device):
     q, k, v = _qkv()
     mask = _random_mask()
     _, w = reference_attention(q, k, v, mask)
@@ -75,7 +75,7 @@ def test_multihead_shapes_and_weights_only_when_asked():
     torch.testing.assert_close(out, out2, atol=1e-5, rtol=0)
 
 
-def test_multihead_equals_per_head_formula():
+def test_multihead_equals_per_head_formula(device):
     """Concat(head_i) W_O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), written head by head."""
     torch.manual_seed(1)
     mha = MultiHeadAttention(d_model=12, n_heads=3).double().eval()

@@ -61,14 +61,37 @@ def test_damaged_files_are_errors_naming_them(tmp_path):
     model.save(tmp_path / "ckpt")
     weights = tmp_path / "ckpt" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(ValueError, match=r"model\.safetensors: checksum mismatch"):
+        TransformerModel.load(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "checksums.json").unlink()  # a folder from before checksums: safetensors finds it
     with pytest.raises(ValueError, match=r"model\.safetensors: damaged or truncated"):
         TransformerModel.load(tmp_path / "ckpt")
 
 
-def test_saved_folder_holds_json_config_and_safetensors_only(tmp_path):
+@pytest.mark.parametrize("damage", ["truncate weights", "edit config", "delete weights"])
+def test_checksums_find_a_damaged_or_edited_checkpoint(tmp_path, damage):
+    EncoderDecoder(tiny()).save(tmp_path / "ckpt")
+    folder = tmp_path / "ckpt"
+    listed = json.loads((folder / "checksums.json").read_text())
+    assert sorted(listed) == ["config.json", "model.safetensors"] and all(len(v) == 64 for v in listed.values())
+    TransformerModel.load(folder)  # intact: loads
+    if damage == "truncate weights":
+        (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:-8])
+    elif damage == "edit config":  # still valid JSON and a valid config: only the checksum can tell
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "dropout": 0.2}))
+    else:
+        (folder / "model.safetensors").unlink()
+    name = "config" if damage == "edit config" else "model"
+    with pytest.raises(ValueError, match=rf"ckpt/{name}\.\w+: (checksum mismatch|missing)"):
+        TransformerModel.load(folder)
+
+
+def test_saved_folder_holds_json_config_safetensors_and_checksums_only(tmp_path):
     model = EncoderDecoder(tiny())
     model.save(tmp_path / "ckpt")
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checksums.json", "config.json",
+                                                                      "model.safetensors"]
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["d_model"] == 64
     loaded = TransformerModel.load(tmp_path / "ckpt")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),

@@ -17,7 +17,7 @@ def test_copy_task_reaches_99_percent_exact_match():
     assert accuracy >= 0.99, accuracy
 
 
-def test_decoder_only_learns_a_repeated_pattern():
+def test_decoder_only_learns_a_repeated_pattern(device):
     torch.manual_seed(0)
     model = DecoderOnly(tiny(arch="decoder-only")).train()
     pattern = torch.tensor([5, 9, 7, 12, 6, 30])

@@ -13,7 +13,7 @@ POSITIONS = ["sinusoidal", "learned", "rope"]
 
 @pytest.mark.parametrize("positions", POSITIONS)
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_decoder_is_causal(positions, norm):
+def test_decoder_is_causal(positions, norm, device):
     model = EncoderDecoder(tiny(positions=positions, norm=norm)).eval()
     src, tgt = random_ids(2, 6), random_ids(2, 8)
     changed = tgt.clone()
@@ -23,7 +23,7 @@ def test_decoder_is_causal(positions, norm):
     assert not torch.allclose(a[:, 5:], b[:, 5:])
 
 
-def test_decoder_only_is_causal():
+def test_decoder_only_is_causal(device):
     model = DecoderOnly(tiny(arch="decoder-only")).eval()
     ids = random_ids(2, 9)
     changed = ids.clone()
@@ -32,7 +32,7 @@ def test_decoder_only_is_causal():
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
-def test_outputs_do_not_depend_on_padding(positions):
+def test_outputs_do_not_depend_on_padding(positions, device):
     cfg = tiny(positions=positions)
     model = EncoderDecoder(cfg).eval()
     src, tgt = random_ids(1, 5), random_ids(1, 4)
@@ -104,7 +104,8 @@ def test_save_load_round_trip(tmp_path, arch):
     cfg = tiny(arch=arch, positions="learned", share_embeddings="decoder", tgt_vocab_size=None)
     model = build_model(cfg).eval()
     model.save(tmp_path / "ckpt")
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
+    names = ["checksums.json", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == names
     loaded = TransformerModel.load(tmp_path / "ckpt")
     assert type(loaded) is type(model) and loaded.config == cfg
     ids = random_ids(2, 6)
@@ -116,6 +117,9 @@ def test_save_load_round_trip(tmp_path, arch):
 def test_load_with_mismatched_weights_is_a_clear_error(tmp_path):
     EncoderDecoder(tiny()).save(tmp_path / "a")
     tiny(d_model=32).save(tmp_path / "a" / "config.json")
+    with pytest.raises(ValueError, match=r"config\.json: checksum mismatch"):
+        EncoderDecoder.load(tmp_path / "a")
+    (tmp_path / "a" / "checksums.json").unlink()  # without checksums, the weights do not fit the config
     with pytest.raises(ValueError, match=r"model\.safetensors"):
         EncoderDecoder.load(tmp_path / "a")
 
@@ -136,7 +140,7 @@ def test_sequence_longer_than_learned_table_raises():
 
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
 @pytest.mark.parametrize("positions", POSITIONS)
-def test_cached_step_logits_equal_full_pass(arch, positions):
+def test_cached_step_logits_equal_full_pass(arch, positions, device):
     model = build_model(tiny(arch=arch, positions=positions, norm="pre")).eval()
     src, tgt = random_ids(2, 7), random_ids(2, 6)
     with torch.no_grad():

@@ -6,7 +6,7 @@ from aiayn.attention import fast_attention, reference_attention
 from aiayn.positions import sinusoidal_encoding
 
 
-def test_soft_dictionary_lookup():
+def test_soft_dictionary_lookup(device):
     """Keys apple/banana/chair with values 10/5/2; the query matches them with weights 0.6/0.4/0 -> 8.
 
     With d_k = 1 and q = 1, the scores are the keys themselves, so keys log 0.6 and log 0.4 give the softmax
@@ -22,7 +22,7 @@ def test_soft_dictionary_lookup():
     assert round(float(fast_attention(q[None], k[None], v[None], mask[None])), 6) == 8.0
 
 
-def test_identity_projection_self_attention():
+def test_identity_projection_self_attention(device):
     x = torch.tensor([[1.0, 3, 2], [1, 1, 3], [1, 2, 1]], dtype=torch.float64)
     z = torch.softmax(x @ x.T, dim=-1) @ x
     expected = torch.tensor([[1, 2.957691, 2.011295], [1, 1.540148, 2.722573], [1, 2.864164, 2.000000]],
@@ -33,7 +33,7 @@ def test_identity_projection_self_attention():
     torch.testing.assert_close(out, expected, atol=5e-7, rtol=0)
 
 
-def test_sinusoidal_base_100():
+def test_sinusoidal_base_100(device):
     pe = sinusoidal_encoding(4, 4, base=100.0, dtype=torch.float64)
     expected = torch.tensor([[0, 1, 0, 1], [0.841471, 0.540302, 0.099833, 0.995004],
                              [0.909297, -0.416147, 0.198669, 0.980067],
@@ -41,7 +41,7 @@ def test_sinusoidal_base_100():
     torch.testing.assert_close(pe, expected, atol=5e-7, rtol=0)
 
 
-def test_sinusoidal_base_10000():
+def test_sinusoidal_base_10000(device):
     pe = sinusoidal_encoding(3, 4, dtype=torch.float64)
     expected = torch.tensor([[0, 1, 0, 1], [0.841471, 0.540302, 0.010000, 0.999950],
                              [0.909297, -0.416147, 0.019999, 0.999800]], dtype=torch.float64)

@@ -15,6 +15,11 @@ from aiayn.cache import KVCache
 from aiayn.positions import RotaryEmbedding
 
 
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    """The scaled scores of equation (1): Q K^T / sqrt(d_k). q (..., T, D), k (..., S, D) -> (..., T, S)."""
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Equation (1) written out: softmax(Q K^T / sqrt(d_k)) V, masked scores set to -inf.
 
@@ -24,7 +29,7 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
     Returns:
         output (..., T, Dv) and the attention weights (..., T, S); fully masked rows are all zeros.
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., T, S)
+    scores = attention_scores(q, k)  # (..., T, S)
     if mask is None:
         return (weights := scores.softmax(dim=-1)) @ v, weights
     live = mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with at least one visible key
@@ -75,6 +80,15 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of a sequence, split into heads: two (B, H, S, D) tensors."""
         return self.split_heads(self.k_proj(key_value)), self.split_heads(self.v_proj(key_value))
 
+    def heads(self, query: Tensor, key_value: Tensor | None, static_kv: tuple[Tensor, Tensor] | None = None,
+              offset: int | Tensor = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V projected and split into heads (rotary positions applied): three (B, H, ., D) tensors."""
+        q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
+        k, v = static_kv if static_kv is not None else self.project_kv(key_value)
+        if self.rope is not None:
+            q, k = self.rope(q, offset), self.rope(k, offset)
+        return q, k, v
+
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
                 cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
                 offset: int | Tensor = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -90,10 +104,7 @@ class MultiHeadAttention(nn.Module):
         Returns:
             output (B, T, d_model) and the weights or None.
         """
-        q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
-        k, v = static_kv if static_kv is not None else self.project_kv(key_value)
-        if self.rope is not None:
-            q, k = self.rope(q, offset), self.rope(k, offset)
+        q, k, v = self.heads(query, key_value, static_kv, offset)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S_total, D)
         weights = None

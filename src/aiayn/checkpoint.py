@@ -3,13 +3,16 @@ run folder to its checkpoint, and reading weights back (safetensors + JSON; neve
 
 A checkpoint folder holds ``config.json`` (the ModelConfig), ``model.safetensors`` (the weights), the
 tokenizer model(s) when it has them, and, for resuming training, ``trainer.json`` + ``trainer.safetensors``.
-A run folder holds ``best/`` and ``last/`` checkpoints, ``checkpoints/step_N/`` and ``metrics.jsonl``.
+Every folder ends with ``checksums.json`` (the SHA-256 of each file), checked when the model loads: a file
+damaged or edited after saving is an error naming it. A run folder holds ``best/`` and ``last/``
+checkpoints, ``checkpoints/step_N/`` and ``metrics.jsonl``.
 This module imports no torch at load time (the command line reads it before deciding to).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-CONFIG, WEIGHTS = "config.json", "model.safetensors"
+CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json"
 
 
 @contextlib.contextmanager
@@ -111,6 +114,33 @@ def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
             tokenizers.save(tmp)
         if write_extra is not None:
             write_extra(tmp)
+        atomic_write_text(tmp / CHECKSUMS, json.dumps(_digests(tmp), indent=1) + "\n")
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (but the checksum file), by relative POSIX path."""
+    digests = {}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS):
+        with file.open("rb") as f:
+            digests[file.relative_to(folder).as_posix()] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
+
+
+def verify_checkpoint(folder: str | Path) -> None:
+    """Check every file against the folder's ``checksums.json`` (folders written before checksums existed
+    have none and pass). A missing or changed file is a ValueError naming it."""
+    folder = Path(folder)
+    if not (folder / CHECKSUMS).is_file():
+        return
+    expected = read_json(folder / CHECKSUMS)
+    for name, digest in expected.items():
+        file = folder / name
+        if not file.is_file():
+            raise ValueError(f"{file}: missing from the checkpoint (listed in {CHECKSUMS}); copy the folder again")
+        with file.open("rb") as f:
+            if hashlib.file_digest(f, "sha256").hexdigest() != digest:
+                raise ValueError(f"{file}: checksum mismatch: damaged or edited after it was saved; restore it "
+                                 "or use another checkpoint")
 
 
 def read_json(path: str | Path) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -71,13 +72,23 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = _recipe(args)
     out = Path(cfg.output)
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restarts and not args.resume and is_checkpoint(out / "last"):  # torchrun --max-restarts restarted us
+        print(f"aiayn: torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
+        args.resume = True
+        cfg = _recipe(args)
     _check_output_folder(out)
     if not args.resume and is_checkpoint(out / "last"):
         raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     from aiayn.training.trainer import Trainer
 
-    result = Trainer(cfg, resume=args.resume).train()
+    trainer = Trainer(cfg, resume=args.resume)
+    result = trainer.train()
     print(json.dumps(result))
+    if trainer.stopped_by_signal:
+        print(f"aiayn: stopped by SIGTERM at step {trainer.step}; {out / 'last'} is saved: continue with --resume",
+              file=sys.stderr)
+        return 128 + 15
     return 0
 
 
@@ -110,7 +121,8 @@ def _translator(args: argparse.Namespace):
 
     beam_size = args.beam_size if args.beam_size is not None else (1 if args.draft else 4)
     return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=beam_size, alpha=args.alpha,
-                                      int8=args.int8, bf16=args.bf16, draft=args.draft)
+                                      int8=args.int8, bf16=args.bf16, draft=args.draft, max_len_a=args.max_len_a,
+                                      max_len_b=args.max_len_b)
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -138,6 +150,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         _write_output(hyps, args.hyp_output)
     result = score(hyps, refs, args.tokenize)
     extra = {"truncated_lines": len(translator.truncated)}
+    if args.tokenized_bleu:
+        from aiayn.evaluation import tokenized_bleu
+
+        extra["tokenized_bleu"] = round(tokenized_bleu(hyps, refs, args.tokenized_bleu), 2)
     if translator.draft is not None:
         stats = translator.speculative
         print(stats.summary(), file=sys.stderr)
@@ -148,6 +164,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         print(f"BLEU = {result.bleu:.2f}  ({result.bleu_signature})")
         print(f"chrF = {result.chrf:.2f}  ({result.chrf_signature})")
+        if args.tokenized_bleu:
+            print(f"tokenized BLEU = {extra['tokenized_bleu']:.2f}  (Moses tokens, compounds split: the paper's)")
     return 0
 
 
@@ -226,6 +244,16 @@ def _show(args: argparse.Namespace) -> int:
         from aiayn.visual.positions import plot_positions
 
         print(plot_positions(args.d_model, args.length, args.output))
+    elif args.what == "mask":
+        from aiayn.visual.figures import check_output
+        from aiayn.visual.masks import format_mask, mask_matrix, plot_mask
+
+        if args.output:
+            check_output(args.output)
+        mask = mask_matrix(args.kind, args.length, args.pad, args.src_length)
+        sys.stdout.write(format_mask(mask, args.kind))
+        if args.output:
+            print(plot_mask(mask, args.kind, args.output))
     elif args.what == "shapes":
         from aiayn.checkpoint import atomic_write_text
         from aiayn.config import ModelConfig
@@ -264,6 +292,7 @@ COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate":
             "generate": _generate, "fill-mask": _fill_mask,
             "average": _average, "tokenizer": _tokenizer_train, "plot": _plot, "show": _show, "serve": _serve,
             "import": cli_interop.import_, "export": cli_interop.export, "distill": cli_interop.distill,
+            "data": cli_interop.data, "preprocess": cli_interop.preprocess,
             "experiment": cli_interop.experiment}
 
 

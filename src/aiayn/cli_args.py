@@ -66,6 +66,8 @@ def _add_translate_evaluate(sub) -> None:
     e.add_argument("--tokenize", help="sacreBLEU tokenizer, e.g. zh for Chinese output")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--hyp-output", dest="hyp_output", help="also write the translations here")
+    e.add_argument("--tokenized-bleu", dest="tokenized_bleu", metavar="LANG",
+                   help="also the paper's tokenized BLEU (Moses tokens of LANG, compounds split; needs sacremoses)")
     _add_decoding(e)
 
 
@@ -74,6 +76,9 @@ def _add_decoding(p) -> None:
                    "with --draft)")
     p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
                    help="GNMT length penalty alpha (default: 1.0)")
+    p.add_argument("--max-len-a", type=float, default=1.5, dest="max_len_a",
+                   help="output length limit: a * source tokens + b (default: a 1.5, b 10; the paper: 1 and 50)")
+    p.add_argument("--max-len-b", type=int, default=10, dest="max_len_b")
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
@@ -130,7 +135,7 @@ def _add_tools(sub) -> None:
 def _add_show(sub) -> None:
     from aiayn.config import PRESETS
 
-    show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, tensor shapes")
+    show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, masks, tensor shapes")
     what = show.add_subparsers(dest="what", required=True)
     a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
                         description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
@@ -145,6 +150,13 @@ def _add_show(sub) -> None:
     p.add_argument("--d-model", type=int, default=128, dest="d_model")
     p.add_argument("--length", type=int, default=100, help="number of positions")
     p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
+    m = what.add_parser("mask", help="a mask matrix (causal, padding, cross) as text, or a picture with --output",
+                        description="Rows are queries, columns keys; 1 = may attend (built by aiayn.masks).")
+    m.add_argument("--kind", choices=["causal", "padding", "cross"], default="causal")
+    m.add_argument("--length", type=int, default=6, help="tokens (the queries; for cross the target's)")
+    m.add_argument("--pad", type=int, default=0, help="how many of the last keys are padding (default: 0)")
+    m.add_argument("--src-length", type=int, dest="src_length", help="cross: source tokens (default: --length)")
+    m.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
     s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
     s.add_argument("--preset", choices=list(PRESETS), default="tiny")
     s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
@@ -185,6 +197,36 @@ def _add_distill(sub) -> None:
     p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")
     p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
     p.add_argument("--device", default="cpu")
+
+
+def _add_data(sub) -> None:
+    p = sub.add_parser("data", help="download and check a large corpus (WMT14 en-de, the paper's)",
+                       description="Download the corpus archives into OUTPUT/downloads (kept for reruns), check every "
+                                   "file's line count, and write OUTPUT/{train,valid,test}.{en,de}. Then: aiayn "
+                                   "tokenizer train, aiayn preprocess (docs/scaling.md).")
+    p.add_argument("name", choices=["wmt14-en-de"], help="the corpus")
+    p.add_argument("--output", required=True, help="folder for the corpus")
+    p.add_argument("--base-url", dest="base_url", help="a mirror with statmt.org's layout (default: statmt.org, or "
+                   "$AIAYN_WMT14_URL)")
+
+
+def _add_preprocess(sub) -> None:
+    p = sub.add_parser("preprocess", help="tokenize a corpus once into binary shards (corpora larger than memory)",
+                       description="Stream DATA through worker processes into DIR: shards of token ids (memory-mapped "
+                                   "by training), the tokenizer, valid.tsv and shards.json. Interrupted runs keep the "
+                                   "finished shards. Then: aiayn train --data DIR ...")
+    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
+    p.add_argument("--tokenizer", required=True, help="folder with the tokenizer model(s) (aiayn tokenizer)")
+    p.add_argument("--output", required=True, help="the shards folder to write")
+    p.add_argument("--src-lang", dest="src_lang", help="source language (built-in corpora, PREFIX.SRC files)")
+    p.add_argument("--tgt-lang", dest="tgt_lang", help="target language")
+    p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")
+    p.add_argument("--valid", help="validation file or prefix (default: every 100th of the first 100,000 pairs)")
+    p.add_argument("--shard-size", type=int, default=1_000_000, dest="shard_size",
+                   help="pairs per shard (default: 1,000,000)")
+    p.add_argument("--workers", type=int, help="tokenizing processes (default: one per CPU core)")
+    p.add_argument("--max-len", type=int, default=256, dest="max_len",
+                   help="pairs with more tokens on a side are left out and counted (default: 256)")
 
 
 def _add_experiment(sub) -> None:
@@ -237,6 +279,6 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve,
-                _add_import, _add_export, _add_distill, _add_experiment):
+                _add_import, _add_export, _add_data, _add_preprocess, _add_distill, _add_experiment):
         add(sub)
     return parser

@@ -1,5 +1,5 @@
 """The commands that bring models and corpora in and out, and run experiments: ``aiayn import``, ``export``,
-``distill`` and ``experiment`` (their flags: ``cli_args.py``)."""
+``data``, ``preprocess``, ``distill`` and ``experiment`` (their flags: ``cli_args.py``)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,25 @@ def distill(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoint(args.teacher, args.device)
     about = {"teacher": str(args.teacher), "data": args.data}
     print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    return 0
+
+
+def data(args: argparse.Namespace) -> int:
+    from aiayn.data.wmt import prepare_wmt14
+
+    print(json.dumps(prepare_wmt14(args.output, args.base_url)))
+    return 0
+
+
+def preprocess(args: argparse.Namespace) -> int:
+    from aiayn.preprocess import preprocess
+
+    for name in ("shard_size", "max_len", "workers"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: must be at least 1")
+    manifest = preprocess(args.data, args.tokenizer, args.output, args.src_lang, args.tgt_lang, args.data_dir,
+                          args.valid, args.shard_size, args.workers, args.max_len)
+    print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
     return 0
 
 

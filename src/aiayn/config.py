@@ -42,6 +42,8 @@ class ModelConfig:
         d_model, n_heads, d_ff: widths (section 3.2.2, 3.3); ``d_model % n_heads == 0``.
         n_encoder_layers, n_decoder_layers: stack depths N (section 3.1).
         dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
+        attention_dropout, activation_dropout: dropout on the attention weights and inside the
+            feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
         activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
             approximation) or silu (Marian's "swish").
         norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
@@ -72,6 +74,8 @@ class ModelConfig:
     n_decoder_layers: int = 6
     d_ff: int = 2048
     dropout: float = 0.1
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
     activation: str = "relu"
     norm: str = "post"
     positions: str = "sinusoidal"
@@ -196,8 +200,10 @@ def _validate(cfg: ModelConfig) -> None:
         raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
     if cfg.positions == "rope" and cfg.d_head % 2:
         raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout: must be in [0, 1), got {cfg.dropout!r}")
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        value = getattr(cfg, name)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
     if cfg.share_embeddings == "all" and cfg.arch == "encoder-decoder" and cfg.target_vocab != cfg.vocab_size:
         raise ValueError("share_embeddings: 'all' needs one joint vocabulary (tgt_vocab_size == vocab_size)")
     specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,

@@ -18,6 +18,10 @@ from aiayn.positions import RotaryEmbedding
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU or SiLU optional. d_model -> d_ff -> d_model."""
 
@@ -58,10 +62,12 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rope: RotaryEmbedding | None = None) -> None:
+                 rope: RotaryEmbedding | None = None, attention_dropout: float | None = None,
+                 activation_dropout: float | None = None) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, rope)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
         self.res_attn = Residual(d_model, dropout, norm_first, eps)
         self.res_ffn = Residual(d_model, dropout, norm_first, eps)
 
@@ -88,13 +94,15 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rope: RotaryEmbedding | None = None, cross_attention: bool = True) -> None:
+                 rope: RotaryEmbedding | None = None, cross_attention: bool = True,
+                 attention_dropout: float | None = None, activation_dropout: float | None = None) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, rope)
+        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
         self.res_self = Residual(d_model, dropout, norm_first, eps)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross_attention else None
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_p) if cross_attention else None
         self.res_cross = Residual(d_model, dropout, norm_first, eps) if cross_attention else None
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
         self.res_ffn = Residual(d_model, dropout, norm_first, eps)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,

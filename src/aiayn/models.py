@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.cache import DecoderCache, DecodeState
-from aiayn.checkpoint import CONFIG, load_weights, write_checkpoint
+from aiayn.checkpoint import CONFIG, load_weights, verify_checkpoint, write_checkpoint
 from aiayn.config import ModelConfig
 from aiayn.embeddings import InputEmbedding, TokenEmbedding, build_positions
 from aiayn.init import init_weights
@@ -42,14 +42,16 @@ def _final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
 
 def build_encoder(cfg: ModelConfig) -> Encoder:
     layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
-                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg))
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg),
+                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
               for _ in range(cfg.n_encoder_layers)]
     return Encoder(layers, _final_norm(cfg))
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
     layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
-                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg), cross_attention)
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg), cross_attention,
+                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
               for _ in range(cfg.n_decoder_layers)]
     return Decoder(layers, _final_norm(cfg))
 
@@ -102,8 +104,10 @@ class TransformerModel(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path) -> TransformerModel:
-        """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode."""
+        """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
+        folder's files are checked against its checksums first."""
         folder = Path(folder)
+        verify_checkpoint(folder)
         config = ModelConfig.load(folder / CONFIG)
         model = build_model(config) if cls is TransformerModel else cls(config)
         load_weights(model, folder)

@@ -101,6 +101,20 @@ def test_attention_endpoint(client, translator):
     assert client.post("/attention", json={"target": "a"}).status_code == 422
 
 
+def test_inside_one_head_equals_the_attention_weights(client):
+    maps = client.post("/attention", json={"source": "a b c"}).json()
+    for kind, layer, head, query in (("cross", 1, 2, 1), ("encoder", 0, 3, 0), ("decoder_self", 1, 0, 2)):
+        body = {"source": "a b c", "kind": kind, "layer": layer, "head": head, "query": query}
+        inside = client.post("/attention/head", json=body).json()
+        assert inside["weights"] == maps["attention"][kind][layer][head][query]
+        assert len(inside["keys"]) == len(inside["scores"]) == len(inside["mask"]) == len(inside["weights"])
+        assert len(inside["query"]) == len(inside["output"]) == len(inside["keys"][0])
+    bad = client.post("/attention/head", json={"source": "a b c", "kind": "encoder", "query": 50})
+    assert bad.status_code == 422 and "query" in bad.json()["detail"]
+    assert client.post("/attention/head", json={"source": "a b", "kind": "upward"}).status_code == 422
+    assert client.post("/attention/head", json={"source": "a b", "layer": -1}).status_code == 422
+
+
 def test_the_page_is_served(client):
     page = client.get("/")
     assert page.status_code == 200 and "Translate" in page.text and "/static/app.js" in page.text

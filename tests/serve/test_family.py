@@ -175,6 +175,12 @@ def test_lm_attention_is_causal_per_layer_and_head(generator):
         assert client.post("/attention", json={"text": ""}).status_code == 422
         too_long = client.post("/attention", json={"text": "a" * 21})
         assert too_long.status_code == 413 and "20" in too_long.json()["detail"]
+        for layer, head, query in ((0, 0, 0), (1, 3, n - 1)):
+            inside = client.post("/attention/head", json={"text": "the cat sat", "layer": layer, "head": head,
+                                                          "query": query}).json()
+            assert inside["weights"] == answer["attention"]["decoder_self"][layer][head][query]
+            assert inside["mask"] == [j <= query for j in range(n)] and inside["query_token"] == answer["tokens"][query]
+        assert client.post("/attention/head", json={"text": "the cat", "head": 99}).status_code == 422
 
 
 def test_generate_over_the_stream_cap_is_429(generator):

@@ -48,9 +48,19 @@ def test_translate_and_explore_attention(browser, live_server):
     page.select_option("#head", "2")
     first = page.locator('#heatmap rect.cell[data-row="0"][data-col="0"]').get_attribute("data-weight")
     assert float(first) == pytest.approx(maps["attention"]["cross"][1][2][0][0], abs=1e-4)
+    # inside one head: the highlighted row's weights are the heatmap's, the mask and the scores are there
+    page.hover('#heatmap rect.cell[data-row="1"][data-col="0"]')
+    page.wait_for_selector("#inside-body:not([hidden])", timeout=30_000)
+    page.wait_for_function("document.querySelector('#inside-query').textContent.includes('(row 2)')")
+    shown = [float(x) for x in page.locator("#inside-rows td[data-weight]").evaluate_all(
+        "cells => cells.map(c => c.dataset.weight)")]
+    assert shown == pytest.approx(maps["attention"]["cross"][1][2][1], abs=1e-4)
+    assert page.locator("#inside-rows tr").count() == n_src
+    assert page.locator("#inside-rows tr.active").get_attribute("data-key") == "0"
     page.select_option("#kind", "encoder")
     assert cells(page) == n_src * n_src
     page.select_option("#head", "mean")
+    page.wait_for_selector("#inside-body", state="hidden")
     page.hover('#heatmap rect.cell[data-row="1"][data-col="0"]')
     assert page.locator("#cell-info").inner_text().startswith(f"{maps['source_tokens'][1]} → ")
     page.close()
@@ -71,6 +81,34 @@ def test_keyboard_only(browser, live_server):
     page.keyboard.press("ArrowDown")
     active = page.locator("#heatmap rect.cell.active")
     assert (active.get_attribute("data-row"), active.get_attribute("data-col")) == ("1", "1")
+    page.focus("#head")  # keyboard only: choose head 1, back to the map, walk down a row
+    page.keyboard.press("ArrowDown")
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowDown")
+    page.wait_for_function("document.querySelector('#inside-query').textContent.includes('(row 3)')", timeout=30_000)
+    assert page.locator("#inside-rows tr.active").get_attribute("data-key") == "1"
+    page.close()
+
+
+def test_the_language_toggle_switches_labels_and_help(browser, live_server):
+    url, _app = live_server
+    page = browser.new_page()
+    page.goto(url)
+    assert page.locator("#translate-title").inner_text() == "Translate"
+    page.focus("#lang")
+    page.keyboard.press("Enter")
+    assert page.locator("#translate-title").inner_text() == "翻译"
+    assert page.evaluate("document.documentElement.lang") == "zh-CN"
+    assert page.get_attribute("#source", "placeholder").startswith("输入")
+    page.fill("#source", "a b c")
+    page.click("#translate")
+    page.wait_for_selector("#explorer:not([hidden])", timeout=30_000)
+    assert page.locator("#layer option").first.inner_text() == "第 1 层"
+    assert page.locator("#inside-query").inner_text().startswith("请选择单个注意力头")
+    page.reload()  # the choice is remembered
+    assert page.locator("#translate-title").inner_text() == "翻译"
+    page.click("#lang")
+    assert page.locator("#translate-title").inner_text() == "Translate"
     page.close()
 
 
@@ -131,4 +169,9 @@ def test_language_model_page_explores_causal_attention(browser, lm_server):
     page.focus("#heatmap")
     page.keyboard.press("ArrowDown")
     assert page.locator("#heatmap rect.cell.active").get_attribute("data-row") == "1"
+    page.wait_for_function("document.querySelector('#inside-query').textContent.includes('(row 2)')", timeout=30_000)
+    inside = httpx.post(f"{lm_server}/attention/head", json={"text": text, "layer": 1, "head": 1, "query": 1}).json()
+    shown = page.locator("#inside-rows td[data-weight]").evaluate_all("cells => cells.map(c => c.dataset.weight)")
+    assert [float(x) for x in shown] == pytest.approx(inside["weights"], abs=1e-4)
+    assert inside["weights"] == maps["attention"]["decoder_self"][1][1][1]
     page.close()

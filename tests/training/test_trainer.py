@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,39 +13,12 @@ from safetensors.torch import load_file
 from aiayn.checkpoint import atomic_directory
 from aiayn.training.config import TrainConfig
 from aiayn.training.trainer import Trainer
-
-TINY = {"data": "reverse", "preset": "tiny", "vocab_size": 300, "synthetic_size": 400, "max_tokens": 256,
-        "bleu_sentences": 20, "warmup": 20, "schedule": "inverse_sqrt", "lr": 2e-3, "log_every": 5,
-        "keep_last": 2, "device": "cpu"}
-
-
-def _recipe(tmp_path: Path, name: str, **changes) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(json.dumps({**TINY, "output": str(tmp_path / name), **changes}))  # JSON is YAML
-    return path
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "aiayn", "train", *args]
+from tiny_runs import TINY, kill_and_resume, train_command, write_recipe
 
 
 def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
-    steps = {"max_steps": 60, "eval_every": 10, "model": {"dropout": 0.1}}
-    Trainer(TrainConfig.from_yaml(_recipe(tmp_path, "whole", **steps))).train()
-    recipe = _recipe(tmp_path, "killed", **steps)
-    proc = subprocess.Popen(_cli("--config", str(recipe)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = tmp_path / "killed" / "last" / "trainer.json"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (state.is_file() and json.loads(state.read_text())["step"] >= 20):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    killed_at = json.loads(state.read_text())["step"]
+    killed_at, whole, resumed = kill_and_resume(tmp_path, max_steps=60, eval_every=10, model={"dropout": 0.1})
     assert 20 <= killed_at < 60, killed_at
-    result = subprocess.run(_cli("--config", str(recipe), "--resume"), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    whole = load_file(str(tmp_path / "whole" / "last" / "model.safetensors"))
-    resumed = load_file(str(tmp_path / "killed" / "last" / "model.safetensors"))
     assert whole.keys() == resumed.keys()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
     steps_logged = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
@@ -56,9 +27,9 @@ def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
-    one = _recipe(tmp_path, "one", accum=2, **common)
-    two = _recipe(tmp_path, "two", accum=1, **common)
-    assert subprocess.run(_cli("--config", str(one)), capture_output=True, timeout=300).returncode == 0
+    one = write_recipe(tmp_path, "one", accum=2, **common)
+    two = write_recipe(tmp_path, "two", accum=1, **common)
+    assert subprocess.run(train_command("--config", str(one)), capture_output=True, timeout=300).returncode == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 "-m", "aiayn", "train", "--config", str(two)]
@@ -161,7 +132,7 @@ class Killed(BaseException):
 def test_a_kill_while_saving_is_repaired_on_resume(tmp_path, monkeypatch):
     import aiayn.training.trainer as trainer_module
 
-    cfg = TrainConfig.from_yaml(_recipe(tmp_path, "k", max_steps=20, eval_every=10, bleu_sentences=0))
+    cfg = TrainConfig.from_yaml(write_recipe(tmp_path, "k", max_steps=20, eval_every=10, bleu_sentences=0))
     real = trainer_module.save_checkpoint
 
     def dies_at_last_of_step_20(folder, *args, **kwargs):
@@ -183,9 +154,34 @@ def test_a_kill_while_saving_is_repaired_on_resume(tmp_path, monkeypatch):
 
 
 def test_a_fresh_start_after_a_kill_before_the_first_checkpoint_logs_once(tmp_path):
-    cfg = TrainConfig.from_yaml(_recipe(tmp_path, "f", max_steps=5, eval_every=5, bleu_sentences=0))
+    cfg = TrainConfig.from_yaml(write_recipe(tmp_path, "f", max_steps=5, eval_every=5, bleu_sentences=0))
     (tmp_path / "f").mkdir()
     (tmp_path / "f" / "metrics.jsonl").write_text('{"step": 0, "data": {"train_pairs": 1}}\n')
     Trainer(cfg).train()
     records = [json.loads(x) for x in (tmp_path / "f" / "metrics.jsonl").read_text().splitlines()]
     assert sum("data" in r for r in records) == 1 and records[0]["data"]["train_pairs"] > 1
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_recipe_is_valid(path):
+    cfg = TrainConfig.from_yaml(path)
+    if path.name.startswith("wmt14"):  # the paper's settings (section 5)
+        assert (cfg.schedule, cfg.warmup, cfg.label_smoothing, cfg.src_lang, cfg.tgt_lang) == \
+            ("noam", 4000, 0.1, "en", "de")
+        assert cfg.max_tokens * cfg.accum == 25000 and cfg.preset in ("base", "big")
+        assert cfg.keep_last == (5 if cfg.preset == "base" else 20)
+
+
+def test_training_runs_on_each_device(tmp_path, device_name):
+    """The whole loop on the device (CUDA: bf16/fp16 autocast by `precision: auto`); the checkpoint loads
+    on the CPU and its loss fell."""
+    cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "run"), "max_steps": 40, "eval_every": 20,
+                                 "device": device_name, "precision": "auto"})
+    Trainer(cfg).train()
+    evals = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+             if "valid_loss" in x]
+    assert len(evals) == 2 and evals[1]["valid_loss"] < evals[0]["valid_loss"]
+    from aiayn.translate import Translator
+
+    assert len(Translator.from_checkpoint(tmp_path / "run", "cpu").translate(["a b c"])) == 1

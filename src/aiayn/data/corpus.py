@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,12 +19,17 @@ def _open_bytes(path: Path):
 
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a UTF-8 text file (plain or .gz), without line endings or a leading BOM."""
+    return list(iter_lines(path))
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (plain or .gz) one at a time, as :func:`read_lines` gives them."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     try:
         with _open_bytes(path) as f:
-            return decode_lines(f, str(path))
+            yield from iter_decoded(f, str(path))
     except (OSError, EOFError) as err:
         raise DataError(f"{path}: cannot read ({err})") from None
 
@@ -31,17 +37,18 @@ def read_lines(path: str | Path) -> list[str]:
 def decode_lines(stream: Iterable[bytes], name: str) -> list[str]:
     """UTF-8 lines of a binary stream (a file, stdin), without line endings or a leading BOM; an invalid
     byte is a DataError naming ``name`` and the line."""
-    lines = []
+    return list(iter_decoded(stream, name))
+
+
+def iter_decoded(stream: Iterable[bytes], name: str) -> Iterator[str]:
+    """:func:`decode_lines`, one line at a time."""
     for number, raw in enumerate(stream, start=1):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise DataError(f"{name}:{number}: invalid UTF-8 at byte {err.start} of the line; "
                             "convert the text to UTF-8") from None
-        lines.append(text.rstrip("\r\n"))
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
-    return lines
+        yield text.rstrip("\r\n").removeprefix("\ufeff") if number == 1 else text.rstrip("\r\n")
 
 
 @dataclass
@@ -62,16 +69,22 @@ class Parallel:
 def read_tsv(path: str | Path, swap: bool = False) -> Parallel:
     """``source<TAB>target`` a line (``swap`` reads ``target<TAB>source``)."""
     sources, targets = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+    for source, target in iter_tsv(path):
+        sources.append(source)
+        targets.append(target)
+    pair = Parallel(sources, targets)
+    return pair.swap() if swap else pair
+
+
+def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a TSV file one at a time; blank lines are skipped."""
+    for number, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
             continue
         parts = line.split("\t")
         if len(parts) != 2:
             raise DataError(f"{path}:{number}: expected 'source<TAB>target', found {len(parts)} field(s)")
-        sources.append(parts[0])
-        targets.append(parts[1])
-    pair = Parallel(sources, targets)
-    return pair.swap() if swap else pair
+        yield parts[0], parts[1]
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Parallel:
@@ -83,14 +96,28 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Parallel:
     return Parallel(sources, targets)
 
 
+def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[str, str]]:
+    """:func:`read_parallel`, one pair at a time (files of any size)."""
+    for source, target in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+        if source is None or target is None:
+            raise DataError(f"{src_path} and {tgt_path} have different numbers of lines; aligned files need "
+                            "the same number of lines")
+        yield source, target
+
+
+def clean_pair(source: str, target: str) -> tuple[str, str] | None:
+    """Whitespace collapsed on both sides; None when either side is empty."""
+    source, target = " ".join(source.split()), " ".join(target.split())
+    return (source, target) if source and target else None
+
+
 def clean(pairs: Parallel) -> Parallel:
     """Strip whitespace; skip pairs where either side is empty (counted in ``dropped['empty']``)."""
     sources, targets, empty = [], [], 0
-    for s, t in zip(pairs.sources, pairs.targets, strict=True):
-        s, t = " ".join(s.split()), " ".join(t.split())
-        if s and t:
-            sources.append(s)
-            targets.append(t)
-        else:
+    for pair in (clean_pair(s, t) for s, t in zip(pairs.sources, pairs.targets, strict=True)):
+        if pair is None:
             empty += 1
+        else:
+            sources.append(pair[0])
+            targets.append(pair[1])
     return Parallel(sources, targets, {**pairs.dropped, "empty": empty})

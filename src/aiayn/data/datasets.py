@@ -7,14 +7,16 @@ prefix for PREFIX.SRC and PREFIX.TGT files (plain or .gz).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.checkpoint import atomic_path
-from aiayn.data.corpus import DataError, Parallel, clean, read_parallel, read_tsv
+from aiayn.data.corpus import DataError, Parallel, clean, iter_parallel, iter_tsv, read_parallel, read_tsv
 from aiayn.data.numbers import number_pairs
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
@@ -182,3 +184,48 @@ def load_splits(spec: str, src: str | None = None, tgt: str | None = None, data_
         return Splits(synthetic_pairs(spec, synthetic_size, seed), synthetic_pairs(spec, 500, seed + 1),
                       synthetic_pairs(spec, 1000, seed + 2))
     return load_path(spec, src, tgt, valid, seed)
+
+
+def stream_splits(spec: str, src: str | None = None, tgt: str | None = None, data_dir: str | Path | None = None,
+                  valid: str | None = None, seed: int = 0, synthetic_size: int = 20000,
+                  hold_every: int = 100, hold_max: int = 1000) -> tuple[Iterator[tuple[str, str]], Parallel]:
+    """The training pairs of a data SPEC one at a time (uncleaned), and the cleaned validation pairs.
+
+    For corpora of any size (``aiayn preprocess``): a path is read as it streams. Its validation pairs come
+    from ``valid``, the folder's ``valid.tsv``, or else every ``hold_every``-th pair (up to ``hold_max``),
+    which then stays out of training. Built-in names are small and load whole (:func:`load_splits`).
+    """
+    path = Path(spec)
+    if spec in BUILTIN and not path.exists():
+        splits = load_splits(spec, src, tgt, data_dir, valid, seed, synthetic_size)
+        return zip(splits.train.sources, splits.train.targets, strict=True), splits.valid
+    if path.is_dir():
+        if not (path / "train.tsv").is_file():
+            raise DataError(f"{path}: a corpus folder needs train.tsv (and valid.tsv if you have one)")
+        if valid is None and (path / "valid.tsv").is_file():
+            valid = str(path / "valid.tsv")
+        path = path / "train.tsv"
+    pairs = iter_tsv(path) if path.is_file() else _stream_prefix(str(path), src, tgt)
+    if valid is not None:
+        return pairs, _read_spec(valid, src, tgt)
+    held: list[tuple[str, str]] = []
+
+    def train_pairs() -> Iterator[tuple[str, str]]:
+        for number, pair in enumerate(pairs):
+            if number % hold_every == 0 and len(held) < hold_max:
+                held.append(pair)
+            else:
+                yield pair
+    stream = train_pairs()
+    first = list(itertools.islice(stream, hold_every * hold_max))  # reading this far fills the held-out set
+    return itertools.chain(first, stream), clean(Parallel([s for s, _ in held], [t for _, t in held]))
+
+
+def _stream_prefix(spec: str, src: str | None, tgt: str | None) -> Iterator[tuple[str, str]]:
+    if src is None or tgt is None:
+        raise DataError(f"{spec}: no such file; for PREFIX.SRC / PREFIX.TGT files pass --src-lang and --tgt-lang")
+    for suffix in ("", ".gz"):
+        s, t = Path(f"{spec}.{src}{suffix}"), Path(f"{spec}.{tgt}{suffix}")
+        if s.is_file() and t.is_file():
+            return iter_parallel(s, t)
+    raise DataError(f"{spec}: neither a TSV file nor a prefix of {spec}.{src} and {spec}.{tgt} (plain or .gz)")

@@ -1,4 +1,5 @@
-"""The FastAPI app: POST /translate, POST /attention, GET /health, GET / (the web page), docs at /docs."""
+"""The FastAPI app: POST /translate, POST /attention, POST /attention/head, GET /health, GET / (the web page),
+docs at /docs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Literal
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +20,7 @@ from aiayn.serve.batcher import DynamicBatcher, Options
 from aiayn.serve.limits import Limits
 from aiayn.translate import Translator
 from aiayn.visual.attention import attention_for
+from aiayn.visual.inside import inside_for
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("aiayn.serve")
@@ -46,6 +49,15 @@ class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     source: str
     target: str | None = None
+
+
+class HeadRequest(AttentionRequest):
+    """Inside one head: which attention, layer, head and query row (0-based) to open."""
+
+    kind: Literal["encoder", "decoder_self", "cross"] = "cross"
+    layer: int = Field(0, ge=0)
+    head: int = Field(0, ge=0)
+    query: int = Field(0, ge=0, description="the row: a source token (encoder) or a decoder input token")
 
 
 def _check_size(texts: list[str], limits: Limits) -> None:
@@ -200,15 +212,31 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
-        _check_size([req.source] + ([req.target] if req.target else []), limits)
-        if not req.source.strip():
-            raise HTTPException(422, "source: give a sentence to attend over")
-        n_tokens = len(translator.source_ids(req.source))
-        if n_tokens > limits.max_attention_tokens:
-            raise HTTPException(413, f"source has {n_tokens} tokens; /attention takes up to "
-                                     f"{limits.max_attention_tokens}")
+        _check_attention(req, translator, limits)
         maps = await batcher.run_alone(attention_for, translator, req.source, req.target)
         return {**maps.to_dict(), "heads": cfg.n_heads}
+
+    @app.post("/attention/head")
+    async def attention_head(req: HeadRequest) -> dict:
+        """Inside one head: for row ``query`` of ``kind`` in ``layer``/``head`` (0-based), the query vector,
+        keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
+        _check_attention(req, translator, limits)
+        try:
+            found = await batcher.run_alone(inside_for, translator, req.source, req.target, req.kind, req.layer,
+                                            req.head, req.query)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        return found.to_dict()
+
+
+def _check_attention(req: AttentionRequest, translator: Translator, limits: Limits) -> None:
+    """413/422 for a pair /attention cannot take."""
+    _check_size([req.source] + ([req.target] if req.target else []), limits)
+    if not req.source.strip():
+        raise HTTPException(422, "source: give a sentence to attend over")
+    n_tokens = len(translator.source_ids(req.source))
+    if n_tokens > limits.max_attention_tokens:
+        raise HTTPException(413, f"source has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
 
 
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),

@@ -19,6 +19,7 @@ from aiayn.serve.limits import Limits
 from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
+from aiayn.visual.inside import lm_inside_for
 
 
 class GenerateRequest(BaseModel):
@@ -39,6 +40,14 @@ class TextAttentionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     text: str
+
+
+class TextHeadRequest(TextAttentionRequest):
+    """Inside one head: the layer, head and query token (0-based) to open."""
+
+    layer: int = Field(0, ge=0)
+    head: int = Field(0, ge=0)
+    query: int = Field(0, ge=0, description="the query token's position in text")
 
 
 class FillMaskRequest(BaseModel):
@@ -116,18 +125,34 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
     async def attention(req: TextAttentionRequest) -> dict:
         """{"tokens", "heads", "attention": {"decoder_self": [layer][head][row][col]}}: row i attends to
         columns 0..i (causal) of ``text``, a prompt with its continuation."""
-        _check_size([req.text], limits)
-        if not req.text:
-            raise HTTPException(422, "text: empty; give a prompt and its continuation")
-        n_tokens = len(generator.tokenizer.encode(req.text))
-        if n_tokens > limits.max_attention_tokens:
-            raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to "
-                                     f"{limits.max_attention_tokens}")
+        _check_text(req.text, generator, limits)
         job = batcher.run_alone(lm_attention_for, generator.model, generator.tokenizer, req.text)
         maps = await asyncio.wrap_future(job)
         weights = maps.weights["decoder_self"].round(decimals=4).tolist()
         return {"tokens": maps.target_tokens, "heads": generator.model.config.n_heads,
                 "attention": {"decoder_self": weights}}
+
+    @app.post("/attention/head")
+    async def attention_head(req: TextHeadRequest) -> dict:
+        """Inside one head: for token ``query`` of ``text`` in ``layer``/``head`` (0-based), the query vector,
+        keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
+        _check_text(req.text, generator, limits)
+        job = batcher.run_alone(lm_inside_for, generator.model, generator.tokenizer, req.text, req.layer,
+                                req.head, req.query)
+        try:
+            return (await asyncio.wrap_future(job)).to_dict()
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+
+
+def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
+    """413/422 for a text /attention cannot take."""
+    _check_size([text], limits)
+    if not text:
+        raise HTTPException(422, "text: empty; give a prompt and its continuation")
+    n_tokens = len(generator.tokenizer.encode(text))
+    if n_tokens > limits.max_attention_tokens:
+        raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
 
 
 def _checked_prompt(req: GenerateRequest, generator: TextGenerator, batcher: ContinuousBatcher,

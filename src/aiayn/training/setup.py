@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from aiayn.config import ModelConfig
-from aiayn.data.corpus import Parallel, read_lines
+from aiayn.data.corpus import Parallel, clean, read_lines, read_tsv
 from aiayn.data.datasets import Splits, load_splits, text_corpus
+from aiayn.data.shards import is_shards, read_manifest
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training.config import TrainConfig
-from aiayn.training.tasks import BlockTask, TranslationTask
+from aiayn.training.tasks import BlockTask, ShardedTranslationTask, TranslationTask
 
 
 def pick_device(name: str) -> torch.device:
@@ -47,6 +50,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 def load_data(cfg: TrainConfig) -> Splits:
     """Translation pairs, or (lm / mlm) the text file as one text, split by characters: the first 90%
     trains, the last 10% validates (the usual language-modelling split); newlines stay in the text."""
+    if is_shards(cfg.data):
+        if cfg.task != "translation":
+            raise ValueError(f"data: {cfg.data} holds preprocessed translation pairs; task {cfg.task} needs a "
+                             "text file")
+        empty = read_manifest(cfg.data).get("empty", 0)  # the pairs are in the shards: nothing to hold here
+        return Splits(Parallel([], [], {"empty": empty}), clean(read_tsv(Path(cfg.data) / "valid.tsv")))
     if cfg.task == "translation":
         return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
                            cfg.synthetic_size)
@@ -58,6 +67,8 @@ def load_data(cfg: TrainConfig) -> Splits:
 
 
 def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
+    if is_shards(cfg.data):  # the ids in the shards come from this tokenizer
+        return TokenizerPair.load(Path(cfg.data) / "tokenizer")
     if cfg.tokenizer is not None:
         return TokenizerPair.load(cfg.tokenizer)
     if cfg.task != "translation":  # SentencePiece learns from lines; the text is encoded whole
@@ -74,6 +85,13 @@ def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
             "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
             "max_len": max(cfg.max_len, cfg.block_size) + 2}
     return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
+
+
+def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair, model_cfg: ModelConfig):
+    """The training task: over the shards of a preprocessed folder, else over ``splits.train``."""
+    if is_shards(cfg.data):
+        return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed)
+    return build_task(cfg, splits.train, tokenizers, model_cfg)
 
 
 def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,

@@ -6,12 +6,15 @@ batch into a summed loss and its number of predicted tokens (``loss``); the trai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor, nn
 
 from aiayn.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.data.batching import lm_blocks, pad_batch, token_batches
 from aiayn.data.corpus import Parallel
+from aiayn.data.shards import ShardedPairs
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
 
@@ -52,6 +55,28 @@ class TranslationTask:
         src, tgt = batch
         tgt_in, labels = shift_target(tgt, self.cfg.pad_id, self.cfg.eos_id)
         return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing)
+
+
+class ShardedTranslationTask(TranslationTask):
+    """:class:`TranslationTask` over a shards folder (``aiayn preprocess``): batches are planned from the
+    pairs' lengths one window at a time and hold global pair numbers; tokens are read only for the batches
+    this process trains on."""
+
+    def __init__(self, folder: str, cfg: ModelConfig, max_len: int, max_tokens: int, seed: int) -> None:
+        self.cfg, self.max_len, self.max_tokens, self.seed = cfg, max_len, max_tokens, seed
+        self.data = ShardedPairs(folder)
+        self.too_long = self.data.too_long
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def batches(self, epoch: int) -> Iterator[list[int]]:
+        return self.data.batches(epoch, self.max_len, self.max_tokens, self.seed)
+
+    def collate(self, indices: list[int]) -> tuple[Tensor, Tensor]:
+        pairs, cfg = self.data.pairs(indices), self.cfg
+        return (pad_batch([s for s, _ in pairs], cfg.pad_id),
+                pad_batch([[cfg.bos_id, *t, cfg.eos_id] for _, t in pairs], cfg.pad_id))
 
 
 def encode_lines(tokenizer, text: str) -> list[int]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import shutil
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -20,7 +24,15 @@ from aiayn.tokenizer import TokenizerPair
 from aiayn.training import distributed
 from aiayn.training.config import TrainConfig
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
-from aiayn.training.setup import autocast_dtype, build_task, build_tokenizers, load_data, model_config, pick_device
+from aiayn.training.setup import (
+    autocast_dtype,
+    build_task,
+    build_tokenizers,
+    build_train_task,
+    load_data,
+    model_config,
+    pick_device,
+)
 from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
 from aiayn.translate import Translator
 
@@ -43,11 +55,12 @@ class Trainer:
             self.tokenizers = self._shared_tokenizers()
             self.model = build_model(model_config(cfg, self.tokenizers))
         self.model.to(self.device)
-        self.task = build_task(cfg, self.splits.train, self.tokenizers, self.model.config)
+        self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model)
         self.step, self.epoch, self.batch_pos, self.train_seconds = 0, 0, 0, 0.0
         self.best, self.bad_evals = -math.inf, 0
+        self.stopped_by_signal = False
         if resume:
             self._restore()
         self.net = (DistributedDataParallel(self.model) if self.dist.enabled else self.model)
@@ -121,19 +134,25 @@ class Trainer:
             return constant_lr(step, c.lr, c.warmup)
         return inverse_sqrt_lr(step, c.lr, c.warmup)
 
-    def _shard(self, epoch: int) -> list[list[int]]:
-        """This rank's batches of an epoch: every world-th batch, the same count on every rank."""
-        batches = self.task.batches(epoch)
-        usable = len(batches) - len(batches) % self.dist.world
-        return batches[self.dist.rank: usable: self.dist.world]
+    def _rank_batches(self, epoch: int) -> Iterator[list[int]]:
+        """This rank's batches of an epoch: of every ``world`` consecutive batches, the rank-th (an incomplete
+        last group is dropped, so every rank gets as many). Lazy: a sharded corpus is never listed whole."""
+        group = []
+        for batch in self.task.batches(epoch):
+            group.append(batch)
+            if len(group) == self.dist.world:
+                yield group[self.dist.rank]
+                group = []
 
-    def _next_window(self, batches: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    def _next_window(self, batches: Iterator[list[int]]) -> tuple[list[list[int]], Iterator[list[int]]]:
         window = []
         while len(window) < self.cfg.accum:
-            if self.batch_pos >= len(batches):
+            batch = next(batches, None)
+            if batch is None:  # the epoch is over
                 self.epoch, self.batch_pos = self.epoch + 1, 0
-                batches = self._shard(self.epoch)
-            window.append(batches[self.batch_pos])
+                batches = self._rank_batches(self.epoch)
+                continue
+            window.append(batch)
             self.batch_pos += 1
         return window, batches
 
@@ -165,10 +184,20 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp)
 
     def train(self) -> dict:
-        """Run until max_steps, the time limit or early stopping; return the last evaluation."""
-        cfg, batches = self.cfg, self._shard(self.epoch)
+        """Run until max_steps, the time limit, early stopping or SIGTERM (then it saves ``last/`` after the
+        current step and sets ``stopped_by_signal``); return the last evaluation."""
+        cfg = self.cfg
+        batches = itertools.islice(self._rank_batches(self.epoch), self.batch_pos, None)  # resume mid-epoch
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
                    dynamic_ncols=True, mininterval=2.0, desc=f"train {cfg.task}")
+        with _sigterm_flag() as sigterm:
+            last_eval = self._loop(bar, batches, sigterm)
+        bar.close()
+        distributed.teardown(self.dist)
+        return last_eval
+
+    def _loop(self, bar: tqdm, batches: Iterator[list[int]], sigterm: threading.Event) -> dict:
+        cfg = self.cfg
         last_eval, window_tokens, window_start = {}, 0, time.perf_counter()
         while self.step < cfg.max_steps and not self._out_of_time():
             started = time.perf_counter()
@@ -186,16 +215,24 @@ class Trainer:
                 self.log({"step": self.step, "time_min": round(self.train_seconds / 60, 3), "loss": loss,
                           "lr": self.lr(self.step), "tokens_per_s": round(rate, 1)})
                 window_tokens, window_start = 0, time.perf_counter()
+            if self._told_to_stop(sigterm):
+                if self.dist.main:
+                    self._save(improved=False)
+                self.stopped_by_signal = True
+                bar.write(f"SIGTERM: saved {self.out / 'last'} at step {self.step}; continue with --resume")
+                return {"step": self.step, "stopped_by": "SIGTERM"}
             if self.step % cfg.eval_every == 0:
                 last_eval = self.evaluate_and_save()
                 if cfg.patience and self.bad_evals >= cfg.patience:
                     bar.write(f"early stopping: no improvement in {cfg.patience} evaluations")
-                    break
+                    return last_eval
         if self.step % cfg.eval_every:
             last_eval = self.evaluate_and_save()
-        bar.close()
-        distributed.teardown(self.dist)
         return last_eval
+
+    def _told_to_stop(self, sigterm: threading.Event) -> bool:
+        """Whether any process got SIGTERM (all of them then stop after the same step)."""
+        return distributed.all_sum(float(sigterm.is_set()), self.dist, self.device) > 0
 
     def _out_of_time(self) -> bool:
         return bool(self.cfg.time_limit_min) and self.train_seconds >= self.cfg.time_limit_min * 60
@@ -217,7 +254,16 @@ class Trainer:
 
     def _save(self, improved: bool) -> None:
         """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
-        the previous last/ and writes this step's folders again."""
+        the previous last/ and writes this step's folders again. A failed write (a full disk) leaves every
+        previous folder whole and stops training with a message."""
+        try:
+            self._write_checkpoints(improved)
+        except OSError as err:
+            raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({err.strerror or err}); "
+                             f"{self.out / 'last'} still holds the previous one: free space, then continue with "
+                             "--resume") from None
+
+    def _write_checkpoints(self, improved: bool) -> None:
         if self.cfg.keep_last > 0:
             save_checkpoint(self.out / "checkpoints" / f"step_{self.step:08d}", self.model, self.tokenizers)
             for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep_last]:
@@ -251,6 +297,21 @@ class Trainer:
             scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
             result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
         return result
+
+
+@contextlib.contextmanager
+def _sigterm_flag():
+    """Within: SIGTERM (a scheduler's preemption, ``kill``) sets the yielded event instead of killing the
+    process, so the loop can save after the current step. Only the main thread can take signals."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: flag.set())
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _tensorboard(out: Path):

@@ -1,9 +1,11 @@
 // The attention explorer both pages share: kind / layer / head selects and an SVG heatmap that the mouse
-// or the arrow keys walk over. attentionExplorer(axesOf) -> {show(maps)}, where maps is an /attention answer
-// ({attention: {kind: [layer][head][row][col]}, heads}) and axesOf(maps, kind) gives [row labels, col labels].
+// or the arrow keys walk over, and under it "inside one head" for the highlighted row.
+// attentionExplorer(axesOf, inspect) -> {show(maps)}: maps is an /attention answer ({attention: {kind:
+// [layer][head][row][col]}, heads}), axesOf(maps, kind) gives [row labels, col labels], and
+// inspect(kind, layer, head, row) resolves to an /attention/head answer. Texts come from i18n.js's t().
 "use strict";
 
-function attentionExplorer(axesOf) {
+function attentionExplorer(axesOf, inspect) {
   const byId = (id) => document.getElementById(id);
   const CELL = 28;
   let maps = null;        // the last /attention answer
@@ -18,9 +20,9 @@ function attentionExplorer(axesOf) {
 
   function fillLayerHead() {
     const layers = maps.attention[byId("kind").value].length;
-    fillOptions(byId("layer"), [...Array(layers).keys()].map((i) => [String(i), `layer ${i + 1}`]));
-    const heads = [...Array(maps.heads).keys()].map((i) => [String(i), `head ${i + 1}`]);
-    fillOptions(byId("head"), [["mean", "mean of heads"], ...heads]);
+    fillOptions(byId("layer"), [...Array(layers).keys()].map((i) => [String(i), t("layer_n", {n: i + 1})]));
+    const heads = [...Array(maps.heads).keys()].map((i) => [String(i), t("head_n", {n: i + 1})]);
+    fillOptions(byId("head"), [["mean", t("mean_heads")], ...heads]);
   }
 
   function matrix() {
@@ -76,7 +78,8 @@ function attentionExplorer(axesOf) {
     const cell = document.querySelector(`#heatmap rect.cell[data-row="${r}"][data-col="${c}"]`);
     if (!cell) return;
     cell.classList.add("active");
-    byId("cell-info").textContent = `${rows[r]} → ${cols[c]}: weight ${cell.dataset.weight}`;
+    byId("cell-info").textContent = t("cell_info", {row: rows[r], col: cols[c], w: cell.dataset.weight});
+    inside.show(byId("kind").value, byId("layer").value, byId("head").value, r, c);
   }
 
   function onKey(event) {
@@ -89,9 +92,87 @@ function attentionExplorer(axesOf) {
               Math.max(0, Math.min(cols.length - 1, active[1] + dc)));
   }
 
+  const inside = insidePanel(inspect);
+  document.addEventListener("aiayn:language", () => { if (maps) { fillLayerHead(); highlight(...active); } });
   byId("kind").addEventListener("change", () => { fillLayerHead(); draw(); });
   byId("layer").addEventListener("change", draw);
   byId("head").addEventListener("change", draw);
   byId("heatmap").addEventListener("keydown", onKey);
   return { show(newMaps) { maps = newMaps; fillLayerHead(); draw(); } };
+}
+
+// "Inside one head": the query vector, and per key its vector, score, mask, weight and value, then the output.
+function insidePanel(inspect) {
+  const byId = (id) => document.getElementById(id);
+  let shown = "";       // which (kind, layer, head, row) the panel holds
+  let asked = 0;        // answers to older questions are dropped
+  let data = null;      // the last answer, and the key it answers
+  let dataKey = "";
+  let activeCol = 0;    // the key (column) highlighted in the table
+
+  function el(name, attrs = {}, ...children) {
+    const node = document.createElement(name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    node.append(...children);
+    return node;
+  }
+
+  function bar(value, scale, signed) {  // a bar of |value| / scale, blue (positive) or red (negative)
+    const width = Math.round(60 * Math.min(1, Math.abs(value) / scale));
+    return el("span", {class: `bar ${signed && value < 0 ? "neg" : "pos"}`, style: `width:${width}px`});
+  }
+
+  function vector(values) {  // a strip of small bars, with the numbers behind a disclosure
+    const scale = Math.max(...values.map(Math.abs), 1e-9);
+    const strip = el("span", {class: "strip", "aria-hidden": "true"}, ...values.map((v) => {
+      const height = Math.round(14 * Math.abs(v) / scale);
+      return el("span", {class: v < 0 ? "neg" : "pos", style: `height:${Math.max(1, height)}px`, title: v.toFixed(4)});
+    }));
+    const numbers = el("details", {}, el("summary", {}, t("numbers")),
+                       el("code", {}, `[${values.map((v) => v.toFixed(4)).join(", ")}]`));
+    return el("span", {class: "vector"}, strip, numbers);
+  }
+
+  function render() {
+    const col = activeCol;
+    byId("inside-query").textContent = t("inside_query", {token: data.query_token, row: data.query_index + 1,
+      layer: data.layer + 1, head: data.head + 1, dk: data.query.length, scale: data.scale.toFixed(3)});
+    byId("inside-q").replaceChildren(vector(data.query));
+    const top = Math.max(...data.scores.map(Math.abs), 1e-9);
+    byId("inside-rows").replaceChildren(...data.key_tokens.map((token, j) => el("tr",
+      {class: j === col ? "active" : "", "data-key": j},
+      el("th", {scope: "row"}, token), el("td", {}, vector(data.keys[j])),
+      el("td", {class: "num"}, bar(data.scores[j], top, true), data.scores[j].toFixed(4)),
+      el("td", {class: data.mask[j] ? "" : "masked"}, data.mask[j] ? `✓ ${t("may_attend")}` : `✗ ${t("masked")}`),
+      el("td", {class: "num", "data-weight": data.weights[j].toFixed(4)}, bar(data.weights[j], 1, false),
+         data.weights[j].toFixed(4)),
+      el("td", {}, vector(data.values[j])))));
+    byId("inside-out").replaceChildren(vector(data.output));
+    byId("inside-body").hidden = false;
+  }
+
+  async function show(kind, layer, head, row, col) {
+    if (!inspect) return;
+    activeCol = col;
+    if (head === "mean") {
+      shown = "";
+      byId("inside-body").hidden = true;
+      byId("inside-query").textContent = t("inside_pick");
+      return;
+    }
+    const key = [kind, layer, head, row].join("/");
+    if (key === dataKey) { shown = key; render(); return; }
+    if (key === shown) return;  // already asked
+    shown = key;
+    const mine = ++asked;
+    try {
+      const answer = await inspect(kind, Number(layer), Number(head), row);
+      if (mine !== asked) return;
+      [data, dataKey] = [answer, key];
+      render();
+    } catch (err) {
+      if (mine === asked) byId("inside-query").textContent = String(err.message || err);
+    }
+  }
+  return {show};
 }

@@ -1,4 +1,5 @@
-// The page for a language model (streamed continuation) or a masked language model (top-k bars).
+// The page for a language model (streamed continuation, then the attention explorer with inside one head) or
+// a masked language model (top-k bars).
 const $ = (id) => document.getElementById(id);
 const status = (text, error = false) => { $("status").textContent = text; $("status").className = error ? "error" : ""; };
 
@@ -6,7 +7,7 @@ async function generateText() {
   const button = $("generate");
   button.disabled = true;
   $("continuation").textContent = "";
-  status("Generating…");
+  status(t("generating"));
   try {
     const body = { prompt: $("prompt").value, max_new_tokens: Number($("max-new").value),
                    temperature: Number($("temperature").value), stream: true };
@@ -24,7 +25,7 @@ async function generateText() {
       while ((cut = buffer.indexOf("\n\n")) >= 0) {
         const event = JSON.parse(buffer.slice(0, cut).replace(/^data: /, ""));
         buffer = buffer.slice(cut + 2);
-        if (event.finish_reason) status(`${event.completion_tokens} tokens (${event.finish_reason})`);
+        if (event.finish_reason) status(t("tokens_done", {n: event.completion_tokens, reason: event.finish_reason}));
         else $("continuation").textContent += event.text;
       }
     }
@@ -36,9 +37,20 @@ async function generateText() {
   }
 }
 
-const explorer = attentionExplorer((maps) => [maps.tokens, maps.tokens]);
+async function postJSON(path, body) {
+  const response = await fetch(path, { method: "POST", headers: { "content-type": "application/json" },
+                                       body: JSON.stringify(body) });
+  const data = await response.json();
+  if (!response.ok) throw new Error(String(data.detail));
+  return data;
+}
+
+let shownText = "";  // the text the explorer shows
+const explorer = attentionExplorer((maps) => [maps.tokens, maps.tokens],
+  (kind, layer, head, query) => postJSON("/attention/head", { text: shownText, layer, head, query }));
 
 async function showAttention(text) {
+  shownText = text;
   const response = await fetch("/attention", { method: "POST", headers: { "content-type": "application/json" },
                                                body: JSON.stringify({ text }) });
   const data = await response.json();
@@ -48,7 +60,7 @@ async function showAttention(text) {
 }
 
 async function fillMask() {
-  status("Predicting…");
+  status(t("predicting"));
   const response = await fetch("/fill-mask", { method: "POST", headers: { "content-type": "application/json" },
                                                body: JSON.stringify({ text: $("masked").value, top_k: 5 }) });
   const data = await response.json();
@@ -74,7 +86,9 @@ async function fillMask() {
 async function init() {
   const health = await (await fetch("/health")).json();
   const arch = health.model.arch;
-  $("what").textContent = `A ${arch} Transformer (d_model ${health.model.d_model}, ${health.model.n_heads} heads).`;
+  const what = () => { $("what").textContent = t("what", {arch, d: health.model.d_model, h: health.model.n_heads}); };
+  what();
+  document.addEventListener("aiayn:language", what);
   const lm = arch === "decoder-only";
   $(lm ? "lm" : "mlm").hidden = false;
   const [input, run] = lm ? ["prompt", generateText] : ["masked", fillMask];

@@ -1,0 +1,94 @@
+// The pages' labels and help text in English and Chinese. An element with data-i18n="key" shows the text of
+// that key (data-i18n-placeholder: its placeholder); scripts build their own text with t(key, {vars}). The
+// #lang button switches language and the choice is remembered; a "aiayn:language" event tells the scripts.
+"use strict";
+
+const STRINGS = {
+  en: {
+    lang_toggle: "中文", tagline: "The Transformer of Attention Is All You Need: translate a sentence, then see "
+      + "where every head looks, and inside one head.",
+    translate_title: "Translate", source_label: "Source sentence",
+    source_placeholder: "Type a sentence (Ctrl+Enter translates)", decoding: "Decoding",
+    beam4: "beam search, 4 beams", greedy: "greedy", beam8: "beam search, 8 beams", translate: "Translate",
+    translation: "Translation", attention: "Attention", kind: "Kind", layer: "Layer", head: "Head",
+    kind_encoder: "encoder self-attention", kind_decoder_self: "decoder self-attention",
+    kind_cross: "cross-attention", kind_causal: "causal self-attention",
+    layer_n: "layer {n}", head_n: "head {n}", mean_heads: "mean of heads",
+    hint_translation: "Rows attend to columns; each row sums to 1. Decoder rows are the tokens the decoder reads "
+      + "(<s> first), each predicting the next. Hover a cell, or focus the map and use the arrow keys.",
+    hint_lm: "Rows attend to columns; each row sums to 1 and sees only itself and the tokens before it (the upper "
+      + "triangle is empty). Each row predicts the token after it. Hover a cell, or focus the map and use the "
+      + "arrow keys.",
+    cell_info: "{row} → {col}: weight {w}",
+    inside_title: "Inside one head",
+    inside_hint: "The highlighted row is the query. These are the model's own numbers for it: the query vector "
+      + "q, every key k, the score q·k / √d_k, the mask, the softmax weights (the heatmap's row) and the output, "
+      + "the weighted sum of the values v.",
+    inside_pick: "Choose one head (not the mean) to see its arithmetic.",
+    inside_query: "Query “{token}” (row {row}), layer {layer}, head {head}: d_k = {dk}, √d_k = {scale}",
+    q_vector: "query vector q", th_key: "key token", th_k: "key vector k", th_score: "q·k / √d_k",
+    th_mask: "mask", th_weight: "softmax weight", th_v: "value vector v", may_attend: "may attend",
+    masked: "masked", output: "output = Σ weight × v", numbers: "numbers",
+    translating: "Translating…", done: "Done.", type_first: "Type a sentence first.",
+    cannot_translate: "Could not translate: {msg}",
+    loading: "Loading the model…", what: "A {arch} Transformer (d_model {d}, {h} heads).",
+    continue_title: "Continue a text", prompt: "Prompt", new_tokens: "New tokens", temperature: "Temperature",
+    generate: "Generate", continuation: "Continuation (streamed as it is generated)",
+    lm_attention: "Attention over prompt + continuation", fill_title: "Fill the mask",
+    masked_label: "Text with one or more <mask>", fill: "Fill", generating: "Generating…",
+    predicting: "Predicting…", tokens_done: "{n} tokens ({reason})",
+  },
+  zh: {
+    lang_toggle: "English", tagline: "《Attention Is All You Need》中的 Transformer：翻译一个句子，看看每个注意力头"
+      + "在看哪里，再深入其中一个头。",
+    translate_title: "翻译", source_label: "源语言句子", source_placeholder: "输入一个句子（Ctrl+Enter 翻译）",
+    decoding: "解码方式", beam4: "束搜索，束宽 4", greedy: "贪心搜索", beam8: "束搜索，束宽 8", translate: "翻译",
+    translation: "译文", attention: "注意力", kind: "类型", layer: "层", head: "头",
+    kind_encoder: "编码器自注意力", kind_decoder_self: "解码器自注意力（带掩码）",
+    kind_cross: "交叉注意力（编码器-解码器注意力）", kind_causal: "因果自注意力",
+    layer_n: "第 {n} 层", head_n: "第 {n} 个头", mean_heads: "各头平均",
+    hint_translation: "每一行（查询）对各列（键）分配注意力权重，每行之和为 1。解码器的行是解码器读入的词元"
+      + "（以 <s> 开头），每一行预测下一个词元。把鼠标停在格子上，或聚焦热力图后用方向键移动。",
+    hint_lm: "每一行（查询）对各列（键）分配注意力权重，每行之和为 1，且只能看到自己和之前的词元（因果掩码让右上"
+      + "三角为空）。每一行预测它后面的词元。把鼠标停在格子上，或聚焦热力图后用方向键移动。",
+    cell_info: "{row} → {col}：权重 {w}",
+    inside_title: "深入一个注意力头",
+    inside_hint: "高亮的那一行就是查询。下面是模型自己算出的数字：查询向量 q、每个键向量 k、得分 q·k / √d_k、"
+      + "掩码、softmax 权重（即热力图的这一行），以及输出：对值向量 v 的加权求和。",
+    inside_pick: "请选择单个注意力头（而不是各头平均）来查看它的计算过程。",
+    inside_query: "查询“{token}”（第 {row} 行），第 {layer} 层，第 {head} 个头：d_k = {dk}，√d_k = {scale}",
+    q_vector: "查询向量 q", th_key: "键（词元）", th_k: "键向量 k", th_score: "q·k / √d_k", th_mask: "掩码",
+    th_weight: "softmax 权重", th_v: "值向量 v", may_attend: "可见", masked: "被遮蔽",
+    output: "输出 = Σ 权重 × v", numbers: "数值",
+    translating: "正在翻译…", done: "完成。", type_first: "请先输入一个句子。", cannot_translate: "无法翻译：{msg}",
+    loading: "正在加载模型…", what: "一个 {arch} Transformer（d_model {d}，{h} 个头）。",
+    continue_title: "续写文本", prompt: "提示词", new_tokens: "新词元数", temperature: "温度", generate: "生成",
+    continuation: "续写（边生成边显示）", lm_attention: "提示词与续写上的注意力", fill_title: "填充掩码",
+    masked_label: "含一个或多个 <mask> 的文本", fill: "填充", generating: "正在生成…", predicting: "正在预测…",
+    tokens_done: "{n} 个词元（{reason}）",
+  },
+};
+
+let LANG = localStorage.getItem("aiayn-lang") === "zh" ? "zh" : "en";
+
+function t(key, vars = {}) {
+  let text = STRINGS[LANG][key] ?? STRINGS.en[key] ?? key;
+  for (const [name, value] of Object.entries(vars)) text = text.replaceAll(`{${name}}`, String(value));
+  return text;
+}
+
+function applyLanguage() {
+  document.documentElement.lang = LANG === "zh" ? "zh-CN" : "en";
+  document.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
+  document.querySelectorAll("[data-i18n-placeholder]").forEach((el) => {
+    el.placeholder = t(el.dataset.i18nPlaceholder);
+  });
+  document.dispatchEvent(new Event("aiayn:language"));
+}
+
+document.getElementById("lang").addEventListener("click", () => {
+  LANG = LANG === "en" ? "zh" : "en";
+  localStorage.setItem("aiayn-lang", LANG);
+  applyLanguage();
+});
+applyLanguage();

@@ -1,0 +1,63 @@
+"""A tiny training recipe (the reverse task) and the command line that trains it, shared by the training tests."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+TINY = {"data": "reverse", "preset": "tiny", "vocab_size": 300, "synthetic_size": 400, "max_tokens": 256,
+        "bleu_sentences": 20, "warmup": 20, "schedule": "inverse_sqrt", "lr": 2e-3, "log_every": 5,
+        "keep_last": 2, "device": "cpu"}
+
+
+def write_recipe(tmp_path: Path, name: str, **changes) -> Path:
+    """Write TINY plus ``changes`` as ``tmp_path/NAME.yaml``, training into ``tmp_path/NAME``."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({**TINY, "output": str(tmp_path / name), **changes}))  # JSON is YAML
+    return path
+
+
+def train_command(*args: str) -> list[str]:
+    """``aiayn train ARGS`` as a command for subprocess."""
+    return [sys.executable, "-m", "aiayn", "train", *args]
+
+
+def step_of(run: Path) -> int:
+    """The step of a run's ``last/`` checkpoint (0 before the first)."""
+    state = run / "last" / "trainer.json"
+    return json.loads(state.read_text())["step"] if state.is_file() else 0
+
+
+def wait_for_step(run: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until the run's ``last/`` checkpoint is at ``step`` or later (or the process ends)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and step_of(run) < step:
+        time.sleep(0.02)
+    assert step_of(run) >= step, f"the run never reached step {step}"
+
+
+def weights(run: Path) -> dict:
+    return load_file(str(run / "last" / "model.safetensors"))
+
+
+def kill_and_resume(tmp_path: Path, **steps) -> tuple[int, dict, dict]:
+    """Train run ``whole`` through; train run ``killed`` the same way, SIGKILL it once its checkpoint is at
+    step 20 or later, resume it to the end. Returns the step it was killed at and both final weights."""
+    whole = subprocess.run(train_command("--config", str(write_recipe(tmp_path, "whole", **steps))),
+                           capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    recipe = write_recipe(tmp_path, "killed", **steps)
+    proc = subprocess.Popen(train_command("--config", str(recipe)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    wait_for_step(tmp_path / "killed", 20, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = step_of(tmp_path / "killed")
+    result = subprocess.run(train_command("--config", str(recipe), "--resume"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return killed_at, weights(tmp_path / "whole"), weights(tmp_path / "killed")
