@@ -7,6 +7,8 @@ from torch import nn
 from aiayn.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, PositionwiseFeedForward, Residual
 from aiayn.masks import causal_mask, key_mask
 
+from conftest import tiny
+
 D, H, FF = 16, 4, 32
 
 
@@ -98,3 +100,17 @@ def test_ffn_is_d_model_to_d_ff_to_d_model():
     assert ffn.linear1.weight.shape == (32, 8) and ffn.linear2.weight.shape == (8, 32)
     x = torch.randn(2, 3, 8)
     torch.testing.assert_close(ffn(x), ffn.linear2(torch.relu(ffn.linear1(x))))
+
+
+def test_attention_and_activation_dropout_default_to_dropout_and_can_differ():
+    from aiayn import EncoderDecoder
+
+    same = EncoderDecoder(tiny(dropout=0.3))
+    layer = same.decoder.layers[0]
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == layer.ffn.dropout.p == 0.3
+    apart = EncoderDecoder(tiny(dropout=0.3, attention_dropout=0.1, activation_dropout=0.0))
+    for layer in (*apart.encoder.layers, *apart.decoder.layers):
+        assert layer.self_attn.dropout == 0.1 and layer.ffn.dropout.p == 0.0 and layer.res_ffn.dropout.p == 0.3
+    assert apart.decoder.layers[0].cross_attn.dropout == 0.1
+    with pytest.raises(ValueError, match="attention_dropout"):
+        tiny(attention_dropout=1.5)

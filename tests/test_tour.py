@@ -48,8 +48,8 @@ def test_every_tour_block_runs_and_prints_the_seeds_numbers(name, tmp_path):
     check_numbers(result.stdout)
     for line in CHECKS[name]:
         assert line in result.stdout, line
-    copied = re.search(r"600 (?:steps|步).*?(\d+)%", result.stdout)
-    assert copied and int(copied.group(1)) >= 90, "the copy task is learnt in the tour's 600 steps"
+    copied = re.search(r"1000 (?:steps|步).*?(\d+)%", result.stdout)
+    assert copied and int(copied.group(1)) >= 90, "the copy task is learnt in the tour's 1000 steps"
     assert (tmp_path / "cross_attention.png").read_bytes()[:4] == b"\x89PNG"
 
 

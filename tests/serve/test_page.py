@@ -70,7 +70,9 @@ def test_keyboard_only(browser, live_server):
     url, _app = live_server
     page = browser.new_page()
     page.goto(url)
-    page.keyboard.press("Tab")  # the first stop is the text box
+    page.keyboard.press("Tab")  # the first stop is the language switch, the next the text box
+    assert page.evaluate("document.activeElement.id") == "lang"
+    page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "source"
     page.keyboard.type("c d e f")
     page.keyboard.press("Control+Enter")

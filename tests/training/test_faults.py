@@ -114,6 +114,7 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(tmp_path):
     assert len(workers) == 2, workers
     os.kill(workers[1], signal.SIGKILL)
     output = job.communicate(timeout=300)[0]
+    (tmp_path.parent / "torchrun.log").write_text(output)
     assert job.returncode == 0, output[-3000:]
     assert "torchrun restart 1: resuming from" in output
     assert killed_at < 60 and step_of(tmp_path / "run") == 60

@@ -30,7 +30,16 @@ def setup(device: torch.device) -> DistInfo:
     if world <= 1:
         return DistInfo()
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        if not restart:
+            dist.init_process_group(backend)
+        else:  # torchrun's store outlives a restart: a prefix per attempt keeps the dead group's addresses away
+            from torch.distributed.rendezvous import rendezvous
+
+            store, rank, size = next(rendezvous("env://"))
+            dist.init_process_group(backend, store=dist.PrefixStore(f"aiayn/restart_{restart}", store), rank=rank,
+                                    world_size=size)
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -190,9 +191,11 @@ class Trainer:
         batches = itertools.islice(self._rank_batches(self.epoch), self.batch_pos, None)  # resume mid-epoch
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
                    dynamic_ncols=True, mininterval=2.0, desc=f"train {cfg.task}")
-        with _sigterm_flag() as sigterm:
-            last_eval = self._loop(bar, batches, sigterm)
-        bar.close()
+        try:
+            with _sigterm_flag() as sigterm:
+                last_eval = self._loop(bar, batches, sigterm)
+        finally:
+            bar.close()  # before any error message, which must be the last line
         distributed.teardown(self.dist)
         return last_eval
 
@@ -258,8 +261,9 @@ class Trainer:
         previous folder whole and stops training with a message."""
         try:
             self._write_checkpoints(improved)
-        except OSError as err:
-            raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({err.strerror or err}); "
+        except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
+            reason = getattr(err, "strerror", None) or str(err).split(": ")[-1]
+            raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
                              f"{self.out / 'last'} still holds the previous one: free space, then continue with "
                              "--resume") from None
 

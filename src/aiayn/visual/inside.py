@@ -39,9 +39,12 @@ class HeadInside:
     output: list[float]
 
     def to_dict(self, digits: int = 4) -> dict:
-        def rounded(x):
-            return round(x, digits) if isinstance(x, float) else [rounded(y) for y in x] if isinstance(x, list) else x
-        return {k: rounded(v) for k, v in asdict(self).items()}
+        """JSON-ready; numbers rounded as ``AttentionMaps.to_dict`` rounds them, so equal weights stay equal."""
+        out = asdict(self)
+        for name in ("query", "keys", "values", "scores", "weights", "output"):
+            out[name] = torch.tensor(out[name]).round(decimals=digits).tolist()
+        out["scale"] = round(self.scale, digits)
+        return out
 
 
 def attention_module(model, kind: str, layer: int) -> MultiHeadAttention:
