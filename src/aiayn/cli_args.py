@@ -189,14 +189,19 @@ def _add_distill(sub) -> None:
                                    "valid.tsv and test.tsv (the real references) and distill.json. Interrupted runs "
                                    "continue where they stopped. Then: aiayn train --data DIR ...")
     p.add_argument("--teacher", required=True, help="the teacher's run or checkpoint folder")
-    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
+    _add_corpus(p)
     p.add_argument("--output", required=True, help="the corpus folder to write")
     p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="teacher's beam size (default: 4)")
+    p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
+    p.add_argument("--device", default="cpu")
+
+
+def _add_corpus(p) -> None:
+    """--data and what resolves it: the languages and a local copy of a built-in corpus."""
+    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
     p.add_argument("--src-lang", dest="src_lang", help="source language (built-in corpora, PREFIX.SRC files)")
     p.add_argument("--tgt-lang", dest="tgt_lang", help="target language")
     p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")
-    p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
-    p.add_argument("--device", default="cpu")
 
 
 def _add_data(sub) -> None:
@@ -215,12 +220,9 @@ def _add_preprocess(sub) -> None:
                        description="Stream DATA through worker processes into DIR: shards of token ids (memory-mapped "
                                    "by training), the tokenizer, valid.tsv and shards.json. Interrupted runs keep the "
                                    "finished shards. Then: aiayn train --data DIR ...")
-    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
+    _add_corpus(p)
     p.add_argument("--tokenizer", required=True, help="folder with the tokenizer model(s) (aiayn tokenizer)")
     p.add_argument("--output", required=True, help="the shards folder to write")
-    p.add_argument("--src-lang", dest="src_lang", help="source language (built-in corpora, PREFIX.SRC files)")
-    p.add_argument("--tgt-lang", dest="tgt_lang", help="target language")
-    p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")
     p.add_argument("--valid", help="validation file or prefix (default: every 100th of the first 100,000 pairs)")
     p.add_argument("--shard-size", type=int, default=1_000_000, dest="shard_size",
                    help="pairs per shard (default: 1,000,000)")

@@ -64,24 +64,24 @@ def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) 
     The source is ``base_url``, else $AIAYN_MULTI30K_URL (a mirror), else the public repository.
     """
     base_url = base_url or os.environ.get("AIAYN_MULTI30K_URL", MULTI30K_URL)
-    offline = "a folder holding train/val/test_2016_flickr .de/.en/.fr .gz files"
+    offline = "pass --data-dir DIR, a folder holding train/val/test_2016_flickr .de/.en/.fr .gz files"
     for name in names:
         fetch(f"{base_url}/{name}", folder / name, MULTI30K_SHA256[name], "multi30k", offline)
 
 
-def fetch(url: str, target: Path, sha256: str, corpus: str, offline: str) -> None:
-    """Download ``url`` to ``target`` atomically, checked against ``sha256``; a good copy is kept.
-    ``offline`` says what --data-dir must hold, for the message when the download fails."""
-    if target.is_file() and _sha256(target) == sha256:
+def fetch(url: str, target: Path, sha256: str | None, corpus: str, offline: str) -> None:
+    """Download ``url`` to ``target`` atomically, checked against ``sha256`` when there is one; a good copy
+    (any copy, without a checksum) is kept. ``offline`` says what to do on an offline machine."""
+    if target.is_file() and (sha256 is None or _sha256(target) == sha256):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
         try:
             urllib.request.urlretrieve(url, tmp)
         except OSError as err:
-            raise DataError(f"{corpus}: cannot download {target.name} ({err}); on an offline machine pass "
-                            f"--data-dir DIR, {offline}") from None
-        if _sha256(tmp) != sha256:
+            raise DataError(f"{corpus}: cannot download {target.name} ({err}); on an offline machine {offline}") \
+                from None
+        if sha256 is not None and _sha256(tmp) != sha256:
             raise DataError(f"{corpus}: {target.name} from {url} failed its SHA-256 check; try again later "
                             "or pass --data-dir with a good copy")
 
@@ -98,7 +98,8 @@ def text_corpus(spec: str, data_dir: str | Path | None) -> Path:
                 return Path(data_dir) / name
         raise DataError(f"{spec}: no input.txt or input.txt.gz in {data_dir}")
     target = cache_dir() / spec / "input.txt"
-    fetch(os.environ.get("AIAYN_TINYSHAKESPEARE_URL", url), target, sha256, spec, "a folder holding input.txt")
+    fetch(os.environ.get("AIAYN_TINYSHAKESPEARE_URL", url), target, sha256, spec,
+          "pass --data-dir DIR, a folder holding input.txt")
     return target
 
 

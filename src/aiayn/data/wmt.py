@@ -14,12 +14,12 @@ import json
 import os
 import re
 import tarfile
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from aiayn.checkpoint import atomic_path, atomic_write_text
 from aiayn.data.corpus import DataError
+from aiayn.data.datasets import fetch
 
 STATMT = "https://www.statmt.org"
 ARCHIVES = {  # archive -> its address under STATMT
@@ -42,17 +42,9 @@ SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
 
 def download(name: str, folder: Path, base_url: str) -> Path:
     """``folder/name`` from ``base_url``, kept when already there (atomic: never a half file)."""
-    target = folder / name
-    if target.is_file():
-        return target
-    url = f"{base_url.rstrip('/')}/{ARCHIVES[name]}"
-    with atomic_path(target) as tmp:
-        try:
-            urllib.request.urlretrieve(url, tmp)
-        except OSError as err:
-            raise DataError(f"wmt14: cannot download {url} ({err}); on an offline machine copy the archives "
-                            f"({', '.join(ARCHIVES)}) into {folder}") from None
-    return target
+    fetch(f"{base_url.rstrip('/')}/{ARCHIVES[name]}", folder / name, None, "wmt14",
+          f"copy the archives ({', '.join(ARCHIVES)}) into {folder}")
+    return folder / name
 
 
 def _member_lines(archive: Path, member: str) -> Iterator[str]:

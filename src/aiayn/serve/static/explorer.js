@@ -102,8 +102,31 @@ function attentionExplorer(axesOf, inspect) {
 }
 
 // "Inside one head": the query vector, and per key its vector, score, mask, weight and value, then the output.
+const INSIDE_HTML = `
+    <div id="inside" aria-labelledby="inside-title">
+    <h3 id="inside-title" data-i18n="inside_title">Inside one head</h3>
+    <p class="hint" data-i18n="inside_hint"></p>
+    <p id="inside-query" aria-live="polite"></p>
+    <div id="inside-body" hidden>
+    <p class="vec-row"><strong data-i18n="q_vector">query vector q</strong> <span id="inside-q"></span></p>
+    <div class="table-wrap">
+    <table id="inside-table">
+    <thead><tr><th data-i18n="th_key">key token</th><th data-i18n="th_k">key vector k</th>
+    <th data-i18n="th_score">q·k / √d_k</th><th data-i18n="th_mask">mask</th>
+    <th data-i18n="th_weight">softmax weight</th><th data-i18n="th_v">value vector v</th></tr></thead>
+    <tbody id="inside-rows"></tbody>
+    </table>
+    </div>
+    <p class="vec-row"><strong data-i18n="output">output</strong> <span id="inside-out"></span></p>
+    </div>
+    </div>`;
+
 function insidePanel(inspect) {
   const byId = (id) => document.getElementById(id);
+  if (inspect && !byId("inside")) {  // the panel goes under the heatmap, in the page's language
+    byId("explorer").insertAdjacentHTML("beforeend", INSIDE_HTML);
+    applyLanguage();
+  }
   let shown = "";       // which (kind, layer, head, row) the panel holds
   let asked = 0;        // answers to older questions are dropped
   let data = null;      // the last answer, and the key it answers
