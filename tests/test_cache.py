@@ -41,3 +41,16 @@ def test_decode_state_reorders_memory_only_across_groups():
     state.reorder(torch.tensor([3, 3, 0, 1]))
     assert torch.equal(state.memory, memory[[3, 3, 0, 1]]) and state.left_pad.tolist() == [3, 3, 0, 1]
     assert state.position == 0 and DecodeState(None).position == 0
+
+
+def test_a_shift_past_the_filled_length_leaves_zeros_in_front_never_old_memory():
+    """A longer prompt joining a batch shifts its rows right by more than they hold: the new padding columns
+    are masked keys, but a masked key still multiplies its value by 0, and 0 * NaN is NaN."""
+    cache = DecoderCache.allocate(1, 2, 2, 16, 4)
+    cache.layers[0].self_kv.update(torch.ones(2, 2, 3, 4), torch.ones(2, 2, 3, 4))
+    cache = cache.select(torch.tensor([1, 0]))
+    kv = cache.layers[0].self_kv
+    kv.k[:, :, 3:], kv.v[:, :, 3:] = float("nan"), float("nan")  # what unwritten memory may hold
+    cache.shift(8)  # 3 filled positions move to 8..10; columns 0..7 are the new padding
+    assert kv.length == 11 and (kv.k[:, :, :8] == 0).all() and (kv.v[:, :, :8] == 0).all()
+    assert (kv.k[:, :, 8:11] == 1).all()

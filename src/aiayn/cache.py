@@ -68,9 +68,9 @@ class KVCache:
 
     def _filled_with(self, k: Tensor, v: Tensor) -> KVCache:
         """A cache of this one's capacity whose filled positions are k, v (B', H, length, D); the rest is
-        left uninitialised (never read before it is written)."""
+        zeros, never uninitialised memory (a masked key still multiplies its value by 0, and 0 * NaN is NaN)."""
         shape = (k.size(0), k.size(1), self.k.size(2), k.size(3))  # (B', H, max_len, D)
-        big_k, big_v = self.k.new_empty(shape), self.v.new_empty(shape)
+        big_k, big_v = self.k.new_zeros(shape), self.v.new_zeros(shape)
         big_k[:, :, : self.length], big_v[:, :, : self.length] = k, v
         return KVCache.holding(big_k, big_v, self.length)
 
@@ -147,6 +147,8 @@ class DecoderCache:
             start = max(0, -columns)
             for t in (kv.k, kv.v):
                 t[:, :, start + columns: n + columns] = t[:, :, start:n].clone()
+                if columns > 0:  # the new front columns are padding: zeros, whatever was there (0 * NaN is NaN)
+                    t[:, :, :columns] = 0
             kv.length = new
 
 
