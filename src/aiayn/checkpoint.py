@@ -121,9 +121,14 @@ def _digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder`` (but the checksum file), by relative POSIX path."""
     digests = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS):
-        with file.open("rb") as f:
-            digests[file.relative_to(folder).as_posix()] = hashlib.file_digest(f, "sha256").hexdigest()
+        digests[file.relative_to(folder).as_posix()] = sha256_file(file)
     return digests
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file, read in pieces (hex)."""
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify_checkpoint(folder: str | Path) -> None:
@@ -137,10 +142,9 @@ def verify_checkpoint(folder: str | Path) -> None:
         file = folder / name
         if not file.is_file():
             raise ValueError(f"{file}: missing from the checkpoint (listed in {CHECKSUMS}); copy the folder again")
-        with file.open("rb") as f:
-            if hashlib.file_digest(f, "sha256").hexdigest() != digest:
-                raise ValueError(f"{file}: checksum mismatch: damaged or edited after it was saved; restore it "
-                                 "or use another checkpoint")
+        if sha256_file(file) != digest:
+            raise ValueError(f"{file}: checksum mismatch: damaged or edited after it was saved; restore it "
+                             "or use another checkpoint")
 
 
 def read_json(path: str | Path) -> dict:

@@ -6,7 +6,6 @@ prefix for PREFIX.SRC and PREFIX.TGT files (plain or .gz).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import random
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_path
+from aiayn.checkpoint import atomic_path, sha256_file
 from aiayn.data.corpus import DataError, Parallel, clean, iter_parallel, iter_tsv, read_parallel, read_tsv
 from aiayn.data.numbers import number_pairs
 
@@ -54,10 +53,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AIAYN_CACHE", Path.home() / ".cache" / "aiayn"))
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) -> None:
     """Download the Multi30k files ``names`` into ``folder`` (checked against SHA-256; atomic).
 
@@ -72,7 +67,7 @@ def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) 
 def fetch(url: str, target: Path, sha256: str | None, corpus: str, offline: str) -> None:
     """Download ``url`` to ``target`` atomically, checked against ``sha256`` when there is one; a good copy
     (any copy, without a checksum) is kept. ``offline`` says what to do on an offline machine."""
-    if target.is_file() and (sha256 is None or _sha256(target) == sha256):
+    if target.is_file() and (sha256 is None or sha256_file(target) == sha256):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
@@ -81,7 +76,7 @@ def fetch(url: str, target: Path, sha256: str | None, corpus: str, offline: str)
         except OSError as err:
             raise DataError(f"{corpus}: cannot download {target.name} ({err}); on an offline machine {offline}") \
                 from None
-        if sha256 is not None and _sha256(tmp) != sha256:
+        if sha256 is not None and sha256_file(tmp) != sha256:
             raise DataError(f"{corpus}: {target.name} from {url} failed its SHA-256 check; try again later "
                             "or pass --data-dir with a good copy")
 

@@ -1,8 +1,12 @@
-"""Several processes under torchrun (DDP): rank 0 alone logs and writes checkpoints."""
+"""Several processes under torchrun (DDP): rank 0 alone logs and writes checkpoints; SIGTERM (torchrun, a
+scheduler) becomes a flag every process checks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -67,3 +71,18 @@ def teardown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def sigterm_flag():
+    """Within: SIGTERM (a scheduler's preemption, ``kill``) sets the yielded event instead of killing the
+    process, so the loop can save after the current step. Only the main thread can take signals."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: flag.set())
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,13 +16,14 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from aiayn.checkpoint import atomic_write_text, recover
+from aiayn.checkpoint import recover
 from aiayn.evaluation import score
 from aiayn.models import TransformerModel, build_model
 from aiayn.tokenizer import TokenizerPair
 from aiayn.training import distributed
 from aiayn.training.config import TrainConfig
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.runlog import RunLog
 from aiayn.training.setup import (
     autocast_dtype,
     build_task,
@@ -47,6 +46,7 @@ class Trainer:
         self.dist = distributed.setup(self.device)
         if self.dist.main:
             self._tidy(resume)
+        self.runlog = RunLog(self.out, self.dist.main)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
         if resume:
@@ -65,7 +65,6 @@ class Trainer:
         if resume:
             self._restore()
         self.net = (DistributedDataParallel(self.model) if self.dist.enabled else self.model)
-        self.board = _tensorboard(self.out) if self.dist.main else None
         if not resume:
             self._log_data()
         self.amp = autocast_dtype(cfg.precision, self.device)
@@ -96,34 +95,15 @@ class Trainer:
         self.step, self.epoch, self.batch_pos = meta["step"], meta["epoch"], meta["batch_pos"]
         self.best, self.bad_evals = meta["best"], meta["bad_evals"]
         self.train_seconds = meta["train_seconds"]
-        if self.dist.main:
-            self._truncate_metrics(self.step)
-
-    def log(self, record: dict) -> None:
-        """Append one JSON line to RUN/metrics.jsonl, and scalars to TensorBoard if installed (rank 0 only)."""
-        if not self.dist.main:
-            return
-        self.out.mkdir(parents=True, exist_ok=True)
-        with (self.out / "metrics.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.board is not None and "step" in record:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self.board.add_scalar(key, value, record["step"])
+        self.runlog.truncate(self.step)
 
     def _log_data(self) -> None:
         """Report what the data cleaning dropped (metrics.jsonl and the console)."""
         dropped = {"train_pairs": len(self.task), "empty_skipped": self.splits.train.dropped.get("empty", 0),
                    "too_long_filtered": self.task.too_long, "max_len": self.cfg.max_len}
-        self.log({"step": 0, "data": dropped})
+        self.runlog.write({"step": 0, "data": dropped})
         if self.dist.main:
             tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()))
-
-    def _truncate_metrics(self, step: int) -> None:
-        path = self.out / "metrics.jsonl"
-        if path.is_file():
-            keep = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
-            atomic_write_text(path, "".join(line + "\n" for line in keep))
 
     def lr(self, step: int) -> float:
         c = self.cfg
@@ -192,7 +172,7 @@ class Trainer:
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
                    dynamic_ncols=True, mininterval=2.0, desc=f"train {cfg.task}")
         try:
-            with _sigterm_flag() as sigterm:
+            with distributed.sigterm_flag() as sigterm:
                 last_eval = self._loop(bar, batches, sigterm)
         finally:
             bar.close()  # before any error message, which must be the last line
@@ -215,7 +195,7 @@ class Trainer:
             if self.step % cfg.log_every == 0:
                 rate = window_tokens * self.dist.world / (time.perf_counter() - window_start)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.lr(self.step):.2e}", tok_s=f"{rate:.0f}")
-                self.log({"step": self.step, "time_min": round(self.train_seconds / 60, 3), "loss": loss,
+                self.runlog.write({"step": self.step, "time_min": round(self.train_seconds / 60, 3), "loss": loss,
                           "lr": self.lr(self.step), "tokens_per_s": round(rate, 1)})
                 window_tokens, window_start = 0, time.perf_counter()
             if self._told_to_stop(sigterm):
@@ -245,7 +225,7 @@ class Trainer:
         result = {}
         if self.dist.main:
             result = {"step": self.step, "time_min": round(self.train_seconds / 60, 3), **self.validate()}
-            self.log(result)
+            self.runlog.write(result)
             metric = result.get("valid_bleu", -result["valid_loss"])
             improved = metric > self.best
             self.best, self.bad_evals = (metric, 0) if improved else (self.best, self.bad_evals + 1)
@@ -301,30 +281,6 @@ class Trainer:
             scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
             result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
         return result
-
-
-@contextlib.contextmanager
-def _sigterm_flag():
-    """Within: SIGTERM (a scheduler's preemption, ``kill``) sets the yielded event instead of killing the
-    process, so the loop can save after the current step. Only the main thread can take signals."""
-    flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-    previous = signal.signal(signal.SIGTERM, lambda *_: flag.set())
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _tensorboard(out: Path):
-    """A TensorBoard writer for RUN/tensorboard when the tensorboard package is installed, else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(out / "tensorboard"))
 
 
 def _to(batch, device: torch.device):

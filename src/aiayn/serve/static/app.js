@@ -4,17 +4,6 @@
 
 const $ = (id) => document.getElementById(id);
 
-async function postJSON(path, body) {
-  const res = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"},
-                                 body: JSON.stringify(body)});
-  const data = await res.json().catch(() => ({}));
-  if (!res.ok) {
-    const detail = typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail);
-    throw new Error(`${res.status}: ${detail || res.statusText}`);
-  }
-  return data;
-}
-
 function setStatus(text, isError = false) {
   $("status").textContent = text;
   $("status").classList.toggle("error", isError);

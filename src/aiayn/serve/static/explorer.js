@@ -5,6 +5,18 @@
 // inspect(kind, layer, head, row) resolves to an /attention/head answer. Texts come from i18n.js's t().
 "use strict";
 
+// The pages' one POST helper: the JSON answer, or an Error "STATUS: detail".
+async function postJSON(path, body) {
+  const res = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"},
+                                 body: JSON.stringify(body)});
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const detail = typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail);
+    throw new Error(`${res.status}: ${detail || res.statusText}`);
+  }
+  return data;
+}
+
 function attentionExplorer(axesOf, inspect) {
   const byId = (id) => document.getElementById(id);
   const CELL = 28;

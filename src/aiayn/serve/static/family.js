@@ -37,14 +37,6 @@ async function generateText() {
   }
 }
 
-async function postJSON(path, body) {
-  const response = await fetch(path, { method: "POST", headers: { "content-type": "application/json" },
-                                       body: JSON.stringify(body) });
-  const data = await response.json();
-  if (!response.ok) throw new Error(String(data.detail));
-  return data;
-}
-
 let shownText = "";  // the text the explorer shows
 const explorer = attentionExplorer((maps) => [maps.tokens, maps.tokens],
   (kind, layer, head, query) => postJSON("/attention/head", { text: shownText, layer, head, query }));
