@@ -18,6 +18,13 @@ Transformers converter).
 
     python benchmarks/bench_decode.py [--presets small base opus-mt] [--engines aiayn hf ct2] [--min-seconds 1]
                                       [--repeats 2]
+
+Trained checkpoints (``--checkpoints NAME=RUN ...``, e.g. a teacher and its distilled student): each translates
+the same real sentences (``--input``, the first ``--sentences``) with ``Translator``, as ``aiayn translate``
+does, greedy at batch 1 and 16 and beam 4 at batch 16; every model stops at its own end of sentence, so the
+figure is sentences/s, and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
+
+    python benchmarks/bench_decode.py --checkpoints teacher=RUN student=RUN --input FILE [--sentences 200]
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -233,6 +241,30 @@ def ratios(rates: dict[str, float]) -> None:
             emit(tag, "speedup_vs_unpacked", rate / rates[f"{tag}-unpacked/aiayn"], "x")
 
 
+def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int) -> None:
+    """Sentences/s of each trained checkpoint on the same real sentences; each case's best of ``repeats``
+    turns (the checkpoints take turns, so a slow spell of the machine hits them all)."""
+    from aiayn.data.corpus import read_lines
+    from aiayn.translate import Translator
+
+    texts = read_lines(input_file)[:sentences]
+    runs = dict(item.split("=", 1) for item in named)
+    translators = {name: Translator.from_checkpoint(run) for name, run in runs.items()}
+    rates: dict[tuple[str, str], float] = {}
+    for _ in range(repeats):
+        for name, translator in translators.items():
+            for strategy, batch in CASES:
+                beam = BEAM if strategy == "beam" else 1
+                case = f"{strategy}{beam if beam > 1 else ''}/b{batch}/{len(texts)}sentences"
+                seconds = seconds_per_call(partial(translator.translate, texts, batch, beam_size=beam), 0.0, 1)
+                rates[case, name] = max(len(texts) / seconds, rates.get((case, name), 0.0))
+    first = next(iter(runs))
+    for (case, name), rate in rates.items():
+        emit(f"{case}/{name}", "sentences_per_s", rate, "sentences/s")
+        if name != first:
+            emit(f"{case}/{name}", f"speedup_vs_{first}", rate / rates[case, first], "x")
+
+
 def available(engines: list[str]) -> list[str]:
     modules = {"aiayn": "aiayn", "hf": "transformers", "ct2": "ctranslate2"}
     found = [e for e in engines if importlib.util.find_spec(modules[e]) is not None]
@@ -248,9 +280,18 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=1.0, help="time each measurement at least this long")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every engine this many times, in turn, and keep each figure's best")
+    parser.add_argument("--checkpoints", nargs="+", metavar="NAME=RUN",
+                        help="measure these trained checkpoints on --input instead of the random presets")
+    parser.add_argument("--input", help="source sentences for --checkpoints, one per line (plain or .gz)")
+    parser.add_argument("--sentences", type=int, default=200, help="how many of --input's sentences")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
     parser.add_argument("--opus-mt-folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.checkpoints:
+        if not args.input or any("=" not in item for item in args.checkpoints):
+            parser.error("--checkpoints NAME=RUN ... needs --input FILE")
+        checkpoints(args.checkpoints, args.input, args.sentences, args.repeats)
+        return
     if args.worker:
         worker(*args.worker, args.min_seconds, args.opus_mt_folder)
         return

@@ -1,0 +1,27 @@
+"""benchmarks/bench_decode.py on trained checkpoints: every checkpoint is timed on the same sentences, in
+each case, and each speedup is the ratio of the figures it prints."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+
+
+def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first(trained_run, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "src.txt").write_text("a b c\nd e f g\nh i\nj k l m n\n")
+    bench.checkpoints([f"teacher={trained_run}", f"student={trained_run / 'last'}"], str(tmp_path / "src.txt"),
+                      sentences=3, repeats=1)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rates = {r["config"]: r["value"] for r in lines if r["metric"] == "sentences_per_s"}
+    cases = ["greedy/b1/3sentences", "greedy/b16/3sentences", "beam4/b16/3sentences"]
+    assert sorted(rates) == sorted(f"{c}/{n}" for c in cases for n in ("teacher", "student"))
+    assert all(v > 0 for v in rates.values())
+    speedups = {r["config"]: r["value"] for r in lines if r["metric"] == "speedup_vs_teacher"}
+    assert sorted(speedups) == sorted(f"{c}/student" for c in cases)
+    for case in cases:  # the ratio of the printed (rounded) rates, within rounding
+        ratio = rates[f"{case}/student"] / rates[f"{case}/teacher"]
+        assert abs(speedups[f"{case}/student"] - ratio) <= 0.002 * ratio + 0.002
