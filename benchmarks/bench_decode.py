@@ -22,7 +22,8 @@ Transformers converter).
 Trained checkpoints (``--checkpoints NAME=RUN ...``, e.g. a teacher and its distilled student): each translates
 the same real sentences (``--input``, the first ``--sentences``) with ``Translator``, as ``aiayn translate``
 does, greedy at batch 1 and 16 and beam 4 at batch 16; every model stops at its own end of sentence, so the
-figure is sentences/s, and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
+figure is sentences/s (one timed call per case and turn, after a warm-up call; ``--min-seconds`` is for the
+presets), and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
 
     python benchmarks/bench_decode.py --checkpoints teacher=RUN student=RUN --input FILE [--sentences 200]
 """
