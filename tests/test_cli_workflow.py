@@ -115,9 +115,10 @@ def test_speculative_translation_with_a_draft_checkpoint(run, tmp_path):
     assert "drafted tokens accepted" in result.stderr and "tokens per main-model pass" in result.stderr
     (tmp_path / "s.txt").write_text(texts)
     result = aiayn("evaluate", "--checkpoint", str(run), "--draft", str(run), "--src", str(tmp_path / "s.txt"),
-                   "--ref", str(tmp_path / "s.txt"), "--json")
+                   "--ref", str(tmp_path / "s.txt"), "--json", "--tokenized-bleu", "en", "--lowercase")
     scores = json.loads(result.stdout)
     assert scores["acceptance_rate"] == 1.0 and scores["tokens_per_main_pass"] > 1  # its own draft: all accepted
+    assert "tokenized_bleu" in scores and "truncated_lines" in scores and "case:lc" in scores["bleu_signature"]
 
 
 def test_draft_with_other_tokenizers_or_beams_is_a_one_line_error(run, tmp_path):

@@ -28,3 +28,15 @@ def test_tokenized_bleu_is_the_papers_protocol():
     assert tokenized_bleu(hyp, ref, "de") > score(hyp, ref).bleu
     # Moses separates the final period from the word; 13a does too, so a clean sentence scores alike
     assert tokenized_bleu(["ein Haus."], ["ein Haus."], "de") == pytest.approx(score(["ein Haus."], ["ein Haus."]).bleu)
+
+
+def test_lowercase_scores_ignore_case_and_say_so():
+    from aiayn.evaluation import tokenized_bleu
+
+    hyp, ref = ["A Man Rides A Bike Down The Street ."], ["a man rides a bike down the street ."]
+    assert score(hyp, ref).bleu < 50 and "case:mixed" in score(hyp, ref).bleu_signature
+    lower = score(hyp, ref, lowercase=True)
+    assert lower.bleu == pytest.approx(100.0) and lower.chrf == pytest.approx(100.0)
+    assert "case:lc" in lower.bleu_signature
+    assert tokenized_bleu(hyp, ref, "en") < 50
+    assert tokenized_bleu(hyp, ref, "en", lowercase=True) == pytest.approx(100.0)

@@ -148,17 +148,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     _warn_truncated(translator, args.src)
     if args.hyp_output:
         _write_output(hyps, args.hyp_output)
-    result = score(hyps, refs, args.tokenize)
+    result = score(hyps, refs, args.tokenize, args.lowercase)
     extra = {"truncated_lines": len(translator.truncated)}
     if args.tokenized_bleu:
         from aiayn.evaluation import tokenized_bleu
 
-        extra["tokenized_bleu"] = round(tokenized_bleu(hyps, refs, args.tokenized_bleu), 2)
+        extra["tokenized_bleu"] = round(tokenized_bleu(hyps, refs, args.tokenized_bleu, args.lowercase), 2)
     if translator.draft is not None:
         stats = translator.speculative
         print(stats.summary(), file=sys.stderr)
-        extra = {"acceptance_rate": round(stats.acceptance_rate, 4),
-                 "tokens_per_main_pass": round(stats.tokens_per_main_pass, 3)}
+        extra.update(acceptance_rate=round(stats.acceptance_rate, 4),
+                     tokens_per_main_pass=round(stats.tokens_per_main_pass, 3))
     if args.json:
         print(json.dumps({**result.to_dict(), **extra}))
     else:

@@ -68,6 +68,8 @@ def _add_translate_evaluate(sub) -> None:
     e.add_argument("--hyp-output", dest="hyp_output", help="also write the translations here")
     e.add_argument("--tokenized-bleu", dest="tokenized_bleu", metavar="LANG",
                    help="also the paper's tokenized BLEU (Moses tokens of LANG, compounds split; needs sacremoses)")
+    e.add_argument("--lowercase", action="store_true",
+                   help="score case-insensitively (BLEU, chrF and tokenized BLEU; the signature says case:lc)")
     _add_decoding(e)
 
 

@@ -20,22 +20,24 @@ class Scores:
                 "bleu_signature": self.bleu_signature, "chrf_signature": self.chrf_signature}
 
 
-def score(hypotheses: list[str], references: list[str], tokenize: str | None = None) -> Scores:
-    """sacreBLEU (13a by default, cased, detokenised text) and chrF; ``tokenize`` e.g. "zh"."""
+def score(hypotheses: list[str], references: list[str], tokenize: str | None = None,
+          lowercase: bool = False) -> Scores:
+    """sacreBLEU (13a by default, cased, detokenised text) and chrF; ``tokenize`` e.g. "zh"; ``lowercase``:
+    both case-insensitive (the signatures say ``case:lc``)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu = BLEU(tokenize=tokenize) if tokenize else BLEU()
-    chrf = CHRF()
+    bleu = BLEU(tokenize=tokenize, lowercase=lowercase) if tokenize else BLEU(lowercase=lowercase)
+    chrf = CHRF(lowercase=lowercase)
     b = bleu.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
     return Scores(b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature()))
 
 
-def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> float:
+def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str, lowercase: bool = False) -> float:
     """BLEU as the paper reports it (tensor2tensor's ``get_ende_bleu.sh``): both sides Moses-tokenized
     (sacremoses), hyphenated compounds split (``a-b`` -> ``a ##AT##-##AT## b``), then BLEU on those tokens
     (multi-bleu.perl's count; here sacreBLEU with ``tokenize='none'``). Not comparable across tokenizers:
-    report sacreBLEU next to it."""
+    report sacreBLEU next to it. ``lowercase``: case-insensitive, as many Multi30k papers score."""
     try:
         from sacremoses import MosesTokenizer
     except ImportError:
@@ -47,5 +49,5 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> f
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu = BLEU(tokenize="none", force=True)
+    bleu = BLEU(tokenize="none", lowercase=lowercase, force=True)
     return bleu.corpus_score([tokenize(h) for h in hypotheses], [[tokenize(r) for r in references]]).score
