@@ -21,7 +21,7 @@ Transformers converter).
 
 Trained checkpoints (``--checkpoints NAME=RUN ...``, e.g. a teacher and its distilled student): each translates
 the same real sentences (``--input``, the first ``--sentences``) with ``Translator``, as ``aiayn translate``
-does, greedy at batch 1 and 16 and beam 4 at batch 16; every model stops at its own end of sentence, so the
+does, greedy and beam 4, each at batch 1 and 16; every model stops at its own end of sentence, so the
 figure is sentences/s (one timed call per case and turn, after a warm-up call; ``--min-seconds`` is for the
 presets), and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
 
@@ -48,6 +48,7 @@ from aiayn import EncoderDecoder, ModelConfig, generate, pack, quantize
 
 SRC_LEN, NEW_TOKENS, BEAM, VOCAB = 20, 32, 4, 8000
 CASES = [("greedy", 1), ("greedy", 16), ("beam", 16)]
+CHECKPOINT_CASES = [("greedy", 1), ("beam", 1), ("greedy", 16), ("beam", 16)]  # real sentences: beam 4 alone too
 
 
 def emit(config: str, metric: str, value: float, unit: str) -> None:
@@ -254,7 +255,7 @@ def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int)
     rates: dict[tuple[str, str], float] = {}
     for _ in range(repeats):
         for name, translator in translators.items():
-            for strategy, batch in CASES:
+            for strategy, batch in CHECKPOINT_CASES:
                 beam = BEAM if strategy == "beam" else 1
                 case = f"{strategy}{beam if beam > 1 else ''}/b{batch}/{len(texts)}sentences"
                 seconds = seconds_per_call(partial(translator.translate, texts, batch, beam_size=beam), 0.0, 1)

@@ -17,7 +17,7 @@ def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first
                       sentences=3, repeats=1)
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     rates = {r["config"]: r["value"] for r in lines if r["metric"] == "sentences_per_s"}
-    cases = ["greedy/b1/3sentences", "greedy/b16/3sentences", "beam4/b16/3sentences"]
+    cases = ["greedy/b1/3sentences", "beam4/b1/3sentences", "greedy/b16/3sentences", "beam4/b16/3sentences"]
     assert sorted(rates) == sorted(f"{c}/{n}" for c in cases for n in ("teacher", "student"))
     assert all(v > 0 for v in rates.values())
     speedups = {r["config"]: r["value"] for r in lines if r["metric"] == "speedup_vs_teacher"}
