@@ -20,7 +20,8 @@ def experiment(tmp_path):
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(RECIPE))
     spec = {"recipe": str(tmp_path / "recipe.yaml"), "changes": {"max_steps": 10}, "output": str(tmp_path / "out"),
             "long_valid": 0.2, "variants": {"base": {}, "one-head": {"model": {"n_heads": 1}},
-                                            "pre": {"model": {"norm": "pre"}, "warmup": 1}}}
+                                            "pre": {"model": {"norm": "pre"}, "warmup": 1}},
+            "groups": {"heads": ["base", "one-head"], "norm": ["base", "pre"]}}
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(spec))
     return tmp_path / "exp.yaml"
 
@@ -42,6 +43,7 @@ def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experim
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| variant |") and len(table) == 4 and "one-head" in table[3]
     assert (out / "curves.png").stat().st_size > 1000
+    assert (out / "questions.png").stat().st_size > 1000  # groups: one panel per question
     first = (out / "base" / "result.json").read_text()
     (out / "one-head" / "result.json").unlink()  # as if interrupted after its last checkpoint
     assert main(["experiment", str(experiment)]) == 0  # one-head resumes, pre trains, base is left alone
@@ -51,7 +53,9 @@ def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experim
 
 @pytest.mark.parametrize("content, words", [("variants: {}\nrecipe: r\noutput: o\n", "give at least one"),
                                             ("colour: red\n", "unknown key(s) colour"),
-                                            ("variants: {a: {}}\noutput: o\n", "recipe: missing")])
+                                            ("variants: {a: {}}\noutput: o\n", "recipe: missing"),
+                                            ("variants: {a: {}}\nrecipe: r\noutput: o\ngroups: {q: [a, b]}\n",
+                                             "groups: q: give a non-empty list of the file's variants")])
 def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, content, words):
     (tmp_path / "e.yaml").write_text(content)
     assert main(["experiment", str(tmp_path / "e.yaml")]) == 2
@@ -67,6 +71,7 @@ def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
     root = Path(__file__).resolve().parents[2]
     spec = read_experiment(root / "experiments" / "table3.yaml")
     spec["recipe"] = str(root / spec["recipe"])
+    assert set(spec["variants"]) == {n for names in spec["groups"].values() for n in names}  # every row in a picture
     for name in spec["variants"]:
         cfg = variant_config(spec, name)
         ModelConfig.preset(cfg.preset, **cfg.model)  # the model each variant asks for can be built

@@ -10,10 +10,13 @@ An experiment file (YAML)::
     variants:
       base: {}
       heads-1: {model: {n_heads: 1}}        # ``model`` changes merge into the recipe's model
+    groups:                                 # optional: one picture panel per question
+      heads: [base, heads-1]
 
 Each variant trains into ``output/NAME``; a variant with ``result.json`` is done and skipped, one with a
 ``last/`` checkpoint resumes, so an interrupted experiment continues where it stopped. ``output`` gets
-``results.json``, ``results.md`` (the table) and ``curves.png`` (validation curves).
+``results.json``, ``results.md`` (the table), ``curves.png`` (validation curves) and, with ``groups``,
+``questions.png`` (validation BLEU against step, one panel per group, its variants that are done).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from aiayn.checkpoint import atomic_write_text, is_checkpoint
 from aiayn.training.config import TrainConfig, read_recipe
 
-KEYS = ("recipe", "changes", "output", "variants", "long_valid")
+KEYS = ("recipe", "changes", "output", "variants", "long_valid", "groups")
 
 
 def read_experiment(path: str | Path) -> dict:
@@ -38,6 +41,12 @@ def read_experiment(path: str | Path) -> dict:
     for key in ("recipe", "output"):
         if not isinstance(spec.get(key), str):
             raise ValueError(f"{path}: {key}: missing (a path)")
+    groups = spec.get("groups") or {}
+    if not isinstance(groups, dict):
+        raise ValueError(f"{path}: groups: give QUESTION: [variant, ...] pairs")
+    for group, names in groups.items():
+        if not isinstance(names, list) or not names or any(n not in spec["variants"] for n in names):
+            raise ValueError(f"{path}: groups: {group}: give a non-empty list of the file's variants (got {names!r})")
     return spec
 
 
@@ -111,6 +120,8 @@ def write_report(spec: dict) -> list[dict]:
     atomic_write_text(out / "results.md", markdown_table(rows))
     if rows:
         plot_curves(rows, out / "curves.png")
+    if rows and spec.get("groups"):
+        plot_groups(rows, spec["groups"], out / "questions.png")
     return rows
 
 
@@ -139,5 +150,29 @@ def plot_curves(rows: list[dict], path: Path) -> Path:
         axes[1].plot(steps, [c[2] for c in r["curve"]], marker="o", label=r["variant"])
     axes[0].set(xlabel="step", ylabel="validation BLEU", title="validation BLEU")
     axes[1].set(xlabel="step", ylabel="validation loss (nats/token)", title="validation loss")
+    for ax in axes:  # ten colours in matplotlib's cycle: the next ten variants get dashed lines
+        for i, line in enumerate(ax.get_lines()):
+            line.set_linestyle("-" if i < 10 else "--")
     axes[1].legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def plot_groups(rows: list[dict], groups: dict[str, list[str]], path: Path) -> Path:
+    """Validation BLEU against step, one panel per group (a question), with the group's variants that are done."""
+    from aiayn.visual.figures import pyplot, save_figure
+
+    done = {r["variant"]: r for r in rows}
+    cols = min(3, len(groups))
+    n_rows = -(-len(groups) // cols)  # ceil
+    fig, axes = pyplot().subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), layout="constrained",
+                                  squeeze=False)
+    for ax, (group, names) in zip(axes.flat, groups.items(), strict=False):  # spare panels stay empty
+        for name in (n for n in names if n in done and done[n]["curve"][0][1] is not None):
+            curve = done[name]["curve"]
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", label=name)
+        ax.set(title=group, xlabel="step", ylabel="validation BLEU")
+        if ax.get_lines():
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
     return save_figure(fig, path)
