@@ -42,6 +42,7 @@ def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experim
     assert all(r["best_valid_bleu"] is not None and "long_valid_bleu" in r for r in rows)
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| variant |") and len(table) == 4 and "one-head" in table[3]
+    assert "valid BLEU at step 10 |" in table[0]  # the last step both variants reached
     assert (out / "curves.png").stat().st_size > 1000
     assert (out / "questions.png").stat().st_size > 1000  # groups: one panel per question
     first = (out / "base" / "result.json").read_text()

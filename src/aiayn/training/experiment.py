@@ -125,13 +125,22 @@ def write_report(spec: dict) -> list[dict]:
     return rows
 
 
+def common_step(rows: list[dict]) -> int | None:
+    """The last validation step every variant reached: under a time budget, where they compare at equal steps."""
+    steps = set.intersection(*({c[0] for c in r["curve"]} for r in rows)) if rows else set()
+    return max(steps, default=None)
+
+
 def markdown_table(rows: list[dict]) -> str:
     long = any("long_valid_bleu" in r for r in rows)
-    head = ["variant", "changes", "best valid BLEU", "at step", "last valid loss", "steps", "minutes"]
+    step = common_step(rows)
+    head = ["variant", "changes", f"valid BLEU at step {step}", "best valid BLEU", "at step", "last valid loss",
+            "steps", "minutes"]
     lines = ["| " + " | ".join(head + (["BLEU, longest valid"] if long else [])) + " |",
              "|" + " --- |" * (len(head) + long)]
     for r in rows:
-        cells = [r["variant"], f"`{json.dumps(r['changes'])}`", r["best_valid_bleu"], r["best_step"],
+        at_step = next((c[1] for c in r["curve"] if c[0] == step), None)
+        cells = [r["variant"], f"`{json.dumps(r['changes'])}`", at_step, r["best_valid_bleu"], r["best_step"],
                  r["last_valid_loss"], r["steps"], r["minutes"]] + ([r.get("long_valid_bleu")] if long else [])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
