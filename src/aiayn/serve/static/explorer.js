@@ -191,12 +191,13 @@ function insidePanel(inspect) {
     activeCol = col;
     if (head === "mean") {
       shown = "";
+      ++asked;  // an answer still on its way is stale now: it must not reopen the panel
       byId("inside-body").hidden = true;
       byId("inside-query").textContent = t("inside_pick");
       return;
     }
     const key = [kind, layer, head, row].join("/");
-    if (key === dataKey) { shown = key; render(); return; }
+    if (key === dataKey) { shown = key; ++asked; render(); return; }  // drop any answer on its way
     if (key === shown) return;  // already asked
     shown = key;
     const mine = ++asked;
