@@ -27,9 +27,22 @@ def train_command(*args: str) -> list[str]:
 
 
 def step_of(run: Path) -> int:
-    """The step of a run's ``last/`` checkpoint (0 before the first)."""
-    state = run / "last" / "trainer.json"
-    return json.loads(state.read_text())["step"] if state.is_file() else 0
+    """The step of a run's ``last/`` checkpoint (0 before the first).
+
+    A live run swaps ``last/`` by two renames (``last`` -> ``.last.old``, then the new one -> ``last``), so a
+    read can fall between them: then ``.last.old`` holds the checkpoint (as ``recover`` would restore it),
+    or the new ``last/`` appears a moment later.
+    """
+    for _ in range(50):
+        for folder in ("last", ".last.old"):
+            try:
+                return json.loads((run / folder / "trainer.json").read_text())["step"]
+            except FileNotFoundError:
+                continue
+        if not any(run.glob(".last.*")):
+            return 0  # no checkpoint, and none being written
+        time.sleep(0.01)
+    return 0
 
 
 def wait_for_step(run: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
