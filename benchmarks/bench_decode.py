@@ -26,6 +26,10 @@ figure is sentences/s (one timed call per case and turn, after a warm-up call; `
 presets), and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
 
     python benchmarks/bench_decode.py --checkpoints teacher=RUN student=RUN --input FILE [--sentences 200]
+                                      [--shortlists NAME=FILE ...]
+
+``--shortlists``: the checkpoint called NAME decodes with that lexical shortlist (``aiayn shortlist``); name
+one run twice (``student=RUN student_sl=RUN --shortlists student_sl=FILE``) to time it with and without.
 """
 
 from __future__ import annotations
@@ -243,15 +247,20 @@ def ratios(rates: dict[str, float]) -> None:
             emit(tag, "speedup_vs_unpacked", rate / rates[f"{tag}-unpacked/aiayn"], "x")
 
 
-def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int) -> None:
+def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int,
+                shortlists: dict[str, str] | None = None) -> None:
     """Sentences/s of each trained checkpoint on the same real sentences; each case's best of ``repeats``
-    turns (the checkpoints take turns, so a slow spell of the machine hits them all)."""
+    turns (the checkpoints take turns, so a slow spell of the machine hits them all). ``shortlists``: by
+    checkpoint name, a shortlist file it decodes with."""
     from aiayn.data.corpus import read_lines
     from aiayn.translate import Translator
 
     texts = read_lines(input_file)[:sentences]
     runs = dict(item.split("=", 1) for item in named)
-    translators = {name: Translator.from_checkpoint(run) for name, run in runs.items()}
+    shortlists = shortlists or {}
+    if set(shortlists) - set(runs):
+        raise SystemExit(f"--shortlists: {', '.join(sorted(set(shortlists) - set(runs)))} not among --checkpoints")
+    translators = {name: Translator.from_checkpoint(run, shortlist=shortlists.get(name)) for name, run in runs.items()}
     rates: dict[tuple[str, str], float] = {}
     for _ in range(repeats):
         for name, translator in translators.items():
@@ -286,13 +295,16 @@ def main() -> None:
                         help="measure these trained checkpoints on --input instead of the random presets")
     parser.add_argument("--input", help="source sentences for --checkpoints, one per line (plain or .gz)")
     parser.add_argument("--sentences", type=int, default=200, help="how many of --input's sentences")
+    parser.add_argument("--shortlists", nargs="+", default=[], metavar="NAME=FILE",
+                        help="the checkpoint NAME decodes with this shortlist (aiayn shortlist)")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
     parser.add_argument("--opus-mt-folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.checkpoints:
-        if not args.input or any("=" not in item for item in args.checkpoints):
-            parser.error("--checkpoints NAME=RUN ... needs --input FILE")
-        checkpoints(args.checkpoints, args.input, args.sentences, args.repeats)
+        if not args.input or any("=" not in item for item in args.checkpoints + args.shortlists):
+            parser.error("--checkpoints NAME=RUN ... needs --input FILE (and --shortlists NAME=FILE)")
+        checkpoints(args.checkpoints, args.input, args.sentences, args.repeats,
+                    dict(item.split("=", 1) for item in args.shortlists))
         return
     if args.worker:
         worker(*args.worker, args.min_seconds, args.opus_mt_folder)

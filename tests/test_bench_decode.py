@@ -25,3 +25,22 @@ def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first
     for case in cases:  # the ratio of the printed (rounded) rates, within rounding
         ratio = rates[f"{case}/student"] / rates[f"{case}/teacher"]
         assert abs(speedups[f"{case}/student"] - ratio) <= 0.002 * ratio + 0.002
+
+
+def test_a_checkpoint_named_twice_is_timed_with_and_without_its_shortlist(trained_run, tmp_path, capsys):
+    from aiayn.data.datasets import synthetic_pairs
+    from aiayn.shortlist import build_shortlist
+    from aiayn.translate import Translator
+
+    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tok = Translator.from_checkpoint(trained_run).tokenizers
+    pairs = synthetic_pairs("reverse", 50, 0)
+    ids = zip(tok.src.encode_batch(pairs.sources), tok.tgt.encode_batch(pairs.targets), strict=True)
+    build_shortlist(ids, 300, 300, frequent=10, per_token=5).save(tmp_path / "s.safetensors")
+    (tmp_path / "src.txt").write_text("\n".join(synthetic_pairs("reverse", 4, 1).sources) + "\n")
+    bench.checkpoints([f"full={trained_run}", f"short={trained_run}"], str(tmp_path / "src.txt"), sentences=4,
+                      repeats=1, shortlists={"short": str(tmp_path / "s.safetensors")})
+    configs = {json.loads(line)["config"] for line in capsys.readouterr().out.splitlines()}
+    assert "greedy/b1/4sentences/short" in configs and "beam4/b16/4sentences/full" in configs

@@ -5,6 +5,7 @@ The model reads and fills it; decoding code (``aiayn.decoding``) creates it and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -168,12 +169,15 @@ class DecodeState:
             source token, None when no source has padding.
         left_pad: (B,) padding columns in front of each row's prompt (decoder-only prompts of different
             lengths are left-aligned by padding); None when every row starts at column 0.
+        output: the output projection for this decode, (..., D) -> (..., C): the rows of a vocabulary
+            shortlist's C candidates (``aiayn.shortlist``); None = the model's own, over all V tokens.
     """
 
     cache: DecoderCache | None
     memory: Tensor | None = None
     src_mask: Tensor | None = None
     left_pad: Tensor | None = None
+    output: Callable[[Tensor], Tensor] | None = None
 
     @property
     def position(self) -> int:

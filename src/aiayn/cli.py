@@ -122,7 +122,7 @@ def _translator(args: argparse.Namespace):
     beam_size = args.beam_size if args.beam_size is not None else (1 if args.draft else 4)
     return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=beam_size, alpha=args.alpha,
                                       int8=args.int8, bf16=args.bf16, draft=args.draft, max_len_a=args.max_len_a,
-                                      max_len_b=args.max_len_b)
+                                      max_len_b=args.max_len_b, shortlist=args.shortlist)
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -248,6 +248,7 @@ COMMANDS = {"demo": _demo, "train": _train, "translate": _translate, "evaluate":
             "average": _average, "tokenizer": _tokenizer_train, "serve": _serve,
             "plot": cli_show.plot, "show": cli_show.show,
             "import": cli_interop.import_, "export": cli_interop.export, "distill": cli_interop.distill,
+            "shortlist": cli_interop.shortlist,
             "data": cli_interop.data, "preprocess": cli_interop.preprocess,
             "experiment": cli_interop.experiment}
 

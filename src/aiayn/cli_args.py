@@ -86,6 +86,8 @@ def _add_decoding(p) -> None:
                    "instructions; small BLEU cost, see docs/decoding.md)")
     p.add_argument("--draft", help="a smaller checkpoint with the same tokenizers: speculative greedy decoding "
                    "(the same output as greedy; implies --beam-size 1)")
+    p.add_argument("--shortlist", help="a lexical shortlist (aiayn shortlist): decode each batch over its candidate "
+                   "target tokens only (faster; see docs/decoding.md)")
     p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
     p.add_argument("--device", default="cpu")
 
@@ -198,6 +200,21 @@ def _add_distill(sub) -> None:
     p.add_argument("--device", default="cpu")
 
 
+def _add_shortlist(sub) -> None:
+    p = sub.add_parser("shortlist", help="build a lexical shortlist for faster decoding (translate --shortlist)",
+                       description="Count the training pairs of DATA, tokenized with the checkpoint's tokenizers, into "
+                                   "a shortlist: the FREQUENT most frequent target tokens and, per source token, the "
+                                   "PER_TOKEN target tokens most associated with it (Dice coefficient of sentence "
+                                   "co-occurrence). Written as safetensors; then aiayn translate --shortlist FILE.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (for its tokenizers)")
+    _add_corpus(p)
+    p.add_argument("--output", required=True, help="the shortlist file to write (.safetensors)")
+    p.add_argument("--frequent", type=int, default=100, help="most frequent target tokens, always candidates "
+                   "(default: 100)")
+    p.add_argument("--per-token", type=int, default=50, dest="per_token",
+                   help="candidates per source token (default: 50)")
+
+
 def _add_corpus(p) -> None:
     """--data and what resolves it: the languages and a local copy of a built-in corpus."""
     p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
@@ -283,6 +300,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_demo, _add_train, _add_translate_evaluate, _add_family, _add_tools, _add_show, _add_serve,
-                _add_import, _add_export, _add_data, _add_preprocess, _add_distill, _add_experiment):
+                _add_import, _add_export, _add_data, _add_preprocess, _add_distill, _add_shortlist,
+                _add_experiment):
         add(sub)
     return parser

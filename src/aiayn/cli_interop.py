@@ -1,5 +1,5 @@
 """The commands that bring models and corpora in and out, and run experiments: ``aiayn import``, ``export``,
-``data``, ``preprocess``, ``distill`` and ``experiment`` (their flags: ``cli_args.py``)."""
+``data``, ``preprocess``, ``distill``, ``shortlist`` and ``experiment`` (their flags: ``cli_args.py``)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,28 @@ def distill(args: argparse.Namespace) -> int:
     translator = Translator.from_checkpoint(args.teacher, args.device)
     about = {"teacher": str(args.teacher), "data": args.data}
     print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    return 0
+
+
+def shortlist(args: argparse.Namespace) -> int:
+    from aiayn.checkpoint import CONFIG, resolve_checkpoint
+    from aiayn.config import ModelConfig
+    from aiayn.data.datasets import load_splits
+    from aiayn.shortlist import build_shortlist
+    from aiayn.tokenizer import TokenizerPair
+
+    if args.frequent < 0 or args.per_token < 1:
+        raise ValueError("--frequent: must be at least 0; --per-token: at least 1")
+    folder = resolve_checkpoint(args.checkpoint)
+    cfg, tokenizers = ModelConfig.load(folder / CONFIG), TokenizerPair.load(folder)
+    train = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir).train
+    encode = [tok.encode_batch([" ".join(t.split()) for t in texts])
+              for tok, texts in ((tokenizers.src, train.sources), (tokenizers.tgt, train.targets))]
+    table = build_shortlist(zip(*encode, strict=True), cfg.vocab_size, cfg.target_vocab, args.frequent,
+                            args.per_token)
+    table.save(args.output)
+    print(json.dumps({"pairs": len(train.sources), "frequent": table.frequent.numel(),
+                      "per_token": args.per_token, "output": str(args.output)}))
     return 0
 
 

@@ -10,6 +10,7 @@ Shape legend: B batch, S source length, T target length, V vocabulary, D d_model
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -162,16 +163,17 @@ class EncoderDecoder(TransformerModel):
         return self.encoder(self.src_embed(src_ids), mask, need_weights)
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-               cache: DecoderCache | None = None) -> Tensor:
+               cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """Next-token logits (B, T, V) for target ids (B, T).
 
         Args:
             memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
             cache: with a cache, ``tgt_ids`` are only the new positions (at ``cache.position`` onwards),
                 past keys/values are reused and the new ones appended (incremental decoding).
+            output: another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
         hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False)
-        return self.output(hidden)
+        return (self.output if output is None else output)(hidden)
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None,
                 cache: DecoderCache | None, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
@@ -198,7 +200,7 @@ class EncoderDecoder(TransformerModel):
         return bos, DecodeState(cache, memory, src_mask)
 
     def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
-        return self.decode(tokens[:, state.position:], state.memory, state.src_mask, state.cache)
+        return self.decode(tokens[:, state.position:], state.memory, state.src_mask, state.cache, state.output)
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
@@ -225,11 +227,13 @@ class DecoderOnly(TransformerModel):
     def forward(self, ids: Tensor) -> Tensor:
         return self.decode(ids)
 
-    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None) -> Tensor:
+    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
+               output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only.
 
         ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
-        its real tokens start at position 0. Without it, right padding (pad_id) is masked.
+        its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
+        another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
         offset = 0 if cache is None else cache.position
         t = ids.size(1)
@@ -241,7 +245,7 @@ class DecoderOnly(TransformerModel):
             positions = offset - left_pad  # (B,) per-row position of column ``offset``
         mask = decoder_self_mask(keys, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
-        return self.output(hidden)
+        return (self.output if output is None else output)(hidden)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -255,7 +259,7 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
-        return self.decode(tokens[:, state.position:], state.cache, state.left_pad)
+        return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""

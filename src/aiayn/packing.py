@@ -26,14 +26,16 @@ class PackedLinear(nn.Module):
     """y = x W^T + b, as ``nn.Linear``, with W prepacked for oneDNN (inference only, CPU).
 
     Shape: x (..., in_features) -> (..., out_features), in W's dtype (float32 or bfloat16).
+    ``keep_weight``: also keep W as it is (the output projection, whose rows a shortlist cuts out).
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # (out, in), oneDNN's blocked layout
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
+        self.weight = weight if keep_weight else None  # tied to the embedding: no extra memory
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -60,5 +62,25 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> Transform
     for module in list(packed.modules()):
         for name, child in module.named_children():
             if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child))
+                setattr(module, name, PackedLinear(child, keep_weight=child is getattr(packed, "output", None)))
     return packed.requires_grad_(False)
+
+
+def output_rows(layer: nn.Module, ids: Tensor) -> nn.Module:
+    """The rows ``ids`` (C,) of an output projection, as a layer of its kind: (..., D) -> (..., C) logits
+    for those tokens alone (a vocabulary shortlist, ``aiayn.shortlist``)."""
+    if isinstance(layer, PackedLinear) and layer.weight is not None:
+        return PackedLinear(_rows(layer.weight, layer.bias, ids))
+    if type(layer) is nn.Linear:
+        return _rows(layer.weight, layer.bias, ids)
+    raise ValueError(f"shortlist: the rows of a {type(layer).__name__} output layer cannot be cut out (an int8 "
+                     f"model); decode without --int8 or without --shortlist")
+
+
+def _rows(weight: Tensor, bias: Tensor | None, ids: Tensor) -> nn.Linear:
+    rows = nn.utils.skip_init(nn.Linear, weight.size(1), ids.numel(), bias=bias is not None,
+                              device=weight.device, dtype=weight.dtype)
+    rows.weight = nn.Parameter(weight.detach()[ids], requires_grad=False)  # (C, D)
+    if bias is not None:
+        rows.bias = nn.Parameter(bias.detach()[ids], requires_grad=False)  # (C,)
+    return rows

@@ -11,6 +11,7 @@ from aiayn.data.batching import pad_batch
 from aiayn.decoding import SpeculativeStats, generate
 from aiayn.inference import inference_copy, load_checkpoint
 from aiayn.models import EncoderDecoder, TransformerModel
+from aiayn.shortlist import Shortlist
 from aiayn.tokenizer import TokenizerPair
 
 
@@ -26,32 +27,36 @@ class Translator:
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  beam_size: int = 1, alpha: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                  int8: bool = False, bf16: bool = False, packed: bool = True,
-                 draft: EncoderDecoder | None = None, draft_tokens: int = 4) -> None:
+                 draft: EncoderDecoder | None = None, draft_tokens: int = 4,
+                 shortlist: Shortlist | None = None) -> None:
         """``int8``: dynamic int8 linear layers (CPU). ``bf16``: weights, activations and the KV cache in
         bfloat16 (half the memory traffic of float32; logits are scored in float32). ``packed``: on the CPU,
         decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster).
         ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
         same output), proposing ``draft_tokens`` per main-model pass; ``self.speculative`` counts the drafted
-        and accepted tokens."""
+        and accepted tokens. ``shortlist``: each batch is decoded over its candidate target tokens only
+        (:mod:`aiayn.shortlist`; faster, the output may differ)."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         if beam_size < 1:
             raise ValueError(f"beam size: must be at least 1, got {beam_size}")
         if draft is not None and beam_size != 1:
             raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
+        if shortlist is not None and (int8 or draft is not None):
+            raise ValueError("--shortlist: not with --int8 or --draft; choose one")
         self.model = inference_copy(model, device, int8, bf16, packed)
         self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed)
         self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device = tokenizers, torch.device(device)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
-        self.beam_size, self.alpha = beam_size, alpha
+        self.beam_size, self.alpha, self.shortlist = beam_size, alpha, shortlist
         self.truncated: list[int] = []
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
-                        **options) -> Translator:
+                        shortlist: str | Path | None = None, **options) -> Translator:
         """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); so is ``draft``, which must
-        use the same tokenizers; options as in __init__."""
+        use the same tokenizers; ``shortlist`` is a file from ``aiayn shortlist``; options as in __init__."""
         folder = resolve_checkpoint(path)
         model, tokenizers = load_checkpoint(folder, "encoder-decoder")
         draft_model = None
@@ -62,15 +67,18 @@ class Translator:
                 raise ValueError(f"--draft: {draft_folder} has other tokenizers than {folder}; train the draft "
                                  f"with --tokenizer pointing at the main run's tokenizer/ folder")
             draft_model = TransformerModel.load(draft_folder)
-        return cls(model, tokenizers, device, draft=draft_model, **options)
+        table = None if shortlist is None else Shortlist.load(shortlist, model.config.target_vocab)
+        return cls(model, tokenizers, device, draft=draft_model, shortlist=table, **options)
 
     def _generate(self, src: torch.Tensor, beam_size: int, alpha: float,
                   max_new_tokens: int | None) -> list[list[int]]:
         """Best hypothesis per row; the length limit is max_len_a * source length + max_len_b (capped)."""
+        cfg = self.model.config
+        candidates = None if self.shortlist is None else self.shortlist.candidates(src, cfg.pad_id, cfg.eos_id)
         return generate(self.model, src, "beam" if beam_size > 1 else "greedy", beam_size, max_new_tokens,
                         length_penalty=alpha, draft_model=self.draft, max_len_a=self.max_len_a,
                         max_len_b=self.max_len_b, draft_tokens=self.draft_tokens,
-                        speculative_stats=self.speculative)
+                        speculative_stats=self.speculative, candidates=candidates)
 
     def source_ids(self, text: str) -> list[int]:
         """The encoder's input for ``text`` (whitespace normalised, cut to max_len; [] for an empty text)."""

@@ -31,14 +31,16 @@ def length_penalty(length: int, alpha: float) -> float:
 
 @torch.no_grad()
 def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, max_new_tokens: Tensor | int = 64,
-                min_new_tokens: int = 0, alpha: float = 1.0, use_cache: bool = True) -> list[list[Hypothesis]]:
+                min_new_tokens: int = 0, alpha: float = 1.0, use_cache: bool = True,
+                candidates: Tensor | None = None) -> list[list[Hypothesis]]:
     """n-best lists (best first, ``beam_size`` each) for every row of ``src_ids``.
 
-    ``max_new_tokens`` may be a (B,) tensor of per-sentence limits.
+    ``max_new_tokens`` may be a (B,) tensor of per-sentence limits; ``candidates`` (C,): the only ids that
+    may be generated (a shortlist; log-probabilities are then normalised over them).
     """
     cfg, batch, k = model.config, src_ids.size(0), beam_size
     limits = torch.as_tensor(max_new_tokens).expand(batch).tolist()
-    step = Stepper(model, src_ids, max(limits), use_cache, beams=k)
+    step = Stepper(model, src_ids, max(limits), use_cache, beams=k, candidates=candidates)
     tokens = step.start_tokens  # (B*K, t0)
     start = tokens.size(1)
     scores = torch.full((batch, k), float("-inf"), device=src_ids.device)

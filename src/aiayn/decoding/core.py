@@ -12,11 +12,13 @@ from torch import Tensor
 
 from aiayn.config import ModelConfig
 from aiayn.models import TransformerModel
+from aiayn.packing import output_rows
 
 
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
     """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V), in place."""
-    logits[..., [cfg.bos_id, cfg.pad_id]] = float("-inf")  # the same id when decoding starts from PAD
+    logits[..., cfg.bos_id] = float("-inf")  # one column at a time: cheaper than a list index per step
+    logits[..., cfg.pad_id] = float("-inf")  # (the same id as BOS when decoding starts from PAD)
     if no_eos:
         logits[..., cfg.eos_id] = float("-inf")
     return logits
@@ -57,15 +59,20 @@ class Stepper:
         max_new_tokens: room to leave in the cache after the start tokens.
         beams: each input stands for this many consecutive rows (beam search, sampling n per input).
         prompt_cache: (decoder-only, one prompt) reuse the stored keys/values of its longest prefix.
+        candidates: (C,) the only token ids that may be generated (a vocabulary shortlist, ``aiayn.shortlist``):
+            the model scores just those (its output projection cut to their rows), every other gets -inf.
     """
 
     def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
-                 beams: int = 1, prompt_cache=None) -> None:
+                 beams: int = 1, prompt_cache=None, candidates: Tensor | None = None) -> None:
         self.model = model
         self.start_tokens, self.state = model.start(inputs, max_new_tokens, use_cache, beams)  # (B*beams, t0)
         self.cache = self.state.cache
         if prompt_cache is not None and self.cache is not None and self.start_tokens.size(0) == 1:
             prompt_cache.fill(self.start_tokens, self.cache)
+        self.candidates = candidates
+        if candidates is not None:
+            self.state.output = output_rows(model.output, candidates)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (B, t) -> logits (B, V) for column t."""
@@ -73,7 +80,11 @@ class Stepper:
 
     def score_new(self, tokens: Tensor) -> Tensor:
         """Logits (B, t', V) for every column not yet in the cache (all t columns without a cache)."""
-        return self.model.step(tokens, self.state)
+        logits = self.model.step(tokens, self.state)  # (B, t', V), or (B, t', C) with candidates
+        if self.candidates is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.model.config.target_vocab), float("-inf"))  # (B, t', V)
+        return full.index_copy_(-1, self.candidates, logits)
 
     def reorder(self, index: Tensor, within_groups: bool = False) -> None:
         """Keep rows ``index`` (beam search); see :meth:`DecodeState.reorder`."""

@@ -26,7 +26,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
              use_cache: bool = True, num_return_sequences: int = 1, draft_model: TransformerModel | None = None,
              prompt_cache: PromptCache | None = None, *, max_len_a: float = 0.0, max_len_b: int | None = None,
              draft_tokens: int = 4, speculative_stats: SpeculativeStats | None = None,
-             on_token: Callable[[Tensor, Tensor], None] | None = None) -> list[list[int]]:
+             on_token: Callable[[Tensor, Tensor], None] | None = None,
+             candidates: Tensor | None = None) -> list[list[int]]:
     """Generate token ids for each row of ``src_ids``.
 
     Args:
@@ -41,6 +42,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         prompt_cache: decoder-only, one prompt: reuse the stored keys/values of its longest cached prefix.
         on_token: greedy and sample: called with the next ids (B,) and which rows are still live (B,), after
             every step (streaming).
+        candidates: greedy and beam: (C,) the only token ids that may be generated, a vocabulary shortlist
+            (``aiayn.shortlist``): the output projection is cut to their rows, every other token gets -inf.
     Returns:
         B * num_return_sequences lists of generated ids (grouped per input), without BOS and EOS.
     """
@@ -50,17 +53,22 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         if num_return_sequences != 1:
             raise ValueError("num_return_sequences: greedy search returns one sequence; use beam or sample")
         if draft_model is not None:
+            if candidates is not None:
+                raise ValueError("candidates: a shortlist and a draft model cannot be combined; choose one")
             return speculative_greedy(model, draft_model, src_ids, limits, draft_tokens, min_new_tokens,
                                       speculative_stats)[0]
-        return greedy_search(model, src_ids, limits, min_new_tokens, use_cache, prompt_cache, on_token)
+        return greedy_search(model, src_ids, limits, min_new_tokens, use_cache, prompt_cache, on_token, candidates)
     if draft_model is not None:
         raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
     if strategy == "beam":
         if not 1 <= num_return_sequences <= beam_size:
             raise ValueError(f"num_return_sequences: must be between 1 and beam_size={beam_size}")
-        nbest = beam_search(model, src_ids, beam_size, limits, min_new_tokens, length_penalty, use_cache)
+        nbest = beam_search(model, src_ids, beam_size, limits, min_new_tokens, length_penalty, use_cache,
+                            candidates)
         return [h.tokens for hyps in nbest for h in hyps[:num_return_sequences]]
     if strategy == "sample":
+        if candidates is not None:
+            raise ValueError("candidates: a shortlist is for greedy and beam search, not sampling")
         return sample(model, src_ids, limits, min_new_tokens, temperature, top_k, top_p, seed,
                       num_return_sequences, use_cache, prompt_cache, on_token)
     raise ValueError(f"strategy: unknown value {strategy!r}; choose one of {', '.join(STRATEGIES)}")
