@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -36,6 +37,11 @@ class Shortlist:
     frequent: Tensor
     table: Tensor
 
+    @cached_property
+    def vocab_bound(self) -> int:
+        """One more than the largest target id listed."""
+        return 1 + max((int(x.max()) for x in (self.frequent, self.table) if x.numel()), default=-1)
+
     def candidates(self, src_ids: Tensor, pad_id: int, eos_id: int) -> Tensor:
         """The target ids (C,) sorted, that a batch of sources (B, S) (padded with ``pad_id``) may produce:
         the frequent ones, each real source token's associated ones, and EOS."""
@@ -43,8 +49,12 @@ class Shortlist:
         if real.numel() and int(real.max()) >= self.table.size(0):
             raise ValueError(f"shortlist: source id {int(real.max())} is outside its table of "
                              f"{self.table.size(0)}; build the shortlist with this checkpoint's tokenizer")
-        ids = torch.cat([self.frequent, self.table[real].flatten(), torch.tensor([eos_id])])
-        return ids[ids >= 0].unique().to(src_ids.device)  # (C,), sorted
+        listed = self.table[real.unique()].flatten()  # (n*K,)
+        chosen = torch.zeros(max(self.vocab_bound, eos_id + 1), dtype=torch.bool)  # (V',) marks, no sort needed
+        chosen[self.frequent] = True
+        chosen[listed[listed >= 0]] = True
+        chosen[eos_id] = True
+        return chosen.nonzero().squeeze(1).to(src_ids.device)  # (C,), sorted
 
     def save(self, path: str | Path) -> None:
         """Write the two tables to a safetensors file, atomically."""
@@ -64,7 +74,7 @@ class Shortlist:
         if set(tensors) != {"frequent", "table"} or tensors["table"].dim() != 2 or tensors["frequent"].dim() != 1:
             raise ValueError(f"{path}: not a shortlist file (it needs a 1-D 'frequent' and a 2-D 'table')")
         shortlist = cls(tensors["frequent"].long(), tensors["table"].long())
-        top = max((int(x.max()) for x in (shortlist.frequent, shortlist.table) if x.numel()), default=-1)
+        top = shortlist.vocab_bound - 1
         if target_vocab is not None and top >= target_vocab:
             raise ValueError(f"{path}: target id {top} is outside the model's vocabulary of {target_vocab}; "
                              f"build the shortlist with this checkpoint's tokenizer")
