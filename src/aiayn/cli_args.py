@@ -209,10 +209,10 @@ def _add_shortlist(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (for its tokenizers)")
     _add_corpus(p)
     p.add_argument("--output", required=True, help="the shortlist file to write (.safetensors)")
-    p.add_argument("--frequent", type=int, default=100, help="most frequent target tokens, always candidates "
-                   "(default: 100)")
-    p.add_argument("--per-token", type=int, default=50, dest="per_token",
-                   help="candidates per source token (default: 50)")
+    p.add_argument("--frequent", type=int, default=200, help="most frequent target tokens, always candidates "
+                   "(default: 200)")
+    p.add_argument("--per-token", type=int, default=100, dest="per_token",
+                   help="candidates per source token (default: 100; with 200 frequent, no BLEU lost on Multi30k)")
 
 
 def _add_corpus(p) -> None:

@@ -82,7 +82,7 @@ class Shortlist:
 
 
 def build_shortlist(pairs: Iterable[tuple[list[int], list[int]]], src_vocab: int, tgt_vocab: int,
-                    frequent: int = 100, per_token: int = 50) -> Shortlist:
+                    frequent: int = 200, per_token: int = 100) -> Shortlist:
     """Count a tokenized parallel corpus (source ids, target ids per pair) into a :class:`Shortlist`."""
     keys, targets = [], []
     src_sentences = torch.zeros(src_vocab, dtype=torch.long)  # c(s): sentences holding s
