@@ -35,7 +35,7 @@ class PackedLinear(nn.Module):
         weight = linear.weight.detach()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # (out, in), oneDNN's blocked layout
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
-        self.weight = weight if keep_weight else None  # tied to the embedding: no extra memory
+        self.weight = weight if keep_weight else None  # the model's own tensor (the embedding's, when tied)
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")

@@ -48,13 +48,13 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         B * num_return_sequences lists of generated ids (grouped per input), without BOS and EOS.
     """
     model.eval()
+    if candidates is not None and (draft_model is not None or strategy == "sample"):
+        raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
     limits = length_limits(src_ids, model.config.pad_id, max_new_tokens, max_len_a, max_len_b)  # (B,)
     if strategy == "greedy":
         if num_return_sequences != 1:
             raise ValueError("num_return_sequences: greedy search returns one sequence; use beam or sample")
         if draft_model is not None:
-            if candidates is not None:
-                raise ValueError("candidates: a shortlist and a draft model cannot be combined; choose one")
             return speculative_greedy(model, draft_model, src_ids, limits, draft_tokens, min_new_tokens,
                                       speculative_stats)[0]
         return greedy_search(model, src_ids, limits, min_new_tokens, use_cache, prompt_cache, on_token, candidates)
@@ -67,8 +67,6 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
                             candidates)
         return [h.tokens for hyps in nbest for h in hyps[:num_return_sequences]]
     if strategy == "sample":
-        if candidates is not None:
-            raise ValueError("candidates: a shortlist is for greedy and beam search, not sampling")
         return sample(model, src_ids, limits, min_new_tokens, temperature, top_k, top_p, seed,
                       num_return_sequences, use_cache, prompt_cache, on_token)
     raise ValueError(f"strategy: unknown value {strategy!r}; choose one of {', '.join(STRATEGIES)}")
