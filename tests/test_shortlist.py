@@ -11,6 +11,8 @@ import torch
 from aiayn import generate, pack, quantize
 from aiayn.cli import main
 from aiayn.data.datasets import load_splits, synthetic_pairs
+from aiayn.decoding.beam import beam_search
+from aiayn.decoding.core import Stepper
 from aiayn.decoding.greedy import decode_loop
 from aiayn.packing import output_rows
 from aiayn.shortlist import Shortlist, build_shortlist
@@ -89,6 +91,44 @@ def test_candidates_holding_the_full_output_change_nothing(model):
             == generate(model, src, "beam", beam_size=3, max_new_tokens=12))
     restricted = generate(model, src, "beam", beam_size=3, max_new_tokens=12, candidates=held[:4])
     assert tokens(restricted) <= set(held[:4].tolist())
+
+
+class MaskedOutput:
+    """The model with every token outside ``allowed`` scored -inf over the full vocabulary: the reference."""
+
+    def __init__(self, model, allowed):
+        self.model, self.allowed, self.config = model, allowed, model.config
+
+    def start(self, *args):
+        return self.model.start(*args)
+
+    def step(self, tokens, state):
+        return self.model.step(tokens, state).masked_fill(~self.allowed, float("-inf"))  # (B, t', V)
+
+
+def test_beam_over_candidate_columns_is_beam_over_the_vocabulary_with_the_others_at_minus_inf(model):
+    src = random_ids(4, 6, vocab=30)
+    candidates = torch.tensor([2, 3, 6, 9, 11, 17, 20, 23, 29])
+    allowed = torch.zeros(30, dtype=torch.bool)
+    allowed[candidates] = True
+    ours = beam_search(model, src, beam_size=3, max_new_tokens=10, min_new_tokens=2, candidates=candidates)
+    reference = beam_search(MaskedOutput(model, allowed), src, beam_size=3, max_new_tokens=10, min_new_tokens=2)
+    assert [[h.tokens for h in n_best] for n_best in ours] == [[h.tokens for h in n_best] for n_best in reference]
+    for mine, theirs in zip(ours, reference, strict=True):
+        assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-4)
+    assert any(h.tokens for n_best in ours for h in n_best)
+
+
+def test_the_stepper_scores_candidate_columns_forbids_by_column_and_maps_columns_back(model):
+    cfg = model.config
+    candidates = torch.tensor([cfg.pad_id, cfg.bos_id, cfg.eos_id, 7, 12])  # a list holding BOS and PAD too
+    step = Stepper(model, random_ids(2, 5, vocab=30), max_new_tokens=3, candidates=candidates)
+    scores = step(step.start_tokens).float()  # (2, 5): one column per candidate
+    assert scores.shape == (2, 5) and torch.isfinite(scores).all()
+    assert torch.isinf(step.forbid(scores.clone(), no_eos=False)[:, :2]).all()
+    kept = step.forbid(scores.clone(), no_eos=True)
+    assert torch.isinf(kept[:, :3]).all() and torch.isfinite(kept[:, 3:]).all()
+    assert step.token_ids(torch.tensor([4, 3, 2])).tolist() == [12, 7, cfg.eos_id]
 
 
 def test_the_rows_of_a_packed_projection_and_int8_is_a_clear_error(model):

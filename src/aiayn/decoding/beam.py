@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.decoding.core import Stepper, forbid
+from aiayn.decoding.core import Stepper
 from aiayn.models import TransformerModel
 
 
@@ -48,11 +48,11 @@ def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, ma
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     done = [limit == 0 for limit in limits]
     for t in range(max(limits)):
-        logp = forbid(step(tokens).float().log_softmax(dim=-1), cfg, t < min_new_tokens)  # (B*K, V)
-        vocab = logp.size(-1)
+        logp = step.forbid(step(tokens).float().log_softmax(dim=-1), t < min_new_tokens)  # (B*K, V) or (B*K, C)
+        vocab = logp.size(-1)  # V, or C over a shortlist's candidates
         cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)  # (B, K*V)
         cand_scores, cand_idx = cand.topk(2 * k, dim=1)  # (B, 2K)
-        cand_beam, cand_tok = cand_idx // vocab, cand_idx % vocab
+        cand_beam, cand_tok = cand_idx // vocab, step.token_ids(cand_idx % vocab)
         _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, tokens, start, k, cfg.eos_id, alpha)
         ranks = torch.arange(2 * k, device=cand_tok.device)
         keep = ((cand_tok == cfg.eos_id).long() * 2 * k + ranks).argsort(dim=1)[:, :k]  # (B, K)

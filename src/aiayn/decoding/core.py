@@ -60,7 +60,9 @@ class Stepper:
         beams: each input stands for this many consecutive rows (beam search, sampling n per input).
         prompt_cache: (decoder-only, one prompt) reuse the stored keys/values of its longest prefix.
         candidates: (C,) the only token ids that may be generated (a vocabulary shortlist, ``aiayn.shortlist``):
-            the model scores just those (its output projection cut to their rows), every other gets -inf.
+            the model scores just those (its output projection cut to their rows), and the scores' columns are
+            those candidates: a search picks columns and maps them back with :meth:`token_ids`, so its
+            softmax and top-k run over C columns, not V.
     """
 
     def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
@@ -73,18 +75,28 @@ class Stepper:
         self.candidates = candidates
         if candidates is not None:
             self.state.output = output_rows(model.output, candidates)
+            cfg = model.config
+            self._never = (candidates == cfg.bos_id) | (candidates == cfg.pad_id)  # (C,) bool, True = forbidden
+            self._eos = candidates == cfg.eos_id  # (C,) bool
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        """tokens (B, t) -> logits (B, V) for column t."""
+        """tokens (B, t) -> logits (B, V) for column t, or (B, C) over the candidates."""
         return self.score_new(tokens)[:, -1]
 
     def score_new(self, tokens: Tensor) -> Tensor:
-        """Logits (B, t', V) for every column not yet in the cache (all t columns without a cache)."""
-        logits = self.model.step(tokens, self.state)  # (B, t', V), or (B, t', C) with candidates
+        """Logits (B, t', V) (or (B, t', C)) for every column not yet in the cache (all t columns without one)."""
+        return self.model.step(tokens, self.state)
+
+    def forbid(self, scores: Tensor, no_eos: bool) -> Tensor:
+        """:func:`forbid` on scores over this stepper's columns (all V tokens, or the C candidates); in place."""
         if self.candidates is None:
-            return logits
-        full = logits.new_full((*logits.shape[:-1], self.model.config.target_vocab), float("-inf"))  # (B, t', V)
-        return full.index_copy_(-1, self.candidates, logits)
+            return forbid(scores, self.model.config, no_eos)
+        scores.masked_fill_(self._never, float("-inf"))  # (B, C) with a (C,) mask
+        return scores.masked_fill_(self._eos, float("-inf")) if no_eos else scores
+
+    def token_ids(self, columns: Tensor) -> Tensor:
+        """The token ids of score columns (the same ids without candidates)."""
+        return columns if self.candidates is None else self.candidates[columns]
 
     def reorder(self, index: Tensor, within_groups: bool = False) -> None:
         """Keep rows ``index`` (beam search); see :meth:`DecodeState.reorder`."""

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from aiayn.decoding.core import Stepper, forbid, strip
+from aiayn.decoding.core import Stepper, strip
 from aiayn.models import TransformerModel
 
-Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) next ids
+Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) columns picked
 
 
 @torch.no_grad()
@@ -34,8 +34,8 @@ def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor
     start = tokens.size(1)
     done = limits <= 0
     for i in range(longest):
-        logits = forbid(step(tokens).float(), cfg, i < min_new_tokens)  # (B, V)
-        nxt = choose(logits).masked_fill(done, cfg.pad_id)  # (B,)
+        logits = step.forbid(step(tokens).float(), i < min_new_tokens)  # (B, V), or (B, C) with candidates
+        nxt = step.token_ids(choose(logits)).masked_fill(done, cfg.pad_id)  # (B,)
         if on_token is not None:
             on_token(nxt, ~done)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t+1)
