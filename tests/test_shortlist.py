@@ -117,6 +117,8 @@ def test_beam_over_candidate_columns_is_beam_over_the_vocabulary_with_the_others
     for mine, theirs in zip(ours, reference, strict=True):
         assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-4)
     assert any(h.tokens for n_best in ours for h in n_best)
+    only_eos = beam_search(model, src, beam_size=3, max_new_tokens=10, candidates=torch.tensor([2]))  # C < 2
+    assert [[h.tokens for h in n_best] for n_best in only_eos] == [[[]]] * 4
 
 
 def test_the_stepper_scores_candidate_columns_forbids_by_column_and_maps_columns_back(model):

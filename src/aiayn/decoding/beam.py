@@ -51,15 +51,16 @@ def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, ma
         logp = step.forbid(step(tokens).float().log_softmax(dim=-1), t < min_new_tokens)  # (B*K, V) or (B*K, C)
         vocab = logp.size(-1)  # V, or C over a shortlist's candidates
         cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)  # (B, K*V)
-        cand_scores, cand_idx = cand.topk(2 * k, dim=1)  # (B, 2K)
+        cand_scores, cand_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # (B, 2K); fewer when C < 2
         cand_beam, cand_tok = cand_idx // vocab, step.token_ids(cand_idx % vocab)
         _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, tokens, start, k, cfg.eos_id, alpha)
-        ranks = torch.arange(2 * k, device=cand_tok.device)
+        ranks = torch.arange(cand_tok.size(1), device=cand_tok.device)
         keep = ((cand_tok == cfg.eos_id).long() * 2 * k + ranks).argsort(dim=1)[:, :k]  # (B, K)
-        scores = cand_scores.gather(1, keep)
+        kept_tok = cand_tok.gather(1, keep)  # (B, K)
+        scores = cand_scores.gather(1, keep).masked_fill(kept_tok == cfg.eos_id, float("-inf"))  # EOS never lives on
         offsets = torch.arange(batch, device=cand_beam.device)[:, None] * k
         rows_kept = (cand_beam.gather(1, keep) + offsets).flatten()  # (B*K,)
-        tokens = torch.cat([tokens.index_select(0, rows_kept), cand_tok.gather(1, keep).view(-1, 1)], dim=1)
+        tokens = torch.cat([tokens.index_select(0, rows_kept), kept_tok.view(-1, 1)], dim=1)
         step.reorder(rows_kept, within_groups=True)  # beams never leave their sentence
         for b in range(batch):
             if not done[b] and t + 1 >= limits[b]:
