@@ -77,3 +77,18 @@ def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
         cfg = variant_config(spec, name)
         ModelConfig.preset(cfg.preset, **cfg.model)  # the model each variant asks for can be built
         assert cfg.time_limit_min == 8 and cfg.output.endswith(f"table3/{name}")
+
+
+def test_the_table3_base_is_the_papers_model_whatever_the_recipe_has_become():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = read_experiment(root / "experiments" / "table3.yaml")
+    spec["recipe"] = str(root / spec["recipe"])
+    base = variant_config(spec, "base")
+    assert base.model["norm"] == "post" and base.model["positions"] == "sinusoidal"
+    assert base.model["dropout"] == 0.1 and base.model["attention_dropout"] is None
+    assert (base.schedule, base.lr, base.warmup) == ("inverse_sqrt", 0.0012, 200)
+    pre, rope = variant_config(spec, "pre-norm"), variant_config(spec, "rope")
+    assert pre.model["norm"] == "pre" and pre.model["positions"] == "sinusoidal"
+    assert rope.model["positions"] == "rope" and rope.model["norm"] == "post"
