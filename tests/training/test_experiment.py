@@ -64,14 +64,20 @@ def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, content, wor
     assert words in err and err.count("\n") == 1
 
 
-def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
+def _table3_spec() -> dict:
+    """experiments/table3.yaml, its recipe path made absolute (the tests run from anywhere)."""
     from pathlib import Path
-
-    from aiayn.config import ModelConfig
 
     root = Path(__file__).resolve().parents[2]
     spec = read_experiment(root / "experiments" / "table3.yaml")
     spec["recipe"] = str(root / spec["recipe"])
+    return spec
+
+
+def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
+    from aiayn.config import ModelConfig
+
+    spec = _table3_spec()
     assert set(spec["variants"]) == {n for names in spec["groups"].values() for n in names}  # every row in a picture
     for name in spec["variants"]:
         cfg = variant_config(spec, name)
@@ -80,11 +86,7 @@ def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
 
 
 def test_the_table3_base_is_the_papers_model_whatever_the_recipe_has_become():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    spec = read_experiment(root / "experiments" / "table3.yaml")
-    spec["recipe"] = str(root / spec["recipe"])
+    spec = _table3_spec()
     base = variant_config(spec, "base")
     assert base.model["norm"] == "post" and base.model["positions"] == "sinusoidal"
     assert base.model["dropout"] == 0.1 and base.model["attention_dropout"] is None
