@@ -90,7 +90,7 @@ def test_the_table3_base_is_the_papers_model_whatever_the_recipe_has_become():
     base = variant_config(spec, "base")
     assert base.model["norm"] == "post" and base.model["positions"] == "sinusoidal"
     assert base.model["dropout"] == 0.1 and base.model["attention_dropout"] is None
-    assert (base.schedule, base.lr, base.warmup) == ("inverse_sqrt", 0.0012, 200)
+    assert (base.schedule, base.lr, base.warmup, base.vocab_size) == ("inverse_sqrt", 0.0012, 200, 8000)
     pre, rope = variant_config(spec, "pre-norm"), variant_config(spec, "rope")
     assert pre.model["norm"] == "pre" and pre.model["positions"] == "sinusoidal"
     assert rope.model["positions"] == "rope" and rope.model["norm"] == "post"
