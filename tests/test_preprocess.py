@@ -114,3 +114,13 @@ def test_training_on_shards_resumes_exactly_after_sigkill(shards, tmp_path):
                                                 max_tokens=128, bleu_sentences=5, model={"dropout": 0.1})
     assert 20 <= killed_at < 40
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+def test_bpe_dropout_on_shards_is_a_clear_error(shards, tmp_path, capsys):
+    from aiayn.cli import main
+
+    source, _ = shards
+    args = ["train", "--data", str(source / "data"), "--subword-dropout", "0.1", "--output", str(tmp_path / "r")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "subword_dropout" in err and "segmented once by `aiayn preprocess`" in err

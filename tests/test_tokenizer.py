@@ -55,3 +55,13 @@ def test_bad_settings_are_clear_errors():
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\u2581")))
 def test_round_trip_arbitrary_unicode(tok, text):
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_bpe_dropout_samples_other_segmentations_of_the_same_text():
+    t = Tokenizer.train(EN, vocab_size=300)
+    plain = t.encode_batch(EN)
+    assert t.encode_batch(EN, dropout=0.0) == plain
+    a, b = t.encode_batch(EN, dropout=0.3), t.encode_batch(EN, dropout=0.3)
+    assert a != b and a != plain  # a new sample each call (60 sentences: equal samples are vanishingly rare)
+    assert [t.decode(ids) for ids in a] == EN  # another segmentation of the same text
+    assert sum(map(len, a)) > sum(map(len, plain))  # skipped merges leave smaller pieces

@@ -64,8 +64,12 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text, out_type=int)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self.sp.encode(texts, out_type=int)
+    def encode_batch(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
+        """Ids of each text. ``dropout`` > 0: a BPE-dropout sample (Provilkov et al., 2020), each merge
+        skipped with that probability; SentencePiece's sampler cannot be seeded across processes."""
+        if not dropout:
+            return self.sp.encode(texts, out_type=int)
+        return self.sp.encode(texts, out_type=int, enable_sampling=True, alpha=dropout)
 
     def decode(self, ids: list[int]) -> str:
         return self.sp.decode([i for i in ids if i >= FIRST_ORDINARY_ID or i == SPECIAL_IDS["unk_id"]])

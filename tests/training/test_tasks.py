@@ -35,6 +35,27 @@ def test_translation_task_filters_long_pairs_and_counts_tokens(tokenizers):
         TranslationTask(Parallel(["a " * 50], ["b " * 50]), tokenizers, cfg, max_len=5, max_tokens=64, seed=0)
 
 
+def test_bpe_dropout_segments_each_epoch_afresh(tokenizers):
+    cfg = tiny(vocab_size=len(tokenizers.src))
+    pairs = Parallel(TEXTS[:40], TEXTS[40:80])
+    plain = TranslationTask(pairs, tokenizers, cfg, max_len=20, max_tokens=64, seed=0)
+    task = TranslationTask(pairs, tokenizers, cfg, max_len=20, max_tokens=64, seed=0, subword_dropout=0.2)
+    assert task.batches(0) and task.src != plain.src and task.tgt != plain.tgt
+    decode = tokenizers.src.decode
+    assert [decode(s) for s in task.src] == [decode(s) for s in plain.src]  # the same text, cut finer
+    assert [decode(t) for t in task.tgt] == [decode(t) for t in plain.tgt]
+    assert all(t[0] == cfg.bos_id and t[-1] == cfg.eos_id for t in task.tgt)
+    epoch0 = task.src
+    task.batches(1)
+    assert task.src != epoch0
+    assert sorted(i for b in task.batches(2) for i in b) == list(range(len(task)))  # every pair, once
+    short = TranslationTask(pairs, tokenizers, cfg, max_len=max(map(len, plain.src + plain.tgt)), max_tokens=64,
+                            seed=0, subword_dropout=0.5)
+    short.batches(0)
+    assert all(len(s) <= short.max_len for s in short.src)  # sampled too long: the plain segmentation
+    assert any(s == p for s, p in zip(short.src, plain.src, strict=True))
+
+
 def test_masking_follows_bert_proportions_and_repeats_for_the_same_batch(tokenizers):
     cfg = tiny(arch="encoder-only", vocab_size=len(tokenizers.src))
     task = BlockTask(TEXTS, tokenizers, cfg, block_size=16, max_tokens=256, seed=0, masked=True)

@@ -25,6 +25,21 @@ def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
     assert steps_logged == sorted(steps_logged)
 
 
+def test_a_bpe_dropout_run_trains_resumes_and_refuses_several_processes(tmp_path):
+    recipe = write_recipe(tmp_path, "bd", max_steps=20, eval_every=10, subword_dropout=0.1)
+    assert subprocess.run(train_command("--config", str(recipe)), capture_output=True, timeout=300).returncode == 0
+    more = subprocess.run(train_command("--config", str(recipe), "--resume", "--max-steps", "30"),
+                          capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    evals = [json.loads(x) for x in (tmp_path / "bd" / "metrics.jsonl").read_text().splitlines() if "valid_loss" in x]
+    assert [e["step"] for e in evals] == [10, 20, 30] and evals[-1]["valid_loss"] < evals[0]["valid_loss"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "aiayn", "train", "--config", str(recipe), "--output", str(tmp_path / "two")]
+    result = subprocess.run(torchrun, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode != 0 and "subword_dropout: one process only" in result.stderr
+
+
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
     one = write_recipe(tmp_path, "one", accum=2, **common)
@@ -123,6 +138,14 @@ def test_recipe_values_are_checked_against_their_types(tmp_path):
         path.write_text(line + "\n")
         with pytest.raises(ValueError, match=f"{path}: {field}"):
             TrainConfig.from_yaml(path)
+
+
+def test_subword_dropout_values_are_checked():
+    for changes, message in [({"subword_dropout": 1.0}, "must be in"),
+                             ({"subword_dropout": 0.1, "tokenizer_type": "unigram"}, "tokenizer_type bpe"),
+                             ({"subword_dropout": 0.1, "task": "lm"}, "task translation")]:
+        with pytest.raises(ValueError, match=f"subword_dropout: .*{message}"):
+            TrainConfig(**changes)
 
 
 class Killed(BaseException):

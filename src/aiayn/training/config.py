@@ -46,6 +46,8 @@ class TrainConfig:
     vocab_size: int = _f(8000, "subword vocabulary size (ignored by char)")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
     joint_vocab: bool = _f(True, "one shared source/target vocabulary (default) or two")
+    subword_dropout: float = _f(0.0, "BPE-dropout rate: translation training text is segmented afresh each "
+                                "epoch, each merge skipped with this probability (bpe only; 0 = off)")
     max_len: int = _f(128, "pairs with more tokens on a side are filtered (and counted)")
     block_size: int = _f(128, "lm / mlm block length in tokens (the context)")
     max_tokens: int = _f(4096, "padded tokens per batch")
@@ -81,6 +83,10 @@ class TrainConfig:
                      "beam_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
+        if not 0.0 <= self.subword_dropout < 1.0:
+            raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
+        if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):
+            raise ValueError("subword_dropout: BPE-dropout needs task translation and tokenizer_type bpe")
         if not isinstance(self.model, dict):
             raise ValueError("model: must be a mapping of model config fields")
         try:  # a typo or a wrong type under model: is found now, before any data or tokenizer work

@@ -10,7 +10,7 @@ from aiayn.config import ModelConfig
 from aiayn.data.corpus import Parallel, clean, read_lines, read_tsv
 from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.data.shards import is_shards, read_manifest
-from aiayn.tokenizer import TokenizerPair
+from aiayn.tokenizer import Tokenizer, TokenizerPair
 from aiayn.training.config import TrainConfig
 from aiayn.training.tasks import BlockTask, ShardedTranslationTask, TranslationTask
 
@@ -90,7 +90,15 @@ def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
 def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair, model_cfg: ModelConfig):
     """The training task: over the shards of a preprocessed folder, else over ``splits.train``."""
     if is_shards(cfg.data):
+        if cfg.subword_dropout:
+            raise ValueError(f"subword_dropout: {cfg.data} holds ids segmented once by `aiayn preprocess`; "
+                             "train on the text for BPE-dropout")
         return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed)
+    if cfg.subword_dropout and not isinstance(tokenizers.src, Tokenizer):
+        raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
+    if cfg.task == "translation":  # the validation task (build_task) never samples
+        return TranslationTask(splits.train, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed,
+                               cfg.subword_dropout)
     return build_task(cfg, splits.train, tokenizers, model_cfg)
 
 

@@ -26,26 +26,46 @@ def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float) -
 
 
 class TranslationTask:
-    """Source -> target pairs for an encoder-decoder; pairs longer than ``max_len`` tokens are dropped."""
+    """Source -> target pairs for an encoder-decoder; pairs longer than ``max_len`` tokens are dropped.
+
+    ``subword_dropout`` > 0 (BPE-dropout, Provilkov et al., 2020): every epoch segments the text afresh
+    (SentencePiece's samples differ from process to process, so a resumed run continues with other samples,
+    not bit for bit); a pair sampled longer than ``max_len`` keeps its plain segmentation. ``collate`` uses
+    the epoch last planned by ``batches``.
+    """
 
     def __init__(self, pairs: Parallel, tokenizers: TokenizerPair, cfg: ModelConfig, max_len: int,
-                 max_tokens: int, seed: int) -> None:
+                 max_tokens: int, seed: int, subword_dropout: float = 0.0) -> None:
         self.cfg, self.max_tokens, self.seed = cfg, max_tokens, seed
+        self.max_len, self.subword_dropout, self.tokenizers = max_len, subword_dropout, tokenizers
         src = tokenizers.src.encode_batch(pairs.sources)
         tgt = tokenizers.tgt.encode_batch(pairs.targets)
         keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
         self.too_long = len(src) - len(keep)
-        self.src = [src[i] for i in keep]
-        self.tgt = [[cfg.bos_id, *tgt[i], cfg.eos_id] for i in keep]
+        self.src = self.plain_src = [src[i] for i in keep]
+        self.tgt = self.plain_tgt = [[cfg.bos_id, *tgt[i], cfg.eos_id] for i in keep]
         if not self.src:
             raise ValueError(f"max_len: no training pairs left after filtering to {max_len} tokens per side")
+        if subword_dropout:  # the kept pairs' text, segmented afresh each epoch
+            self.texts = ([pairs.sources[i] for i in keep], [pairs.targets[i] for i in keep])
 
     def __len__(self) -> int:
         return len(self.src)
 
     def batches(self, epoch: int) -> list[list[int]]:
+        if self.subword_dropout:
+            self._resegment()
         return token_batches([len(s) for s in self.src], [len(t) for t in self.tgt], self.max_tokens,
                              self.seed, epoch)
+
+    def _resegment(self) -> None:
+        """A fresh BPE-dropout segmentation of both sides for the next epoch."""
+        src = self.tokenizers.src.encode_batch(self.texts[0], self.subword_dropout)
+        tgt = self.tokenizers.tgt.encode_batch(self.texts[1], self.subword_dropout)
+        fits = [len(s) <= self.max_len and len(t) <= self.max_len for s, t in zip(src, tgt, strict=True)]
+        self.src = [s if ok else plain for s, ok, plain in zip(src, fits, self.plain_src, strict=True)]
+        self.tgt = [[self.cfg.bos_id, *t, self.cfg.eos_id] if ok else plain
+                    for t, ok, plain in zip(tgt, fits, self.plain_tgt, strict=True)]
 
     def collate(self, indices: list[int]) -> tuple[Tensor, Tensor]:
         return (pad_batch([self.src[i] for i in indices], self.cfg.pad_id),

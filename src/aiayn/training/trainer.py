@@ -44,6 +44,8 @@ class Trainer:
         self.cfg, self.out = cfg, Path(cfg.output)
         self.device = pick_device(cfg.device)
         self.dist = distributed.setup(self.device)
+        if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
+            raise ValueError("subword_dropout: one process only (SentencePiece samples differ per process)")
         if self.dist.main:
             self._tidy(resume)
         self.runlog = RunLog(self.out, self.dist.main)
