@@ -96,16 +96,14 @@ def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair
         return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed)
     if cfg.subword_dropout and not isinstance(tokenizers.src, Tokenizer):
         raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
-    if cfg.task == "translation":  # the validation task (build_task) never samples
-        return TranslationTask(splits.train, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed,
-                               cfg.subword_dropout)
-    return build_task(cfg, splits.train, tokenizers, model_cfg)
+    return build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout)
 
 
 def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,
-               shuffle_seed: int | None = None):
+               shuffle_seed: int | None = None, subword_dropout: float = 0.0):
+    """A task over ``pairs``; only the training task passes ``subword_dropout`` (validation never samples)."""
     seed = cfg.seed if shuffle_seed is None else shuffle_seed
     if cfg.task == "translation":
-        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed)
+        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout)
     return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
                      masked=cfg.task == "mlm")
