@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from aiayn.training.objective import inverse_sqrt_lr, label_smoothed_cross_entropy, noam_lr, shift_target
+from aiayn.training.objective import (
+    inverse_sqrt_lr,
+    label_smoothed_cross_entropy,
+    make_optimizer,
+    noam_lr,
+    shift_target,
+)
 
 
 def _smoothed_by_hand(logits: torch.Tensor, labels: torch.Tensor, pad_id: int, eps: float) -> torch.Tensor:
@@ -76,3 +82,39 @@ def test_cosine_schedule_hand_computed():
     assert cosine_lr(100, 1e-3, 100, 1100) == pytest.approx(1e-3)  # the peak
     assert cosine_lr(600, 1e-3, 100, 1100) == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # halfway down the cosine
     assert cosine_lr(1100, 1e-3, 100, 1100) == pytest.approx(1e-4) == cosine_lr(5000, 1e-3, 100, 1100)
+
+
+def _tiny_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+
+
+def test_weight_decay_shrinks_matrices_only_by_one_minus_lr_times_decay():
+    net = _tiny_net()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    opt = make_optimizer(net, lr=0.1, weight_decay=0.5)
+    for p in net.parameters():
+        p.grad = torch.zeros_like(p)  # a zero gradient: Adam's own update is 0, only the decay moves weights
+    opt.step()
+    for name, value in net.state_dict().items():
+        factor = 1 - 0.1 * 0.5 if value.dim() >= 2 else 1.0  # embedding and linear weight; not bias, not norm
+        torch.testing.assert_close(value, before[name] * factor, rtol=0, atol=1e-7)
+
+
+def test_decoupled_decay_is_apart_from_the_adam_update():
+    """AdamW: w' = w (1 - lr wd) - lr * adam_step(g), with adam_step the same as plain Adam's."""
+    plain, decayed = _tiny_net(), _tiny_net()
+    x = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    lr, wd = 0.01, 0.3
+    opts = make_optimizer(plain, lr=lr), make_optimizer(decayed, lr=lr, weight_decay=wd)
+    w0 = {k: v.clone() for k, v in plain.state_dict().items()}
+    for net, opt in zip((plain, decayed), opts, strict=True):
+        net(x).pow(2).sum().backward()
+        opt.step()
+    assert len(opts[0].param_groups) == 1 and opts[0].param_groups[0]["weight_decay"] == 0  # the paper's Adam
+    for name, value in decayed.state_dict().items():
+        adam_step = w0[name] - plain.state_dict()[name]
+        factor = 1 - lr * wd if value.dim() >= 2 else 1.0
+        torch.testing.assert_close(value, w0[name] * factor - adam_step, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="weight_decay"):
+        make_optimizer(plain, weight_decay=-1.0)

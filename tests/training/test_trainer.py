@@ -17,7 +17,8 @@ from tiny_runs import TINY, kill_and_resume, train_command, write_recipe
 
 
 def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
-    killed_at, whole, resumed = kill_and_resume(tmp_path, max_steps=60, eval_every=10, model={"dropout": 0.1})
+    killed_at, whole, resumed = kill_and_resume(tmp_path, max_steps=60, eval_every=10, model={"dropout": 0.1},
+                                              weight_decay=0.1)  # two parameter groups, both restored
     assert 20 <= killed_at < 60, killed_at
     assert whole.keys() == resumed.keys()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
@@ -138,6 +139,11 @@ def test_recipe_values_are_checked_against_their_types(tmp_path):
         path.write_text(line + "\n")
         with pytest.raises(ValueError, match=f"{path}: {field}"):
             TrainConfig.from_yaml(path)
+
+
+def test_negative_weight_decay_is_refused():
+    with pytest.raises(ValueError, match="weight_decay: must be >= 0"):
+        TrainConfig(weight_decay=-0.1)
 
 
 def test_subword_dropout_values_are_checked():

@@ -61,6 +61,8 @@ class TrainConfig:
     lr_factor: float = _f(1.0, "factor on noam's learning rate")
     warmup: int = _f(4000, "warm-up steps")
     label_smoothing: float = _f(0.1, "label smoothing epsilon (section 5.4)")
+    weight_decay: float = _f(0.0, "decoupled weight decay (AdamW) on weight matrices and embeddings, not on biases "
+                             "and norms (0 = the paper's plain Adam)")
     clip_norm: float = _f(1.0, "gradient norm clipping (0 = none)")
     eval_every: int = _f(500, "steps between validations and checkpoints")
     keep_last: int = _f(5, "step checkpoints kept for `aiayn average`")
@@ -83,6 +85,8 @@ class TrainConfig:
                      "beam_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay: must be >= 0, got {self.weight_decay!r}")
         if not 0.0 <= self.subword_dropout < 1.0:
             raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
         if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):

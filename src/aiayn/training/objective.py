@@ -60,9 +60,21 @@ def cosine_lr(step: int, peak: float, warmup: int, total: int, floor: float = 0.
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: nn.Module, lr: float = 1.0) -> torch.optim.Adam:
-    """Adam with beta1 0.9, beta2 0.98, eps 1e-9 (section 5.3)."""
-    return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+def make_optimizer(model: nn.Module, lr: float = 1.0, weight_decay: float = 0.0) -> torch.optim.Adam:
+    """Adam with beta1 0.9, beta2 0.98, eps 1e-9 (section 5.3).
+
+    ``weight_decay`` > 0 adds decoupled weight decay (AdamW: each step multiplies a weight by
+    1 - lr * weight_decay, apart from the gradient's update) to the weight matrices and embeddings only;
+    biases and norm gains are not decayed. 0 is the paper's plain Adam, with a single parameter group.
+    """
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay: must be >= 0, got {weight_decay!r}")
+    params = list(model.parameters())
+    if weight_decay == 0:
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9, decoupled_weight_decay=True)
 
 
 def shift_target(tgt: Tensor, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:

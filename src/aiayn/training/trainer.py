@@ -60,7 +60,7 @@ class Trainer:
         self.model.to(self.device)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
-        self.optimizer = make_optimizer(self.model)
+        self.optimizer = make_optimizer(self.model, weight_decay=cfg.weight_decay)
         self.step, self.epoch, self.batch_pos, self.train_seconds = 0, 0, 0, 0.0
         self.best, self.bad_evals = -math.inf, 0
         self.stopped_by_signal = False
