@@ -80,6 +80,23 @@ def _torchrun(*args: str) -> list[str]:
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
+def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Wait for every process; past ``timeout`` kill them all and fail with every one's output (a hang in
+    one node shows up as the other waiting in torchrun's exit barrier, so both outputs are needed)."""
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        outputs += [proc.communicate()[0] or "" for proc in procs[len(outputs):]]
+        tails = [f"node {i}, rc {proc.returncode}:\n{out[-3000:]}" for i, (proc, out) in
+                 enumerate(zip(procs, outputs, strict=True))]
+        raise AssertionError(f"no exit within {timeout} s\n" + "\n".join(tails)) from None
+    return outputs
+
+
 def test_two_nodes_over_c10d_match_one_process_with_accum_2(tmp_path):
     common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
     one = write_recipe(tmp_path, "one", accum=2, **common)
@@ -92,7 +109,7 @@ def test_two_nodes_over_c10d_match_one_process_with_accum_2(tmp_path):
                                         "-m", "aiayn", "train", "--config", str(two)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
              for node in range(2)]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    outputs = _communicate_all(nodes, timeout=300)
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert not _differing(weights(tmp_path / "one"), weights(tmp_path / "two"), exact=False)
 
