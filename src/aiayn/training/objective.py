@@ -67,14 +67,13 @@ def make_optimizer(model: nn.Module, lr: float = 1.0, weight_decay: float = 0.0)
     1 - lr * weight_decay, apart from the gradient's update) to the weight matrices and embeddings only;
     biases and norm gains are not decayed. 0 is the paper's plain Adam, with a single parameter group.
     """
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay: must be >= 0, got {weight_decay!r}")
     params = list(model.parameters())
     if weight_decay == 0:
         return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+    groups = [{"params": [p for p in params if p.dim() >= 2]},  # the default weight_decay (torch checks it)
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9, decoupled_weight_decay=True)
+    return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay,
+                            decoupled_weight_decay=True)
 
 
 def shift_target(tgt: Tensor, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
