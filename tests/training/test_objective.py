@@ -11,6 +11,7 @@ from aiayn.training.objective import (
     make_optimizer,
     noam_lr,
     shift_target,
+    symmetric_kl,
 )
 
 
@@ -118,3 +119,16 @@ def test_decoupled_decay_is_apart_from_the_adam_update():
         torch.testing.assert_close(value, w0[name] * factor - adam_step, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="weight_decay"):
         make_optimizer(plain, weight_decay=-1.0)
+
+
+def test_symmetric_kl_is_both_directions_summed_over_kept_positions():
+    torch.manual_seed(0)
+    p, q = torch.randn(2, 3, 5), torch.randn(2, 3, 5)
+    keep = torch.tensor([[True, True, False], [True, False, False]])
+    logp, logq = p.log_softmax(-1), q.log_softmax(-1)
+    kl = (logp.exp() * (logp - logq)).sum(-1), (logq.exp() * (logq - logp)).sum(-1)  # (B, T): P||Q, Q||P
+    by_hand = sum(kl[0][b, t] + kl[1][b, t] for b in range(2) for t in range(3) if keep[b, t])
+    assert symmetric_kl(p, q, keep).item() == pytest.approx(by_hand.item(), rel=1e-5)
+    assert symmetric_kl(p, q, keep).item() == pytest.approx(symmetric_kl(q, p, keep).item(), rel=1e-6)
+    assert symmetric_kl(p, p + 3.0, torch.ones(2, 3, dtype=torch.bool)).item() == pytest.approx(0.0, abs=1e-5)
+    assert symmetric_kl(p, q, torch.zeros(2, 3, dtype=torch.bool)).item() == 0.0

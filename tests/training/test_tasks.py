@@ -5,7 +5,9 @@ import torch
 
 from aiayn.config import FIRST_ORDINARY_ID, MASK_ID
 from aiayn.data.corpus import Parallel
+from aiayn.models import build_model
 from aiayn.tokenizer import Tokenizer, TokenizerPair
+from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
 from aiayn.training.tasks import BlockTask, TranslationTask
 
 from conftest import tiny
@@ -33,6 +35,54 @@ def test_translation_task_filters_long_pairs_and_counts_tokens(tokenizers):
     assert loss.item() == pytest.approx(n * torch.log(torch.tensor(float(cfg.vocab_size))).item(), rel=1e-5)
     with pytest.raises(ValueError, match="max_len"):
         TranslationTask(Parallel(["a " * 50], ["b " * 50]), tokenizers, cfg, max_len=5, max_tokens=64, seed=0)
+
+
+def test_rdrop_runs_the_batch_twice_and_adds_half_alpha_times_the_symmetric_kl(tokenizers):
+    cfg = tiny(vocab_size=len(tokenizers.src))
+    task = TranslationTask(Parallel(TEXTS[:8], TEXTS[8:16]), tokenizers, cfg, max_len=20, max_tokens=64, seed=0,
+                           rdrop=4.0)
+    src, tgt = task.collate(task.batches(0)[0])
+    labels = tgt[:, 1:]
+    torch.manual_seed(0)
+    scripted = torch.randn(*labels.shape, cfg.vocab_size)  # the second pass's scores; the first pass: uniform
+    seen = []
+
+    def forward(src_in, tgt_in):
+        seen.append((src_in, tgt_in))
+        return torch.cat([torch.zeros_like(scripted), scripted])  # (2B, T, V)
+
+    model = torch.nn.Module()
+    model.forward = forward
+    loss, n = task.loss(model, (src, tgt), smoothing=0.1)
+    (src2, tgt_in2), = seen
+    assert torch.equal(src2, torch.cat([src, src])) and torch.equal(tgt_in2[: len(src)], tgt_in2[len(src):])
+    n1 = int((labels != 0).sum())
+    assert n == 2 * n1
+    ce = label_smoothed_cross_entropy(torch.zeros_like(scripted), labels, 0, 0.1, "sum") + \
+        label_smoothed_cross_entropy(scripted, labels, 0, 0.1, "sum")
+    uniform = torch.full((cfg.vocab_size,), 1.0 / cfg.vocab_size)
+    q = scripted.softmax(-1)
+    kl = ((uniform - q) * (uniform.log() - q.log())).sum(-1)[labels != 0].sum()  # (P - Q)(log P - log Q)
+    assert loss.item() == pytest.approx((ce + 4.0 / 2 * kl).item(), rel=1e-5)
+
+
+def test_rdrop_of_a_model_without_dropout_is_twice_the_plain_loss(tokenizers):
+    cfg = tiny(vocab_size=len(tokenizers.src))
+    plain = TranslationTask(Parallel(TEXTS[:8], TEXTS[8:16]), tokenizers, cfg, max_len=20, max_tokens=64, seed=0)
+    rdrop = TranslationTask(Parallel(TEXTS[:8], TEXTS[8:16]), tokenizers, cfg, max_len=20, max_tokens=64, seed=0,
+                            rdrop=5.0)
+    model = build_model(cfg)
+    batch = plain.collate(plain.batches(0)[0])
+    (loss, n), (loss2, n2) = plain.loss(model, batch, 0.1), rdrop.loss(model, batch, 0.1)
+    assert n2 == 2 * n and loss2.item() == pytest.approx(2 * loss.item(), rel=1e-5)
+    dropped, outputs = build_model(tiny(vocab_size=len(tokenizers.src), dropout=0.3)), []
+    dropped.register_forward_hook(lambda module, args, out: outputs.append(out))
+    loss3, _ = rdrop.loss(dropped, batch, 0.1)
+    loss3.backward()  # two dropout masks: the KL term is positive, and gradients reach every weight
+    ce = label_smoothed_cross_entropy(outputs[0], shift_target(batch[1], 0, cfg.eos_id)[1].repeat(2, 1), 0, 0.1,
+                                      "sum")
+    assert loss3.item() > ce.item() + 1e-3
+    assert all(p.grad is not None for p in dropped.parameters())
 
 
 def test_bpe_dropout_segments_each_epoch_afresh(tokenizers):

@@ -41,6 +41,17 @@ def test_a_bpe_dropout_run_trains_resumes_and_refuses_several_processes(tmp_path
     assert result.returncode != 0 and "subword_dropout: one process only" in result.stderr
 
 
+def test_an_rdrop_run_trains_and_resumes_only_with_its_alpha(tmp_path):
+    recipe = write_recipe(tmp_path, "rd", max_steps=20, eval_every=10, rdrop=1.0, model={"dropout": 0.1})
+    first = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    evals = [json.loads(x) for x in (tmp_path / "rd" / "metrics.jsonl").read_text().splitlines() if "valid_loss" in x]
+    assert [e["step"] for e in evals] == [10, 20] and evals[-1]["valid_loss"] < evals[0]["valid_loss"]
+    other = subprocess.run(train_command("--config", str(recipe), "--resume", "--rdrop", "0", "--max-steps", "30"),
+                           capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "rdrop: run has 1.0, asked 0.0" in other.stderr
+
+
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
     one = write_recipe(tmp_path, "one", accum=2, **common)
@@ -141,9 +152,13 @@ def test_recipe_values_are_checked_against_their_types(tmp_path):
             TrainConfig.from_yaml(path)
 
 
-def test_negative_weight_decay_is_refused():
+def test_negative_weight_decay_and_rdrop_are_refused():
     with pytest.raises(ValueError, match="weight_decay: must be >= 0"):
         TrainConfig(weight_decay=-0.1)
+    with pytest.raises(ValueError, match="rdrop: must be >= 0"):
+        TrainConfig(rdrop=-1.0)
+    with pytest.raises(ValueError, match="rdrop: R-Drop needs task translation"):
+        TrainConfig(rdrop=1.0, task="lm")
 
 
 def test_subword_dropout_values_are_checked():

@@ -63,6 +63,9 @@ class TrainConfig:
     label_smoothing: float = _f(0.1, "label smoothing epsilon (section 5.4)")
     weight_decay: float = _f(0.0, "decoupled weight decay (AdamW) on weight matrices and embeddings, not on biases "
                              "and norms (0 = the paper's plain Adam)")
+    rdrop: float = _f(0.0, "R-Drop weight alpha (translation): each batch runs twice, with two dropout masks, and "
+                      "alpha/2 times the symmetric KL between the two predictions is added (0 = off; twice the "
+                      "compute per batch)")
     clip_norm: float = _f(1.0, "gradient norm clipping (0 = none)")
     eval_every: int = _f(500, "steps between validations and checkpoints")
     keep_last: int = _f(5, "step checkpoints kept for `aiayn average`")
@@ -85,8 +88,11 @@ class TrainConfig:
                      "beam_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay: must be >= 0, got {self.weight_decay!r}")
+        for name in ("weight_decay", "rdrop"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
+        if self.rdrop and self.task != "translation":
+            raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:
             raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
         if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):

@@ -31,6 +31,21 @@ def label_smoothed_cross_entropy(logits: Tensor, labels: Tensor, pad_id: int, sm
                            label_smoothing=smoothing, reduction=reduction)
 
 
+def symmetric_kl(logits: Tensor, other: Tensor, keep: Tensor) -> Tensor:
+    """R-Drop's consistency term (Liang et al., 2021, equation 2): KL(P1 || P2) + KL(P2 || P1) between two
+    predictions of the same tokens, summed over the positions where ``keep`` is True.
+
+    Args:
+        logits, other: (B, T, V) scores of two forward passes (different dropout masks).
+        keep: (B, T) bool, True = a real (non-pad) label.
+    Returns:
+        a scalar in float32.
+    """
+    logp, logq = logits.float().log_softmax(-1), other.float().log_softmax(-1)  # (B, T, V) each
+    both = ((logp.exp() - logq.exp()) * (logp - logq)).sum(-1)  # (B, T): sum_v (p - q)(log p - log q)
+    return both.masked_fill(~keep, 0.0).sum()
+
+
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
     """Equation (3): lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1."""
     step = max(step, 1)

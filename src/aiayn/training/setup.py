@@ -93,17 +93,19 @@ def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair
         if cfg.subword_dropout:
             raise ValueError(f"subword_dropout: {cfg.data} holds ids segmented once by `aiayn preprocess`; "
                              "train on the text for BPE-dropout")
-        return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed)
+        return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed, cfg.rdrop)
     if cfg.subword_dropout and not isinstance(tokenizers.src, Tokenizer):
         raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
-    return build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout)
+    return build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout, rdrop=cfg.rdrop)
 
 
 def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,
-               shuffle_seed: int | None = None, subword_dropout: float = 0.0):
-    """A task over ``pairs``; only the training task passes ``subword_dropout`` (validation never samples)."""
+               shuffle_seed: int | None = None, subword_dropout: float = 0.0, rdrop: float = 0.0):
+    """A task over ``pairs``; only the training task passes ``subword_dropout`` and ``rdrop`` (validation
+    never samples, and scores one pass)."""
     seed = cfg.seed if shuffle_seed is None else shuffle_seed
     if cfg.task == "translation":
-        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout)
+        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout,
+                               rdrop)
     return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
                      masked=cfg.task == "mlm")

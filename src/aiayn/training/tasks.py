@@ -16,13 +16,26 @@ from aiayn.data.batching import lm_blocks, pad_batch, token_batches
 from aiayn.data.corpus import Parallel
 from aiayn.data.shards import ShardedPairs
 from aiayn.tokenizer import TokenizerPair
-from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
+from aiayn.training.objective import label_smoothed_cross_entropy, shift_target, symmetric_kl
 
 
 def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float) -> tuple[Tensor, int]:
     """The summed label-smoothed loss of a batch and its number of predicted (non-pad) tokens."""
     loss = label_smoothed_cross_entropy(logits, labels, pad_id, smoothing, reduction="sum")
     return loss, int((labels != pad_id).sum())
+
+
+def rdrop_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float, alpha: float) -> tuple[Tensor, int]:
+    """R-Drop (Liang et al., 2021, equation 3) over a batch run twice: the two passes' summed label-smoothed
+    losses plus alpha/2 times their symmetric KL, and the number of predictions of both passes (2n), so
+    per prediction the loss is the mean cross-entropy plus alpha/4 times the summed KL of a token.
+
+    Args:
+        logits: (2B, T, V), rows B.. the second pass of rows ..B; labels: (B, T), PAD positions ignored.
+    """
+    loss, n = summed_loss(logits, labels.repeat(2, 1), pad_id, smoothing)
+    first, second = logits.chunk(2)  # (B, T, V) each
+    return loss + alpha / 2 * symmetric_kl(first, second, labels != pad_id), n
 
 
 class TranslationTask:
@@ -32,11 +45,14 @@ class TranslationTask:
     (SentencePiece's samples differ from process to process, so a resumed run continues with other samples,
     not bit for bit); a pair sampled longer than ``max_len`` keeps its plain segmentation. ``collate`` uses
     the epoch last planned by ``batches``.
+
+    ``rdrop`` > 0 (R-Drop's alpha): every batch runs through the model twice, and the loss is
+    :func:`rdrop_loss` (twice the compute per batch).
     """
 
     def __init__(self, pairs: Parallel, tokenizers: TokenizerPair, cfg: ModelConfig, max_len: int,
-                 max_tokens: int, seed: int, subword_dropout: float = 0.0) -> None:
-        self.cfg, self.max_tokens, self.seed = cfg, max_tokens, seed
+                 max_tokens: int, seed: int, subword_dropout: float = 0.0, rdrop: float = 0.0) -> None:
+        self.cfg, self.max_tokens, self.seed, self.rdrop = cfg, max_tokens, seed, rdrop
         self.max_len, self.subword_dropout, self.tokenizers = max_len, subword_dropout, tokenizers
         src = tokenizers.src.encode_batch(pairs.sources)
         tgt = tokenizers.tgt.encode_batch(pairs.targets)
@@ -74,6 +90,9 @@ class TranslationTask:
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
         src, tgt = batch
         tgt_in, labels = shift_target(tgt, self.cfg.pad_id, self.cfg.eos_id)
+        if self.rdrop:  # one forward pass over the batch twice: two dropout masks
+            logits = model(src.repeat(2, 1), tgt_in.repeat(2, 1))  # (2B, T, V)
+            return rdrop_loss(logits, labels, self.cfg.pad_id, smoothing, self.rdrop)
         return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing)
 
 
@@ -82,8 +101,9 @@ class ShardedTranslationTask(TranslationTask):
     pairs' lengths one window at a time and hold global pair numbers; tokens are read only for the batches
     this process trains on."""
 
-    def __init__(self, folder: str, cfg: ModelConfig, max_len: int, max_tokens: int, seed: int) -> None:
-        self.cfg, self.max_len, self.max_tokens, self.seed = cfg, max_len, max_tokens, seed
+    def __init__(self, folder: str, cfg: ModelConfig, max_len: int, max_tokens: int, seed: int,
+                 rdrop: float = 0.0) -> None:
+        self.cfg, self.max_len, self.max_tokens, self.seed, self.rdrop = cfg, max_len, max_tokens, seed, rdrop
         self.data = ShardedPairs(folder)
         self.too_long = self.data.too_long
 
