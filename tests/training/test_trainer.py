@@ -49,7 +49,7 @@ def test_an_rdrop_run_trains_and_resumes_only_with_its_alpha(tmp_path):
     assert [e["step"] for e in evals] == [10, 20] and evals[-1]["valid_loss"] < evals[0]["valid_loss"]
     other = subprocess.run(train_command("--config", str(recipe), "--resume", "--rdrop", "0", "--max-steps", "30"),
                            capture_output=True, text=True, timeout=300)
-    assert other.returncode != 0 and "rdrop: run has 1.0, asked 0.0" in other.stderr
+    assert other.returncode != 0 and "--rdrop (field rdrop): run has 1.0, asked 0.0" in other.stderr
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
