@@ -101,10 +101,10 @@ def main() -> None:
     sample = work / "sample.tsv"
     generate(sample, 100_000)
     from aiayn.data.corpus import read_tsv
-    from aiayn.tokenizer import TokenizerPair
+    from aiayn.tokenizers import SentencePiecePair
 
     pairs = read_tsv(sample)
-    TokenizerPair.train(pairs.sources, pairs.targets, vocab_size=8000).save(work / "tokenizer")
+    SentencePiecePair.train(pairs.sources, pairs.targets, vocab_size=8000).save(work / "tokenizer")
     for size in args.sizes:
         run_size(size, work, work / "tokenizer", args.steps)
 

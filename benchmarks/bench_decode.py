@@ -211,7 +211,7 @@ def worker(engine: str, preset: str, min_seconds: float, opus: Path | None = Non
     """Measure one engine on one preset (run in its own process: engines' thread pools never meet)."""
     torch.manual_seed(0)
     if opus is not None:
-        from aiayn.inference import load_checkpoint
+        from aiayn.inference.load import load_checkpoint
 
         model = load_checkpoint(opus / "aiayn")[0].eval()  # the imported OPUS-MT-shaped model
     else:
@@ -253,7 +253,7 @@ def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int,
     turns (the checkpoints take turns, so a slow spell of the machine hits them all). ``shortlists``: by
     checkpoint name, a shortlist file it decodes with."""
     from aiayn.data.corpus import read_lines
-    from aiayn.translate import Translator
+    from aiayn.inference.translator import Translator
 
     texts = read_lines(input_file)[:sentences]
     runs = dict(item.split("=", 1) for item in named)

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from aiayn.generation import TextGenerator
+from aiayn.inference.generator import TextGenerator
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
 from aiayn.serve.prefix_blocks import PrefixBlocks

@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from aiayn.packing import PackedLinear
+from aiayn.model.packed import PackedLinear
 
 D_MODEL, D_FF, LAYERS = 512, 2048, 6
 

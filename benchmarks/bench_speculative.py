@@ -18,7 +18,7 @@ import time
 
 from aiayn.data.corpus import read_lines
 from aiayn.decoding import SpeculativeStats
-from aiayn.translate import Translator
+from aiayn.inference.translator import Translator
 
 
 def emit(config: str, metric: str, value: float, unit: str) -> None:

@@ -56,9 +56,10 @@ def child(args) -> None:
 
 
 def load_model(checkpoint: str | None):
-    from aiayn.config import ModelConfig
-    from aiayn.inference import inference_copy, load_checkpoint
-    from aiayn.models import DecoderOnly
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.precision import inference_copy
+    from aiayn.model.config import ModelConfig
+    from aiayn.model.transformer import DecoderOnly
 
     if checkpoint:
         model, _ = load_checkpoint(checkpoint, "decoder-only")

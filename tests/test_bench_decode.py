@@ -29,8 +29,8 @@ def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first
 
 def test_a_checkpoint_named_twice_is_timed_with_and_without_its_shortlist(trained_run, tmp_path, capsys):
     from aiayn.data.datasets import synthetic_pairs
-    from aiayn.shortlist import build_shortlist
-    from aiayn.translate import Translator
+    from aiayn.inference.shortlist import build_shortlist
+    from aiayn.inference.translator import Translator
 
     spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
     bench = importlib.util.module_from_spec(spec)

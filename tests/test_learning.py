@@ -4,7 +4,7 @@ import torch
 
 from aiayn import DecoderOnly
 from aiayn.decoding import greedy_search
-from aiayn.demo import CopyRecipe, exact_match, train_copy
+from aiayn.training.demo import CopyRecipe, exact_match, train_copy
 from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer
 
 from conftest import tiny

@@ -2,8 +2,8 @@
 
 import torch
 
-from aiayn.attention import fast_attention, reference_attention
-from aiayn.positions import sinusoidal_encoding
+from aiayn.model.attention import fast_attention, reference_attention
+from aiayn.model.positions import sinusoidal_encoding
 
 
 def test_soft_dictionary_lookup(device):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "DecoderOnly": "aiayn.models", "EncoderDecoder": "aiayn.models", "EncoderOnly": "aiayn.models",
-    "TransformerModel": "aiayn.models", "build_model": "aiayn.models", "ModelConfig": "aiayn.config",
-    "count_parameters": "aiayn.params", "generate": "aiayn.decoding", "pack": "aiayn.packing",
-    "quantize": "aiayn.quantization",
+    "DecoderOnly": "aiayn.model.transformer", "EncoderDecoder": "aiayn.model.transformer",
+    "EncoderOnly": "aiayn.model.transformer", "TransformerModel": "aiayn.model.transformer",
+    "build_model": "aiayn.model.transformer", "ModelConfig": "aiayn.model.config",
+    "count_parameters": "aiayn.model.params", "generate": "aiayn.decoding", "pack": "aiayn.inference.precision",
+    "quantize": "aiayn.inference.precision",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -122,7 +122,7 @@ def _loaded(folder):
 def import_hf(tmp_path_factory):
     """``import_hf(folder) -> ((model, tokenizers), checkpoint)``: ``aiayn import`` run on ``folder``."""
     from aiayn.cli import main
-    from aiayn.inference import load_checkpoint
+    from aiayn.inference.load import load_checkpoint
 
     def run(folder):
         out = tmp_path_factory.mktemp("imported") / "ckpt"

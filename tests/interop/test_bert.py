@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from aiayn.cli import main
-from aiayn.fill_mask import MaskFiller
+from aiayn.inference.fill_mask import MaskFiller
 
 SENTENCES = ["A man rides a horse.", "Zwei Hunde spielen im Schnee!", "一个男人骑着马。", "Children LAUGH , dogs play",
              "Ünïcödé unknown words", ""]

@@ -8,7 +8,7 @@ import torch
 
 from aiayn import generate
 from aiayn.cli import main
-from aiayn.inference import load_checkpoint
+from aiayn.inference.load import load_checkpoint
 
 SOURCES = ["a b c d e", "f g h", "c c a b d e f g"]
 
@@ -74,8 +74,8 @@ def test_ctranslate2_gives_the_same_greedy_output(trained_run, tmp_path):
 
 
 def test_what_marian_cannot_express_is_named(trained_run, lm_run, tmp_path, capsys):
-    from aiayn.checkpoint import write_checkpoint
-    from aiayn.models import EncoderDecoder
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.transformer import EncoderDecoder
 
     model, tokenizers = load_checkpoint(trained_run)
     write_checkpoint(tmp_path / "pre", EncoderDecoder(model.config.replace(norm="pre", positions="rope")), tokenizers)

@@ -8,7 +8,7 @@ import torch
 
 from aiayn import generate
 from aiayn.cli import main
-from aiayn.generation import TextGenerator
+from aiayn.inference.generator import TextGenerator
 
 SENTENCES = ["A man rides a horse.", "Zwei Hunde spielen im Schnee.", "一个男人骑着马。", "  spaces  and\ttabs\n",
              "Ünïcödé ß ẞ 🐎", "<|endoftext|>A new document", ""]

@@ -10,9 +10,9 @@ from safetensors.torch import load_file, save_file
 
 from aiayn import generate
 from aiayn.cli import main
-from aiayn.inference import load_checkpoint
+from aiayn.inference.load import load_checkpoint
+from aiayn.inference.translator import Translator
 from aiayn.interop import import_pretrained
-from aiayn.translate import Translator
 
 SENTENCES = ["Ein Mann fährt ein Pferd.", "Kinder lachen im Schnee.", "A woman reads.", ">>deu<< Two dogs play.",
              "Zwei Hunde, drei Katzen!", "一个男人骑着马。", "Ünïcödé ß ẞ", ""]

@@ -10,8 +10,8 @@ import torch
 from fastapi.testclient import TestClient
 
 from aiayn import generate
-from aiayn.fill_mask import MaskFiller
-from aiayn.generation import TextGenerator
+from aiayn.inference.fill_mask import MaskFiller
+from aiayn.inference.generator import TextGenerator
 from aiayn.serve.app import create_app
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits

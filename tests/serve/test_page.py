@@ -117,7 +117,7 @@ def test_the_language_toggle_switches_labels_and_help(browser, live_server):
 @pytest.fixture(scope="module")
 def lm_server(lm_run):
     """A live server for the tiny language model."""
-    from aiayn.generation import TextGenerator
+    from aiayn.inference.generator import TextGenerator
     from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
 

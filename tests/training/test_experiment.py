@@ -75,7 +75,7 @@ def _table3_spec() -> dict:
 
 
 def test_every_variant_of_the_table3_experiment_is_a_valid_recipe():
-    from aiayn.config import ModelConfig
+    from aiayn.model.config import ModelConfig
 
     spec = _table3_spec()
     assert set(spec["variants"]) == {n for names in spec["groups"].values() for n in names}  # every row in a picture

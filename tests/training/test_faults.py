@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 from tiny_runs import step_of, train_command, wait_for_step, weights, write_recipe
 
 

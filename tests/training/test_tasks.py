@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from aiayn.config import FIRST_ORDINARY_ID, MASK_ID
 from aiayn.data.corpus import Parallel
-from aiayn.models import build_model
-from aiayn.tokenizer import Tokenizer, TokenizerPair
+from aiayn.model.config import FIRST_ORDINARY_ID, MASK_ID
+from aiayn.model.transformer import build_model
+from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer
 from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
 from aiayn.training.tasks import BlockTask, TranslationTask
 
@@ -17,7 +17,7 @@ TEXTS = ["a b c d e f", "g h i j", "b a d c", "e f g h i j a"] * 30
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    return TokenizerPair(Tokenizer.train(TEXTS, vocab_size=280))
+    return SentencePiecePair(SentencePieceTokenizer.train(TEXTS, vocab_size=280))
 
 
 def test_translation_task_filters_long_pairs_and_counts_tokens(tokenizers):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from aiayn.checkpoint import atomic_directory
+from aiayn.io.files import atomic_directory
 from aiayn.training.config import TrainConfig
 from aiayn.training.trainer import Trainer
 from tiny_runs import TINY, kill_and_resume, train_command, write_recipe
@@ -119,7 +119,7 @@ def test_learning_rate_schedules():
 
 
 def test_cpu_precision_choices():
-    from aiayn.training.setup import autocast_dtype
+    from aiayn.training.build import autocast_dtype
 
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("fp32", cpu) is None
@@ -226,6 +226,6 @@ def test_training_runs_on_each_device(tmp_path, device_name):
     evals = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
              if "valid_loss" in x]
     assert len(evals) == 2 and evals[1]["valid_loss"] < evals[0]["valid_loss"]
-    from aiayn.translate import Translator
+    from aiayn.inference.translator import Translator
 
     assert len(Translator.from_checkpoint(tmp_path / "run", "cpu").translate(["a b c"])) == 1

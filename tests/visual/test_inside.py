@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from aiayn.attention import reference_attention
-from aiayn.translate import Translator
+from aiayn.inference.translator import Translator
+from aiayn.model.attention import reference_attention
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 

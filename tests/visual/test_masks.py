@@ -1,4 +1,4 @@
-"""`aiayn show mask`: the matrices it prints are aiayn.masks' own."""
+"""`aiayn show mask`: the matrices it prints are aiayn.model.masks' own."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from aiayn.masks import causal_mask, decoder_self_mask, key_mask, padding_mask
+from aiayn.model.masks import causal_mask, decoder_self_mask, key_mask, padding_mask
 
 
 def _show(*args: str) -> subprocess.CompletedProcess:

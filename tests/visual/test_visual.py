@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from aiayn.config import ModelConfig
-from aiayn.translate import Translator
+from aiayn.inference.translator import Translator
+from aiayn.model.config import ModelConfig
 from aiayn.visual.attention import KINDS, attention_for, plot_attention
 from aiayn.visual.positions import plot_positions, position_similarity
 from aiayn.visual.shapes import format_table, symbol_sizes, trace_shapes

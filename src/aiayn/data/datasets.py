@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_path, sha256_file
 from aiayn.data.corpus import DataError, Parallel, clean, iter_parallel, iter_tsv, read_parallel, read_tsv
 from aiayn.data.numbers import number_pairs
+from aiayn.io.files import atomic_path, sha256_file
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}

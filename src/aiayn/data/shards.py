@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aiayn.checkpoint import read_json
 from aiayn.data.batching import token_batches
 from aiayn.data.corpus import DataError
+from aiayn.io.files import read_json
 
 MANIFEST, FORMAT = "shards.json", "aiayn-shards-1"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
 from aiayn.data.batching import pad_batch
+from aiayn.model.config import ModelConfig
 
 
 def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len: int = 5,

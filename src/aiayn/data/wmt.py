@@ -17,9 +17,9 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_path, atomic_write_text
 from aiayn.data.corpus import DataError
 from aiayn.data.datasets import fetch
+from aiayn.io.files import atomic_path, atomic_write_text
 
 STATMT = "https://www.statmt.org"
 ARCHIVES = {  # archive -> its address under STATMT

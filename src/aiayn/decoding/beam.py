@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 
 
 @dataclass(frozen=True)

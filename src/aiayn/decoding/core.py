@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
-from aiayn.models import TransformerModel
-from aiayn.packing import output_rows
+from aiayn.model.config import ModelConfig
+from aiayn.model.packed import output_rows
+from aiayn.model.transformer import TransformerModel
 
 
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
@@ -59,10 +59,10 @@ class Stepper:
         max_new_tokens: room to leave in the cache after the start tokens.
         beams: each input stands for this many consecutive rows (beam search, sampling n per input).
         prompt_cache: (decoder-only, one prompt) reuse the stored keys/values of its longest prefix.
-        candidates: (C,) the only token ids that may be generated (a vocabulary shortlist, ``aiayn.shortlist``):
-            the model scores just those (its output projection cut to their rows), and the scores' columns are
-            those candidates: a search picks columns and maps them back with :meth:`token_ids`, so its
-            softmax and top-k run over C columns, not V.
+        candidates: (C,) the only token ids that may be generated (a vocabulary shortlist,
+            ``aiayn.inference.shortlist``): the model scores just those (its output projection cut to their rows),
+            and the scores' columns are those candidates: a search picks columns and maps them back with
+            :meth:`token_ids`, so its softmax and top-k run over C columns, not V.
     """
 
     def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,

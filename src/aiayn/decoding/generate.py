@@ -15,7 +15,7 @@ from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.sampling import sample
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 
 STRATEGIES = ("greedy", "beam", "sample")
 
@@ -43,7 +43,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str = "greedy",
         on_token: greedy and sample: called with the next ids (B,) and which rows are still live (B,), after
             every step (streaming).
         candidates: greedy and beam: (C,) the only token ids that may be generated, a vocabulary shortlist
-            (``aiayn.shortlist``): the output projection is cut to their rows and the search runs over them only.
+            (``aiayn.inference.shortlist``): the output projection is cut to their rows and the search runs over
+            them only.
     Returns:
         B * num_return_sequences lists of generated ids (grouped per input), without BOS and EOS.
     """

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, strip
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 
 Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) columns picked
 

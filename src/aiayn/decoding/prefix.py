@@ -11,8 +11,8 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
-from aiayn.cache import DecoderCache
-from aiayn.models import DecoderOnly
+from aiayn.model.cache import DecoderCache
+from aiayn.model.transformer import DecoderOnly
 
 
 class PromptCache:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.greedy import decode_loop
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:

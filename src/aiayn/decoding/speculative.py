@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, forbid, strip
-from aiayn.models import TransformerModel
+from aiayn.model.transformer import TransformerModel
 
 
 @dataclass

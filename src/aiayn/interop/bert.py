@@ -11,10 +11,10 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.config import ModelConfig
-from aiayn.interop import load_mapped, take
-from aiayn.models import EncoderOnly
-from aiayn.tokenizer_hf import HFTokenizers
+from aiayn.interop.hf_folder import load_mapped, take
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import EncoderOnly
+from aiayn.tokenizers.hf import HFTokenizers
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu", "silu": "silu"}
 SPECIALS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "bos_id": "[CLS]", "eos_id": "[SEP]", "mask_id": "[MASK]"}

@@ -15,7 +15,7 @@ import torch
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
-from aiayn.models import EncoderDecoder
+from aiayn.model.transformer import EncoderDecoder
 
 ACTIVATIONS = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
                "gelu_tanh": common_spec.Activation.GELUTanh, "silu": common_spec.Activation.SWISH}
@@ -113,8 +113,8 @@ class AiaynConverter(Converter):
 def export_ctranslate2(checkpoint: str | Path, output: str | Path, quantization: str | None = None) -> Path:
     """Write the translator ``checkpoint`` as a CTranslate2 model folder; its vocabulary is the checkpoint's
     pieces (give CTranslate2 ``tokenizers.src.pieces(ids)``)."""
-    from aiayn.checkpoint import atomic_directory
-    from aiayn.inference import load_checkpoint
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.io.files import atomic_directory
 
     model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
     source = tokenizers.src.pieces(list(range(model.config.vocab_size)))

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
-from aiayn.interop import load_mapped, take
-from aiayn.models import DecoderOnly
-from aiayn.tokenizer_hf import HFTokenizers
+from aiayn.interop.hf_folder import load_mapped, take
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import DecoderOnly
+from aiayn.tokenizers.hf import HFTokenizers
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 

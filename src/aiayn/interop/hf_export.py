@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
 from aiayn.interop.marian import layer_names
-from aiayn.models import EncoderDecoder
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import EncoderDecoder
+from aiayn.tokenizers.marian import MarianTokenizers
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}
 
@@ -85,8 +86,8 @@ def marian_config(cfg: ModelConfig) -> dict:
 
 def export_hf(checkpoint: str | Path, output: str | Path) -> Path:
     """Write the aiayn translator ``checkpoint`` as a Hugging Face Marian folder ``output``."""
-    from aiayn.checkpoint import atomic_directory
-    from aiayn.inference import load_checkpoint
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.io.files import atomic_directory
 
     model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
     problems = marian_problems(model.config)
@@ -109,9 +110,8 @@ def export_hf(checkpoint: str | Path, output: str | Path) -> Path:
 
 def _write_tokenizer(tokenizers, folder: Path) -> None:
     """Marian's tokenizer files: the SentencePiece models as source.spm / target.spm and vocab.json."""
-    if hasattr(tokenizers, "files"):  # an imported Marian checkpoint: its own files
-        for name, data in tokenizers.files.items():
-            (folder / name).write_bytes(data)
+    if isinstance(tokenizers, MarianTokenizers):  # an imported Marian checkpoint: its own files
+        tokenizers.save(folder)
         return
     if not tokenizers.joint:
         raise ValueError("export --format hf: separate source and target vocabularies are not supported yet")

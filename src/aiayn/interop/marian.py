@@ -11,10 +11,10 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.config import ModelConfig
-from aiayn.interop import load_mapped, take
-from aiayn.models import EncoderDecoder
-from aiayn.tokenizer_marian import MarianTokenizers
+from aiayn.interop.hf_folder import load_mapped, take
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import EncoderDecoder
+from aiayn.tokenizers.marian import MarianTokenizers
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 LAYER_PARTS = {"self_attn": "self_attn", "encoder_attn": "cross_attn", "fc1": "ffn.linear1", "fc2": "ffn.linear2"}

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from aiayn.cache import DecodeState
 from aiayn.decoding.core import forbid
 from aiayn.decoding.sampling import filter_logits
-from aiayn.models import DecoderOnly
+from aiayn.model.cache import DecodeState
+from aiayn.model.transformer import DecoderOnly
 from aiayn.serve.prefix_blocks import PrefixBlocks
 
 

@@ -11,10 +11,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.fill_mask import MaskFiller
-from aiayn.generation import TextGenerator, TextStream
-from aiayn.serve.app import STATIC, _base_app, _check_size, health_body
+from aiayn.inference.fill_mask import MaskFiller
+from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+from aiayn.serve.http import STATIC, base_app, check_size, health_body
 from aiayn.serve.limits import Limits
 from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
@@ -79,7 +79,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         else:
             executor.shutdown(wait=True)
 
-    app = _base_app(lifespan, limits)
+    app = base_app(lifespan, limits)
     app.state.batcher = batcher
     cfg = engine.model.config
 
@@ -147,7 +147,7 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
 
 def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
     """413/422 for a text /attention cannot take."""
-    _check_size([text], limits)
+    check_size([text], limits)
     if not text:
         raise HTTPException(422, "text: empty; give a prompt and its continuation")
     n_tokens = len(generator.tokenizer.encode(text))
@@ -158,7 +158,7 @@ def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
 def _checked_prompt(req: GenerateRequest, generator: TextGenerator, batcher: ContinuousBatcher,
                     limits: Limits) -> list[int]:
     """The prompt's ids, or 413/422 naming the field over its limit."""
-    _check_size([req.prompt], limits)
+    check_size([req.prompt], limits)
     if not req.prompt:
         raise HTTPException(422, "prompt: empty; give the text to continue")
     if req.max_new_tokens > limits.max_new_tokens:
@@ -198,7 +198,7 @@ def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits, executor) -
     @app.post("/fill-mask")
     async def fill_mask(req: FillMaskRequest) -> dict:
         """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
-        _check_size([req.text], limits)
+        check_size([req.text], limits)
         try:  # a text without <mask>, or too long, is the client's mistake
             masks = await asyncio.get_running_loop().run_in_executor(executor, filler.fill, req.text, req.top_k)
         except ValueError as err:

@@ -1,7 +1,7 @@
 """The training recipe: one dataclass, read from YAML and overridden by command-line flags.
 
 Each field's help text and choices live here, in its metadata; ``aiayn train``'s flags are generated
-from these fields (``aiayn.cli_args``), so a new field is a new flag with nothing else to edit.
+from these fields (``aiayn.cli.train``), so a new field is a new flag with nothing else to edit.
 Errors name the field (``max_steps: ...``); the command line shows it as its flag (``--max-steps``).
 """
 
@@ -11,12 +11,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiayn.config import PRESETS, ModelConfig, typed_fields
+from aiayn.model.config import PRESETS, ModelConfig, typed_fields
 
 TASKS = ("translation", "lm", "mlm")
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizer.MODEL_TYPES (no torch here)
+TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizers.MODEL_TYPES (no torch here)
 
 
 def _f(default, help: str, choices: tuple | None = None):

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_write_text, is_checkpoint
+from aiayn.io.checkpoint import is_checkpoint
+from aiayn.io.files import atomic_write_text
 from aiayn.training.config import TrainConfig, read_recipe
 
 KEYS = ("recipe", "changes", "output", "variants", "long_valid", "groups")
@@ -97,8 +98,8 @@ def long_valid_bleu(cfg: TrainConfig, share: float) -> float:
     """sacreBLEU of the best checkpoint on the longest ``share`` of the validation pairs (by source words):
     how far positions carry a model beyond the lengths it trained on."""
     from aiayn.evaluation import score
-    from aiayn.training.setup import load_data
-    from aiayn.translate import Translator
+    from aiayn.inference.translator import Translator
+    from aiayn.training.build import load_data
 
     valid = load_data(cfg).valid
     order = sorted(range(len(valid)), key=lambda i: len(valid.sources[i].split()), reverse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_write_text
+from aiayn.io.files import atomic_write_text
 
 
 class RunLog:

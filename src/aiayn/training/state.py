@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from aiayn.checkpoint import atomic_write_text, read_json, write_checkpoint
-from aiayn.models import TransformerModel
-from aiayn.tokenizer import TokenizerPair
+from aiayn.io.checkpoint import write_checkpoint
+from aiayn.io.files import atomic_write_text, read_json
+from aiayn.model.transformer import TransformerModel
+from aiayn.tokenizers import TokenizerPair
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.data.batching import lm_blocks, pad_batch, token_batches
 from aiayn.data.corpus import Parallel
 from aiayn.data.shards import ShardedPairs
-from aiayn.tokenizer import TokenizerPair
+from aiayn.model.config import FIRST_ORDINARY_ID, ModelConfig
+from aiayn.tokenizers import TokenizerPair
 from aiayn.training.objective import label_smoothed_cross_entropy, shift_target, symmetric_kl
 
 

@@ -16,15 +16,13 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from aiayn.checkpoint import recover
 from aiayn.evaluation import score
-from aiayn.models import TransformerModel, build_model
-from aiayn.tokenizer import TokenizerPair
+from aiayn.inference.translator import Translator
+from aiayn.io.files import recover
+from aiayn.model.transformer import TransformerModel, build_model
+from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed
-from aiayn.training.config import TrainConfig
-from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
-from aiayn.training.runlog import RunLog
-from aiayn.training.setup import (
+from aiayn.training.build import (
     autocast_dtype,
     build_task,
     build_tokenizers,
@@ -33,8 +31,10 @@ from aiayn.training.setup import (
     model_config,
     pick_device,
 )
+from aiayn.training.config import TrainConfig
+from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
-from aiayn.translate import Translator
 
 
 class Trainer:
@@ -52,7 +52,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
         if resume:
-            self.tokenizers = TokenizerPair.load(self.out / "last")
+            self.tokenizers = load_tokenizers(self.out / "last")
             self.model = TransformerModel.load(self.out / "last").train()
         else:
             self.tokenizers = self._shared_tokenizers()
@@ -88,7 +88,7 @@ class Trainer:
             build_tokenizers(self.cfg, self.splits).save(folder)
         if self.dist.enabled:
             torch.distributed.barrier()
-        return TokenizerPair.load(folder)
+        return load_tokenizers(folder)
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.out / "last")

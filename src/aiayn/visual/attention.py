@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.translate import Translator
+from aiayn.inference.translator import Translator
 from aiayn.visual.figures import pyplot, save_figure
 
 KINDS = ("encoder", "decoder_self", "cross")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.checkpoint import atomic_path
+from aiayn.io.files import atomic_path
 
 FORMATS = (".png", ".svg", ".pdf")
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from aiayn.attention import MultiHeadAttention, attention_scores
+from aiayn.model.attention import MultiHeadAttention, attention_scores
 from aiayn.visual.attention import AttentionMaps, attention_for, lm_attention_for
 
 

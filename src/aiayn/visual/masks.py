@@ -1,5 +1,5 @@
 """The mask matrices of section 3.2.3 as the tutorials draw them: rows are queries, columns are keys, 1 = may
-attend (aiayn's one convention: bool, True = may attend). Built by ``aiayn.masks``, never redrawn by hand."""
+attend (aiayn's one convention: bool, True = may attend). Built by ``aiayn.model.masks``, never redrawn by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.masks import causal_mask, decoder_self_mask, key_mask, padding_mask
+from aiayn.model.masks import causal_mask, decoder_self_mask, key_mask, padding_mask
 from aiayn.visual.figures import pyplot, save_figure
 
 KINDS = ("causal", "padding", "cross")

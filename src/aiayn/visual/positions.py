@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.positions import sinusoidal_encoding
+from aiayn.model.positions import sinusoidal_encoding
 from aiayn.visual.figures import pyplot, save_figure
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from aiayn.config import ModelConfig
-from aiayn.models import EncoderDecoder
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import EncoderDecoder
 
 BATCH, SRC_LEN, TGT_LEN = 2, 7, 5  # distinct sizes, so every axis can be told apart
 

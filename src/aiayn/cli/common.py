@@ -1,0 +1,77 @@
+"""What the commands share: the user-error type, flag names, reading and writing lines, the decoding and corpus
+flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class UserError(Exception):
+    """A mistake in the user's input: reported in one line, no traceback."""
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a recipe field: max_steps -> --max-steps."""
+    return "--" + name.replace("_", "-")
+
+
+def read_input(path: str | None) -> list[str]:
+    from aiayn.data.corpus import decode_lines, read_lines
+
+    return read_lines(path) if path else decode_lines(sys.stdin.buffer, "<stdin>")
+
+
+def write_output(lines: list[str], path: str | None) -> None:
+    from aiayn.io.files import atomic_write_text
+
+    text = "".join(line + "\n" for line in lines)
+    if path:
+        atomic_write_text(Path(path), text)
+    else:
+        sys.stdout.write(text)
+
+
+def warn_truncated(translator, where: str) -> None:
+    if translator.truncated:
+        lines = ", ".join(str(i + 1) for i in translator.truncated[:20]) + (" ..." if len(translator.truncated) > 20
+                                                                           else "")
+        print(f"aiayn: warning: {where}: {len(translator.truncated)} line(s) longer than the model's "
+              f"{translator.model.config.max_len} source tokens were cut (lines {lines})", file=sys.stderr)
+
+
+def translator_from_args(args: argparse.Namespace):
+    from aiayn.inference.translator import Translator
+
+    beam_size = args.beam_size if args.beam_size is not None else (1 if args.draft else 4)
+    return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=beam_size, alpha=args.alpha,
+                                      int8=args.int8, bf16=args.bf16, draft=args.draft, max_len_a=args.max_len_a,
+                                      max_len_b=args.max_len_b, shortlist=args.shortlist)
+
+
+def add_decoding(p) -> None:
+    p.add_argument("--beam-size", type=int, dest="beam_size", help="beam size; 1 = greedy (default: 4, or 1 "
+                   "with --draft)")
+    p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
+                   help="GNMT length penalty alpha (default: 1.0)")
+    p.add_argument("--max-len-a", type=float, default=1.5, dest="max_len_a",
+                   help="output length limit: a * source tokens + b (default: a 1.5, b 10; the paper: 1 and 50)")
+    p.add_argument("--max-len-b", type=int, default=10, dest="max_len_b")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
+                   "instructions; small BLEU cost, see docs/decoding.md)")
+    p.add_argument("--draft", help="a smaller checkpoint with the same tokenizers: speculative greedy decoding "
+                   "(the same output as greedy; implies --beam-size 1)")
+    p.add_argument("--shortlist", help="a lexical shortlist (aiayn shortlist): decode each batch over its candidate "
+                   "target tokens only (faster; see docs/decoding.md)")
+    p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
+    p.add_argument("--device", default="cpu")
+
+
+def add_corpus(p) -> None:
+    """--data and what resolves it: the languages and a local copy of a built-in corpus."""
+    p.add_argument("--data", required=True, help="DATA as for aiayn train (built-in name, TSV, prefix or folder)")
+    p.add_argument("--src-lang", dest="src_lang", help="source language (built-in corpora, PREFIX.SRC files)")
+    p.add_argument("--tgt-lang", dest="tgt_lang", help="target language")
+    p.add_argument("--data-dir", dest="data_dir", help="a local copy of a built-in corpus")

@@ -1,0 +1,142 @@
+"""``aiayn translate``, ``evaluate``, ``generate`` and ``fill-mask``: using a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from aiayn.cli.common import UserError, add_decoding, read_input, translator_from_args, warn_truncated, write_output
+
+
+def _add_translate_evaluate(sub) -> None:
+    p = sub.add_parser("translate", help="translate lines from stdin (or --input) to stdout (or --output)",
+                       description="Translate one sentence a line with a checkpoint (a run folder means its best/).")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--input", help="file to translate (plain or .gz; default: stdin)")
+    p.add_argument("--output", help="file to write (default: stdout)")
+    add_decoding(p)
+    e = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF",
+                       description="Translate --src with a checkpoint and score against --ref with sacreBLEU "
+                                   "(13a tokenisation, cased, detokenised) and chrF, with their signatures.")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--src", required=True, help="source file (plain or .gz)")
+    e.add_argument("--ref", required=True, help="reference file (plain or .gz)")
+    e.add_argument("--tokenize", help="sacreBLEU tokenizer, e.g. zh for Chinese output")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--hyp-output", dest="hyp_output", help="also write the translations here")
+    e.add_argument("--tokenized-bleu", dest="tokenized_bleu", metavar="LANG",
+                   help="also the paper's tokenized BLEU (Moses tokens of LANG, compounds split; needs sacremoses)")
+    e.add_argument("--lowercase", action="store_true",
+                   help="score case-insensitively (BLEU, chrF and tokenized BLEU; the signature says case:lc)")
+    add_decoding(e)
+
+
+def _add_family(sub) -> None:
+    g = sub.add_parser("generate", help="continue a prompt with a language model (decoder-only checkpoint)",
+                       description="Continue --prompt (or stdin) with a decoder-only checkpoint, streaming the text "
+                                   "as it is generated. --temperature 0 is greedy.")
+    g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
+    g.add_argument("--max-new-tokens", type=int, default=200, dest="max_new_tokens")
+    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default: 1.0)")
+    g.add_argument("--top-k", type=int, default=0, dest="top_k", help="keep the k most likely tokens (0 = all)")
+    g.add_argument("--top-p", type=float, default=1.0, dest="top_p", help="nucleus sampling mass (default: 1.0)")
+    g.add_argument("--seed", type=int, help="random seed: the same seed gives the same text")
+    g.add_argument("--num-samples", type=int, default=1, dest="num_samples")
+    g.add_argument("--device", default="cpu")
+    f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
+                       description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
+    f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    f.add_argument("text", help='e.g. "a man <mask> a horse ."')
+    f.add_argument("--top-k", type=int, default=5, dest="top_k")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.add_argument("--device", default="cpu")
+
+
+def translate(args: argparse.Namespace) -> int:
+    lines = read_input(args.input)
+    translator = translator_from_args(args)
+    write_output(translator.translate(lines, args.batch_size), args.output)
+    warn_truncated(translator, args.input or "<stdin>")
+    if translator.draft is not None:
+        print(translator.speculative.summary(), file=sys.stderr)
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from aiayn.data.corpus import read_lines
+    from aiayn.evaluation import score
+    sources, refs = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(refs):
+        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")
+    if not sources:
+        raise UserError(f"{args.src}: no lines to translate; give a test set with at least one sentence")
+    translator = translator_from_args(args)
+    hyps = translator.translate(sources, args.batch_size)
+    warn_truncated(translator, args.src)
+    if args.hyp_output:
+        write_output(hyps, args.hyp_output)
+    result = score(hyps, refs, args.tokenize, args.lowercase)
+    extra = {"truncated_lines": len(translator.truncated)}
+    if args.tokenized_bleu:
+        from aiayn.evaluation import tokenized_bleu
+
+        extra["tokenized_bleu"] = round(tokenized_bleu(hyps, refs, args.tokenized_bleu, args.lowercase), 2)
+    if translator.draft is not None:
+        stats = translator.speculative
+        print(stats.summary(), file=sys.stderr)
+        extra.update(acceptance_rate=round(stats.acceptance_rate, 4),
+                     tokens_per_main_pass=round(stats.tokens_per_main_pass, 3))
+    if args.json:
+        print(json.dumps({**result.to_dict(), **extra}))
+    else:
+        print(f"BLEU = {result.bleu:.2f}  ({result.bleu_signature})")
+        print(f"chrF = {result.chrf:.2f}  ({result.chrf_signature})")
+        if args.tokenized_bleu:
+            print(f"tokenized BLEU = {extra['tokenized_bleu']:.2f}  (Moses tokens, compounds split: the paper's)")
+    return 0
+
+
+def generate(args: argparse.Namespace) -> int:
+    from aiayn.inference.generator import TextGenerator
+
+    for name in ("max_new_tokens", "num_samples"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be a positive integer")
+    prompt = args.prompt if args.prompt is not None else "\n".join(read_input(None))
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device)
+
+    def show(sample: int, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    stream = args.num_samples == 1
+    texts = generator.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+                               args.num_samples, show if stream else None)
+    if stream:
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
+    return 0
+
+
+def fill_mask(args: argparse.Namespace) -> int:
+    from aiayn.inference.fill_mask import MaskFiller
+
+    if args.top_k < 1:
+        raise UserError("--top-k: must be a positive integer")
+    masks = MaskFiller.from_checkpoint(args.checkpoint, args.device).fill(args.text, args.top_k)
+    if args.json:
+        print(json.dumps({"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
+                                     for c in cands] for cands in masks]}, ensure_ascii=False))
+        return 0
+    for n, cands in enumerate(masks, start=1):
+        print(f"<mask> {n}: " + "  ".join(f"{c.token.strip() or repr(c.token)} {c.probability:.3f}" for c in cands))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """This group's commands on the ``aiayn`` parser."""
+    _add_translate_evaluate(sub)
+    _add_family(sub)

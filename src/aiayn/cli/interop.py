@@ -1,0 +1,57 @@
+"""``aiayn import`` and ``export``: pretrained models in and out."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _add_import(sub) -> None:
+    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT) as a checkpoint",
+                       description="Read a local Hugging Face model folder (config.json, model.safetensors, the "
+                                   "tokenizer files) of a MarianMTModel, GPT2LMHeadModel or BertForMaskedLM and write "
+                                   "an aiayn checkpoint that translate, generate, fill-mask, serve and show take. "
+                                   "Nothing is downloaded: see docs/pretrained.md for getting the folder.")
+    p.add_argument("folder", help="the Hugging Face model folder")
+    p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
+
+
+def import_(args: argparse.Namespace) -> int:
+    from aiayn.interop import import_pretrained
+
+    print(import_pretrained(args.folder, args.output))
+    return 0
+
+
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="export a translator as a Hugging Face Marian folder or a CTranslate2 model",
+                       description="Write an aiayn encoder-decoder checkpoint as a Hugging Face Marian folder "
+                                   "(MarianMTModel.from_pretrained loads it) or, through CTranslate2's converter, a "
+                                   "CTranslate2 model. Options Marian cannot express are named in the error.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--format", required=True, choices=["hf", "ctranslate2"], dest="format")
+    p.add_argument("--output", required=True, help="the folder to write")
+    p.add_argument("--quantization", choices=["int8", "int8_float32", "float16", "bfloat16"],
+                   help="ctranslate2 only: store the weights quantized (default: float32)")
+
+
+def export(args: argparse.Namespace) -> int:
+    if args.format == "hf":
+        from aiayn.interop.hf_export import export_hf
+
+        if args.quantization:
+            raise ValueError("--quantization: only for --format ctranslate2")
+        print(export_hf(args.checkpoint, args.output))
+    else:
+        try:
+            from aiayn.interop.ctranslate2 import export_ctranslate2
+        except ImportError:
+            raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") \
+                from None
+        print(export_ctranslate2(args.checkpoint, args.output, args.quantization))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """This group's commands on the ``aiayn`` parser."""
+    _add_import(sub)
+    _add_export(sub)

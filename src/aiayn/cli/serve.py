@@ -1,0 +1,57 @@
+"""``aiayn serve``: the HTTP server and its web page."""
+
+from __future__ import annotations
+
+import argparse
+
+from aiayn.cli.common import (
+    flag,
+)
+
+
+def _add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="HTTP server: translation API and a web page that shows attention",
+                       description="Serve a checkpoint with FastAPI + uvicorn: POST /translate, POST /attention, "
+                                   "GET /health, GET / (web page), OpenAPI docs at /docs.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="default beam size (default: 4)")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
+                   "instructions; small BLEU cost, see docs/decoding.md)")
+    p.add_argument("--device", default="cpu")
+    _add_limits(p)
+    p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
+                   help="texts decoded together by the dynamic batcher")
+    p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
+                   help="how long the batcher waits for more requests")
+
+
+def _add_limits(p) -> None:
+    """One flag per ``Limits`` field (its help and default from the field)."""
+    import dataclasses
+
+    from aiayn.serve.limits import Limits
+
+    for f in dataclasses.fields(Limits):
+        kind = {"int": int, "float": float}[f.type]
+        p.add_argument(flag(f.name), dest=f.name, type=kind, default=f.default,
+                       help=f"{f.metadata['help']} (default: {f.default})")
+
+
+def serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from aiayn.serve.app import run_server
+    from aiayn.serve.limits import Limits
+
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    run_server(args.checkpoint, args.host, args.port, limits, beam_size=args.beam_size, int8=args.int8,
+               bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """This group's commands on the ``aiayn`` parser."""
+    _add_serve(sub)

@@ -1,0 +1,95 @@
+"""``aiayn plot`` (a run's curves) and ``aiayn show`` (attention per head, positions, masks, tensor shapes)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _add_plot(sub) -> None:
+    p = sub.add_parser("plot", help="draw a run's curves (loss, lr, validation BLEU) to PNG")
+    p.add_argument("run", help="run folder with metrics.jsonl")
+    p.add_argument("--output", help="PNG file (default: RUN/curves.png)")
+
+
+def plot(args: argparse.Namespace) -> int:
+    from aiayn.visual.plots import plot_run
+
+    for path in plot_run(Path(args.run), args.output):
+        print(path)
+    return 0
+
+
+def _add_show(sub) -> None:
+    from aiayn.model.config import PRESETS
+
+    show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, masks, tensor shapes")
+    what = show.add_subparsers(dest="what", required=True)
+    a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
+                        description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
+                                    "and cross-attention as a grid of layers x heads, tokens on the axes.")
+    a.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    a.add_argument("sentence", help="the source sentence")
+    a.add_argument("--target", help="target sentence to force (default: the model's own translation)")
+    a.add_argument("--kind", choices=["all", "encoder", "decoder_self", "cross"], default="all")
+    a.add_argument("--output", default="attention.png", help="PNG, SVG or PDF file (default: attention.png)")
+    a.add_argument("--device", default="cpu")
+    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products")
+    p.add_argument("--d-model", type=int, default=128, dest="d_model")
+    p.add_argument("--length", type=int, default=100, help="number of positions")
+    p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
+    m = what.add_parser("mask", help="a mask matrix (causal, padding, cross) as text, or a picture with --output",
+                        description="Rows are queries, columns keys; 1 = may attend (built by aiayn.model.masks).")
+    m.add_argument("--kind", choices=["causal", "padding", "cross"], default="causal")
+    m.add_argument("--length", type=int, default=6, help="tokens (the queries; for cross the target's)")
+    m.add_argument("--pad", type=int, default=0, help="how many of the last keys are padding (default: 0)")
+    m.add_argument("--src-length", type=int, dest="src_length", help="cross: source tokens (default: --length)")
+    m.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
+    s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
+    s.add_argument("--preset", choices=list(PRESETS), default="tiny")
+    s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
+    s.add_argument("--output", help="also write the table to this text file")
+
+
+def show(args: argparse.Namespace) -> int:
+    if args.what == "positions":
+        from aiayn.visual.positions import plot_positions
+
+        print(plot_positions(args.d_model, args.length, args.output))
+    elif args.what == "mask":
+        from aiayn.visual.figures import check_output
+        from aiayn.visual.masks import format_mask, mask_matrix, plot_mask
+
+        if args.output:
+            check_output(args.output)
+        mask = mask_matrix(args.kind, args.length, args.pad, args.src_length)
+        sys.stdout.write(format_mask(mask, args.kind))
+        if args.output:
+            print(plot_mask(mask, args.kind, args.output))
+    elif args.what == "shapes":
+        from aiayn.io.files import atomic_write_text
+        from aiayn.model.config import ModelConfig
+        from aiayn.visual.shapes import format_table, trace_shapes
+
+        config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size)
+        table = format_table(trace_shapes(config), config)
+        sys.stdout.write(table)
+        if args.output:
+            atomic_write_text(Path(args.output), table)
+    else:
+        from aiayn.inference.translator import Translator
+        from aiayn.visual.attention import KINDS, attention_for, plot_attention
+        from aiayn.visual.figures import check_output
+
+        check_output(args.output)
+        maps = attention_for(Translator.from_checkpoint(args.checkpoint, args.device), args.sentence, args.target)
+        print(f"translation: {maps.translation}")
+        print(plot_attention(maps, args.output, KINDS if args.kind == "all" else (args.kind,)))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """This group's commands on the ``aiayn`` parser."""
+    _add_plot(sub)
+    _add_show(sub)

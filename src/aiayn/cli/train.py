@@ -1,0 +1,180 @@
+"""``aiayn train``, ``average``, ``experiment`` and ``distill``: making models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from aiayn.cli.common import (
+    UserError,
+    add_corpus,
+    flag,
+)
+
+
+def _add_train(sub) -> None:
+    """``aiayn train``: --config and --resume, then one flag per TrainConfig field (its help, type and
+    choices from the field; default None, so only the flags given override the recipe)."""
+    import dataclasses
+
+    from aiayn.training.config import TrainConfig
+
+    p = sub.add_parser("train", help="train a model (translation, lm or mlm) on your data",
+                       description="Train from a YAML recipe and/or flags (flags win). DATA is a built-in name "
+                                   "(multi30k, tatoeba-cmn, copy, reverse, numbers) or a path: a TSV "
+                                   "(source<TAB>target) or a prefix of PREFIX.SRC / PREFIX.TGT files (plain or .gz); "
+                                   "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.")
+    p.add_argument("--config", help="YAML recipe (see configs/)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint "
+                   "(with its recipe; flags may change only limits such as --max-steps)")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "model":
+            continue  # a mapping: recipe files only
+        kind = f.type.split(" |")[0]
+        default = getattr(defaults, f.name)
+        text = f"{f.metadata['help']} (default: {default})".replace("%", "%%")
+        if kind == "bool":
+            p.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            p.add_argument(flag(f.name), dest=f.name, type={"int": int, "float": float}.get(kind, str),
+                           choices=f.metadata.get("choices"), help=text)
+
+
+def _recipe(args: argparse.Namespace):
+    """The run's TrainConfig: the recipe file, then the flags given; with --resume, the run's own recipe
+    with only the changes a resumed run may take (reported on stderr)."""
+    import dataclasses
+
+    from aiayn.io.files import read_json
+    from aiayn.training.config import TrainConfig, read_recipe, resume_recipe
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+             if getattr(args, f.name, None) is not None}
+    requested = {**(read_recipe(args.config) if args.config else {}), **given}
+    source = args.config or "aiayn train"
+    if not args.resume:
+        return TrainConfig.from_dict(requested, source)
+    out = Path(requested.get("output", TrainConfig.output))
+    if not (out / "last" / "trainer.json").is_file():
+        raise UserError(f"--resume: {out / 'last'} holds no checkpoint to resume from")
+    saved = read_json(out / "last" / "trainer.json").get("recipe")
+    if not isinstance(saved, dict):
+        raise UserError(f"{out / 'last' / 'trainer.json'}: no recipe saved; cannot resume this run")
+    cfg, changes = resume_recipe(saved, {**requested, "output": str(out)}, source)
+    for line in changes:
+        print(f"aiayn: resume: {line}", file=sys.stderr)
+    return cfg
+
+
+def _check_output_folder(out: Path) -> None:
+    """--output must be a folder we can write (created if missing)."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output: {out} is a file; give a folder for the run")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as err:
+        raise UserError(f"--output: cannot write to {out} ({err.strerror or err}); choose another folder") from None
+
+
+def train(args: argparse.Namespace) -> int:
+    from aiayn.io.checkpoint import is_checkpoint
+
+    cfg = _recipe(args)
+    out = Path(cfg.output)
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restarts and not args.resume and is_checkpoint(out / "last"):  # torchrun --max-restarts restarted us
+        print(f"aiayn: torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
+        args.resume = True
+        cfg = _recipe(args)
+    _check_output_folder(out)
+    if not args.resume and is_checkpoint(out / "last"):
+        raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
+    from aiayn.training.trainer import Trainer
+
+    trainer = Trainer(cfg, resume=args.resume)
+    result = trainer.train()
+    print(json.dumps(result))
+    if trainer.stopped_by_signal:
+        print(f"aiayn: stopped by SIGTERM at step {trainer.step}; {out / 'last'} is saved: continue with --resume",
+              file=sys.stderr)
+        return 128 + 15
+    return 0
+
+
+def _add_average(sub) -> None:
+    a = sub.add_parser("average", help="average checkpoints into one (the paper's trick)",
+                       description="Average the last K step checkpoints of a run (or the folders given).")
+    a.add_argument("--run", help="run folder whose checkpoints/step_* to average")
+    a.add_argument("--last", type=int, default=5, help="how many of the newest (default: 5)")
+    a.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --run)")
+    a.add_argument("--output", required=True, help="folder for the averaged checkpoint")
+
+
+def average(args: argparse.Namespace) -> int:
+    from aiayn.training.average import average_checkpoints, step_checkpoints
+
+    folders = [Path(p) for p in args.checkpoints] or step_checkpoints(Path(args.run))[-args.last:]
+    average_checkpoints(folders, Path(args.output))
+    print(f"averaged {len(folders)} checkpoints into {args.output}")
+    return 0
+
+
+def _add_experiment(sub) -> None:
+    p = sub.add_parser("experiment", help="train the variants of an experiment file and write its table and plots",
+                       description="Train every variant of FILE (a YAML experiment: a base recipe, the shared budget, "
+                                   "and NAME: {changes}) into OUTPUT/NAME, resuming interrupted ones and skipping "
+                                   "finished ones, then write OUTPUT/results.md, results.json and curves.png.")
+    p.add_argument("file", help="the experiment file (see experiments/)")
+    p.add_argument("--only", nargs="+", help="train only these variants (the table lists all that are done)")
+    p.add_argument("--data-dir", dest="data_dir", help="a local copy of the corpus (no download), for every variant")
+
+
+def experiment(args: argparse.Namespace) -> int:
+    from aiayn.training.experiment import read_experiment, run_experiment
+
+    rows = run_experiment(args.file, args.only, args.data_dir)
+    print(f"{len(rows)} variant(s) done; table: {Path(read_experiment(args.file)['output']) / 'results.md'}")
+    return 0
+
+
+def _add_distill(sub) -> None:
+    p = sub.add_parser("distill", help="translate a corpus with a teacher, for a student to train on",
+                       description="Sequence-level knowledge distillation (Kim & Rush, 2016): the teacher translates "
+                                   "the training sources of DATA; DIR gets train.tsv (source, teacher's translation), "
+                                   "valid.tsv and test.tsv (the real references) and distill.json. Interrupted runs "
+                                   "continue where they stopped. Then: aiayn train --data DIR ...")
+    p.add_argument("--teacher", required=True, help="the teacher's run or checkpoint folder")
+    add_corpus(p)
+    p.add_argument("--output", required=True, help="the corpus folder to write")
+    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="teacher's beam size (default: 4)")
+    p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
+    p.add_argument("--device", default="cpu")
+
+
+def distill(args: argparse.Namespace) -> int:
+    from aiayn.data.datasets import load_splits
+    from aiayn.inference.translator import Translator
+    from aiayn.training.distill import distill
+
+    if args.beam_size < 1 or args.chunk < 1:
+        raise ValueError("--beam-size and --chunk: must be at least 1")
+    splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
+    translator = Translator.from_checkpoint(args.teacher, args.device)
+    about = {"teacher": str(args.teacher), "data": args.data}
+    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """This group's commands on the ``aiayn`` parser."""
+    _add_train(sub)
+    _add_average(sub)
+    _add_experiment(sub)
+    _add_distill(sub)

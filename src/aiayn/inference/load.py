@@ -1,0 +1,23 @@
+"""What every product (translate, generate, fill-mask, serve) does with a checkpoint before using it:
+load it, check it is the family member the product needs (the precision copy: ``aiayn.inference.precision``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiayn.io.checkpoint import resolve_checkpoint
+from aiayn.model.transformer import TransformerModel
+from aiayn.tokenizers import TokenizerPair, load_tokenizers
+
+COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generate",
+            "encoder-only": "aiayn fill-mask"}
+
+
+def load_checkpoint(path: str | Path, arch: str | None = None) -> tuple[TransformerModel, TokenizerPair]:
+    """The model and tokenizers of a checkpoint folder or run folder (its best/); with ``arch``, a checkpoint
+    of another family member is a ValueError that names the command for it."""
+    folder = resolve_checkpoint(path)
+    model = TransformerModel.load(folder)
+    if arch is not None and model.config.arch != arch:
+        raise ValueError(f"{folder} is a {model.config.arch} checkpoint; use {COMMANDS[model.config.arch]}")
+    return model, load_tokenizers(folder)

@@ -1,0 +1,65 @@
+"""Reading a local Hugging Face model folder: ``config.json``, the weights (``model.safetensors``; a folder with
+only ``pytorch_model.bin`` is read with ``torch.load(weights_only=True)``, which unpickles tensors only), and
+mapping its tensors onto aiayn's modules. Nothing here downloads: users bring the folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch import Tensor
+
+SUPPORTED = ("marian", "gpt2", "bert")  # model_type values of config.json
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; give a Hugging Face model folder (config.json, "
+                                "model.safetensors, tokenizer files)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind not in SUPPORTED:
+        raise ValueError(f"{path}: model_type {kind!r} is not supported; aiayn imports {', '.join(SUPPORTED)}")
+    return config
+
+
+def read_weights(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of the folder's weights, by Hugging Face name."""
+    import torch
+    from safetensors.torch import load_file
+
+    if (folder / "model.safetensors").is_file():
+        return load_file(folder / "model.safetensors")
+    if (folder / "pytorch_model.bin").is_file():
+        try:  # tensors only: weights_only refuses any other pickled object
+            return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as err:  # any unpickling failure is the file's fault
+            raise ValueError(f"{folder / 'pytorch_model.bin'}: not a plain tensor file ({err.__class__.__name__}); "
+                             "convert it to model.safetensors with transformers' save_pretrained") from None
+    raise FileNotFoundError(f"{folder}: no model.safetensors (or pytorch_model.bin) in this folder")
+
+
+def take(weights: dict[str, Tensor], name: str, *fallbacks: str) -> Tensor:
+    """The tensor ``name`` (or the first fallback present: tied weights are saved once); missing is an error."""
+    for key in (name, *fallbacks):
+        if key in weights:
+            return weights[key]
+    raise ValueError(f"weights: tensor {name} is missing")
+
+
+def load_mapped(model, mapped: dict[str, Tensor]) -> None:
+    """Load ``mapped`` (aiayn name -> tensor) into ``model``: every parameter must be given, shapes equal."""
+    own = model.state_dict()
+    for name, tensor in mapped.items():
+        if tuple(own[name].shape) != tuple(tensor.shape):
+            raise ValueError(f"weights: tensor for {name} has shape {tuple(tensor.shape)}, the config says "
+                             f"{tuple(own[name].shape)}")
+    missing = sorted(set(own) - set(mapped))
+    if missing:
+        raise ValueError(f"weights: nothing for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    model.load_state_dict({k: v.float() for k, v in mapped.items()})

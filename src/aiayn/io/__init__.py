@@ -1,0 +1,1 @@
+"""Files on disk: atomic files and folders, checkpoint folders."""

@@ -1,0 +1,116 @@
+"""Scaled dot-product attention (section 3.2.1) and multi-head attention (section 3.2.2).
+
+Masks are bool, True = may attend, broadcastable to (B, H, T, S). A query row with no key it may attend
+to (a fully masked row) gives an output of zeros, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.model.cache import KVCache
+from aiayn.model.positions import RotaryEmbedding
+
+
+def attention_scores(q: Tensor, k: Tensor) -> Tensor:
+    """The scaled scores of equation (1): Q K^T / sqrt(d_k). q (..., T, D), k (..., S, D) -> (..., T, S)."""
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Equation (1) written out: softmax(Q K^T / sqrt(d_k)) V, masked scores set to -inf.
+
+    Args:
+        q: (..., T, D) queries; k: (..., S, D) keys; v: (..., S, Dv) values.
+        mask: bool, True = may attend, broadcastable to (..., T, S); None = attend everywhere.
+    Returns:
+        output (..., T, Dv) and the attention weights (..., T, S); fully masked rows are all zeros.
+    """
+    scores = attention_scores(q, k)  # (..., T, S)
+    if mask is None:
+        return (weights := scores.softmax(dim=-1)) @ v, weights
+    live = mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with at least one visible key
+    scores = scores.masked_fill(~(mask | ~live), float("-inf"))
+    weights = scores.softmax(dim=-1) * live  # fully masked rows -> 0
+    return weights @ v, weights
+
+
+def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                   dropout_p: float = 0.0) -> Tensor:
+    """The same as :func:`reference_attention` (output only) through ``F.scaled_dot_product_attention``.
+
+    ``dropout_p`` drops attention weights (training only). Fully masked rows give zeros.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    live = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~live, dropout_p=dropout_p)
+    return out * live
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2), one projection per Q, K, V.
+
+    Args:
+        d_model: model width; n_heads: h, with d_model % h == 0.
+        dropout: dropout on the attention weights.
+        rope: a rotary embedding applied to q and k (self-attention only), or None.
+    """
+
+    def __init__(self, d_model: int = 512, n_heads: int = 8, dropout: float = 0.0,
+                 rope: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+        self.rope = rope
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, H*D) -> (B, H, T, D)."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+
+    def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of a sequence, split into heads: two (B, H, S, D) tensors."""
+        return self.split_heads(self.k_proj(key_value)), self.split_heads(self.v_proj(key_value))
+
+    def heads(self, query: Tensor, key_value: Tensor | None, static_kv: tuple[Tensor, Tensor] | None = None,
+              offset: int | Tensor = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V projected and split into heads (rotary positions applied): three (B, H, ., D) tensors."""
+        q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
+        k, v = static_kv if static_kv is not None else self.project_kv(key_value)
+        if self.rope is not None:
+            q, k = self.rope(q, offset), self.rope(k, offset)
+        return q, k, v
+
+    def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
+                cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
+                offset: int | Tensor = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``query`` to ``key_value``.
+
+        Args:
+            query: (B, T, d_model). key_value: (B, S, d_model); ignored when ``static_kv`` is given.
+            mask: bool, True = may attend, broadcastable to (B, H, T, S_total).
+            cache: a self-attention KV cache; new keys/values are appended and all of them attended.
+            static_kv: keys/values computed once (cross-attention over the encoder memory).
+            offset: absolute position of the first query (rotary positions with a cache); (B,) per row.
+            need_weights: also return the per-head weights (B, H, T, S) through the reference path.
+        Returns:
+            output (B, T, d_model) and the weights or None.
+        """
+        q, k, v = self.heads(query, key_value, static_kv, offset)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S_total, D)
+        weights = None
+        if need_weights:
+            out, weights = reference_attention(q, k, v, mask)
+        else:
+            out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0)
+        out = out.transpose(1, 2).reshape(query.shape)  # (B, T, H*D)
+        return self.out_proj(out), weights

@@ -1,0 +1,218 @@
+"""The one architecture config: a frozen dataclass with the paper's presets, saved as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiayn.io.files import atomic_write_text
+
+# The special token ids, the same for every tokenizer and model (the one place they are defined).
+SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
+FIRST_ORDINARY_ID = 5
+
+ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+SINUSOID_LAYOUTS = ("interleaved", "halves")
+NORMS = ("post", "pre")
+POSITIONS = ("sinusoidal", "learned", "rope", "none")
+SHARING = ("none", "decoder", "all")
+
+PRESETS: dict[str, dict] = {
+    "tiny": dict(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256),
+    "small": dict(d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024),
+    # Table 3 of the paper: base and big.
+    "base": dict(d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6, d_ff=2048),
+    "big": dict(d_model=1024, n_heads=16, n_encoder_layers=6, n_decoder_layers=6, d_ff=4096,
+                dropout=0.3),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Transformer (section 3 of the paper); defaults are the base model.
+
+    Args:
+        arch: which family member ``build_model`` makes: encoder-decoder | decoder-only | encoder-only.
+        vocab_size: source vocabulary (the only one for decoder-only / encoder-only models).
+        tgt_vocab_size: target vocabulary; ``None`` means the same as ``vocab_size``.
+        d_model, n_heads, d_ff: widths (section 3.2.2, 3.3); ``d_model % n_heads == 0``.
+        n_encoder_layers, n_decoder_layers: stack depths N (section 3.1).
+        dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
+        attention_dropout, activation_dropout: dropout on the attention weights and inside the
+            feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
+        activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
+            approximation) or silu (Marian's "swish").
+        norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
+        positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
+            Marian models do not).
+        sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
+            ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
+        share_embeddings: none | decoder (target embedding = output projection) | all (source too).
+        max_len: longest sequence for learned positions (sinusoidal and rope take any length).
+        embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
+        output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM
+            head; the paper has none).
+        output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
+            ``final_logits_bias``).
+        mask_id: the id that stands for a masked token (masked-LM training, fill-mask).
+        pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
+            what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
+            may ``unk_id`` for a model without an unknown token (GPT-2).
+    """
+
+    arch: str = "encoder-decoder"
+    vocab_size: int = 37000
+    tgt_vocab_size: int | None = None
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
+    activation: str = "relu"
+    norm: str = "post"
+    positions: str = "sinusoidal"
+    share_embeddings: str = "all"
+    max_len: int = 1024
+    layer_norm_eps: float = 1e-5
+    position_base: float = 10000.0
+    scale_embeddings: bool = True
+    sinusoid_layout: str = "interleaved"
+    embedding_norm: bool = False
+    output_transform: bool = False
+    output_bias: bool = False
+    pad_id: int = SPECIAL_IDS["pad_id"]
+    bos_id: int = SPECIAL_IDS["bos_id"]
+    eos_id: int = SPECIAL_IDS["eos_id"]
+    unk_id: int = SPECIAL_IDS["unk_id"]
+    mask_id: int = MASK_ID
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def target_vocab(self) -> int:
+        """Size of the vocabulary the output projection predicts."""
+        return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+    @property
+    def d_head(self) -> int:
+        """d_k = d_v = d_model / h (section 3.2.2)."""
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> ModelConfig:
+        """A named preset (tiny, small, base, big) with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    def replace(self, **changes) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def special_ids(self) -> tuple[int, int, int, int]:
+        """(pad, bos, eos, unk)."""
+        return self.pad_id, self.bos_id, self.eos_id, self.unk_id
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        """Fields by name; unknown names and values of the wrong type are errors naming the field."""
+        return cls(**typed_fields(cls, data))
+
+    def save(self, path: str | Path) -> None:
+        """Write the config as JSON, atomically (temp file, then rename)."""
+        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object of config fields")
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+
+
+def typed_fields(cls, data: dict) -> dict:
+    """``data`` checked against the fields of dataclass ``cls``: unknown names are an error, and so is a
+    value of the wrong type; numbers written as text (YAML reads 2e-3 so) convert to float fields."""
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(types)}")
+    return {name: _typed(name, value, types[name]) for name, value in data.items()}
+
+
+def _typed(name: str, value, annotation: str):
+    if value is None and "None" in annotation:
+        return None
+    kind = annotation.split(" |")[0]
+    if kind == "float" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
+    if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    raise ValueError(f"field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, got {value!r}")
+
+
+def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(cfg, name)
+    if value not in choices:
+        raise ValueError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")
+
+
+def _validate(cfg: ModelConfig) -> None:
+    for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
+                          ("positions", POSITIONS), ("share_embeddings", SHARING),
+                          ("sinusoid_layout", SINUSOID_LAYOUTS)):
+        _check_choice(cfg, name, choices)
+    for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) <= 0:
+            raise ValueError(f"{name}: must be a positive integer, got {getattr(cfg, name)!r}")
+    for name in ("n_encoder_layers", "n_decoder_layers"):
+        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 0:
+            raise ValueError(f"{name}: must be a non-negative integer, got {getattr(cfg, name)!r}")
+    if cfg.tgt_vocab_size is not None and cfg.tgt_vocab_size <= 0:
+        raise ValueError(f"tgt_vocab_size: must be a positive integer, got {cfg.tgt_vocab_size!r}")
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
+    if cfg.positions == "rope" and cfg.d_head % 2:
+        raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        value = getattr(cfg, name)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
+    if cfg.share_embeddings == "all" and cfg.arch == "encoder-decoder" and cfg.target_vocab != cfg.vocab_size:
+        raise ValueError("share_embeddings: 'all' needs one joint vocabulary (tgt_vocab_size == vocab_size)")
+    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,
+                "mask_id": cfg.mask_id}
+    for name, value in specials.items():
+        if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
+            raise ValueError(f"{name}: {value} is outside the vocabulary")
+    if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
+        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
+                         "equal pad_id)")
+    if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
+        raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

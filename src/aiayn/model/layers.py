@@ -1,0 +1,177 @@
+"""The encoder and decoder layers of Figure 1, and their N-layer stacks (section 3.1).
+
+Masks are bool, True = may attend. Shapes: x (B, T, d_model), memory (B, S, d_model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.cache import DecoderCache, LayerCache
+from aiayn.model.positions import RotaryEmbedding
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU or SiLU optional. d_model -> d_ff -> d_model."""
+
+    def __init__(self, d_model: int = 512, d_ff: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu") -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class Residual(nn.Module):
+    """Residual connection + LayerNorm around a sublayer (section 3.1, 5.4).
+
+    post-norm (the paper's figure): LayerNorm(x + Dropout(Sublayer(x)));
+    pre-norm (the paper's released code, modern LLMs): x + Dropout(Sublayer(LayerNorm(x))).
+    """
+
+    def __init__(self, d_model: int = 512, dropout: float = 0.1, norm_first: bool = False,
+                 eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention (no causal mask) + FFN, each in a residual block (Figure 1, left)."""
+
+    def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
+                 rope: RotaryEmbedding | None = None, attention_dropout: float | None = None,
+                 activation_dropout: float | None = None) -> None:
+        super().__init__()
+        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
+        self.res_attn = Residual(d_model, dropout, norm_first, eps)
+        self.res_ffn = Residual(d_model, dropout, norm_first, eps)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+        """x (B, S, D); mask broadcastable to (B, H, S, S). Returns x and {"self": (B, H, S, S)} if asked."""
+        weights: dict[str, Tensor] = {}
+
+        def attend(y: Tensor) -> Tensor:
+            out, w = self.self_attn(y, y, mask, need_weights=need_weights)
+            if w is not None:
+                weights["self"] = w
+            return out
+
+        x = self.res_attn(x, attend)
+        return self.res_ffn(x, self.ffn), weights
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention + cross-attention over the memory + FFN (Figure 1, right).
+
+    With ``cross_attention=False`` it is the decoder-only (GPT-style) block.
+    """
+
+    def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
+                 rope: RotaryEmbedding | None = None, cross_attention: bool = True,
+                 attention_dropout: float | None = None, activation_dropout: float | None = None) -> None:
+        super().__init__()
+        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
+        self.res_self = Residual(d_model, dropout, norm_first, eps)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_p) if cross_attention else None
+        self.res_cross = Residual(d_model, dropout, norm_first, eps) if cross_attention else None
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
+        self.res_ffn = Residual(d_model, dropout, norm_first, eps)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
+                cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int | Tensor = 0,
+                need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
+        """x (B, T, D), memory (B, S, D); self_mask (.., T, T_total), cross_mask (.., T, S).
+
+        With a cache, x holds only the new positions (starting at ``offset``); past keys/values come
+        from the cache and the memory's keys/values are computed once.
+        """
+        weights: dict[str, Tensor] = {}
+
+        def self_attend(y: Tensor) -> Tensor:
+            kv = None if cache is None else cache.self_kv
+            out, w = self.self_attn(y, y, self_mask, cache=kv, offset=offset, need_weights=need_weights)
+            if w is not None:
+                weights["self"] = w
+            return out
+
+        def cross_attend(y: Tensor) -> Tensor:
+            static = None
+            if cache is not None:
+                if cache.cross_kv is None:
+                    cache.cross_kv = self.cross_attn.project_kv(memory)
+                static = cache.cross_kv
+            out, w = self.cross_attn(y, memory, cross_mask, static_kv=static, need_weights=need_weights)
+            if w is not None:
+                weights["cross"] = w
+            return out
+
+        x = self.res_self(x, self_attend)
+        if self.cross_attn is not None:
+            x = self.res_cross(x, cross_attend)
+        return self.res_ffn(x, self.ffn), weights
+
+
+class Encoder(nn.Module):
+    """N encoder layers; pre-norm adds a final LayerNorm."""
+
+    def __init__(self, layers: list[EncoderLayer], final_norm: nn.LayerNorm | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm
+
+    def forward(self, x: Tensor, mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """x (B, S, D) -> (B, S, D), and per-layer attention weights when asked."""
+        all_weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            all_weights.append(w)
+        return (self.norm(x) if self.norm is not None else x), all_weights
+
+
+class Decoder(nn.Module):
+    """N decoder layers; pre-norm adds a final LayerNorm."""
+
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.LayerNorm | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
+                cross_mask: Tensor | None = None, cache: DecoderCache | None = None, offset: int | Tensor = 0,
+                need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """x (B, T, D) -> (B, T, D), and per-layer attention weights when asked."""
+        all_weights = []
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.layers[i]
+            x, w = layer(x, memory, self_mask, cross_mask, layer_cache, offset, need_weights)
+            all_weights.append(w)
+        return (self.norm(x) if self.norm is not None else x), all_weights

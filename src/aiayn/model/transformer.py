@@ -1,0 +1,298 @@
+"""The three members of the Transformer family, assembled from the same parts by builder functions.
+
+- EncoderDecoder: the paper's model (Figure 1).
+- DecoderOnly: GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention).
+- EncoderOnly: BERT-style bidirectional encoder with a token-level output head.
+
+Masks are bool, True = may attend; padding is derived from ``config.pad_id``.
+Shape legend: B batch, S source length, T target length, V vocabulary, D d_model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.io.checkpoint import CONFIG, load_weights, verify_checkpoint, write_checkpoint
+from aiayn.model.cache import DecoderCache, DecodeState
+from aiayn.model.config import ModelConfig
+from aiayn.model.embeddings import InputEmbedding, TokenEmbedding, build_positions
+from aiayn.model.init import init_weights
+from aiayn.model.layers import ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLayer
+from aiayn.model.masks import decoder_self_mask, key_mask, left_align, padding_mask
+from aiayn.model.positions import RotaryEmbedding
+
+
+def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
+    positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base,
+                                cfg.sinusoid_layout == "halves")
+    norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+    return InputEmbedding(tokens, positions, cfg.dropout, norm)
+
+
+def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
+    return RotaryEmbedding(cfg.d_head, cfg.position_base) if cfg.positions == "rope" else None
+
+
+def _final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+
+
+def build_encoder(cfg: ModelConfig) -> Encoder:
+    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg),
+                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
+              for _ in range(cfg.n_encoder_layers)]
+    return Encoder(layers, _final_norm(cfg))
+
+
+def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
+    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
+                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg), cross_attention,
+                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
+              for _ in range(cfg.n_decoder_layers)]
+    return Decoder(layers, _final_norm(cfg))
+
+
+def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Linear:
+    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing; a bias only with
+    ``output_bias`` (Marian)."""
+    proj = nn.Linear(cfg.d_model, vocab, bias=cfg.output_bias)
+    if cfg.share_embeddings != "none":
+        proj.weight = tokens.weight
+    return proj
+
+
+class OutputTransform(nn.Module):
+    """BERT's masked-LM head before the output projection: LayerNorm(activation(x W + b)). (B, T, D) -> same."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.activation(self.dense(x)))
+
+
+class TransformerModel(nn.Module):
+    """What every family member shares: its config, save/load, and the step interface decoding drives.
+
+    Decoding (``aiayn.decoding``) talks to every member the same way: ``start(inputs)`` gives the first
+    tokens and a :class:`DecodeState` (with its KV cache), ``step(tokens, state)`` the next-token logits,
+    ``state.reorder(index)`` follows beam search. Members that cannot generate say so.
+    """
+
+    arch = ""
+
+    def __init__(self, config: ModelConfig) -> None:
+        """A preset's config (arch encoder-decoder, the default) is taken by every member: its sizes are
+        kept and its arch set to this class's; a config made for another member is an error."""
+        super().__init__()
+        if config.arch == "encoder-decoder" and self.arch != config.arch:
+            config = config.replace(arch=self.arch)
+        if config.arch != self.arch:
+            raise ValueError(f"arch: {type(self).__name__} needs arch={self.arch!r}, got {config.arch!r}")
+        self.config = config
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``config.json`` + ``model.safetensors`` into ``folder`` atomically."""
+        write_checkpoint(folder, self)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TransformerModel:
+        """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
+        folder's files are checked against its checksums first."""
+        folder = Path(folder)
+        verify_checkpoint(folder)
+        config = ModelConfig.load(folder / CONFIG)
+        model = build_model(config) if cls is TransformerModel else cls(config)
+        load_weights(model, folder)
+        return model.eval()
+
+    def new_cache(self, batch: int, max_len: int, like: Tensor) -> DecoderCache:
+        """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device."""
+        cfg = self.config
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.n_heads, max_len, cfg.d_head,
+                                     like.device, like.dtype)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Begin decoding ``inputs`` (B, S): the first tokens (B*beams, t0) and the state for :meth:`step`,
+        with room in its cache for ``max_new_tokens``. Each input stands for ``beams`` consecutive rows."""
+        raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        """Logits (B, t', V) for every column of ``tokens`` (B, t) not yet in the state's cache."""
+        raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
+
+
+class EncoderDecoder(TransformerModel):
+    """The Transformer of Figure 1. ``forward(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V)``."""
+
+    arch = "encoder-decoder"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        cfg = config
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
+        tgt_tokens = (src_tokens if cfg.share_embeddings == "all"
+                      else TokenEmbedding(cfg.target_vocab, cfg.d_model, cfg.scale_embeddings))
+        self.src_embed = build_embedding(cfg, src_tokens)
+        self.tgt_embed = build_embedding(cfg, tgt_tokens)
+        self.encoder = build_encoder(cfg)
+        self.decoder = build_decoder(cfg)
+        self.output = build_output(cfg, cfg.target_vocab, tgt_tokens)
+        init_weights(self)
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S)
+        return self.decode(tgt_in_ids, self.encode(src_ids), src_mask)
+
+    def encode(self, src_ids: Tensor, need_weights: bool = False) -> Tensor:
+        """Source ids (B, S) -> memory (B, S, D); padding never attended to."""
+        memory, _ = self._encode(src_ids, need_weights)
+        return memory
+
+    def _encode(self, src_ids: Tensor, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        mask = key_mask(padding_mask(src_ids, self.config.pad_id))  # (B, 1, 1, S)
+        return self.encoder(self.src_embed(src_ids), mask, need_weights)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Next-token logits (B, T, V) for target ids (B, T).
+
+        Args:
+            memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
+            cache: with a cache, ``tgt_ids`` are only the new positions (at ``cache.position`` onwards),
+                past keys/values are reused and the new ones appended (incremental decoding).
+            output: another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
+        """
+        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False)
+        return (self.output if output is None else output)(hidden)
+
+    def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None,
+                cache: DecoderCache | None, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        offset = 0 if cache is None else cache.position
+        t = tgt_ids.size(1)
+        tgt_pad = None
+        if cache is None:
+            tgt_pad = padding_mask(tgt_ids, self.config.pad_id)  # (B, T)
+            tgt_pad[:, 0] = True  # the start token is never padding (Marian starts from the pad id)
+        self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device)  # (B|1, 1, T, offset+T)
+        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        x = self.tgt_embed(tgt_ids, offset)
+        return self.decoder(x, memory, self_mask, cross_mask, cache, offset, need_weights)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Encode the source once (its memory repeated for the beams); decoding starts from BOS."""
+        memory = self.encode(inputs).repeat_interleave(beams, dim=0)  # (B*beams, S, D)
+        src_mask = padding_mask(inputs, self.config.pad_id).repeat_interleave(beams, dim=0)  # (B*beams, S)
+        if bool(src_mask.all()):
+            src_mask = None  # no padding: no mask, the fastest attention path
+        cache = self.new_cache(memory.size(0), 1 + max_new_tokens, memory) if use_cache else None
+        bos = torch.full((memory.size(0), 1), self.config.bos_id, dtype=torch.long, device=inputs.device)
+        return bos, DecodeState(cache, memory, src_mask)
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        return self.decode(tokens[:, state.position:], state.memory, state.src_mask, state.cache, state.output)
+
+    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
+        """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
+        src_mask = padding_mask(src_ids, self.config.pad_id)
+        memory, enc_w = self._encode(src_ids, need_weights=True)
+        _, dec_w = self._decode(tgt_in_ids, memory, src_mask, None, need_weights=True)
+        return {"encoder": [w["self"] for w in enc_w], "decoder_self": [w["self"] for w in dec_w],
+                "cross": [w["cross"] for w in dec_w]}
+
+
+class DecoderOnly(TransformerModel):
+    """GPT-style language model: ``forward(ids (B, T)) -> next-token logits (B, T, V)``."""
+
+    arch = "decoder-only"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
+        self.embed = build_embedding(config, tokens)
+        self.decoder = build_decoder(config, cross_attention=False)
+        self.output = build_output(config, config.vocab_size, tokens)
+        init_weights(self)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.decode(ids)
+
+    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
+               output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only.
+
+        ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
+        its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
+        another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
+        """
+        offset = 0 if cache is None else cache.position
+        t = ids.size(1)
+        if left_pad is None:
+            keys = padding_mask(ids, self.config.pad_id) if cache is None else None
+            positions = offset
+        else:
+            keys = torch.arange(offset + t, device=ids.device) >= left_pad[:, None]  # (B, offset+T)
+            positions = offset - left_pad  # (B,) per-row position of column ``offset``
+        mask = decoder_self_mask(keys, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
+        hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
+        return (self.output if output is None else output)(hidden)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+              beams: int = 1) -> tuple[Tensor, DecodeState]:
+        """Prompts (B, T), right-padded with pad_id, are left-aligned so that all rows continue in the
+        same column; each row keeps its own positions and never attends to the padding."""
+        tokens, left_pad = left_align(inputs, self.config.pad_id)  # (B, T0), (B,) or None
+        tokens = tokens.repeat_interleave(beams, dim=0)  # (B*beams, T0)
+        left_pad = None if left_pad is None else left_pad.repeat_interleave(beams, dim=0)
+        like = next(self.parameters())  # the cache takes the model's device and dtype
+        cache = self.new_cache(tokens.size(0), tokens.size(1) + max_new_tokens, like) if use_cache else None
+        return tokens, DecodeState(cache, left_pad=left_pad)
+
+    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+        return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output)
+
+    def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
+        """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
+        mask = decoder_self_mask(padding_mask(ids, self.config.pad_id), ids.size(1), ids.size(1), ids.device)
+        _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True)
+        return {"decoder_self": [w["self"] for w in weights]}
+
+
+class EncoderOnly(TransformerModel):
+    """BERT-style encoder: ``forward(ids (B, S)) -> per-token logits (B, S, V)`` (e.g. masked tokens)."""
+
+    arch = "encoder-only"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
+        self.embed = build_embedding(config, tokens)
+        self.encoder = build_encoder(config)
+        self.transform = OutputTransform(config) if config.output_transform else None
+        self.output = build_output(config, config.vocab_size, tokens)
+        init_weights(self)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        mask = key_mask(padding_mask(ids, self.config.pad_id))  # (B, 1, 1, S)
+        hidden, _ = self.encoder(self.embed(ids), mask)
+        if self.transform is not None:
+            hidden = self.transform(hidden)
+        return self.output(hidden)
+
+
+MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderOnly)}
+
+
+def build_model(config: ModelConfig) -> TransformerModel:
+    """The model class that ``config.arch`` names, freshly initialised."""
+    return MODEL_CLASSES[config.arch](config)

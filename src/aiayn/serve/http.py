@@ -1,0 +1,119 @@
+"""What every aiayn server shares: the static files and /docs, the guards (body size, slow clients, 422 without
+the input, 500 without a traceback), the size check of texts, /health's body, and uvicorn's config."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from aiayn.serve.limits import Limits
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("aiayn.serve")
+
+
+def check_size(texts: list[str], limits: Limits) -> None:
+    """Sizes over the limits -> 413; text that is not valid Unicode (a lone surrogate such as \\ud800,
+    which JSON can carry) -> 422."""
+    if len(texts) > limits.max_texts:
+        raise HTTPException(413, f"too many texts: {len(texts)} > {limits.max_texts} per request")
+    for i, text in enumerate(texts):
+        if len(text) > limits.max_chars:
+            raise HTTPException(413, f"text {i} has {len(text)} characters; the limit is {limits.max_chars}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise HTTPException(422, f"text {i}: not valid Unicode at character {err.start} (a lone "
+                                     "surrogate); send UTF-8 text") from None
+
+
+def base_app(lifespan, limits: Limits) -> FastAPI:
+    """What every server shares: the static files, /docs, the guards."""
+    app = FastAPI(title="aiayn", description="Transformer server (Attention Is All You Need)",
+                  lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _add_guards(app, limits)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> FileResponse:
+        """The API from /openapi.json, rendered by a page of ours (no script from elsewhere)."""
+        return FileResponse(STATIC / "docs.html")
+
+    return app
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413, whether it declares its length or not
+    (a chunked body is counted as it arrives and cut off at the limit); a body that does not arrive
+    within ``timeout_s`` gets 408."""
+
+    def __init__(self, app, max_bytes: int, timeout_s: float = 10.0) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
+        received = 0
+
+        async def counted():
+            nonlocal received
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s)
+            except TimeoutError:
+                raise HTTPException(408, f"request body not received within {self.timeout_s:g} s") from None
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _too_large(self, scope, receive, send) -> None:
+        response = JSONResponse({"detail": f"request body over {self.max_bytes} bytes"}, status_code=413)
+        await response(scope, receive, send)
+
+
+def _add_guards(app: FastAPI, limits: Limits) -> None:
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.read_timeout_s)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, err: RequestValidationError):
+        """422 with where and what; the offending input is left out (NaN or a lone surrogate would not
+        encode as JSON, and the client has it anyway)."""
+        detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in err.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, err: Exception):
+        log.exception("internal error")
+        return JSONResponse({"detail": f"internal error: {type(err).__name__}"}, status_code=500)
+
+
+def health_body(cfg, limits: Limits, **counts) -> dict:
+    """What GET /health answers: liveness, the model's dimensions, the limits, and the engine's counts."""
+    model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
+    return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
+
+
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
+                  log_level: str = "info"):
+    """uvicorn's config for ``app``: slow clients time out (headers and body within
+    ``limits.read_timeout_s``, idle keep-alive 5 s), at most ``limits.max_connections`` at once."""
+    import uvicorn
+
+    from aiayn.serve.slow import header_timeout_protocol
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5,
+                          limit_concurrency=limits.max_connections,
+                          http=header_timeout_protocol(limits.read_timeout_s))

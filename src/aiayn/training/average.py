@@ -1,0 +1,33 @@
+"""Checkpoint averaging (section 6.1: the base model averages the last 5 checkpoints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aiayn.io.checkpoint import write_checkpoint
+from aiayn.model.transformer import TransformerModel
+from aiayn.tokenizers import load_tokenizers
+
+
+def step_checkpoints(run: Path) -> list[Path]:
+    """A run's step checkpoints, oldest first."""
+    return sorted((run / "checkpoints").glob("step_*"))
+
+
+def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
+    """Average the weights of ``folders`` (same config) and write a checkpoint folder to ``output``."""
+    if not folders:
+        raise FileNotFoundError("no checkpoints to average (is keep_last > 0 in the recipe?)")
+    models = [TransformerModel.load(f) for f in folders]
+    configs = {m.config for m in models}
+    if len(configs) != 1:
+        raise ValueError(f"checkpoints {', '.join(map(str, folders))} have different configs; cannot average")
+    merged = models[0]
+    with torch.no_grad():
+        for name, param in merged.named_parameters():
+            stacked = torch.stack([dict(m.named_parameters())[name] for m in models])  # (K, ...)
+            param.copy_(stacked.mean(dim=0))
+    write_checkpoint(output, merged, load_tokenizers(folders[-1]))
+    return merged

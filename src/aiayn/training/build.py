@@ -1,0 +1,111 @@
+"""Building what a training run needs from its recipe: device, data, tokenizers, model config, task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aiayn.data.corpus import Parallel, clean, read_lines, read_tsv
+from aiayn.data.datasets import Splits, load_splits, text_corpus
+from aiayn.data.shards import is_shards, read_manifest
+from aiayn.model.config import ModelConfig
+from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
+from aiayn.training.config import TrainConfig
+from aiayn.training.tasks import BlockTask, ShardedTranslationTask, TranslationTask
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` is cuda, then mps, then cpu."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name not in ("cpu", "cuda", "mps") and not name.startswith("cuda:"):
+        raise ValueError(f"device: unknown value {name!r}; choose auto, cpu, cuda or mps")
+    return torch.device(name)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain float32.
+
+    CUDA: ``auto`` picks bf16 where supported, else fp16. CPU: float32 unless ``bf16`` is asked for (mixed
+    precision; fast on CPUs with AVX512-BF16 or AMX); fp16 autocast is CUDA only.
+    """
+    if precision == "fp32" or device.type not in ("cuda", "cpu"):
+        return None
+    if device.type == "cpu":
+        if precision == "fp16":
+            raise ValueError("precision: fp16 autocast needs a CUDA device; use bf16 or fp32 on CPU")
+        return torch.bfloat16 if precision == "bf16" else None
+    if precision == "fp16":
+        return torch.float16
+    if precision == "bf16" or torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float16
+
+
+def load_data(cfg: TrainConfig) -> Splits:
+    """Translation pairs, or (lm / mlm) the text file as one text, split by characters: the first 90%
+    trains, the last 10% validates (the usual language-modelling split); newlines stay in the text."""
+    if is_shards(cfg.data):
+        if cfg.task != "translation":
+            raise ValueError(f"data: {cfg.data} holds preprocessed translation pairs; task {cfg.task} needs a "
+                             "text file")
+        empty = read_manifest(cfg.data).get("empty", 0)  # the pairs are in the shards: nothing to hold here
+        return Splits(Parallel([], [], {"empty": empty}), clean(read_tsv(Path(cfg.data) / "valid.tsv")))
+    if cfg.task == "translation":
+        return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
+                           cfg.synthetic_size)
+    text = "\n".join(read_lines(text_corpus(cfg.data, cfg.data_dir))) + "\n"
+    if not text.strip():
+        raise ValueError(f"data: {cfg.data} holds no text")
+    cut = int(len(text) * 0.9)
+    return Splits(Parallel([text[:cut]], []), Parallel([text[cut:]], []))
+
+
+def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
+    if is_shards(cfg.data):  # the ids in the shards come from this tokenizer
+        return load_tokenizers(Path(cfg.data) / "tokenizer")
+    if cfg.tokenizer is not None:
+        return load_tokenizers(cfg.tokenizer)
+    if cfg.task != "translation":  # SentencePiece learns from lines; the text is encoded whole
+        lines = [line for text in splits.train.sources for line in text.splitlines()]
+        return SentencePiecePair.train(lines, [], cfg.vocab_size, True, cfg.tokenizer_type)
+    return SentencePiecePair.train(splits.train.sources, splits.train.targets, cfg.vocab_size, cfg.joint_vocab,
+                               cfg.tokenizer_type)
+
+
+def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
+    arch = {"translation": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only"}[cfg.task]
+    share = "all" if tokenizers.joint else "decoder"
+    base = {"arch": arch, "vocab_size": len(tokenizers.src), "share_embeddings": share,
+            "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
+            "max_len": max(cfg.max_len, cfg.block_size) + 2}
+    return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
+
+
+def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair, model_cfg: ModelConfig):
+    """The training task: over the shards of a preprocessed folder, else over ``splits.train``."""
+    if is_shards(cfg.data):
+        if cfg.subword_dropout:
+            raise ValueError(f"subword_dropout: {cfg.data} holds ids segmented once by `aiayn preprocess`; "
+                             "train on the text for BPE-dropout")
+        return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed, cfg.rdrop)
+    if cfg.subword_dropout and not isinstance(tokenizers.src, SentencePieceTokenizer):
+        raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
+    return build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout, rdrop=cfg.rdrop)
+
+
+def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,
+               shuffle_seed: int | None = None, subword_dropout: float = 0.0, rdrop: float = 0.0):
+    """A task over ``pairs``; only the training task passes ``subword_dropout`` and ``rdrop`` (validation
+    never samples, and scores one pass)."""
+    seed = cfg.seed if shuffle_seed is None else shuffle_seed
+    if cfg.task == "translation":
+        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout,
+                               rdrop)
+    return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
+                     masked=cfg.task == "mlm")

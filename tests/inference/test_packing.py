@@ -1,0 +1,78 @@
+"""``aiayn.pack``: oneDNN-prepacked linear layers give the plain model's outputs, to float32 rounding."""
+
+import pytest
+import torch
+from torch import nn
+
+from aiayn import build_model, generate, pack, quantize
+from aiayn.inference.precision import inference_copy
+from aiayn.model.packed import PackedLinear, packing_available
+
+from conftest import random_ids, tiny
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only", "encoder-only"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rope"])
+def test_packed_model_logits_equal_the_plain_model(arch, positions):
+    model = build_model(tiny(arch=arch, positions=positions, dropout=0.0)).eval()
+    packed = pack(model)
+    src, tgt = random_ids(3, 7), random_ids(3, 5)
+    with torch.no_grad():
+        args = (src, tgt) if arch == "encoder-decoder" else (src,)
+        torch.testing.assert_close(packed(*args), model(*args), atol=1e-5, rtol=1e-5)
+    assert sum(isinstance(m, PackedLinear) for m in packed.modules()) == sum(
+        isinstance(m, nn.Linear) for m in model.modules())
+    assert not any(isinstance(m, nn.Linear) for m in packed.modules())
+
+
+def test_packing_copies_and_leaves_the_model_alone():
+    model = build_model(tiny()).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pack(model)
+    assert all(type(m) is not PackedLinear for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_packed_linear_takes_any_leading_shape_and_no_bias():
+    for bias in (True, False):
+        linear = nn.Linear(16, 24, bias=bias)
+        packed = PackedLinear(linear)
+        for shape in [(1, 16), (5, 16), (2, 3, 16)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+
+
+def test_packed_generation_equals_plain_generation_with_and_without_cache():
+    torch.manual_seed(0)
+    model = build_model(tiny(dropout=0.0)).eval()
+    packed, src = pack(model), random_ids(4, 6)
+    for strategy in ("greedy", "beam"):
+        expected = generate(model, src, strategy, beam_size=3, max_new_tokens=10)
+        assert generate(packed, src, strategy, beam_size=3, max_new_tokens=10) == expected
+        assert generate(packed, src, strategy, beam_size=3, max_new_tokens=10, use_cache=False) == expected
+
+
+def test_bfloat16_packing_is_close_to_float32():
+    """Packed where the CPU has oneDNN's bf16 kernels; elsewhere ``pack`` refuses in one line and the inference
+    copy is the plain model in bf16: close to float32 either way."""
+    model = build_model(tiny(dropout=0.0)).eval()
+    if packing_available(torch.bfloat16):
+        low = pack(model, torch.bfloat16)
+        assert any(isinstance(m, PackedLinear) for m in low.modules())
+    else:
+        with pytest.raises(RuntimeError, match="no oneDNN bfloat16 kernels"):
+            pack(model, torch.bfloat16)
+        low = inference_copy(model, bf16=True)
+        assert not any(isinstance(m, PackedLinear) for m in low.modules())
+    src, tgt = random_ids(2, 7), random_ids(2, 5)
+    with torch.no_grad():
+        got, want = low(src, tgt), model(src, tgt)
+    assert got.dtype == torch.bfloat16
+    assert float((got.float() - want).abs().max()) < 0.05 * float(want.abs().max())
+
+
+def test_packing_twice_or_quantizing_a_packed_model_is_a_clear_error():
+    packed = pack(build_model(tiny()))
+    for convert in (pack, quantize):
+        with pytest.raises(ValueError, match="already packed"):
+            convert(packed)

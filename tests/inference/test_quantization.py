@@ -1,0 +1,86 @@
+"""Reduced-precision inference: int8 (``aiayn.quantize``) and bfloat16 decode like float32 on a trained model."""
+
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from aiayn import generate, quantize
+from aiayn.inference.translator import Translator
+from aiayn.model.packed import PackedLinear
+
+
+def _sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 8))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def fp32(trained_run) -> Translator:
+    return Translator.from_checkpoint(trained_run, beam_size=2, packed=False)
+
+
+@pytest.mark.parametrize("precision", [{"int8": True}, {"bf16": True}, {"bf16": True, "packed": False}])
+def test_reduced_precision_translates_like_float32(trained_run, fp32, precision):
+    texts = _sentences(60)
+    low = Translator.from_checkpoint(trained_run, beam_size=2, **precision)
+    reference, got = fp32.translate(texts), low.translate(texts)
+    assert sum(a == b for a, b in zip(reference, got, strict=True)) >= 0.9 * len(texts)
+    assert len(set(reference)) > 0.8 * len(texts)  # real, varied translations, so agreement means something
+
+
+def test_quantize_makes_int8_linears_and_leaves_the_model_alone(fp32):
+    model = fp32.model
+    q = quantize(model)
+    kinds = {type(m).__module__ for m in q.modules()}
+    assert any("quantized" in k for k in kinds)
+    assert all(type(m) is not torch.ao.nn.quantized.dynamic.Linear for m in model.modules())
+
+
+def test_packed_translator_gives_the_plain_translations(trained_run, fp32):
+    packed = Translator.from_checkpoint(trained_run, beam_size=2)
+    assert any(isinstance(m, PackedLinear) for m in packed.model.modules())
+    texts = _sentences(60, seed=2)
+    assert packed.translate(texts) == fp32.translate(texts)
+
+
+def test_bf16_cached_decoding_equals_uncached(fp32):
+    model = fp32.model.to(torch.bfloat16)
+    try:
+        src = torch.tensor([fp32.source_ids(t) for t in _sentences(6, seed=1) if len(t) == 9] or [[5, 6, 7]])
+        for strategy in ("greedy", "beam"):
+            cached = generate(model, src, strategy, beam_size=3, max_new_tokens=12)
+            uncached = generate(model, src, strategy, beam_size=3, max_new_tokens=12, use_cache=False)
+            assert cached == uncached
+        assert next(model.parameters()).dtype == torch.bfloat16
+    finally:
+        model.float()
+
+
+def test_reduced_precision_translators_leave_the_callers_model_alone(fp32):
+    for options in ({"int8": True}, {"bf16": True}, {"bf16": True, "packed": False}):
+        translator = Translator(fp32.model, fp32.tokenizers, **options)
+        assert translator.model is not fp32.model
+        assert {p.dtype for p in fp32.model.parameters()} == {torch.float32}
+        assert all(type(m) is not PackedLinear for m in fp32.model.modules())
+
+
+def test_int8_with_bf16_is_one_line_error(trained_run):
+    result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run), "--int8",
+                             "--bf16"], input="a b c\n", capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == ["aiayn: error: --int8 and --bf16: choose one precision"]
+
+
+def test_translate_command_with_bf16_and_int8(trained_run, fp32):
+    texts = _sentences(8, seed=3)
+    expected = fp32.translate(texts)
+    for flag in ("--bf16", "--int8"):
+        result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run),
+                                 "--beam-size", "2", flag], input="\n".join(texts) + "\n", capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        got = result.stdout.splitlines()
+        assert len(got) == len(texts) and sum(a == b for a, b in zip(got, expected, strict=True)) >= 6

@@ -1,0 +1,99 @@
+"""The checkpoint layer: atomic files and folders, recovery after a kill, resolving, damaged files."""
+
+import json
+
+import pytest
+import torch
+
+from aiayn import EncoderDecoder, TransformerModel
+from aiayn.io.checkpoint import resolve_checkpoint
+from aiayn.io.files import atomic_directory, atomic_path, atomic_write_text, read_json, recover
+
+from conftest import tiny
+
+
+def test_atomic_file_replaces_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "out.txt"
+    atomic_write_text(target, "first\n")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert target.read_text() == "first\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    with atomic_path(tmp_path / "fig.png") as tmp:
+        assert tmp.suffix == ".png" and tmp.parent == tmp_path  # same folder, same suffix (format by name)
+        tmp.write_bytes(b"png")
+    assert (tmp_path / "fig.png").read_bytes() == b"png"
+
+
+def test_recover_restores_a_folder_killed_between_renames_and_drops_strays(tmp_path):
+    with atomic_directory(tmp_path / "last") as tmp:
+        (tmp / "a").write_text("1")
+    (tmp_path / "last").rename(tmp_path / ".last.old")  # killed after the old folder moved aside
+    (tmp_path / ".best.x1.tmp").mkdir()  # killed mid-write
+    (tmp_path / ".metrics.y.tmp.jsonl").write_text("")
+    removed = recover(tmp_path)
+    assert (tmp_path / "last" / "a").read_text() == "1"
+    assert {p.name for p in removed} == {".best.x1.tmp", ".metrics.y.tmp.jsonl"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+    (tmp_path / ".last.old").mkdir()  # a stale old copy beside a whole folder is dropped
+    recover(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+
+
+def test_resolve_checkpoint(tmp_path):
+    model = EncoderDecoder(tiny())
+    model.save(tmp_path / "run" / "last")
+    assert resolve_checkpoint(tmp_path / "run") == tmp_path / "run" / "last"
+    model.save(tmp_path / "run" / "best")
+    assert resolve_checkpoint(tmp_path / "run") == tmp_path / "run" / "best"
+    assert resolve_checkpoint(tmp_path / "run" / "last") == tmp_path / "run" / "last"
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint folder"):
+        resolve_checkpoint(tmp_path)
+
+
+def test_damaged_files_are_errors_naming_them(tmp_path):
+    (tmp_path / "t.json").write_text('{"step": 3')
+    with pytest.raises(ValueError, match=r"t\.json: damaged"):
+        read_json(tmp_path / "t.json")
+    (tmp_path / "t.json").write_text("[1]")
+    with pytest.raises(ValueError, match="JSON object"):
+        read_json(tmp_path / "t.json")
+    model = EncoderDecoder(tiny())
+    model.save(tmp_path / "ckpt")
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(ValueError, match=r"model\.safetensors: checksum mismatch"):
+        TransformerModel.load(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "checksums.json").unlink()  # a folder from before checksums: safetensors finds it
+    with pytest.raises(ValueError, match=r"model\.safetensors: damaged or truncated"):
+        TransformerModel.load(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("damage", ["truncate weights", "edit config", "delete weights"])
+def test_checksums_find_a_damaged_or_edited_checkpoint(tmp_path, damage):
+    EncoderDecoder(tiny()).save(tmp_path / "ckpt")
+    folder = tmp_path / "ckpt"
+    listed = json.loads((folder / "checksums.json").read_text())
+    assert sorted(listed) == ["config.json", "model.safetensors"] and all(len(v) == 64 for v in listed.values())
+    TransformerModel.load(folder)  # intact: loads
+    if damage == "truncate weights":
+        (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:-8])
+    elif damage == "edit config":  # still valid JSON and a valid config: only the checksum can tell
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "dropout": 0.2}))
+    else:
+        (folder / "model.safetensors").unlink()
+    name = "config" if damage == "edit config" else "model"
+    with pytest.raises(ValueError, match=rf"ckpt/{name}\.\w+: (checksum mismatch|missing)"):
+        TransformerModel.load(folder)
+
+
+def test_saved_folder_holds_json_config_safetensors_and_checksums_only(tmp_path):
+    model = EncoderDecoder(tiny())
+    model.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checksums.json", "config.json",
+                                                                      "model.safetensors"]
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["d_model"] == 64
+    loaded = TransformerModel.load(tmp_path / "ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),
+                                                  strict=True))

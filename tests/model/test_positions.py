@@ -1,0 +1,64 @@
+"""Positions: sinusoidal properties, learned-table limits, rotary embedding."""
+
+import math
+
+import pytest
+import torch
+
+from aiayn.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions, sinusoidal_encoding
+
+
+def test_sinusoidal_any_length_and_offset_consistent():
+    long = sinusoidal_encoding(5000, 32)
+    assert long.shape == (5000, 32) and torch.isfinite(long).all()
+    torch.testing.assert_close(sinusoidal_encoding(10, 32, offset=7), long[7:17])
+
+
+def test_sinusoidal_relative_position_is_a_linear_map():
+    """Section 3.5: PE(pos + k) is a linear function (a rotation per pair) of PE(pos)."""
+    d, k = 8, 3
+    pe = sinusoidal_encoding(20, d, dtype=torch.float64)
+    for i in range(d // 2):
+        w = k / 10000 ** (2 * i / d)
+        rot = torch.tensor([[math.cos(w), -math.sin(w)], [math.sin(w), math.cos(w)]], dtype=torch.float64)
+        pair = pe[:, 2 * i: 2 * i + 2]  # (L, 2): (sin, cos)
+        torch.testing.assert_close(pair[:-k] @ rot, pair[k:])
+
+
+def test_learned_positions_refuse_too_long():
+    table = LearnedPositions(8, 4)
+    assert table(8).shape == (8, 4)
+    with pytest.raises(ValueError, match="max_len=8"):
+        table(9)
+    with pytest.raises(ValueError, match="max_len=8"):
+        table(2, offset=7)
+
+
+def test_rope_rotates_pairs_and_depends_only_on_relative_position():
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    # the score between positions m and n depends on m - n only
+    s1 = (rope(q, 5) * rope(k, 2)).sum()
+    s2 = (rope(q, 13) * rope(k, 10)).sum()
+    torch.testing.assert_close(s1, s2, atol=1e-5, rtol=0)
+    # norms are preserved, position 0 is the identity
+    torch.testing.assert_close(rope(q, 9).norm(), q.norm())
+    torch.testing.assert_close(rope(q, 0), q)
+    # the first pair rotates by m * theta_0 = m radians
+    x = torch.zeros(1, 1, 1, 8)
+    x[..., 0] = 1.0
+    out = rope(x, 2)
+    torch.testing.assert_close(out[..., :2].flatten(), torch.tensor([math.cos(2), math.sin(2)]))
+
+
+def test_marian_halves_layout_puts_every_sin_before_every_cos():
+    """Marian's layout: dimension i < D/2 is sin(pos / 10000^(2i/D)), dimension D/2 + i its cos."""
+    d, n = 10, 7
+    pe = SinusoidalPositions(d, halves=True)(n)
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    angle = pos / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (n, D/2)
+    expected = torch.cat([angle.sin(), angle.cos()], dim=1).float()
+    assert torch.allclose(pe, expected, atol=1e-6)
+    assert torch.equal(pe[:, : d // 2], SinusoidalPositions(d)(n)[:, 0::2])  # the same values, moved
+    offset = torch.tensor([0, 3])
+    assert torch.allclose(SinusoidalPositions(d, halves=True)(2, offset)[1], pe[3:5])  # per-row offsets too

@@ -1,0 +1,35 @@
+"""Checkpoint averaging (section 6.1): the mean of the weights, with the config and tokenizer kept."""
+
+import pytest
+import torch
+
+from aiayn import EncoderDecoder, TransformerModel
+from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer
+from aiayn.training.average import average_checkpoints, step_checkpoints
+
+from conftest import tiny
+
+
+def test_average_is_the_mean_of_the_weights(tmp_path):
+    tokenizers = SentencePiecePair(SentencePieceTokenizer.train(["a b c d"] * 20, vocab_size=270))
+    folders = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = EncoderDecoder(tiny())
+        folder = tmp_path / "run" / "checkpoints" / f"step_{seed:08d}"
+        model.save(folder)
+        tokenizers.save(folder)
+        folders.append(folder)
+    assert step_checkpoints(tmp_path / "run") == folders
+    average_checkpoints(folders, tmp_path / "avg")
+    merged = TransformerModel.load(tmp_path / "avg")
+    models = [TransformerModel.load(f) for f in folders]
+    name = "encoder.layers.0.ffn.linear1.weight"
+    expected = sum(m.state_dict()[name] for m in models) / 3
+    torch.testing.assert_close(merged.state_dict()[name], expected)
+    assert (tmp_path / "avg" / "tokenizer.model").is_file()
+    EncoderDecoder(tiny(d_model=32)).save(tmp_path / "other")
+    with pytest.raises(ValueError, match="different configs"):
+        average_checkpoints([folders[0], tmp_path / "other"], tmp_path / "bad")
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        average_checkpoints([], tmp_path / "none")
