@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from aiayn import EncoderDecoder, TransformerModel
-from aiayn.io.checkpoint import resolve_checkpoint
 from aiayn.io.files import atomic_directory, atomic_path, atomic_write_text, read_json, recover
+from aiayn.io.run import resolve_checkpoint
 
 from conftest import tiny
 

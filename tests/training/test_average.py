@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from aiayn import EncoderDecoder, TransformerModel
+from aiayn.io.run import RunFolder
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer
-from aiayn.training.average import average_checkpoints, step_checkpoints
+from aiayn.training.average import average_checkpoints
 
 from conftest import tiny
 
@@ -16,11 +17,12 @@ def test_average_is_the_mean_of_the_weights(tmp_path):
     for seed in range(3):
         torch.manual_seed(seed)
         model = EncoderDecoder(tiny())
-        folder = tmp_path / "run" / "checkpoints" / f"step_{seed:08d}"
+        folder = RunFolder(tmp_path / "run").step(seed * 100)
         model.save(folder)
         tokenizers.save(folder)
         folders.append(folder)
-    assert step_checkpoints(tmp_path / "run") == folders
+    assert folders[1] == tmp_path / "run" / "checkpoints" / "step_00000100"
+    assert RunFolder(tmp_path / "run").steps() == folders
     average_checkpoints(folders, tmp_path / "avg")
     merged = TransformerModel.load(tmp_path / "avg")
     models = [TransformerModel.load(f) for f in folders]

@@ -35,6 +35,8 @@ def test_variants_merge_model_changes_into_the_recipe(experiment):
 
 
 def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experiment, tmp_path, capsys):
+    import yaml
+
     assert main(["experiment", str(experiment), "--only", "base", "one-head"]) == 0
     out = tmp_path / "out"
     rows = json.loads((out / "results.json").read_text())
@@ -50,6 +52,12 @@ def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experim
     assert main(["experiment", str(experiment)]) == 0  # one-head resumes, pre trains, base is left alone
     assert (out / "base" / "result.json").read_text() == first
     assert [r["variant"] for r in json.loads((out / "results.json").read_text())] == ["base", "one-head", "pre"]
+    spec = yaml.safe_load(experiment.read_text())  # an edited file may not change what an unfinished run is
+    spec["variants"]["pre"]["warmup"] = 3
+    experiment.write_text(yaml.safe_dump(spec))
+    (out / "pre" / "result.json").unlink()
+    assert main(["experiment", str(experiment), "--only", "pre"]) == 2
+    assert "warmup: run has 1, asked 3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, words", [("variants: {}\nrecipe: r\noutput: o\n", "give at least one"),

@@ -103,7 +103,8 @@ def _add_shortlist(sub) -> None:
 def shortlist(args: argparse.Namespace) -> int:
     from aiayn.data.datasets import load_splits
     from aiayn.inference.shortlist import build_shortlist
-    from aiayn.io.checkpoint import CONFIG, resolve_checkpoint
+    from aiayn.io.checkpoint import CONFIG
+    from aiayn.io.run import resolve_checkpoint
     from aiayn.model.config import ModelConfig
     from aiayn.tokenizers import load_tokenizers
 

@@ -14,9 +14,11 @@ def _add_plot(sub) -> None:
 
 
 def plot(args: argparse.Namespace) -> int:
+    from aiayn.io.run import RunFolder
     from aiayn.visual.plots import plot_run
 
-    for path in plot_run(Path(args.run), args.output):
+    run = RunFolder(args.run)
+    for path in plot_run(run.records(), Path(args.output) if args.output else run.path / "curves.png", args.run):
         print(path)
     return 0
 

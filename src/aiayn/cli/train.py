@@ -49,8 +49,8 @@ def _recipe(args: argparse.Namespace):
     with only the changes a resumed run may take (reported on stderr)."""
     import dataclasses
 
-    from aiayn.io.files import read_json
-    from aiayn.training.config import TrainConfig, read_recipe, resume_recipe
+    from aiayn.io.run import RunFolder
+    from aiayn.training.config import TrainConfig, read_recipe, resume_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if getattr(args, f.name, None) is not None}
@@ -58,13 +58,7 @@ def _recipe(args: argparse.Namespace):
     source = args.config or "aiayn train"
     if not args.resume:
         return TrainConfig.from_dict(requested, source)
-    out = Path(requested.get("output", TrainConfig.output))
-    if not (out / "last" / "trainer.json").is_file():
-        raise UserError(f"--resume: {out / 'last'} holds no checkpoint to resume from")
-    saved = read_json(out / "last" / "trainer.json").get("recipe")
-    if not isinstance(saved, dict):
-        raise UserError(f"{out / 'last' / 'trainer.json'}: no recipe saved; cannot resume this run")
-    cfg, changes = resume_recipe(saved, {**requested, "output": str(out)}, source)
+    cfg, changes = resume_config(RunFolder(requested.get("output", TrainConfig.output)), requested, source)
     for line in changes:
         print(f"aiayn: resume: {line}", file=sys.stderr)
     return cfg
@@ -118,9 +112,10 @@ def _add_average(sub) -> None:
 
 
 def average(args: argparse.Namespace) -> int:
-    from aiayn.training.average import average_checkpoints, step_checkpoints
+    from aiayn.io.run import RunFolder
+    from aiayn.training.average import average_checkpoints
 
-    folders = [Path(p) for p in args.checkpoints] or step_checkpoints(Path(args.run))[-args.last:]
+    folders = [Path(p) for p in args.checkpoints] or RunFolder(args.run).steps()[-args.last:]
     average_checkpoints(folders, Path(args.output))
     print(f"averaged {len(folders)} checkpoints into {args.output}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.io.checkpoint import resolve_checkpoint
+from aiayn.io.run import resolve_checkpoint
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 

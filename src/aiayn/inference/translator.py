@@ -11,7 +11,7 @@ from aiayn.decoding import SpeculativeStats, generate
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
 from aiayn.inference.shortlist import Shortlist
-from aiayn.io.checkpoint import resolve_checkpoint
+from aiayn.io.run import resolve_checkpoint
 from aiayn.model.transformer import EncoderDecoder, TransformerModel
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 

@@ -1,11 +1,10 @@
-"""The checkpoint layer: what a checkpoint folder is, writing any file or folder atomically, resolving a
-run folder to its checkpoint, and reading weights back (safetensors + JSON; never pickle).
+"""The checkpoint folder: what it is, writing it atomically, and reading weights back (safetensors + JSON;
+never pickle).
 
 A checkpoint folder holds ``config.json`` (the ModelConfig), ``model.safetensors`` (the weights), the
 tokenizer model(s) when it has them, and, for resuming training, ``trainer.json`` + ``trainer.safetensors``.
 Every folder ends with ``checksums.json`` (the SHA-256 of each file), checked when the model loads: a file
-damaged or edited after saving is an error naming it. A run folder holds ``best/`` and ``last/``
-checkpoints, ``checkpoints/step_N/`` and ``metrics.jsonl``.
+damaged or edited after saving is an error naming it. A run folder of checkpoints: ``aiayn.io.run``.
 This module imports no torch at load time (the command line reads it before deciding to).
 """
 
@@ -26,17 +25,6 @@ CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json
 
 def is_checkpoint(folder: str | Path) -> bool:
     return (Path(folder) / CONFIG).is_file()
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A run folder means its ``best/`` (else ``last/``); a checkpoint folder means itself."""
-    path = Path(path)
-    if is_checkpoint(path):
-        return path
-    for name in ("best", "last"):
-        if is_checkpoint(path / name):
-            return path / name
-    raise FileNotFoundError(f"{path}: neither a checkpoint folder (config.json) nor a run folder with best/ or last/")
 
 
 def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,

@@ -11,11 +11,6 @@ from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import load_tokenizers
 
 
-def step_checkpoints(run: Path) -> list[Path]:
-    """A run's step checkpoints, oldest first."""
-    return sorted((run / "checkpoints").glob("step_*"))
-
-
 def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
     """Average the weights of ``folders`` (same config) and write a checkpoint folder to ``output``."""
     if not folders:

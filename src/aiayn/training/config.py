@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig, typed_fields
 
 TASKS = ("translation", "lm", "mlm")
@@ -141,6 +142,12 @@ def read_recipe(path: str | Path) -> dict:
 # Fields a resumed run may change: limits and bookkeeping, not what the model or its data are.
 RESUMABLE_CHANGES = ("max_steps", "time_limit_min", "eval_every", "log_every", "patience", "keep_last",
                      "bleu_sentences", "beam_size", "device", "output", "data_dir")
+
+
+def resume_config(run: RunFolder, requested: dict, source: str) -> tuple[TrainConfig, list[str]]:
+    """The recipe to continue ``run`` with: its saved recipe and the ``requested`` changes it may take
+    (:func:`resume_recipe`); ``aiayn train --resume`` and ``aiayn experiment`` both resume through it."""
+    return resume_recipe(run.saved_recipe(), {**requested, "output": str(run.path)}, source)
 
 
 def resume_recipe(saved: dict, requested: dict, source: str) -> tuple[TrainConfig, list[str]]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.io.checkpoint import is_checkpoint
 from aiayn.io.files import atomic_write_text
-from aiayn.training.config import TrainConfig, read_recipe
+from aiayn.io.run import RunFolder
+from aiayn.training.config import TrainConfig, read_recipe, resume_config
 
 KEYS = ("recipe", "changes", "output", "variants", "long_valid", "groups")
 
@@ -75,15 +75,17 @@ def run_experiment(path: str | Path, only: list[str] | None = None, data_dir: st
         folder = Path(cfg.output)
         if (folder / "result.json").is_file():
             continue
-        Trainer(cfg, resume=is_checkpoint(folder / "last")).train()
+        run = RunFolder(folder)
+        if run.resumable():  # the same check as aiayn train --resume: only limits may differ from the run's recipe
+            cfg, _ = resume_config(run, cfg.to_dict(), f"variant {name}")
+        Trainer(cfg, resume=run.resumable()).train()
         atomic_write_text(folder / "result.json", json.dumps(summarize(cfg, spec)) + "\n")
     return write_report(spec)
 
 
 def summarize(cfg: TrainConfig, spec: dict) -> dict:
     """Best validation BLEU (and its step), last validation loss, steps and training minutes of one run."""
-    folder = Path(cfg.output)
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = RunFolder(cfg.output).records()
     valid = [r for r in rows if "valid_loss" in r]
     best = max(valid, key=lambda r: r.get("valid_bleu", -r["valid_loss"]))
     result = {"best_valid_bleu": best.get("valid_bleu"), "best_step": best["step"],

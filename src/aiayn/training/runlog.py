@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 
 from aiayn.io.files import atomic_write_text
+from aiayn.io.run import RunFolder
 
 
 class RunLog:
-    def __init__(self, out: Path, writes: bool) -> None:
-        self.path, self.writes = out / "metrics.jsonl", writes
-        self.board = _tensorboard(out) if writes else None
+    def __init__(self, run: RunFolder, writes: bool) -> None:
+        self.path, self.writes = run.metrics, writes
+        self.board = _tensorboard(run.path) if writes else None
 
     def write(self, record: dict) -> None:
         """Append one record; numbers of a record with a ``step`` also go to TensorBoard."""

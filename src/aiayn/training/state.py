@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from aiayn.io.checkpoint import write_checkpoint
 from aiayn.io.files import atomic_write_text, read_json
+from aiayn.io.run import TRAINER_JSON, TRAINER_TENSORS
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
 
@@ -59,8 +60,8 @@ def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: Tokenizer
 
     def write_state(tmp: Path) -> None:
         tensors, meta = optimizer_tensors(optimizer)
-        save_file({**tensors, **rng_tensors()}, str(tmp / "trainer.safetensors"))
-        atomic_write_text(tmp / "trainer.json", json.dumps({**trainer, **meta}, indent=1) + "\n")
+        save_file({**tensors, **rng_tensors()}, str(tmp / TRAINER_TENSORS))
+        atomic_write_text(tmp / TRAINER_JSON, json.dumps({**trainer, **meta}, indent=1) + "\n")
 
     resumable = optimizer is not None and trainer is not None
     write_checkpoint(folder, model, tokenizers, write_state if resumable else None)
@@ -70,7 +71,7 @@ def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """The JSON and tensor halves of a checkpoint's trainer state; damaged files are errors naming them."""
     from safetensors import SafetensorError
 
-    meta_file, tensor_file = folder / "trainer.json", folder / "trainer.safetensors"
+    meta_file, tensor_file = folder / TRAINER_JSON, folder / TRAINER_TENSORS
     if not (meta_file.is_file() and tensor_file.is_file()):
         raise FileNotFoundError(f"{folder}: no trainer state (trainer.json, trainer.safetensors) to resume from")
     meta = read_json(meta_file)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from tqdm import tqdm
 from aiayn.evaluation import score
 from aiayn.inference.translator import Translator
 from aiayn.io.files import recover
+from aiayn.io.run import RunFolder
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed
@@ -41,19 +41,19 @@ class Trainer:
     """Train the model a recipe describes, writing RUN/{last,best,checkpoints/step_N}/ and metrics.jsonl."""
 
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
-        self.cfg, self.out = cfg, Path(cfg.output)
+        self.cfg, self.out, self.run = cfg, Path(cfg.output), RunFolder(cfg.output)
         self.device = pick_device(cfg.device)
         self.dist = distributed.setup(self.device)
         if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
             raise ValueError("subword_dropout: one process only (SentencePiece samples differ per process)")
         if self.dist.main:
             self._tidy(resume)
-        self.runlog = RunLog(self.out, self.dist.main)
+        self.runlog = RunLog(self.run, self.dist.main)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
         if resume:
-            self.tokenizers = load_tokenizers(self.out / "last")
-            self.model = TransformerModel.load(self.out / "last").train()
+            self.tokenizers = load_tokenizers(self.run.last)
+            self.model = TransformerModel.load(self.run.last).train()
         else:
             self.tokenizers = self._shared_tokenizers()
             self.model = build_model(model_config(cfg, self.tokenizers))
@@ -75,14 +75,14 @@ class Trainer:
     def _tidy(self, resume: bool) -> None:
         """Undo what a kill left: half-written checkpoint folders; on a fresh start, the metrics of a run
         that never reached its first checkpoint."""
-        for folder in (self.out, self.out / "checkpoints"):
+        for folder in (self.run.path, self.run.checkpoints):
             recover(folder)
         if not resume:
-            (self.out / "metrics.jsonl").unlink(missing_ok=True)
+            self.run.metrics.unlink(missing_ok=True)
 
     def _shared_tokenizers(self) -> TokenizerPair:
         """Rank 0 trains (or loads) the tokenizer and writes it to RUN/tokenizer/; the other ranks read it."""
-        folder = self.out / "tokenizer"
+        folder = self.run.tokenizer
         if self.dist.main:
             folder.mkdir(parents=True, exist_ok=True)
             build_tokenizers(self.cfg, self.splits).save(folder)
@@ -91,7 +91,7 @@ class Trainer:
         return load_tokenizers(folder)
 
     def _restore(self) -> None:
-        meta, tensors = load_trainer_state(self.out / "last")
+        meta, tensors = load_trainer_state(self.run.last)
         restore_optimizer(self.optimizer, tensors, meta)
         restore_rng(tensors)
         self.step, self.epoch, self.batch_pos = meta["step"], meta["epoch"], meta["batch_pos"]
@@ -204,7 +204,7 @@ class Trainer:
                 if self.dist.main:
                     self._save(improved=False)
                 self.stopped_by_signal = True
-                bar.write(f"SIGTERM: saved {self.out / 'last'} at step {self.step}; continue with --resume")
+                bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
                 return {"step": self.step, "stopped_by": "SIGTERM"}
             if self.step % cfg.eval_every == 0:
                 last_eval = self.evaluate_and_save()
@@ -246,19 +246,18 @@ class Trainer:
         except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
             reason = getattr(err, "strerror", None) or str(err).split(": ")[-1]
             raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
-                             f"{self.out / 'last'} still holds the previous one: free space, then continue with "
+                             f"{self.run.last} still holds the previous one: free space, then continue with "
                              "--resume") from None
 
     def _write_checkpoints(self, improved: bool) -> None:
         if self.cfg.keep_last > 0:
-            save_checkpoint(self.out / "checkpoints" / f"step_{self.step:08d}", self.model, self.tokenizers)
-            for old in sorted((self.out / "checkpoints").glob("step_*"))[: -self.cfg.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers)
+            self.run.prune(self.cfg.keep_last)
         if improved:
-            save_checkpoint(self.out / "best", self.model, self.tokenizers)
+            save_checkpoint(self.run.best, self.model, self.tokenizers)
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
                  "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.out / "last", self.model, self.tokenizers, self.optimizer, state)
+        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state)
 
     @torch.no_grad()
     def validate(self) -> dict:

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
-def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
-    """Training records and validation records of RUN/metrics.jsonl."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no metrics file; is {run} a run folder?")
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ValueError(f"{path}:{number}: not a JSON line") from None
+def split_records(records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Training records and validation records of a run's metrics."""
     return [r for r in records if "loss" in r], [r for r in records if "valid_loss" in r]
 
 
-def plot_run(run: Path, output: str | None = None) -> list[Path]:
+def plot_run(records: list[dict], output: Path, title: str) -> list[Path]:
     """Draw a 2x3 grid (loss, lr, validation BLEU or loss; against steps and minutes) to one PNG."""
     from aiayn.visual.figures import pyplot, save_figure
 
     plt = pyplot()
-    train, valid = read_metrics(run)
+    train, valid = split_records(records)
     metric = "valid_bleu" if any("valid_bleu" in r for r in valid) else "valid_loss"
     panels = [("loss", train, "training loss"), ("lr", train, "learning rate"), (metric, valid, metric)]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7), constrained_layout=True)
@@ -36,5 +26,5 @@ def plot_run(run: Path, output: str | None = None) -> list[Path]:
             ax.plot([r[x_key] for r in rows], [r[key] for r in rows], marker="o" if key == metric else None)
             ax.set(title=title, xlabel=x_label)
             ax.grid(alpha=0.3)
-    fig.suptitle(f"aiayn run: {run}")
-    return [save_figure(fig, Path(output) if output else run / "curves.png")]
+    fig.suptitle(f"aiayn run: {title}")
+    return [save_figure(fig, output)]

@@ -1,0 +1,89 @@
+"""A run folder, the one place that knows its layout.
+
+``RUN/best/`` (the best validation score), ``RUN/last/`` (what ``--resume`` reads: the checkpoint plus
+``trainer.json`` and ``trainer.safetensors``), ``RUN/checkpoints/step_N/`` (what ``aiayn average`` reads),
+``RUN/tokenizer/`` and ``RUN/metrics.jsonl`` (one JSON object a line). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from aiayn.io.checkpoint import is_checkpoint
+from aiayn.io.files import read_json
+
+TRAINER_JSON, TRAINER_TENSORS = "trainer.json", "trainer.safetensors"
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder means itself; a run folder means the checkpoint to use (:meth:`RunFolder.for_use`)."""
+    path = Path(path)
+    return path if is_checkpoint(path) else RunFolder(path).for_use()
+
+
+class RunFolder:
+    """The paths of one training run, and what can be read from them without loading a model."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.best, self.last = self.path / "best", self.path / "last"
+        self.checkpoints = self.path / "checkpoints"
+        self.tokenizer = self.path / "tokenizer"
+        self.metrics = self.path / "metrics.jsonl"
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    def step(self, step: int) -> Path:
+        """The folder of the step-``step`` checkpoint (zero-padded, so names sort by step)."""
+        return self.checkpoints / f"step_{step:08d}"
+
+    def steps(self) -> list[Path]:
+        """The step checkpoints, oldest first."""
+        return sorted(p for p in self.checkpoints.glob("step_*") if is_checkpoint(p))
+
+    def prune(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` step checkpoints (the run's own folders)."""
+        for old in self.steps()[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def is_run(self) -> bool:
+        """Training has written here: a metrics file or a checkpoint."""
+        return self.metrics.is_file() or is_checkpoint(self.last) or is_checkpoint(self.best)
+
+    def resumable(self) -> bool:
+        return is_checkpoint(self.last) and (self.last / TRAINER_JSON).is_file()
+
+    def for_use(self) -> Path:
+        """The checkpoint a product loads from a run: ``best/``, else ``last/``."""
+        for folder in (self.best, self.last):
+            if is_checkpoint(folder):
+                return folder
+        raise FileNotFoundError(f"{self.path}: neither a checkpoint folder (config.json) nor a run folder with "
+                                "best/ or last/")
+
+    def saved_recipe(self) -> dict:
+        """The recipe the run was trained with (in ``last/trainer.json``), for ``--resume``."""
+        state = self.last / TRAINER_JSON
+        if not self.resumable():
+            raise FileNotFoundError(f"--resume: {self.last} holds no checkpoint to resume from")
+        recipe = read_json(state).get("recipe")
+        if not isinstance(recipe, dict):
+            raise ValueError(f"{state}: no recipe saved; cannot resume this run")
+        return recipe
+
+    def records(self) -> list[dict]:
+        """Every line of ``metrics.jsonl``; a damaged line is a ValueError naming it."""
+        if not self.metrics.is_file():
+            raise FileNotFoundError(f"{self.metrics}: no metrics file; is {self.path} a run folder?")
+        records = []
+        for number, line in enumerate(self.metrics.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise ValueError(f"{self.metrics}:{number}: not a JSON line") from None
+        return records
