@@ -23,7 +23,24 @@ def read_input(path: str | None) -> list[str]:
     return read_lines(path) if path else decode_lines(sys.stdin.buffer, "<stdin>")
 
 
+def add_overwrite(p, what: str = "") -> None:
+    """--overwrite: the one way to let a command replace a path aiayn did not write."""
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the output even when it exists and aiayn did not write it" + (f" ({what})" if what
+                                                                                               else ""))
+
+
+def claim(path: str | None, by: str, args: argparse.Namespace, folder: bool = False,
+          own_files: tuple[str, ...] = ()) -> None:
+    """Refuse an output path the user owns, before any work (``aiayn.io.files.claim_output``)."""
+    from aiayn.io.files import claim_output
+
+    if path:
+        claim_output(path, by, folder=folder, overwrite=args.overwrite, own_files=own_files)
+
+
 def write_output(lines: list[str], path: str | None) -> None:
+    """The lines to ``path`` (claimed beforehand with :func:`claim`), else to stdout."""
     from aiayn.io.files import atomic_write_text
 
     text = "".join(line + "\n" for line in lines)

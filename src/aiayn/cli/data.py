@@ -6,9 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from aiayn.cli.common import (
-    add_corpus,
-)
+from aiayn.cli.common import add_corpus, add_overwrite, claim
 
 
 def _add_tokenizer(sub) -> None:
@@ -22,18 +20,21 @@ def _add_tokenizer(sub) -> None:
     tt.add_argument("--type", choices=["bpe", "unigram", "char"], default="bpe")
     tt.add_argument("--separate", action="store_true", help="separate source and target vocabularies")
     tt.add_argument("--output", required=True, help="folder for tokenizer.model (or .src/.tgt)")
+    add_overwrite(tt)
 
 
 def tokenizer_train(args: argparse.Namespace) -> int:
     from aiayn.data.datasets import load_splits
+    from aiayn.io.files import atomic_directory
     from aiayn.tokenizers import SentencePiecePair
 
+    claim(args.output, "tokenizer", args, folder=True)
     splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
     pair = SentencePiecePair.train(splits.train.sources, splits.train.targets, args.vocab_size, not args.separate,
                                args.type)
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    pair.save(out)
+    with atomic_directory(out, "tokenizer", args.overwrite) as tmp:
+        pair.save(tmp)
     print(f"wrote {'a joint' if pair.joint else 'source and target'} {args.type} tokenizer "
           f"({len(pair.src)} pieces) to {out}")
     return 0
@@ -46,6 +47,7 @@ def _add_data(sub) -> None:
                                    "tokenizer train, aiayn preprocess (docs/scaling.md).")
     p.add_argument("name", choices=["wmt14-en-de"], help="the corpus")
     p.add_argument("--output", required=True, help="folder for the corpus")
+    add_overwrite(p)
     p.add_argument("--base-url", dest="base_url", help="a mirror with statmt.org's layout (default: statmt.org, or "
                    "$AIAYN_WMT14_URL)")
 
@@ -53,7 +55,7 @@ def _add_data(sub) -> None:
 def data(args: argparse.Namespace) -> int:
     from aiayn.data.wmt import prepare_wmt14
 
-    print(json.dumps(prepare_wmt14(args.output, args.base_url)))
+    print(json.dumps(prepare_wmt14(args.output, args.base_url, overwrite=args.overwrite)))
     return 0
 
 
@@ -65,6 +67,7 @@ def _add_preprocess(sub) -> None:
     add_corpus(p)
     p.add_argument("--tokenizer", required=True, help="folder with the tokenizer model(s) (aiayn tokenizer)")
     p.add_argument("--output", required=True, help="the shards folder to write")
+    add_overwrite(p)
     p.add_argument("--valid", help="validation file or prefix (default: every 100th of the first 100,000 pairs)")
     p.add_argument("--shard-size", type=int, default=1_000_000, dest="shard_size",
                    help="pairs per shard (default: 1,000,000)")
@@ -80,7 +83,7 @@ def preprocess(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}: must be at least 1")
     manifest = preprocess(args.data, args.tokenizer, args.output, args.src_lang, args.tgt_lang, args.data_dir,
-                          args.valid, args.shard_size, args.workers, args.max_len)
+                          args.valid, args.shard_size, args.workers, args.max_len, overwrite=args.overwrite)
     print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
     return 0
 
@@ -94,6 +97,7 @@ def _add_shortlist(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder (for its tokenizers)")
     add_corpus(p)
     p.add_argument("--output", required=True, help="the shortlist file to write (.safetensors)")
+    add_overwrite(p)
     p.add_argument("--frequent", type=int, default=200, help="most frequent target tokens, always candidates "
                    "(default: 200)")
     p.add_argument("--per-token", type=int, default=100, dest="per_token",
@@ -110,6 +114,7 @@ def shortlist(args: argparse.Namespace) -> int:
 
     if args.frequent < 0 or args.per_token < 1:
         raise ValueError("--frequent: must be at least 0; --per-token: at least 1")
+    claim(args.output, "shortlist", args)
     folder = resolve_checkpoint(args.checkpoint)
     cfg, tokenizers = ModelConfig.load(folder / CONFIG), load_tokenizers(folder)
     train = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir).train

@@ -6,7 +6,16 @@ import argparse
 import json
 import sys
 
-from aiayn.cli.common import UserError, add_decoding, read_input, translator_from_args, warn_truncated, write_output
+from aiayn.cli.common import (
+    UserError,
+    add_decoding,
+    add_overwrite,
+    claim,
+    read_input,
+    translator_from_args,
+    warn_truncated,
+    write_output,
+)
 
 
 def _add_translate_evaluate(sub) -> None:
@@ -15,6 +24,7 @@ def _add_translate_evaluate(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--input", help="file to translate (plain or .gz; default: stdin)")
     p.add_argument("--output", help="file to write (default: stdout)")
+    add_overwrite(p)
     add_decoding(p)
     e = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF",
                        description="Translate --src with a checkpoint and score against --ref with sacreBLEU "
@@ -25,6 +35,7 @@ def _add_translate_evaluate(sub) -> None:
     e.add_argument("--tokenize", help="sacreBLEU tokenizer, e.g. zh for Chinese output")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--hyp-output", dest="hyp_output", help="also write the translations here")
+    add_overwrite(e, "--hyp-output")
     e.add_argument("--tokenized-bleu", dest="tokenized_bleu", metavar="LANG",
                    help="also the paper's tokenized BLEU (Moses tokens of LANG, compounds split; needs sacremoses)")
     e.add_argument("--lowercase", action="store_true",
@@ -55,6 +66,7 @@ def _add_family(sub) -> None:
 
 
 def translate(args: argparse.Namespace) -> int:
+    claim(args.output, "translate", args)
     lines = read_input(args.input)
     translator = translator_from_args(args)
     write_output(translator.translate(lines, args.batch_size), args.output)
@@ -67,6 +79,8 @@ def translate(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     from aiayn.data.corpus import read_lines
     from aiayn.evaluation import score
+
+    claim(args.hyp_output, "evaluate", args)
     sources, refs = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(refs):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}")

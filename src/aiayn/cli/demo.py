@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import (
-    UserError,
-)
+from aiayn.cli.common import UserError, add_overwrite
 
 
 def _add_demo(sub) -> None:
@@ -18,6 +16,7 @@ def _add_demo(sub) -> None:
     p.add_argument("--steps", type=int, help="training steps (default: the task's recipe)")
     p.add_argument("--output", default="runs/demo", help="run folder for the numbers demo (default: runs/demo)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    add_overwrite(p, "the numbers demo starts its run folder afresh")
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -28,7 +27,7 @@ def demo(args: argparse.Namespace) -> int:
     if args.task == "copy":
         run_demo(steps=args.steps or CopyRecipe.steps, seed=args.seed)
     else:
-        run_numbers_demo(output=args.output, steps=args.steps, seed=args.seed)
+        run_numbers_demo(output=args.output, steps=args.steps, seed=args.seed, overwrite=args.overwrite)
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aiayn.cli.common import add_overwrite, claim
+
 
 def _add_import(sub) -> None:
     p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT) as a checkpoint",
@@ -13,12 +15,13 @@ def _add_import(sub) -> None:
                                    "Nothing is downloaded: see docs/pretrained.md for getting the folder.")
     p.add_argument("folder", help="the Hugging Face model folder")
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
+    add_overwrite(p)
 
 
 def import_(args: argparse.Namespace) -> int:
     from aiayn.interop import import_pretrained
 
-    print(import_pretrained(args.folder, args.output))
+    print(import_pretrained(args.folder, args.output, args.overwrite))
     return 0
 
 
@@ -30,24 +33,26 @@ def _add_export(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--format", required=True, choices=["hf", "ctranslate2"], dest="format")
     p.add_argument("--output", required=True, help="the folder to write")
+    add_overwrite(p)
     p.add_argument("--quantization", choices=["int8", "int8_float32", "float16", "bfloat16"],
                    help="ctranslate2 only: store the weights quantized (default: float32)")
 
 
 def export(args: argparse.Namespace) -> int:
+    claim(args.output, "export", args, folder=True)
     if args.format == "hf":
         from aiayn.interop.hf_export import export_hf
 
         if args.quantization:
             raise ValueError("--quantization: only for --format ctranslate2")
-        print(export_hf(args.checkpoint, args.output))
+        print(export_hf(args.checkpoint, args.output, args.overwrite))
     else:
         try:
             from aiayn.interop.ctranslate2 import export_ctranslate2
         except ImportError:
             raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") \
                 from None
-        print(export_ctranslate2(args.checkpoint, args.output, args.quantization))
+        print(export_ctranslate2(args.checkpoint, args.output, args.quantization, args.overwrite))
     return 0
 
 

@@ -6,11 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from aiayn.cli.common import add_overwrite, claim
+
 
 def _add_plot(sub) -> None:
     p = sub.add_parser("plot", help="draw a run's curves (loss, lr, validation BLEU) to PNG")
     p.add_argument("run", help="run folder with metrics.jsonl")
-    p.add_argument("--output", help="PNG file (default: RUN/curves.png)")
+    p.add_argument("--output", help="PNG file (default: RUN/curves.png, the run's own)")
+    add_overwrite(p)
 
 
 def plot(args: argparse.Namespace) -> int:
@@ -18,6 +21,7 @@ def plot(args: argparse.Namespace) -> int:
     from aiayn.visual.plots import plot_run
 
     run = RunFolder(args.run)
+    claim(args.output, "plot", args)  # the default, RUN/curves.png, is the run's own: redrawn in place
     for path in plot_run(run.records(), Path(args.output) if args.output else run.path / "curves.png", args.run):
         print(path)
     return 0
@@ -52,9 +56,12 @@ def _add_show(sub) -> None:
     s.add_argument("--preset", choices=list(PRESETS), default="tiny")
     s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
     s.add_argument("--output", help="also write the table to this text file")
+    for picture in (a, p, m, s):
+        add_overwrite(picture)
 
 
 def show(args: argparse.Namespace) -> int:
+    claim(args.output, "show", args)
     if args.what == "positions":
         from aiayn.visual.positions import plot_positions
 

@@ -8,11 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from aiayn.cli.common import (
-    UserError,
-    add_corpus,
-    flag,
-)
+from aiayn.cli.common import UserError, add_corpus, add_overwrite, claim, flag
 
 
 def _add_train(sub) -> None:
@@ -28,6 +24,7 @@ def _add_train(sub) -> None:
                                    "(source<TAB>target) or a prefix of PREFIX.SRC / PREFIX.TGT files (plain or .gz); "
                                    "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.")
     p.add_argument("--config", help="YAML recipe (see configs/)")
+    add_overwrite(p, "a folder that holds no run: train into it anyway")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint "
                    "(with its recipe; flags may change only limits such as --max-steps)")
     defaults = TrainConfig()
@@ -64,14 +61,14 @@ def _recipe(args: argparse.Namespace):
     return cfg
 
 
-def _check_output_folder(out: Path) -> None:
-    """--output must be a folder we can write (created if missing)."""
+def _check_output_folder(out: Path, overwrite: bool) -> None:
+    """--output must be a folder we can write (created if missing) that is empty or a run's."""
     import tempfile
 
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--output: {out} is a file; give a folder for the run")
+    from aiayn.io.files import output_folder
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        output_folder(out, "train", overwrite, own_files=("metrics.jsonl", "last", "best", "checkpoints"))
         tempfile.TemporaryFile(dir=out).close()
     except OSError as err:
         raise UserError(f"--output: cannot write to {out} ({err.strerror or err}); choose another folder") from None
@@ -87,7 +84,7 @@ def train(args: argparse.Namespace) -> int:
         print(f"aiayn: torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
         args.resume = True
         cfg = _recipe(args)
-    _check_output_folder(out)
+    _check_output_folder(out, args.overwrite)
     if not args.resume and is_checkpoint(out / "last"):
         raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     from aiayn.training.trainer import Trainer
@@ -109,6 +106,7 @@ def _add_average(sub) -> None:
     a.add_argument("--last", type=int, default=5, help="how many of the newest (default: 5)")
     a.add_argument("checkpoints", nargs="*", help="checkpoint folders (instead of --run)")
     a.add_argument("--output", required=True, help="folder for the averaged checkpoint")
+    add_overwrite(a)
 
 
 def average(args: argparse.Namespace) -> int:
@@ -116,7 +114,7 @@ def average(args: argparse.Namespace) -> int:
     from aiayn.training.average import average_checkpoints
 
     folders = [Path(p) for p in args.checkpoints] or RunFolder(args.run).steps()[-args.last:]
-    average_checkpoints(folders, Path(args.output))
+    average_checkpoints(folders, Path(args.output), args.overwrite)
     print(f"averaged {len(folders)} checkpoints into {args.output}")
     return 0
 
@@ -129,12 +127,13 @@ def _add_experiment(sub) -> None:
     p.add_argument("file", help="the experiment file (see experiments/)")
     p.add_argument("--only", nargs="+", help="train only these variants (the table lists all that are done)")
     p.add_argument("--data-dir", dest="data_dir", help="a local copy of the corpus (no download), for every variant")
+    add_overwrite(p, "the experiment's output folder")
 
 
 def experiment(args: argparse.Namespace) -> int:
     from aiayn.training.experiment import read_experiment, run_experiment
 
-    rows = run_experiment(args.file, args.only, args.data_dir)
+    rows = run_experiment(args.file, args.only, args.data_dir, args.overwrite)
     print(f"{len(rows)} variant(s) done; table: {Path(read_experiment(args.file)['output']) / 'results.md'}")
     return 0
 
@@ -150,6 +149,7 @@ def _add_distill(sub) -> None:
     p.add_argument("--output", required=True, help="the corpus folder to write")
     p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="teacher's beam size (default: 4)")
     p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
+    add_overwrite(p)
     p.add_argument("--device", default="cpu")
 
 
@@ -160,10 +160,12 @@ def distill(args: argparse.Namespace) -> int:
 
     if args.beam_size < 1 or args.chunk < 1:
         raise ValueError("--beam-size and --chunk: must be at least 1")
+    claim(args.output, "distill", args, folder=True, own_files=("distill.json", "parts"))
     splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
     translator = Translator.from_checkpoint(args.teacher, args.device)
     about = {"teacher": str(args.teacher), "data": args.data}
-    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about)))
+    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about,
+                             overwrite=args.overwrite)))
     return 0
 
 

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from aiayn.data.corpus import clean_pair
 from aiayn.data.datasets import stream_splits
 from aiayn.data.shards import FORMAT, MANIFEST
-from aiayn.io.files import atomic_directory, atomic_path, atomic_write_text
+from aiayn.io.files import atomic_directory, atomic_path, atomic_write_text, output_folder
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 
 _WORKER_TOKENIZERS: TokenizerPair | None = None
@@ -96,15 +96,15 @@ class ShardWriter:
 def preprocess(spec: str, tokenizer: str | Path, output: str | Path, src_lang: str | None = None,
                tgt_lang: str | None = None, data_dir: str | None = None, valid: str | None = None,
                shard_size: int = 1_000_000, workers: int | None = None, max_len: int = 256, chunk: int = 5000,
-               progress: bool = True) -> dict:
+               progress: bool = True, overwrite: bool = False) -> dict:
     """Tokenize the corpus SPEC with the tokenizers in ``tokenizer`` into the shards folder ``output``.
 
     Returns the manifest written to ``shards.json``.
     """
-    out, tokenizers = Path(output), load_tokenizers(tokenizer)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(output, "preprocess", overwrite, own_files=(MANIFEST, "tokenizer"))
+    tokenizers = load_tokenizers(tokenizer)
     if not (out / "tokenizer").is_dir():
-        with atomic_directory(out / "tokenizer") as tmp:
+        with atomic_directory(out / "tokenizer", "preprocess") as tmp:
             tokenizers.save(tmp)
     dtype = "uint16" if max(len(tokenizers.src), len(tokenizers.tgt)) <= 2**16 else "uint32"
     pairs, valid_pairs = stream_splits(spec, src_lang, tgt_lang, data_dir, valid)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aiayn.data.corpus import DataError
 from aiayn.data.datasets import fetch
-from aiayn.io.files import atomic_path, atomic_write_text
+from aiayn.io.files import atomic_path, atomic_write_text, output_folder
 
 STATMT = "https://www.statmt.org"
 ARCHIVES = {  # archive -> its address under STATMT
@@ -84,14 +84,15 @@ def _write_split(folder: Path, downloads: Path, split: str, counts: dict | None)
     return found
 
 
-def prepare_wmt14(output: str | Path, base_url: str | None = None, counts: dict | None = None) -> dict:
+def prepare_wmt14(output: str | Path, base_url: str | None = None, counts: dict | None = None,
+                  overwrite: bool = False) -> dict:
     """Download (or reuse) the five archives into ``output/downloads`` and write the split files.
 
     ``base_url`` (else $AIAYN_WMT14_URL, else statmt.org) may be a mirror with the same layout; ``counts``
     replaces the expected line counts (member -> lines; tests use small archives). Returns what
     ``wmt14.json`` records.
     """
-    folder = Path(output)
+    folder = output_folder(output, "data", overwrite, own_files=("wmt14.json", "downloads"))
     downloads = folder / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     base_url = base_url or os.environ.get("AIAYN_WMT14_URL", STATMT)

@@ -10,14 +10,16 @@ from pathlib import Path
 
 from aiayn.interop import bert, gpt2, marian
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_weights
-from aiayn.io.checkpoint import write_checkpoint
+from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
+from aiayn.io.files import claim_output
 
 __all__ = ["SUPPORTED", "import_pretrained"]
 
 
-def import_pretrained(folder: str | Path, output: str | Path) -> Path:
+def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = False) -> Path:
     """Import the Hugging Face model in ``folder`` into the aiayn checkpoint folder ``output``."""
 
+    claim_output(output, "import", overwrite=overwrite, own_files=(CHECKSUMS,))  # before any reading
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder; give a Hugging Face model folder")
@@ -25,5 +27,5 @@ def import_pretrained(folder: str | Path, output: str | Path) -> Path:
     importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
     importer = importers[config["model_type"]]
     model, tokenizers = importer(folder, config, read_weights(folder))
-    write_checkpoint(output, model, tokenizers)
+    write_checkpoint(output, model, tokenizers, by="import", overwrite=overwrite)
     return Path(output)

@@ -110,7 +110,8 @@ class AiaynConverter(Converter):
         return spec
 
 
-def export_ctranslate2(checkpoint: str | Path, output: str | Path, quantization: str | None = None) -> Path:
+def export_ctranslate2(checkpoint: str | Path, output: str | Path, quantization: str | None = None,
+                       overwrite: bool = False) -> Path:
     """Write the translator ``checkpoint`` as a CTranslate2 model folder; its vocabulary is the checkpoint's
     pieces (give CTranslate2 ``tokenizers.src.pieces(ids)``)."""
     from aiayn.inference.load import load_checkpoint
@@ -120,6 +121,6 @@ def export_ctranslate2(checkpoint: str | Path, output: str | Path, quantization:
     source = tokenizers.src.pieces(list(range(model.config.vocab_size)))
     target = tokenizers.tgt.pieces(list(range(model.config.target_vocab)))
     converter = AiaynConverter(model.eval(), source, target)
-    with atomic_directory(output) as tmp:
+    with atomic_directory(output, "export", overwrite) as tmp:
         converter.convert(str(tmp), quantization=quantization, force=True)
     return Path(output)

@@ -84,7 +84,7 @@ def marian_config(cfg: ModelConfig) -> dict:
                 tie_word_embeddings=cfg.share_embeddings != "none")
 
 
-def export_hf(checkpoint: str | Path, output: str | Path) -> Path:
+def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = False) -> Path:
     """Write the aiayn translator ``checkpoint`` as a Hugging Face Marian folder ``output``."""
     from aiayn.inference.load import load_checkpoint
     from aiayn.io.files import atomic_directory
@@ -102,7 +102,7 @@ def export_hf(checkpoint: str | Path, output: str | Path) -> Path:
     left = [name for name in [*missing, *unexpected] if "embed_positions" not in name]  # positions: computed
     if left:
         raise ValueError(f"export: Marian tensors without a counterpart: {', '.join(left[:3])}")
-    with atomic_directory(output) as tmp:
+    with atomic_directory(output, "export", overwrite) as tmp:
         hf.save_pretrained(tmp)
         _write_tokenizer(tokenizers, tmp)
     return Path(output)

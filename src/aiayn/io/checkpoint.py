@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json"
+GENERATION = "generation.json"  # the decoding defaults (aiayn.decoding.config.DecodingConfig), when the run chose them
 
 
 def is_checkpoint(folder: str | Path) -> bool:
@@ -28,14 +29,20 @@ def is_checkpoint(folder: str | Path) -> bool:
 
 
 def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
-                     write_extra: Callable[[Path], None] | None = None) -> None:
-    """Write a checkpoint folder atomically: config, weights, the tokenizers if given, and whatever
-    ``write_extra(temp_folder)`` adds (the trainer's state)."""
-    with atomic_directory(folder) as tmp:
+                     write_extra: Callable[[Path], None] | None = None, generation: dict | None = None,
+                     by: str = "save", overwrite: bool = False) -> None:
+    """Write a checkpoint folder atomically: config, weights, the tokenizers if given, the decoding defaults
+    (``generation.json``) if given, and whatever ``write_extra(temp_folder)`` adds (the trainer's state).
+
+    ``by`` names the command writing it: a folder that is neither empty nor a checkpoint is refused unless
+    ``overwrite`` (``aiayn.io.files.claim_output``)."""
+    with atomic_directory(folder, by, overwrite, own_files=(CHECKSUMS,)) as tmp:
         model.config.save(tmp / CONFIG)
         save_weights(model, tmp)
         if tokenizers is not None:
             tokenizers.save(tmp)
+        if generation is not None:
+            atomic_write_text(tmp / GENERATION, json.dumps(generation, indent=1) + "\n")
         if write_extra is not None:
             write_extra(tmp)
         atomic_write_text(tmp / CHECKSUMS, json.dumps(_digests(tmp), indent=1) + "\n")

@@ -13,16 +13,19 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+MARKER = ".aiayn.json"  # in every folder aiayn writes whole: which command wrote it
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path`` (same suffix); on success it replaces ``path`` by rename, on
-    failure it is removed. Readers never see a half-written file."""
+    failure it is removed. Readers never see a half-written file; the file's mode follows the umask."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 (and so do some writers of their own)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -35,17 +38,22 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(path: str | Path, by: str, overwrite: bool = False,
+                     own_files: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a temp folder beside ``path``; on success it replaces ``path`` by rename.
 
-    A crash (or kill) before the end leaves any previous ``path`` whole (or, killed between the two
+    ``path`` is first checked by :func:`claim_output` (a folder the user owns is refused unless
+    ``overwrite``); the new folder carries the marker of ``by`` (the command writing it) and its mode follows
+    the umask. A crash (or kill) before the end leaves any previous ``path`` whole (or, killed between the two
     renames, as ``.NAME.old``), plus a stray ``.NAME.*.tmp`` folder: :func:`recover` cleans both up.
     """
-    path = Path(path)
+    path = claim_output(path, by, overwrite=overwrite, own_files=own_files)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
+        mark(tmp, by)
         yield tmp
+        _follow_umask(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -55,6 +63,73 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+class OutputError(ValueError):
+    """An output path that is not ours to write: refused, nothing touched."""
+
+
+def mark(folder: str | Path, by: str) -> None:
+    """Record in ``folder`` that aiayn's command ``by`` wrote it (what :func:`claim_output` recognises)."""
+    atomic_write_text(Path(folder) / MARKER, json.dumps({"written_by": f"aiayn {by}"}) + "\n")
+
+
+def written_by(folder: str | Path) -> str | None:
+    """The command whose marker ``folder`` carries (``"aiayn export"``), or None."""
+    try:
+        data = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("written_by") if isinstance(data, dict) else None
+
+
+def claim_output(path: str | Path, by: str, folder: bool = True, overwrite: bool = False,
+                 own_files: tuple[str, ...] = ()) -> Path:
+    """The rule for every path a command writes: what the user owns is never replaced.
+
+    Nothing there, or an empty folder: ours to write. A folder that ``by`` wrote before (its marker, or one of
+    ``own_files``: a checkpoint's ``checksums.json``, a run's ``metrics.jsonl``): ours to replace. Anything
+    else is an :class:`OutputError` naming the path and ``--overwrite`` (which allows it), and a file where a
+    folder goes (or a folder where a file goes) is one whatever ``overwrite`` says.
+    """
+    path = Path(path)
+    kind = "folder" if folder else "file"
+    if not os.path.lexists(path):
+        return path
+    if folder != path.is_dir():
+        there = "a folder" if path.is_dir() else "a file"
+        raise OutputError(f"{path}: {there} is in the way of the {kind} aiayn {by} writes; move it or choose "
+                          f"another path")
+    if overwrite or (folder and (not any(p.name != MARKER for p in path.iterdir()) or written_by(path) == f"aiayn {by}"
+                                 or any((path / name).exists() for name in own_files))):
+        return path
+    raise OutputError(f"{path}: exists and was not written by aiayn {by}; choose another path, or pass "
+                      f"--overwrite to replace it")
+
+
+def output_folder(path: str | Path, by: str, overwrite: bool = False, own_files: tuple[str, ...] = ()) -> Path:
+    """A folder that ``by`` fills over time (a run, shards, a distilled corpus): claimed by
+    :func:`claim_output`, created, and marked as ``by``'s."""
+    path = claim_output(path, by, overwrite=overwrite, own_files=own_files)
+    path.mkdir(parents=True, exist_ok=True)
+    if written_by(path) is None:
+        mark(path, by)
+    return path
+
+
+def _follow_umask(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes the umask gives new files and folders (mkdtemp makes
+    0700, and safetensors writes 0600)."""
+    mask = _umask()
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def recover(folder: str | Path) -> list[Path]:

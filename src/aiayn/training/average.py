@@ -6,13 +6,15 @@ from pathlib import Path
 
 import torch
 
-from aiayn.io.checkpoint import write_checkpoint
+from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
+from aiayn.io.files import claim_output
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import load_tokenizers
 
 
-def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
+def average_checkpoints(folders: list[Path], output: Path, overwrite: bool = False) -> TransformerModel:
     """Average the weights of ``folders`` (same config) and write a checkpoint folder to ``output``."""
+    claim_output(output, "average", overwrite=overwrite, own_files=(CHECKSUMS,))  # before any loading
     if not folders:
         raise FileNotFoundError("no checkpoints to average (is keep_last > 0 in the recipe?)")
     models = [TransformerModel.load(f) for f in folders]
@@ -24,5 +26,5 @@ def average_checkpoints(folders: list[Path], output: Path) -> TransformerModel:
         for name, param in merged.named_parameters():
             stacked = torch.stack([dict(m.named_parameters())[name] for m in models])  # (K, ...)
             param.copy_(stacked.mean(dim=0))
-    write_checkpoint(output, merged, load_tokenizers(folders[-1]))
+    write_checkpoint(output, merged, load_tokenizers(folders[-1]), by="average", overwrite=overwrite)
     return merged

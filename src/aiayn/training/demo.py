@@ -80,20 +80,24 @@ NUMBERS_RECIPE = dict(data="numbers", preset="tiny", vocab_size=600, max_tokens=
                       model={"dropout": 0.1}, log_every=100)
 
 
-def run_numbers_demo(output: str = "runs/demo", steps: int | None = None, seed: int = 0) -> float:
-    """Train on number -> English words, translate examples, print test sacreBLEU; return the BLEU."""
+def run_numbers_demo(output: str = "runs/demo", steps: int | None = None, seed: int = 0,
+                     overwrite: bool = False) -> float:
+    """Train on number -> English words, translate examples, print test sacreBLEU; return the BLEU. The run
+    folder ``output`` starts afresh: an earlier demo's is replaced, any other folder refused unless ``overwrite``."""
     import shutil
 
     from aiayn.data.datasets import load_splits
     from aiayn.evaluation import score
     from aiayn.inference.translator import Translator
+    from aiayn.io.files import claim_output, output_folder
     from aiayn.training.config import TrainConfig
     from aiayn.training.trainer import Trainer
 
     recipe = {**NUMBERS_RECIPE, "output": output, "seed": seed}
     if steps is not None:
         recipe.update(max_steps=steps, eval_every=min(steps, NUMBERS_RECIPE["eval_every"]))
-    shutil.rmtree(output, ignore_errors=True)
+    shutil.rmtree(claim_output(output, "demo", overwrite=overwrite, own_files=("metrics.jsonl",)), ignore_errors=True)
+    output_folder(output, "demo")
     start = time.perf_counter()
     Trainer(TrainConfig(**recipe)).train()
     test = load_splits("numbers", seed=seed).test

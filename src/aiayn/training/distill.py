@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from aiayn.data.corpus import Parallel
 from aiayn.data.datasets import Splits
-from aiayn.io.files import atomic_write_text
+from aiayn.io.files import atomic_write_text, output_folder
 
 
 def _tsv(pairs: Parallel) -> str:
@@ -24,13 +24,13 @@ def _tsv(pairs: Parallel) -> str:
 
 
 def distill(translator, splits: Splits, output: str | Path, beam_size: int = 4, chunk: int = 1000,
-            about: dict | None = None, progress: bool = True) -> dict:
+            about: dict | None = None, progress: bool = True, overwrite: bool = False) -> dict:
     """Translate ``splits.train.sources`` with ``translator`` into the corpus folder ``output``.
 
     Returns the counts written to ``distill.json``: sentences, chunks computed now, chunks found done.
     """
-    out = Path(output)
-    (out / "parts").mkdir(parents=True, exist_ok=True)
+    out = output_folder(output, "distill", overwrite, own_files=("distill.json", "parts"))
+    (out / "parts").mkdir(exist_ok=True)
     sources = splits.train.sources
     starts = range(0, len(sources), chunk)
     done = computed = 0

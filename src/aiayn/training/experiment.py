@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.io.files import atomic_write_text
+from aiayn.io.files import atomic_write_text, output_folder
 from aiayn.io.run import RunFolder
 from aiayn.training.config import TrainConfig, read_recipe, resume_config
 
@@ -62,11 +62,13 @@ def variant_config(spec: dict, name: str, data_dir: str | None = None) -> TrainC
     return TrainConfig.from_dict(recipe, source=f"variant {name}")
 
 
-def run_experiment(path: str | Path, only: list[str] | None = None, data_dir: str | None = None) -> list[dict]:
+def run_experiment(path: str | Path, only: list[str] | None = None, data_dir: str | None = None,
+                   overwrite: bool = False) -> list[dict]:
     """Train every variant not done yet (or those in ``only``), then write the table and the pictures."""
     from aiayn.training.trainer import Trainer
 
     spec = read_experiment(path)
+    output_folder(spec["output"], "experiment", overwrite, own_files=("results.json",))
     names = list(spec["variants"])
     for name in only or names:
         if name not in names:

@@ -55,7 +55,8 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
-                    optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None) -> None:
+                    optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None,
+                    generation: dict | None = None) -> None:
     """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training."""
 
     def write_state(tmp: Path) -> None:
@@ -64,7 +65,7 @@ def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: Tokenizer
         atomic_write_text(tmp / TRAINER_JSON, json.dumps({**trainer, **meta}, indent=1) + "\n")
 
     resumable = optimizer is not None and trainer is not None
-    write_checkpoint(folder, model, tokenizers, write_state if resumable else None)
+    write_checkpoint(folder, model, tokenizers, write_state if resumable else None, generation, by="train")
 
 
 def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
