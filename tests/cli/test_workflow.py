@@ -173,7 +173,7 @@ def test_recipe_mistakes_under_model_are_found_before_any_work(tmp_path):
 
 def test_output_that_is_a_file_or_cannot_be_written(tmp_path):
     (tmp_path / "file").write_text("x")
-    _one_line_error(aiayn("train", "--data", "reverse", "--output", str(tmp_path / "file")), "--output", "is a file")
+    _one_line_error(aiayn("train", "--data", "reverse", "--output", str(tmp_path / "file")), "file", "in the way")
     _one_line_error(aiayn("train", "--data", "reverse", "--output", str(tmp_path / "file" / "run")), "--output",
                     "cannot write")
 

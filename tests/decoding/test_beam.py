@@ -6,34 +6,34 @@ import pytest
 import torch
 
 from aiayn.decoding import beam_search, greedy_search
-from aiayn.decoding.beam import length_penalty
+from aiayn.decoding.beam import gnmt_penalty
 
 from conftest import A, B, ScriptedModel, random_ids
 
 
 def test_scripted_beam_search_hypotheses_and_scores():
     src = torch.tensor([[7, 7]])
-    (nbest,) = beam_search(ScriptedModel(), src, beam_size=2, max_new_tokens=5, alpha=1.0, use_cache=False)
+    (nbest,) = beam_search(ScriptedModel(), src, beam_size=2, max_new_tokens=5, length_penalty=1.0, use_cache=False)
     assert [h.tokens for h in nbest] == [[B], [A, B]]
     assert nbest[0].logprob == pytest.approx(math.log(0.4 * 0.9))
-    assert nbest[0].score == pytest.approx(math.log(0.36) / length_penalty(2, 1.0))
+    assert nbest[0].score == pytest.approx(math.log(0.36) / gnmt_penalty(2, 1.0))
     assert nbest[1].logprob == pytest.approx(math.log(0.6 * 0.5))
     assert nbest[1].score == pytest.approx(math.log(0.30) / ((5 + 3) / 6))
 
 
 def test_scripted_min_length_and_max_length():
     # EOS is forbidden for 2 steps: after (B,) the best non-EOS continuations are A/B at 0.05.
-    (nbest,) = beam_search(ScriptedModel(), torch.tensor([[7]]), 2, 5, min_new_tokens=2, alpha=0.0,
+    (nbest,) = beam_search(ScriptedModel(), torch.tensor([[7]]), 2, 5, min_new_tokens=2, length_penalty=0.0,
                            use_cache=False)
     assert all(len(h.tokens) >= 2 for h in nbest) and nbest[0].tokens == [A, B]
-    (cut,) = beam_search(ScriptedModel(), torch.tensor([[7]]), 2, 1, alpha=0.0, use_cache=False)
+    (cut,) = beam_search(ScriptedModel(), torch.tensor([[7]]), 2, 1, length_penalty=0.0, use_cache=False)
     assert sorted(h.tokens for h in cut) == [[A], [B]]
 
 
 def test_beam_size_one_equals_greedy(model):
     src = random_ids(6, 7, vocab=30)
     greedy = greedy_search(model, src, 12)
-    beam = [h[0].tokens for h in beam_search(model, src, beam_size=1, max_new_tokens=12, alpha=0.0)]
+    beam = [h[0].tokens for h in beam_search(model, src, beam_size=1, max_new_tokens=12, length_penalty=0.0)]
     assert beam == greedy
 
 

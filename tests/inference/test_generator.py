@@ -50,7 +50,9 @@ def test_seeded_sampling_repeats_and_stdin_prompts(lm_run):
 
 @pytest.mark.parametrize("args, words", [
     (["--max-new-tokens", "0"], "--max-new-tokens"),
-    (["--temperature", "0", "--num-samples", "2"], "num_samples"),
+    (["--temperature", "0", "--num-samples", "2"], "--num-return-sequences (field num_return_sequences)"),
+    (["--top-k", "-2"], "--top-k (field top_k): must be"),
+    (["--temperature", "nan"], "--temperature (field temperature): must be"),
     (["--top-p", "1.5"], "top_p"),
 ])
 def test_generate_mistakes_are_one_line(lm_run, args, words):

@@ -24,7 +24,7 @@ def test_every_batch_decodes_through_generate(translator, monkeypatch):
     real = aiayn.inference.translator.generate
 
     def counted(*args, **kwargs):
-        calls.append((args[2], kwargs["max_len_b"]))
+        calls.append((args[2], kwargs["config"].max_len_b))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(aiayn.inference.translator, "generate", counted)

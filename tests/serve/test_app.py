@@ -7,9 +7,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
 from aiayn.serve.app import create_app
-from aiayn.serve.batcher import DynamicBatcher, Options
+from aiayn.serve.batcher import DynamicBatcher
 from aiayn.serve.limits import Limits
 
 SENTENCES = ["a b c", "d e f g h", "i j", "k l m n o p", "q r s t", "u v w", "x y z a b c d", "e"]
@@ -152,10 +153,10 @@ def test_batcher_groups_requests_and_survives_errors():
     async def scenario():
         batcher = DynamicBatcher(translate, max_batch=100, wait_ms=50)
         await batcher.start()
-        opts = Options(1, 1.0, 10)
+        opts = DecodingConfig(beam_size=1)
         outs = await asyncio.gather(*(batcher.submit([f"t{i}", f"u{i}"], opts) for i in range(6)))
         failed = await asyncio.gather(batcher.submit(["bad"], opts), return_exceptions=True)
-        after = await batcher.submit(["ok"], Options(2, 1.0, 10))
+        after = await batcher.submit(["ok"], DecodingConfig(beam_size=2))
         await batcher.stop()
         return outs, failed, after
 

@@ -61,20 +61,39 @@ def warn_truncated(translator, where: str) -> None:
 def translator_from_args(args: argparse.Namespace):
     from aiayn.inference.translator import Translator
 
-    beam_size = args.beam_size if args.beam_size is not None else (1 if args.draft else 4)
-    return Translator.from_checkpoint(args.checkpoint, args.device, beam_size=beam_size, alpha=args.alpha,
-                                      int8=args.int8, bf16=args.bf16, draft=args.draft, max_len_a=args.max_len_a,
-                                      max_len_b=args.max_len_b, shortlist=args.shortlist)
+    options = decoding_options(args)
+    if args.draft and "beam_size" not in options:
+        options["beam_size"] = 1  # speculative decoding is greedy
+    return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, int8=args.int8,
+                                      bf16=args.bf16, draft=args.draft, shortlist=args.shortlist)
+
+
+def add_decoding_options(p, skip: tuple[str, ...] = ()) -> None:
+    """One flag per ``DecodingConfig`` field (its help, type, choices and default from the field). Flags left
+    out (default None) take the checkpoint's ``generation.json``, else the field's default."""
+    import dataclasses
+
+    from aiayn.decoding.config import DecodingConfig
+
+    group = p.add_argument_group("decoding", "default: the checkpoint's generation.json, else the value shown")
+    for f in dataclasses.fields(DecodingConfig):
+        if f.name in skip:
+            continue
+        kind = {"int": int, "float": float, "str": str}[f.type.split(" |")[0]]
+        group.add_argument(flag(f.name), *f.metadata.get("aliases", ()), dest=f.name, type=kind,
+                           choices=f.metadata.get("choices"), help=f"{f.metadata['help']} (default: {f.default})")
+
+
+def decoding_options(args: argparse.Namespace) -> dict:
+    """The decoding flags given (field name -> value)."""
+    from aiayn.decoding.config import names
+
+    return {name: getattr(args, name) for name in names() if getattr(args, name, None) is not None}
 
 
 def add_decoding(p) -> None:
-    p.add_argument("--beam-size", type=int, dest="beam_size", help="beam size; 1 = greedy (default: 4, or 1 "
-                   "with --draft)")
-    p.add_argument("--length-penalty", type=float, default=1.0, dest="alpha",
-                   help="GNMT length penalty alpha (default: 1.0)")
-    p.add_argument("--max-len-a", type=float, default=1.5, dest="max_len_a",
-                   help="output length limit: a * source tokens + b (default: a 1.5, b 10; the paper: 1 and 50)")
-    p.add_argument("--max-len-b", type=int, default=10, dest="max_len_b")
+    """The flags of the commands that translate: decoding, precision, speculation, shortlist, batch, device."""
+    add_decoding_options(p)
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")

@@ -9,8 +9,10 @@ import sys
 from aiayn.cli.common import (
     UserError,
     add_decoding,
+    add_decoding_options,
     add_overwrite,
     claim,
+    decoding_options,
     read_input,
     translator_from_args,
     warn_truncated,
@@ -49,13 +51,8 @@ def _add_family(sub) -> None:
                                    "as it is generated. --temperature 0 is greedy.")
     g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
-    g.add_argument("--max-new-tokens", type=int, default=200, dest="max_new_tokens")
-    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default: 1.0)")
-    g.add_argument("--top-k", type=int, default=0, dest="top_k", help="keep the k most likely tokens (0 = all)")
-    g.add_argument("--top-p", type=float, default=1.0, dest="top_p", help="nucleus sampling mass (default: 1.0)")
-    g.add_argument("--seed", type=int, help="random seed: the same seed gives the same text")
-    g.add_argument("--num-samples", type=int, default=1, dest="num_samples")
     g.add_argument("--device", default="cpu")
+    add_decoding_options(g)
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
                        description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
     f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
@@ -92,7 +89,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.hyp_output:
         write_output(hyps, args.hyp_output)
     result = score(hyps, refs, args.tokenize, args.lowercase)
-    extra = {"truncated_lines": len(translator.truncated)}
+    extra = {"truncated_lines": len(translator.truncated), "decoding": translator.decoding.to_dict()}
     if args.tokenized_bleu:
         from aiayn.evaluation import tokenized_bleu
 
@@ -113,21 +110,21 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def generate(args: argparse.Namespace) -> int:
+    from aiayn.decoding.config import DecodingConfig
     from aiayn.inference.generator import TextGenerator
 
-    for name in ("max_new_tokens", "num_samples"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')}: must be a positive integer")
+    options = decoding_options(args)
+    DecodingConfig().replace(**options)  # the options' own check, before loading anything
     prompt = args.prompt if args.prompt is not None else "\n".join(read_input(None))
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device)
+    decoding = generator.decoding.replace(**options)
 
     def show(sample: int, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    stream = args.num_samples == 1
-    texts = generator.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-                               args.num_samples, show if stream else None)
+    stream = decoding.num_return_sequences == 1
+    texts = generator.generate(prompt, decoding=decoding, on_text=show if stream else None)
     if stream:
         sys.stdout.write("\n")
     else:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import (
-    flag,
-)
+from aiayn.cli.common import add_decoding_options, decoding_options, flag
 
 
 def _add_serve(sub) -> None:
@@ -16,7 +14,6 @@ def _add_serve(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="default beam size (default: 4)")
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
@@ -26,6 +23,7 @@ def _add_serve(sub) -> None:
                    help="texts decoded together by the dynamic batcher")
     p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
                    help="how long the batcher waits for more requests")
+    add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
 
 
 def _add_limits(p) -> None:
@@ -47,7 +45,7 @@ def serve(args: argparse.Namespace) -> int:
     from aiayn.serve.limits import Limits
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
-    run_server(args.checkpoint, args.host, args.port, limits, beam_size=args.beam_size, int8=args.int8,
+    run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
                bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     return 0
 

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from aiayn.cli.common import UserError, add_corpus, add_overwrite, claim, flag
+from aiayn.cli.common import UserError, add_corpus, add_decoding_options, add_overwrite, claim, decoding_options, flag
 
 
 def _add_train(sub) -> None:
@@ -29,7 +29,7 @@ def _add_train(sub) -> None:
                    "(with its recipe; flags may change only limits such as --max-steps)")
     defaults = TrainConfig()
     for f in dataclasses.fields(TrainConfig):
-        if f.name == "model":
+        if f.name in ("model", "decoding"):
             continue  # a mapping: recipe files only
         kind = f.type.split(" |")[0]
         default = getattr(defaults, f.name)
@@ -147,10 +147,10 @@ def _add_distill(sub) -> None:
     p.add_argument("--teacher", required=True, help="the teacher's run or checkpoint folder")
     add_corpus(p)
     p.add_argument("--output", required=True, help="the corpus folder to write")
-    p.add_argument("--beam-size", type=int, default=4, dest="beam_size", help="teacher's beam size (default: 4)")
     p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
     add_overwrite(p)
     p.add_argument("--device", default="cpu")
+    add_decoding_options(p)
 
 
 def distill(args: argparse.Namespace) -> int:
@@ -158,14 +158,13 @@ def distill(args: argparse.Namespace) -> int:
     from aiayn.inference.translator import Translator
     from aiayn.training.distill import distill
 
-    if args.beam_size < 1 or args.chunk < 1:
-        raise ValueError("--beam-size and --chunk: must be at least 1")
+    if args.chunk < 1:
+        raise ValueError("--chunk: must be at least 1")
     claim(args.output, "distill", args, folder=True, own_files=("distill.json", "parts"))
     splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
-    translator = Translator.from_checkpoint(args.teacher, args.device)
+    translator = Translator.from_checkpoint(args.teacher, args.device, decoding=decoding_options(args))
     about = {"teacher": str(args.teacher), "data": args.data}
-    print(json.dumps(distill(translator, splits, args.output, args.beam_size, args.chunk, about,
-                             overwrite=args.overwrite)))
+    print(json.dumps(distill(translator, splits, args.output, args.chunk, about, overwrite=args.overwrite)))
     return 0
 
 

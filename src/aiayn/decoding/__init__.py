@@ -1,11 +1,24 @@
-"""Decoding lives outside the model: strategies drive ``encode`` / ``decode`` with a KV cache."""
+"""Decoding lives outside the model: strategies drive ``encode`` / ``decode`` with a KV cache.
 
-from aiayn.decoding.beam import Hypothesis, beam_search
-from aiayn.decoding.generate import generate
-from aiayn.decoding.greedy import greedy_search
-from aiayn.decoding.prefix import PromptCache
-from aiayn.decoding.sampling import filter_logits, sample
-from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
+The names below load on first use (PEP 562): ``aiayn.decoding.config`` (the options, no torch) can be read by
+the command line without loading torch.
+"""
 
-__all__ = ["Hypothesis", "PromptCache", "SpeculativeStats", "beam_search", "filter_logits", "generate",
-           "greedy_search", "sample", "speculative_greedy"]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {"Hypothesis": "beam", "beam_search": "beam", "generate": "generation", "greedy_search": "greedy",
+            "PromptCache": "prefix", "filter_logits": "sampling", "sample": "sampling",
+            "SpeculativeStats": "speculative", "speculative_greedy": "speculative", "DecodingConfig": "config"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'aiayn.decoding' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"aiayn.decoding.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

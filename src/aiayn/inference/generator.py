@@ -7,9 +7,11 @@ from pathlib import Path
 
 import torch
 
-from aiayn.decoding import generate
+from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.generation import generate
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
+from aiayn.io.run import resolve_checkpoint
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers import TokenizerPair
 
@@ -32,19 +34,27 @@ class TextStream:
 
 
 class TextGenerator:
-    """Continue prompts with a decoder-only checkpoint (greedy with temperature 0, else sampling)."""
+    """Continue prompts with a decoder-only checkpoint: a :class:`DecodingConfig` (the checkpoint's
+    ``generation.json`` with ``from_checkpoint``); sampling unless it names a strategy or has temperature 0."""
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
-                 bf16: bool = False) -> None:
+                 bf16: bool = False, decoding: DecodingConfig | None = None) -> None:
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
         self.model = inference_copy(model, device, bf16=bf16)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
+        self.decoding = decoding or DecodingConfig()
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", **options) -> TextGenerator:
-        model, tokenizers = load_checkpoint(path, "decoder-only")
-        return cls(model, tokenizers, device, **options)
+        folder = resolve_checkpoint(path)
+        model, tokenizers = load_checkpoint(folder, "decoder-only")
+        return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), **options)
+
+    @staticmethod
+    def strategy(decoding: DecodingConfig) -> str:
+        """The strategy named, else sampling (greedy at temperature 0)."""
+        return decoding.chosen_strategy("sample" if decoding.temperature > 0 else "greedy")
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document (EOS, which separates documents in
@@ -52,26 +62,27 @@ class TextGenerator:
         ids = self.tokenizer.encode(prompt) or [self.model.config.eos_id]
         return ids[-(self.model.config.max_len - 1):]
 
-    def generate(self, prompt: str, max_new_tokens: int = 200, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, num_samples: int = 1,
-                 on_text: Callable[[int, str], None] | None = None) -> list[str]:
-        """``num_samples`` continuations of ``prompt`` (without the prompt). ``on_text(sample, text)`` gets each
-        piece of text as soon as it is generated."""
+    def generate(self, prompt: str, max_new_tokens: int | None = None, *, decoding: DecodingConfig | None = None,
+                 on_text: Callable[[int, str], None] | None = None, **options) -> list[str]:
+        """``num_return_sequences`` continuations of ``prompt`` (without the prompt), decoded with ``decoding``
+        (default: this generator's) with ``max_new_tokens`` and ``options`` (its fields by name) replaced.
+        ``on_text(sample, text)`` gets each piece of text as soon as it is generated."""
         cfg = self.model.config
-        if temperature == 0 and num_samples > 1:
-            raise ValueError("num_samples: greedy decoding (temperature 0) gives one continuation")
+        decoding = (decoding or self.decoding).replace(**options, **({} if max_new_tokens is None else
+                                                                      {"max_new_tokens": max_new_tokens}))
+        strategy = self.strategy(decoding)
+        if strategy == "greedy" and decoding.num_return_sequences > 1:
+            raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one continuation")
         ids = torch.tensor([self.prompt_ids(prompt)], device=self.device)  # (1, T)
-        room = cfg.max_len - ids.size(1) if cfg.positions == "learned" else max_new_tokens
-        streams = [TextStream(self.tokenizer) for _ in range(num_samples)]
+        wanted = decoding.max_new_tokens or TEXT_MAX_NEW_TOKENS
+        room = cfg.max_len - ids.size(1) if cfg.positions == "learned" else wanted
+        streams = [TextStream(self.tokenizer) for _ in range(decoding.num_return_sequences)]
 
         def on_token(next_ids: torch.Tensor, live: torch.Tensor) -> None:
             for i, (tok, alive) in enumerate(zip(next_ids.tolist(), live.tolist(), strict=True)):
                 if alive and tok != cfg.eos_id and (text := streams[i].add(tok)):
                     on_text(i, text)
 
-        strategy = "greedy" if temperature == 0 else "sample"
-        out = generate(self.model, ids, strategy, max_new_tokens=min(max_new_tokens, room),
-                       temperature=temperature or 1.0, top_k=top_k, top_p=top_p, seed=seed,
-                       num_return_sequences=num_samples if strategy == "sample" else 1,
+        out = generate(self.model, ids, strategy, config=decoding, max_new_tokens=min(wanted, room),
                        on_token=on_token if on_text is not None else None)
         return [self.tokenizer.decode(row) for row in out]

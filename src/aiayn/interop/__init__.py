@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiayn.interop import bert, gpt2, marian
-from aiayn.interop.hf_folder import SUPPORTED, read_config, read_weights
+from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
 
@@ -27,5 +27,5 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
     importer = importers[config["model_type"]]
     model, tokenizers = importer(folder, config, read_weights(folder))
-    write_checkpoint(output, model, tokenizers, by="import", overwrite=overwrite)
+    write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite)
     return Path(output)

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.decoding.config import DecodingConfig
+from aiayn.interop.hf_folder import write_generation
 from aiayn.interop.marian import layer_names
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderDecoder
@@ -88,6 +90,7 @@ def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = Fals
     """Write the aiayn translator ``checkpoint`` as a Hugging Face Marian folder ``output``."""
     from aiayn.inference.load import load_checkpoint
     from aiayn.io.files import atomic_directory
+    from aiayn.io.run import resolve_checkpoint
 
     model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
     problems = marian_problems(model.config)
@@ -104,6 +107,7 @@ def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = Fals
         raise ValueError(f"export: Marian tensors without a counterpart: {', '.join(left[:3])}")
     with atomic_directory(output, "export", overwrite) as tmp:
         hf.save_pretrained(tmp)
+        write_generation(tmp, DecodingConfig.load(resolve_checkpoint(checkpoint)))
         _write_tokenizer(tokenizers, tmp)
     return Path(output)
 

@@ -63,3 +63,41 @@ def load_mapped(model, mapped: dict[str, Tensor]) -> None:
     if missing:
         raise ValueError(f"weights: nothing for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
     model.load_state_dict({k: v.float() for k, v in mapped.items()})
+
+
+# Hugging Face generation_config.json <-> aiayn's decoding options. Hugging Face's length_penalty divides by
+# length ** alpha, not GNMT's ((5 + length) / 6) ** alpha: a different formula, so it is not carried over.
+HF_GENERATION = {"num_beams": "beam_size", "max_new_tokens": "max_new_tokens", "min_new_tokens": "min_new_tokens",
+                 "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+                 "num_return_sequences": "num_return_sequences"}
+
+
+def read_generation(folder: Path) -> dict | None:
+    """The decoding defaults of a Hugging Face folder's ``generation_config.json`` as aiayn options (None:
+    no such file); values aiayn cannot take are a ValueError naming the file."""
+    from aiayn.decoding.config import DecodingConfig
+
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return None
+    try:
+        theirs = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from None
+    options = {ours: theirs[key] for key, ours in HF_GENERATION.items() if theirs.get(key) is not None}
+    if theirs.get("do_sample"):
+        options["strategy"] = "sample"
+    try:
+        return DecodingConfig().replace(**options).changes() or None
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def write_generation(folder: Path, decoding) -> None:
+    """Put a ``DecodingConfig``'s options into the Hugging Face folder's ``generation_config.json``."""
+    path = folder / "generation_config.json"
+    theirs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    theirs.update({key: getattr(decoding, ours) for key, ours in HF_GENERATION.items()
+                   if getattr(decoding, ours) is not None})
+    theirs["do_sample"] = decoding.strategy == "sample"
+    path.write_text(json.dumps(theirs, indent=2) + "\n", encoding="utf-8")

@@ -10,24 +10,30 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
-from aiayn.serve.batcher import DynamicBatcher, Options
+from aiayn.serve.batcher import DynamicBatcher
 from aiayn.serve.family import create_family_app
-from aiayn.serve.http import STATIC, base_app, check_size, health_body, server_config
+from aiayn.serve.http import (
+    STATIC,
+    DecodingOptions,
+    base_app,
+    check_size,
+    health_body,
+    request_decoding,
+    server_config,
+)
 from aiayn.serve.limits import Limits
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 
 
-class TranslateRequest(BaseModel):
+class TranslateRequest(DecodingOptions):
     """One ``text`` or a list of ``texts``, and optional decoding options (server defaults otherwise)."""
 
     model_config = ConfigDict(extra="forbid")
     text: str | None = None
     texts: list[str] | None = None
-    beam_size: int | None = Field(None, ge=1, le=16, description="1 = greedy")
-    length_penalty: float | None = Field(None, ge=0.0, le=5.0, allow_inf_nan=False, description="GNMT alpha")
-    max_new_tokens: int | None = Field(None, ge=1, description="cap on the translation's length in tokens")
 
     @model_validator(mode="after")
     def _one_of(self) -> TranslateRequest:
@@ -53,12 +59,13 @@ class HeadRequest(AttentionRequest):
     query: int = Field(0, ge=0, description="the row: a source token (encoder) or a decoder input token")
 
 
-def _options(req: TranslateRequest, translator: Translator, limits: Limits) -> Options:
-    if req.max_new_tokens is not None and req.max_new_tokens > limits.max_new_tokens:
-        raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit {limits.max_new_tokens}")
-    return Options(req.beam_size or translator.beam_size,
-                   translator.alpha if req.length_penalty is None else req.length_penalty,
-                   req.max_new_tokens or limits.max_new_tokens)
+def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> DecodingConfig:
+    cfg = request_decoding(req, translator.decoding, limits, limits.max_new_tokens)
+    try:
+        translator.check(cfg)
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+    return cfg
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
@@ -72,9 +79,8 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
     if isinstance(translator, (TextGenerator, MaskFiller)):
         return create_family_app(translator, limits, max_batch, threads)
 
-    def translate(texts: list[str], o: Options) -> list[str]:
-        return translator.translate(texts, max_batch, beam_size=o.beam_size, alpha=o.alpha,
-                                    max_new_tokens=o.max_new_tokens)
+    def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
+        return translator.translate(texts, max_batch, decoding)
 
     batcher = DynamicBatcher(translate, max_batch, wait_ms, threads)
 
@@ -101,7 +107,8 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits and how many batches were decoded."""
-        return health_body(cfg, limits, batches=batcher.batches, beam_size=translator.beam_size, **info)
+        return health_body(cfg, limits, batches=batcher.batches, beam_size=translator.decoding.beam_size,
+                           decoding=translator.decoding.to_dict(), **info)
 
     @app.post("/translate")
     async def translate(req: TranslateRequest) -> dict:
@@ -110,7 +117,7 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
         if not texts:
             raise HTTPException(422, "texts: give at least one text")
         check_size(texts, limits)
-        results = await batcher.submit(texts, _options(req, translator, limits))
+        results = await batcher.submit(texts, _decoding(req, translator, limits))
         return {"translation": results[0]} if req.text is not None else {"translations": results}
 
     @app.post("/attention")
@@ -144,23 +151,27 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
-               beam_size: int = 4, int8: bool = False, device: str = "cpu", max_batch: int = 32,
+               decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 32,
                wait_ms: float = 5.0, bf16: bool = False) -> None:
-    """Load the checkpoint and serve it with uvicorn until interrupted."""
+    """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
+    ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced."""
     import uvicorn
 
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
     from aiayn.inference.load import load_checkpoint
+    from aiayn.io.run import resolve_checkpoint
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
-    model, tokenizers = load_checkpoint(checkpoint)  # read once; the engine follows the family member
+    folder = resolve_checkpoint(checkpoint)
+    model, tokenizers = load_checkpoint(folder)  # read once; the engine follows the family member
+    defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
     if model.config.arch == "decoder-only":
-        engine = TextGenerator(model, tokenizers, device, bf16=bf16)
+        engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults)
     elif model.config.arch == "encoder-only":
         engine = MaskFiller(model, tokenizers, device)
     else:
-        engine = Translator(model, tokenizers, device, beam_size=beam_size, int8=int8, bf16=bf16)
+        engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads)
     uvicorn.Server(server_config(app, host, port, limits)).run()

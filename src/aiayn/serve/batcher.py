@@ -8,29 +8,20 @@ are batch-invariant (tested in tests/test_decoding.py), so a batched result equa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from aiayn.serve.threads import compute_executor
 
 
-@dataclass(frozen=True)
-class Options:
-    """Decoding options a request may set; requests are batched only with equal options."""
-
-    beam_size: int
-    alpha: float
-    max_new_tokens: int
-
-
 @dataclass
 class _Pending:
     texts: list[str]
-    options: Options
+    options: Hashable  # the request's DecodingConfig: equal options decode together
     future: asyncio.Future = field(repr=False)
 
 
-TranslateFn = Callable[[list[str], Options], list[str]]
+TranslateFn = Callable[[list[str], Hashable], list[str]]
 
 
 class DynamicBatcher:
@@ -61,7 +52,7 @@ class DynamicBatcher:
             await asyncio.gather(self.task, return_exceptions=True)
         self.executor.shutdown(wait=True)
 
-    async def submit(self, texts: list[str], options: Options) -> list[str]:
+    async def submit(self, texts: list[str], options: Hashable) -> list[str]:
         """Queue ``texts`` and wait for their translations."""
         future = asyncio.get_running_loop().create_future()
         await self.queue.put(_Pending(texts, options, future))
@@ -90,7 +81,7 @@ class DynamicBatcher:
             for options in dict.fromkeys(p.options for p in group):
                 await self._run(options, [p for p in group if p.options == options])
 
-    async def _run(self, options: Options, items: list[_Pending]) -> None:
+    async def _run(self, options: Hashable, items: list[_Pending]) -> None:
         texts = [t for p in items for t in p.texts]
         try:
             results = await self.run_alone(self.translate, texts, options)

@@ -11,10 +11,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
-from aiayn.serve.http import STATIC, base_app, check_size, health_body
+from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
 from aiayn.serve.limits import Limits
 from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
@@ -22,16 +23,12 @@ from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
 
 
-class GenerateRequest(BaseModel):
-    """A prompt and sampling options; ``stream`` answers with Server-Sent Events, one per token."""
+class GenerateRequest(DecodingOptions):
+    """A prompt and decoding options (greedy or sampled, one continuation); ``stream`` answers with Server-Sent
+    Events, one per token."""
 
     model_config = ConfigDict(extra="forbid")
     prompt: str
-    max_new_tokens: int = Field(64, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=10.0, allow_inf_nan=False, description="0 = greedy")
-    top_k: int = Field(0, ge=0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
 
 
@@ -105,13 +102,16 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
         ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
-        prompt = _checked_prompt(req, generator, batcher, limits)
+        decoding = _generation_decoding(req, generator, limits)
+        prompt = _checked_prompt(req.prompt, decoding.max_new_tokens, generator, batcher, limits)
         if batcher.open_requests >= limits.max_streams:
             raise HTTPException(429, f"busy: {batcher.open_requests} generations running or waiting (the "
                                      f"server's limit is {limits.max_streams}); try again shortly")
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        job = GenerationRequest(prompt, req.max_new_tokens, lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
-                                req.temperature, req.top_k, req.top_p, req.seed)
+        sampled = generator.strategy(decoding) == "sample"
+        emit = lambda e: loop.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
+        job = GenerationRequest(prompt, decoding.max_new_tokens, emit, decoding.temperature if sampled else 0.0,
+                                decoding.top_k, decoding.top_p, decoding.seed)
         batcher.submit(job)
         if req.stream:
             return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
@@ -155,18 +155,24 @@ def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
         raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
 
 
-def _checked_prompt(req: GenerateRequest, generator: TextGenerator, batcher: ContinuousBatcher,
+def _generation_decoding(req: GenerateRequest, generator: TextGenerator, limits: Limits) -> DecodingConfig:
+    """The request's decoding: what the continuous batcher runs (one greedy or sampled continuation), else 422."""
+    decoding = request_decoding(req, generator.decoding, limits, TEXT_MAX_NEW_TOKENS)
+    if generator.strategy(decoding) == "beam" or decoding.num_return_sequences != 1:
+        raise HTTPException(422, "strategy: /generate streams one greedy or sampled continuation; use strategy "
+                                 "greedy or sample with num_return_sequences 1")
+    return decoding
+
+
+def _checked_prompt(text: str, max_new_tokens: int, generator: TextGenerator, batcher: ContinuousBatcher,
                     limits: Limits) -> list[int]:
     """The prompt's ids, or 413/422 naming the field over its limit."""
-    check_size([req.prompt], limits)
-    if not req.prompt:
+    check_size([text], limits)
+    if not text:
         raise HTTPException(422, "prompt: empty; give the text to continue")
-    if req.max_new_tokens > limits.max_new_tokens:
-        raise HTTPException(422, f"max_new_tokens: {req.max_new_tokens} > the server's limit "
-                                 f"{limits.max_new_tokens}")
-    prompt = generator.prompt_ids(req.prompt)
-    if len(prompt) + req.max_new_tokens > batcher.capacity:
-        raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {req.max_new_tokens} tokens "
+    prompt = generator.prompt_ids(text)
+    if len(prompt) + max_new_tokens > batcher.capacity:
+        raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {max_new_tokens} tokens "
                                  f"exceed the model's {batcher.capacity}")
     return prompt
 

@@ -4,7 +4,9 @@ the input, 500 without a traceback), the size check of texts, /health's body, an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import typing
 from dataclasses import asdict
 from pathlib import Path
 
@@ -12,11 +14,41 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from aiayn.decoding.config import DecodingConfig, names
 from aiayn.serve.limits import Limits
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("aiayn.serve")
+
+
+def _decoding_fields() -> dict:
+    """Every ``DecodingConfig`` field as an optional request field (unset: the server's default)."""
+    hints = typing.get_type_hints(DecodingConfig)
+    return {f.name: (hints[f.name] | None, Field(None, description=f.metadata["help"]))
+            for f in dataclasses.fields(DecodingConfig)}
+
+
+DecodingOptions: type[BaseModel] = create_model(
+    "DecodingOptions", __config__=ConfigDict(extra="forbid"), __doc__="Decoding options: unset ones take the "
+    "server's defaults (the checkpoint's generation.json, then aiayn serve's flags).", **_decoding_fields())
+
+
+def request_decoding(req: BaseModel, base: DecodingConfig, limits: Limits, default_new_tokens: int) -> DecodingConfig:
+    """``base`` with the request's decoding fields replaced: an invalid value or one over the server's limits
+    is 422 naming the field. The length limit is the request's, else ``default_new_tokens``, at most the
+    server's ``max_new_tokens``."""
+    try:
+        cfg = base.replace(**req.model_dump(exclude_unset=True, include=set(names())))
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens > limits.max_new_tokens:
+        raise HTTPException(422, f"max_new_tokens: {cfg.max_new_tokens} > the server's limit {limits.max_new_tokens}")
+    for name in ("beam_size", "num_return_sequences"):
+        if getattr(cfg, name) > limits.max_beam_size:
+            raise HTTPException(422, f"{name}: {getattr(cfg, name)} > the server's limit {limits.max_beam_size}")
+    return cfg.replace(max_new_tokens=min(cfg.max_new_tokens or default_new_tokens, limits.max_new_tokens))
 
 
 def check_size(texts: list[str], limits: Limits) -> None:

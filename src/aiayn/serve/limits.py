@@ -16,6 +16,7 @@ class Limits:
     max_chars: int = _limit(1000, "characters per text or prompt")
     max_texts: int = _limit(64, "texts per /translate request")
     max_new_tokens: int = _limit(256, "longest translation or continuation a request may ask for")
+    max_beam_size: int = _limit(16, "beam size (and sequences returned) a request may ask for")
     max_body_bytes: int = _limit(1_000_000, "largest request body")
     max_attention_tokens: int = _limit(128, "tokens per side for /attention (its answer grows with the square)")
     max_context: int = _limit(1024, "prompt + continuation tokens for /generate (models without a learned "

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
 from aiayn.model.transformer import TransformerModel
@@ -26,5 +27,7 @@ def average_checkpoints(folders: list[Path], output: Path, overwrite: bool = Fal
         for name, param in merged.named_parameters():
             stacked = torch.stack([dict(m.named_parameters())[name] for m in models])  # (K, ...)
             param.copy_(stacked.mean(dim=0))
-    write_checkpoint(output, merged, load_tokenizers(folders[-1]), by="average", overwrite=overwrite)
+    generation = DecodingConfig.load(folders[-1]).changes() or None  # the run's decoding defaults go along
+    write_checkpoint(output, merged, load_tokenizers(folders[-1]), generation=generation, by="average",
+                     overwrite=overwrite)
     return merged

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig, typed_fields
 
@@ -43,6 +44,10 @@ class TrainConfig:
     preset: str = _f("small", "model size", tuple(PRESETS))
     model: dict = field(default_factory=dict, metadata={"help": "ModelConfig field overrides, e.g. {dropout: 0.3} "
                                                         "(recipe files only)", "choices": None})
+    decoding: dict = field(default_factory=dict, metadata={
+        "help": "the run's decoding defaults, DecodingConfig fields, e.g. {beam_size: 12, length_penalty: 1.4}: "
+                "written into every checkpoint as generation.json, used by translate, evaluate and serve "
+                "(recipe files only)", "choices": None})
     tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
     vocab_size: int = _f(8000, "subword vocabulary size (ignored by char)")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
@@ -104,6 +109,16 @@ class TrainConfig:
             ModelConfig.preset(self.preset, **self.model)
         except ValueError as err:
             raise ValueError(f"model.{err}") from None
+        if not isinstance(self.decoding, dict):
+            raise ValueError("decoding: must be a mapping of decoding options")
+        try:
+            DecodingConfig().replace(**self.decoding)
+        except ValueError as err:
+            raise ValueError(f"decoding.{err}") from None
+
+    def generation(self) -> dict | None:
+        """What ``generation.json`` records of this recipe's decoding (None: the recipe chose none)."""
+        return DecodingConfig().replace(**self.decoding).changes() or None
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides) -> TrainConfig:
@@ -141,7 +156,7 @@ def read_recipe(path: str | Path) -> dict:
 
 # Fields a resumed run may change: limits and bookkeeping, not what the model or its data are.
 RESUMABLE_CHANGES = ("max_steps", "time_limit_min", "eval_every", "log_every", "patience", "keep_last",
-                     "bleu_sentences", "beam_size", "device", "output", "data_dir")
+                     "bleu_sentences", "beam_size", "device", "output", "data_dir", "decoding")
 
 
 def resume_config(run: RunFolder, requested: dict, source: str) -> tuple[TrainConfig, list[str]]:

@@ -101,7 +101,7 @@ def run_numbers_demo(output: str = "runs/demo", steps: int | None = None, seed: 
     start = time.perf_counter()
     Trainer(TrainConfig(**recipe)).train()
     test = load_splits("numbers", seed=seed).test
-    translator = Translator.from_checkpoint(output)
+    translator = Translator.from_checkpoint(output, decoding={"beam_size": 1})  # greedy: the figures in README
     hyps = translator.translate(test.sources)
     print(f"\ntrained in {time.perf_counter() - start:.0f}s; checkpoint: {output}/best")
     for src, hyp, ref in list(zip(test.sources, hyps, test.targets, strict=True))[:6]:

@@ -23,13 +23,15 @@ def _tsv(pairs: Parallel) -> str:
     return "".join(f"{s}\t{t}\n" for s, t in zip(pairs.sources, pairs.targets, strict=True))
 
 
-def distill(translator, splits: Splits, output: str | Path, beam_size: int = 4, chunk: int = 1000,
-            about: dict | None = None, progress: bool = True, overwrite: bool = False) -> dict:
-    """Translate ``splits.train.sources`` with ``translator`` into the corpus folder ``output``.
+def distill(translator, splits: Splits, output: str | Path, chunk: int = 1000, about: dict | None = None,
+            progress: bool = True, overwrite: bool = False, **options) -> dict:
+    """Translate ``splits.train.sources`` with ``translator`` (its decoding, with ``options`` replaced: its
+    fields by name) into the corpus folder ``output``.
 
     Returns the counts written to ``distill.json``: sentences, chunks computed now, chunks found done.
     """
     out = output_folder(output, "distill", overwrite, own_files=("distill.json", "parts"))
+    decoding = translator.decoding.replace(**options)
     (out / "parts").mkdir(exist_ok=True)
     sources = splits.train.sources
     starts = range(0, len(sources), chunk)
@@ -40,7 +42,7 @@ def distill(translator, splits: Splits, output: str | Path, beam_size: int = 4, 
             done += 1
             continue
         batch = sources[start: start + chunk]
-        outputs = translator.translate(batch, beam_size=beam_size)
+        outputs = translator.translate(batch, decoding=decoding)
         atomic_write_text(part, _tsv(Parallel(batch, outputs)))
         computed += 1
     parts = [(out / "parts" / f"{i:06d}.tsv").read_text(encoding="utf-8") for i in range(len(starts))]
@@ -48,7 +50,8 @@ def distill(translator, splits: Splits, output: str | Path, beam_size: int = 4, 
     atomic_write_text(out / "valid.tsv", _tsv(splits.valid))
     if splits.test is not None and len(splits.test):
         atomic_write_text(out / "test.tsv", _tsv(splits.test))
-    record = {**(about or {}), "beam_size": beam_size, "sentences": len(sources), "chunks": len(starts),
+    record = {**(about or {}), "beam_size": decoding.beam_size, "decoding": decoding.changes(),
+              "sentences": len(sources), "chunks": len(starts),
               "chunks_computed": computed, "chunks_resumed": done}
     atomic_write_text(out / "distill.json", json.dumps(record, indent=2) + "\n")
     return record

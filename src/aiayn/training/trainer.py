@@ -251,13 +251,13 @@ class Trainer:
 
     def _write_checkpoints(self, improved: bool) -> None:
         if self.cfg.keep_last > 0:
-            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers)
+            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.cfg.generation())
             self.run.prune(self.cfg.keep_last)
         if improved:
-            save_checkpoint(self.run.best, self.model, self.tokenizers)
+            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.cfg.generation())
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
                  "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state)
+        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.cfg.generation())
 
     @torch.no_grad()
     def validate(self) -> dict:

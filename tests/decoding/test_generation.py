@@ -59,5 +59,13 @@ def test_generate_option_errors(model):
         generate(model, src, "beam", draft_model=model)
     with pytest.raises(ValueError, match="num_return_sequences"):
         generate(model, src, "greedy", num_return_sequences=2)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        generate(model, src, "greedy", max_new_tokens=None)
+    with pytest.raises(ValueError, match="max_new_tokens"):  # no limit at all: neither relative nor fixed
+        generate(model, src, "greedy", max_new_tokens=None, max_len_b=None)
+    with pytest.raises(ValueError, match="num_return_sequences: at most beam_size=2"):
+        generate(model, src, "beam", beam_size=2, num_return_sequences=3)
+    for bad, field in [({"top_k": -2}, "top_k"), ({"temperature": float("nan")}, "temperature"),
+                       ({"top_p": 0.0}, "top_p"), ({"strategy": "typical"}, "strategy")]:
+        with pytest.raises(ValueError, match=f"^{field}: must be"):  # checked before any model call
+            generate(model, src, **{"strategy": "sample", **bad})
+    with pytest.raises(ValueError, match="colour: not a decoding option"):
+        generate(model, src, colour="red")

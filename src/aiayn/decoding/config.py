@@ -1,0 +1,126 @@
+"""``DecodingConfig``: every decoding option, one name each from end to end: the dataclass field, the command-line
+flag (``--length-penalty``), the HTTP request field, the library argument and the key of a checkpoint's
+``generation.json`` (its decoding defaults, as Hugging Face's ``generation_config.json``). No torch here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiayn.io.checkpoint import GENERATION
+from aiayn.io.files import read_json
+
+STRATEGIES = ("greedy", "beam", "sample")
+TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
+
+
+def _option(default, help: str, **extra):
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How to decode (section 6.1 for translation: beam 4, length penalty 0.6, length limit source + 50).
+
+    Frozen and hashable: requests with equal configs decode in one batch. Invalid values are a ValueError
+    naming the field (exit 2 on the command line, 422 over HTTP).
+    """
+
+    strategy: str | None = _option(None, "greedy | beam | sample (default: beam when --beam-size > 1 for "
+                                         "translation, sample when --temperature > 0 for text, else greedy)",
+                                   choices=STRATEGIES)
+    beam_size: int = _option(4, "beam size; 1 = greedy")
+    length_penalty: float = _option(1.0, "beam search: GNMT length penalty alpha, scores / ((5 + length) / 6) "
+                                         "** alpha; 0 = none")
+    max_len_a: float = _option(1.5, "translation: at most a * source tokens + b new tokens (the paper: a 1, b 50)")
+    max_len_b: int | None = _option(10, "translation: see --max-len-a (None: no limit relative to the source)")
+    max_new_tokens: int | None = _option(None, f"at most this many new tokens (default: the translation limit "
+                                               f"above; {TEXT_MAX_NEW_TOKENS} for text)")
+    min_new_tokens: int = _option(0, "no end of sequence before this many new tokens")
+    temperature: float = _option(1.0, "sampling temperature; 0 = greedy")
+    top_k: int = _option(0, "sample from the k most likely tokens only; 0 = all")
+    top_p: float = _option(1.0, "nucleus sampling: from the fewest tokens holding this probability; 1 = all")
+    seed: int | None = _option(None, "sampling seed: the same seed gives the same output")
+    num_return_sequences: int = _option(1, "sequences per input: the n best of the beam, or n samples",
+                                        aliases=("--num-samples",))
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = _problem(f.name, getattr(self, f.name))
+            if problem:
+                raise ValueError(f"{f.name}: {problem}")
+        if self.strategy == "beam" and self.num_return_sequences > self.beam_size:
+            raise ValueError(f"num_return_sequences: at most beam_size={self.beam_size} for beam search")
+
+    def replace(self, **changes) -> DecodingConfig:
+        """A copy with ``changes`` (field names), checked."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a decoding option; options: {', '.join(names())}")
+        return dataclasses.replace(self, **changes)
+
+    def chosen_strategy(self, default: str) -> str:
+        """The strategy given, else ``default`` (the product's: see the ``strategy`` field)."""
+        return self.strategy or default
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> DecodingConfig:
+        """The decoding defaults of a checkpoint folder (``generation.json``; none: the defaults)."""
+        path = Path(folder) / GENERATION
+        if not path.is_file():
+            return cls()
+        try:
+            return cls().replace(**read_json(path))
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+
+    def changes(self) -> dict:
+        """The fields that differ from the defaults (what ``generation.json`` records)."""
+        return {k: v for k, v in self.to_dict().items() if v != _default(k)}
+
+    def dumps(self) -> str:
+        return json.dumps(self.changes(), indent=1) + "\n"
+
+
+def names() -> list[str]:
+    return [f.name for f in dataclasses.fields(DecodingConfig)]
+
+
+def _default(name: str):
+    return next(f.default for f in dataclasses.fields(DecodingConfig) if f.name == name)
+
+
+_RULES = {  # field -> (test, what it must be)
+    "strategy": (lambda v: v is None or v in STRATEGIES, f"one of {', '.join(STRATEGIES)}"),
+    "beam_size": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
+    "length_penalty": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "max_len_a": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "max_len_b": (lambda v: v is None or (_int(v) and v >= 0), "a whole number >= 0"),
+    "max_new_tokens": (lambda v: v is None or (_int(v) and v >= 1), "a whole number >= 1"),
+    "min_new_tokens": (lambda v: _int(v) and v >= 0, "a whole number >= 0"),
+    "temperature": (lambda v: _real(v) and v >= 0, "a finite number >= 0 (0 = greedy)"),
+    "top_k": (lambda v: _int(v) and v >= 0, "a whole number >= 0 (0 = all tokens)"),
+    "top_p": (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**63), "a whole number in [0, 2^63)"),
+    "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
+}
+
+
+def _problem(name: str, value) -> str | None:
+    test, must = _RULES[name]
+    return None if test(value) else f"must be {must}, got {value!r}"
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
