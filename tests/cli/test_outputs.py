@@ -129,7 +129,7 @@ def test_an_output_the_command_wrote_is_replaced_and_follows_the_umask(tmp_path,
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o755
     assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()} == {0o644}
-    assert (out / MARKER).is_file()
+    assert (out / "checksums.json").is_file() and not (out / MARKER).exists()  # a checkpoint: its checksums tell
     assert main(["tokenizer", "train", "--data", "reverse", "--vocab-size", "300", "--output", str(out)]) == 2
     assert "not written by aiayn tokenizer" in capsys.readouterr().err  # another command's output is not its own
 

@@ -26,7 +26,7 @@ def test_atomic_file_replaces_whole_or_not_at_all(tmp_path):
 
 
 def test_recover_restores_a_folder_killed_between_renames_and_drops_strays(tmp_path):
-    with atomic_directory(tmp_path / "last") as tmp:
+    with atomic_directory(tmp_path / "last", "test") as tmp:
         (tmp / "a").write_text("1")
     (tmp_path / "last").rename(tmp_path / ".last.old")  # killed after the old folder moved aside
     (tmp_path / ".best.x1.tmp").mkdir()  # killed mid-write

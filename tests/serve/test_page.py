@@ -177,3 +177,47 @@ def test_language_model_page_explores_causal_attention(browser, lm_server):
     assert [float(x) for x in shown] == pytest.approx(inside["weights"], abs=1e-4)
     assert inside["weights"] == maps["attention"]["decoder_self"][1][1][1]
     page.close()
+
+
+@pytest.fixture(scope="module")
+def long_lm_server(lm_run):
+    """The language model with room for a 120-token continuation and its attention map."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.app import create_app
+    from aiayn.serve.limits import Limits
+
+    limits = Limits(max_new_tokens=128, max_attention_tokens=160)
+    with serving(create_app(TextGenerator.from_checkpoint(lm_run), limits), limits) as url:
+        yield url
+
+
+def test_a_long_attention_map_fits_the_window_by_mouse_and_keyboard(browser, long_lm_server):
+    """120 tokens at full cell size were ~3,900 px: the page scrolled sideways. Now the cells shrink, the labels
+    thin out, the map scrolls inside its panel only, and the keyboard's cell is scrolled into view."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(long_lm_server)
+    page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
+    page.fill("#prompt", "the cat ")
+    page.fill("#max-new", "120")
+    page.fill("#temperature", "0")
+    page.click("#generate")
+    page.wait_for_selector("#explorer:not([hidden])", timeout=60_000)
+    n = int(page.locator("#heatmap").get_attribute("aria-label").split()[2])  # "attention heatmap, N rows ..."
+    assert n > 60 and cells(page) == n * n
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # the page never scrolls
+    size = float(page.locator('#heatmap rect.cell[data-row="0"][data-col="0"]').get_attribute("width"))
+    assert 10 <= size < 28  # shrunk
+    labels = page.locator("#heatmap text.row-label").count()
+    assert 0 < labels < n  # thinned: one every ceil(13 / size) tokens, none overlapping
+    wrap = page.locator("#heatmap-wrap")
+    page.focus("#heatmap")
+    for _ in range(n - 1):
+        page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    active = page.locator("#heatmap rect.cell.active")
+    assert active.get_attribute("data-col") == str(n - 1) and active.get_attribute("data-row") == "1"
+    box, panel = active.bounding_box(), wrap.bounding_box()
+    assert panel["x"] <= box["x"] and box["x"] + box["width"] <= panel["x"] + panel["width"] + 1  # in view
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the mouse reaches it there
+    assert page.locator("#heatmap rect.cell.active").get_attribute("data-col") == str(n - 1)
+    page.close()

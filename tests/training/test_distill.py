@@ -25,7 +25,7 @@ class Counting:
     """A translator that counts the sentences it is asked for (and answers as the teacher)."""
 
     def __init__(self, inner):
-        self.inner, self.asked = inner, 0
+        self.inner, self.asked, self.decoding = inner, 0, inner.decoding
 
     def translate(self, texts, **options):
         self.asked += len(texts)

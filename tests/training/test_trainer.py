@@ -74,9 +74,9 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
 
 def test_interrupted_write_leaves_the_previous_checkpoint(tmp_path):
     target = tmp_path / "last"
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, "test") as tmp:
         (tmp / "model.safetensors").write_text("good")
-    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+    with pytest.raises(RuntimeError), atomic_directory(target, "test") as tmp:
         (tmp / "model.safetensors").write_text("half")
         raise RuntimeError("killed mid-write")
     assert (target / "model.safetensors").read_text() == "good"

@@ -76,8 +76,9 @@ class DecodingConfig:
         path = Path(folder) / GENERATION
         if not path.is_file():
             return cls()
+        options = read_json(path)
         try:
-            return cls().replace(**read_json(path))
+            return cls().replace(**options)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
 

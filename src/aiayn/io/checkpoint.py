@@ -36,7 +36,7 @@ def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
 
     ``by`` names the command writing it: a folder that is neither empty nor a checkpoint is refused unless
     ``overwrite`` (``aiayn.io.files.claim_output``)."""
-    with atomic_directory(folder, by, overwrite, own_files=(CHECKSUMS,)) as tmp:
+    with atomic_directory(folder, by, overwrite, own_files=(CHECKSUMS,), marker=False) as tmp:
         model.config.save(tmp / CONFIG)
         save_weights(model, tmp)
         if tokenizers is not None:

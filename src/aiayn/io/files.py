@@ -38,20 +38,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | Path, by: str, overwrite: bool = False,
-                     own_files: tuple[str, ...] = ()) -> Iterator[Path]:
+def atomic_directory(path: str | Path, by: str, overwrite: bool = False, own_files: tuple[str, ...] = (),
+                     marker: bool = True) -> Iterator[Path]:
     """Yield a temp folder beside ``path``; on success it replaces ``path`` by rename.
 
     ``path`` is first checked by :func:`claim_output` (a folder the user owns is refused unless
-    ``overwrite``); the new folder carries the marker of ``by`` (the command writing it) and its mode follows
-    the umask. A crash (or kill) before the end leaves any previous ``path`` whole (or, killed between the two
-    renames, as ``.NAME.old``), plus a stray ``.NAME.*.tmp`` folder: :func:`recover` cleans both up.
+    ``overwrite``); the new folder carries the marker of ``by`` (the command writing it; ``marker=False``
+    where one of ``own_files`` already tells) and its mode follows the umask. A crash (or kill) before the end
+    leaves any previous ``path`` whole (or, killed between the two renames, as ``.NAME.old``), plus a stray ``.NAME.*.tmp`` folder: :func:`recover` cleans both up.
     """
     path = claim_output(path, by, overwrite=overwrite, own_files=own_files)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
-        mark(tmp, by)
+        if marker:
+            mark(tmp, by)
         yield tmp
         _follow_umask(tmp)
     except BaseException:

@@ -19,7 +19,7 @@ async function postJSON(path, body) {
 
 function attentionExplorer(axesOf, inspect) {
   const byId = (id) => document.getElementById(id);
-  const CELL = 28;
+  const CELL = 28, MIN_CELL = 10, LINE = 13;  // px: the largest and smallest cell, one line of label text
   let maps = null;        // the last /attention answer
   let active = [0, 0];    // the highlighted cell (row, col)
   const axes = () => axesOf(maps, byId("kind").value);
@@ -64,15 +64,20 @@ function attentionExplorer(axesOf, inspect) {
     const left = 12 + 7.5 * Math.max(...rows.map((t) => t.length));
     const top = 12 + 7.5 * Math.max(...cols.map((t) => t.length));
     const svg = byId("heatmap");
+    // long maps fit the panel: cells shrink (to MIN_CELL, then the panel scrolls) and labels thin out to one
+    // every `every` tokens, so that labels never overlap; every cell keeps its tokens in its tooltip
+    const room = byId("heatmap-wrap").clientWidth - left - 10;
+    const size = Math.max(MIN_CELL, Math.min(CELL, Math.floor(room / cols.length)));
+    const every = Math.ceil(LINE / size);
     svg.replaceChildren();
-    svg.setAttribute("width", left + CELL * cols.length + 10);
-    svg.setAttribute("height", top + CELL * rows.length + 10);
-    cols.forEach((tok, c) => svg.append(svgEl("text", {class: "col-label", x: 0, y: 0, "text-anchor": "start",
-      transform: `translate(${left + CELL * c + CELL / 2 + 4}, ${top - 6}) rotate(-90)`}, tok)));
-    rows.forEach((tok, r) => svg.append(svgEl("text", {class: "row-label", x: left - 6,
-      y: top + CELL * r + CELL / 2 + 4, "text-anchor": "end"}, tok)));
+    svg.setAttribute("width", left + size * cols.length + 10);
+    svg.setAttribute("height", top + size * rows.length + 10);
+    cols.forEach((tok, c) => c % every || svg.append(svgEl("text", {class: "col-label", x: 0, y: 0,
+      "text-anchor": "start", transform: `translate(${left + size * c + size / 2 + 4}, ${top - 6}) rotate(-90)`}, tok)));
+    rows.forEach((tok, r) => r % every || svg.append(svgEl("text", {class: "row-label", x: left - 6,
+      y: top + size * r + size / 2 + 4, "text-anchor": "end"}, tok)));
     m.forEach((row, r) => row.forEach((w, c) => {
-      const rect = svgEl("rect", {class: "cell", x: left + CELL * c, y: top + CELL * r, width: CELL, height: CELL,
+      const rect = svgEl("rect", {class: "cell", x: left + size * c, y: top + size * r, width: size, height: size,
                                   fill: color(w), "data-row": r, "data-col": c, "data-weight": w.toFixed(4)});
       rect.append(svgEl("title", {}, `${rows[r]} → ${cols[c]}: ${w.toFixed(3)}`));
       rect.addEventListener("mouseenter", () => highlight(r, c));
@@ -90,6 +95,7 @@ function attentionExplorer(axesOf, inspect) {
     const cell = document.querySelector(`#heatmap rect.cell[data-row="${r}"][data-col="${c}"]`);
     if (!cell) return;
     cell.classList.add("active");
+    cell.scrollIntoView({block: "nearest", inline: "nearest"});  // the keyboard's cell stays in view
     byId("cell-info").textContent = t("cell_info", {row: rows[r], col: cols[c], w: cell.dataset.weight});
     inside.show(byId("kind").value, byId("layer").value, byId("head").value, r, c);
   }
@@ -110,6 +116,7 @@ function attentionExplorer(axesOf, inspect) {
   byId("layer").addEventListener("change", draw);
   byId("head").addEventListener("change", draw);
   byId("heatmap").addEventListener("keydown", onKey);
+  window.addEventListener("resize", () => { if (maps) draw(); });
   return { show(newMaps) { maps = newMaps; fillLayerHead(); draw(); } };
 }
 

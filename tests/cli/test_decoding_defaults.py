@@ -1,0 +1,71 @@
+"""A run's decoding defaults: the recipe's ``decoding:`` goes into every checkpoint as ``generation.json``;
+translate, evaluate and serve use it unless a flag (or a request field) says otherwise; average keeps it;
+``evaluate --json`` reports the options it used; a checkpoint without one decodes with the defaults."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from aiayn.decoding.config import DecodingConfig
+from aiayn.inference.translator import Translator
+from aiayn.io.checkpoint import GENERATION
+from tiny_runs import train_command, write_recipe
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("decoding")
+    recipe = write_recipe(tmp, "run", max_steps=10, eval_every=5, keep_last=2,
+                          decoding={"beam_size": 3, "length_penalty": 0.6})
+    result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return tmp / "run"
+
+
+def _evaluate(run, tmp_path, *flags):
+    (tmp_path / "src.txt").write_text("a b c\nd e f g\n")
+    result = subprocess.run([sys.executable, "-m", "aiayn", "evaluate", "--checkpoint", str(run), "--src",
+                             str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt"), "--json", *flags],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["decoding"]
+
+
+def test_every_checkpoint_of_the_run_carries_the_recipes_decoding(run):
+    for folder in (run / "best", run / "last", *sorted((run / "checkpoints").iterdir())):
+        assert json.loads((folder / GENERATION).read_text()) == {"beam_size": 3, "length_penalty": 0.6}
+
+
+def test_translate_and_evaluate_use_it_unless_a_flag_says_otherwise(run, tmp_path):
+    used = _evaluate(run, tmp_path)
+    assert (used["beam_size"], used["length_penalty"]) == (3, 0.6)
+    used = _evaluate(run, tmp_path, "--beam-size", "2")
+    assert (used["beam_size"], used["length_penalty"]) == (2, 0.6)
+    assert Translator.from_checkpoint(run).decoding == DecodingConfig(beam_size=3, length_penalty=0.6)
+
+
+def test_average_keeps_it_and_an_old_checkpoint_decodes_with_the_defaults(run, tmp_path, trained_run):
+    from aiayn.cli import main
+
+    assert main(["average", "--run", str(run), "--output", str(tmp_path / "avg")]) == 0
+    assert DecodingConfig.load(tmp_path / "avg") == DecodingConfig(beam_size=3, length_penalty=0.6)
+    assert not (trained_run / "best" / GENERATION).exists()
+    assert _evaluate(trained_run, tmp_path) == DecodingConfig().to_dict()
+
+
+def test_the_server_uses_it_and_a_request_may_change_it(run):
+    from fastapi.testclient import TestClient
+
+    from aiayn.serve.app import create_app
+
+    with TestClient(create_app(Translator.from_checkpoint(run))) as client:
+        assert client.get("/health").json()["decoding"]["length_penalty"] == 0.6
+        ok = client.post("/translate", json={"text": "a b c", "beam_size": 2, "length_penalty": 1.0})
+        assert ok.status_code == 200
+        for bad in ({"length_penalty": -1}, {"top_k": -2}, {"beam_size": 99}, {"num_return_sequences": 2},
+                    {"alpha": 0.6}, {"temperature": "hot"}):
+            answer = client.post("/translate", json={"text": "a b c", **bad})
+            assert answer.status_code == 422, (bad, answer.text)
+        assert "length_penalty: must be" in client.post("/translate", json={"text": "a", "length_penalty": -1}).text

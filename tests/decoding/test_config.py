@@ -1,0 +1,86 @@
+"""``DecodingConfig``: one name per option end to end, checked where it is defined; a checkpoint carries its
+decoding defaults (``generation.json``) and the products use them unless told otherwise."""
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiayn.decoding.config import DecodingConfig, names
+from aiayn.io.checkpoint import GENERATION
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "aiayn"
+
+
+@pytest.mark.parametrize("field, bad", [("beam_size", 0), ("beam_size", 2.5), ("length_penalty", -0.1),
+                                        ("length_penalty", math.inf), ("max_len_a", math.nan), ("max_len_b", -1),
+                                        ("max_new_tokens", 0), ("min_new_tokens", -1), ("temperature", -1.0),
+                                        ("temperature", math.nan), ("top_k", -2), ("top_p", 0.0), ("top_p", 1.5),
+                                        ("seed", -1), ("seed", 2**63), ("num_return_sequences", 0),
+                                        ("strategy", "typical"), ("beam_size", True)])
+def test_every_field_checks_itself_and_the_error_names_it(field, bad):
+    with pytest.raises(ValueError, match=f"^{field}: must be"):
+        DecodingConfig(**{field: bad})
+    with pytest.raises(ValueError, match=f"^{field}: must be"):
+        DecodingConfig().replace(**{field: bad})
+
+
+@given(st.integers(1, 64), st.floats(0, 5), st.integers(0, 100), st.floats(0.01, 1.0))
+def test_valid_values_pass_and_round_trip_through_changes(beam, penalty, top_k, top_p):
+    cfg = DecodingConfig(beam_size=beam, length_penalty=penalty, top_k=top_k, top_p=top_p)
+    assert DecodingConfig().replace(**cfg.changes()) == cfg
+    assert hash(cfg) == hash(DecodingConfig(**cfg.to_dict()))  # frozen: batched by equal configs
+
+
+def test_unknown_options_and_impossible_combinations_are_errors():
+    with pytest.raises(ValueError, match="alpha: not a decoding option"):
+        DecodingConfig().replace(alpha=0.6)
+    with pytest.raises(ValueError, match="num_return_sequences: at most beam_size=2"):
+        DecodingConfig(strategy="beam", beam_size=2, num_return_sequences=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DecodingConfig().beam_size = 3
+
+
+def test_generation_json_is_read_and_checked(tmp_path):
+    assert DecodingConfig.load(tmp_path) == DecodingConfig()  # none: the defaults
+    (tmp_path / GENERATION).write_text(json.dumps({"beam_size": 12, "length_penalty": 1.4}))
+    assert DecodingConfig.load(tmp_path) == DecodingConfig(beam_size=12, length_penalty=1.4)
+    (tmp_path / GENERATION).write_text(json.dumps({"beam_size": 0}))
+    with pytest.raises(ValueError, match=r"generation.json: beam_size: must be"):
+        DecodingConfig.load(tmp_path)
+    (tmp_path / GENERATION).write_text("{broken")
+    with pytest.raises(ValueError, match=r"generation\.json: damaged"):
+        DecodingConfig.load(tmp_path)
+
+
+def test_the_command_line_and_http_options_are_the_fields():
+    from aiayn.cli.main import build_parser
+    from aiayn.serve.app import TranslateRequest
+    from aiayn.serve.family import GenerateRequest
+
+    parser = build_parser("test")
+    for command in ("translate", "evaluate", "generate", "distill", "serve"):
+        sub = parser._subparsers._group_actions[0].choices[command]
+        dests = {a.dest for a in sub._actions}
+        wanted = set(names()) - ({"max_new_tokens"} if command == "serve" else set())  # serve's is a limit
+        assert wanted <= dests, (command, wanted - dests)
+        flags = {s for a in sub._actions for s in a.option_strings}
+        assert "--length-penalty" in flags and "--alpha" not in flags
+    for model in (TranslateRequest, GenerateRequest):
+        assert set(names()) <= set(model.model_fields)
+
+
+def test_length_penalty_walks_from_the_cli_and_http_to_the_beam_through_three_files():
+    """The command line and the server generate their options from the config and pass it on whole: only
+    the config, the entry to the strategies and the beam search name the option."""
+    naming = sorted(p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
+                    if re.search(r"\blength_penalty\b", p.read_text(encoding="utf-8")))
+    walk = [p for p in naming if p.split("/")[0] in ("cli", "serve", "inference", "decoding")]
+    assert walk == ["decoding/beam.py", "decoding/config.py", "decoding/generation.py"], naming
+    assert not any(re.search(r"\balpha\b", (SRC / p).read_text()) for p in ("cli/common.py", "serve/app.py",
+                                                                               "inference/translator.py"))
