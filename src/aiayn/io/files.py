@@ -45,7 +45,8 @@ def atomic_directory(path: str | Path, by: str, overwrite: bool = False, own_fil
     ``path`` is first checked by :func:`claim_output` (a folder the user owns is refused unless
     ``overwrite``); the new folder carries the marker of ``by`` (the command writing it; ``marker=False``
     where one of ``own_files`` already tells) and its mode follows the umask. A crash (or kill) before the end
-    leaves any previous ``path`` whole (or, killed between the two renames, as ``.NAME.old``), plus a stray ``.NAME.*.tmp`` folder: :func:`recover` cleans both up.
+    leaves any previous ``path`` whole (or, killed between the two renames, as ``.NAME.old``), plus a stray
+    ``.NAME.*.tmp`` folder: :func:`recover` cleans both up.
     """
     path = claim_output(path, by, overwrite=overwrite, own_files=own_files)
     path.parent.mkdir(parents=True, exist_ok=True)
