@@ -26,9 +26,10 @@ browser:
 		 (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) || \
 		echo "warning: could not install chromium; the browser test will say how"
 
+# Two test workers on the two cores, one compute thread each (tests/conftest.py): no OpenMP oversubscription.
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync).
 notebook: $(STAMP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,10 @@ import torch
 from torch import Tensor
 
 from aiayn import EncoderDecoder, ModelConfig
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on the two cores: one compute thread
+    os.environ["OMP_NUM_THREADS"] = "1"  # each, and in the processes the tests start, so none oversubscribe
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -65,3 +65,13 @@ def test_help_imports_no_torch():
            "print(main_help, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stdout + out.stderr
+
+
+def test_every_public_name_still_imports_from_the_top():
+    import aiayn
+
+    before = ["DecoderOnly", "EncoderDecoder", "EncoderOnly", "ModelConfig", "TransformerModel", "build_model",
+              "count_parameters", "generate", "pack", "quantize"]  # aiayn's names before the re-housing
+    assert set(before) <= set(aiayn.__all__)
+    for name in aiayn.__all__:
+        assert callable(getattr(aiayn, name)), name

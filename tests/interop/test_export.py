@@ -44,7 +44,7 @@ def test_hugging_face_loads_the_export_with_the_same_logits(trained_run, exporte
         assert hf_tok(text, add_special_tokens=False).input_ids == tokenizers.src.encode(text)
     out = hf.generate(src[:1], attention_mask=(src[:1] != cfg.pad_id).long(), max_new_tokens=20, num_beams=1,
                       do_sample=False, bad_words_ids=[[cfg.bos_id], [cfg.pad_id]])[0, 1:].tolist()
-    mine = generate(model, src[:1], "greedy", max_new_tokens=20)[0]
+    mine = generate(model, src[:1], "greedy", max_new_tokens=20, max_len_b=None)[0]
     assert out[: len(mine)] == mine and out[len(mine)] == cfg.eos_id
 
 
@@ -69,7 +69,7 @@ def test_ctranslate2_gives_the_same_greedy_output(trained_run, tmp_path):
     for text in SOURCES:
         ids = tokenizers.src.encode(text)
         result = translator.translate_batch([tokenizers.src.pieces(ids)], beam_size=1, max_decoding_length=20)
-        mine = generate(model.eval(), torch.tensor([ids]), "greedy", max_new_tokens=20)[0]
+        mine = generate(model.eval(), torch.tensor([ids]), "greedy", max_new_tokens=20, max_len_b=None)[0]
         assert result[0].hypotheses[0] == tokenizers.tgt.pieces(mine), text
 
 

@@ -56,7 +56,7 @@ def test_greedy_and_beam_equal_hugging_face_generate(marian, imported):
                               bad_words_ids=[[hf.config.pad_token_id]], length_penalty=0.0)[0].tolist()
             ref = [t for t in ref[1:] if t not in (hf.config.eos_token_id, hf.config.pad_token_id)]
             ours = generate(model.eval(), src, "greedy" if beams == 1 else "beam", beam_size=beams,
-                            max_new_tokens=20, length_penalty=0.0)[0]
+                            max_new_tokens=20, length_penalty=0.0, max_len_b=None)[0]
             assert ours == ref, (text, beams)
 
 
@@ -68,7 +68,7 @@ def test_the_imported_checkpoint_translates_and_draws_attention(marian, imported
     ref = hf.generate(src, max_new_tokens=30, num_beams=1, do_sample=False, forced_eos_token_id=None,
                       bad_words_ids=[[hf.config.pad_token_id]])
     expected = tok.decode(ref[0], skip_special_tokens=True)
-    assert translator.translate([SENTENCES[0]], max_new_tokens=30) == [expected]
+    assert translator.translate([SENTENCES[0]], max_new_tokens=30, max_len_b=None) == [expected]
     from aiayn.visual.attention import attention_for
 
     maps = attention_for(translator, SENTENCES[0])
@@ -134,3 +134,23 @@ def test_a_pytorch_bin_of_plain_tensors_is_read(marian, tmp_path):
     (folder / "model.safetensors").unlink()
     import_pretrained(folder, tmp_path / "ck")
     assert load_checkpoint(tmp_path / "ck")[0].config.output_bias
+
+
+def test_generation_config_comes_in_and_goes_out(marian, tmp_path):
+    """A folder's generation_config.json (num_beams, sampling) becomes the checkpoint's generation.json, which
+    translate uses; an export writes the checkpoint's decoding back as num_beams."""
+    from aiayn.decoding.config import DecodingConfig
+
+    folder = tmp_path / "hf"
+    shutil.copytree(marian[0], folder)
+    theirs = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**theirs, "num_beams": 3, "max_length": 64}))
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    assert DecodingConfig.load(tmp_path / "ckpt").beam_size == 3
+    assert Translator.from_checkpoint(tmp_path / "ckpt").decoding.beam_size == 3
+    assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "hf", "--output",
+                 str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["num_beams"] == 3
+    (folder / "generation_config.json").write_text(json.dumps({"num_beams": 0}))
+    assert main(["import", str(folder), "--output", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()

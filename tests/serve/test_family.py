@@ -212,3 +212,18 @@ def test_a_client_that_disconnects_mid_stream_frees_its_row(generator):
             time.sleep(0.05)
         assert health["open_requests"] == 0 and health["cancelled"] == 1
         assert not app.state.batcher.rows and app.state.batcher.tokens is None
+
+
+def test_generate_refuses_bad_decoding_options_with_422(lm_run):
+    from fastapi.testclient import TestClient
+
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.app import create_app
+
+    with TestClient(create_app(TextGenerator.from_checkpoint(lm_run))) as client:
+        for bad, field in [({"top_k": -2}, "top_k"), ({"top_p": 1.5}, "top_p"), ({"temperature": -1}, "temperature"),
+                           ({"strategy": "beam"}, "strategy"), ({"num_return_sequences": 2}, "strategy")]:
+            answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, **bad})
+            assert answer.status_code == 422 and field in answer.text, (bad, answer.text)
+        ok = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["completion_tokens"] <= 5

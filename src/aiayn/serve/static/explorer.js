@@ -80,7 +80,6 @@ function attentionExplorer(axesOf, inspect) {
       const rect = svgEl("rect", {class: "cell", x: left + size * c, y: top + size * r, width: size, height: size,
                                   fill: color(w), "data-row": r, "data-col": c, "data-weight": w.toFixed(4)});
       rect.append(svgEl("title", {}, `${rows[r]} → ${cols[c]}: ${w.toFixed(3)}`));
-      rect.addEventListener("mouseenter", () => highlight(r, c));
       svg.append(rect);
     }));
     active = [Math.min(active[0], rows.length - 1), Math.min(active[1], cols.length - 1)];
@@ -100,6 +99,15 @@ function attentionExplorer(axesOf, inspect) {
     inside.show(byId("kind").value, byId("layer").value, byId("head").value, r, c);
   }
 
+  let pointer = "";  // where the mouse last was: a map scrolled under a resting mouse is not a hover
+  function onPointer(event) {
+    const at = `${event.clientX},${event.clientY}`;
+    const cell = event.target.closest("rect.cell");
+    if (at === pointer || !cell) return;
+    pointer = at;
+    highlight(Number(cell.dataset.row), Number(cell.dataset.col));
+  }
+
   function onKey(event) {
     const moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]};
     if (!maps || !(event.key in moves)) return;
@@ -116,6 +124,7 @@ function attentionExplorer(axesOf, inspect) {
   byId("layer").addEventListener("change", draw);
   byId("head").addEventListener("change", draw);
   byId("heatmap").addEventListener("keydown", onKey);
+  byId("heatmap").addEventListener("mousemove", onPointer);
   window.addEventListener("resize", () => { if (maps) draw(); });
   return { show(newMaps) { maps = newMaps; fillLayerHead(); draw(); } };
 }
