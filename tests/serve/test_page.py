@@ -149,15 +149,20 @@ def test_language_model_page_streams_the_continuation(browser, lm_server):
     page.close()
 
 
-def test_language_model_page_explores_causal_attention(browser, lm_server):
-    page = browser.new_page()
-    page.goto(lm_server)
+def _greedy_continuation(page, url: str, prompt: str, new_tokens: int) -> None:
+    """Continue ``prompt`` greedily on the language model's page, by mouse, until its attention map is shown."""
+    page.goto(url)
     page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
-    page.fill("#prompt", "the dog ")
-    page.fill("#max-new", "12")
+    page.fill("#prompt", prompt)
+    page.fill("#max-new", str(new_tokens))
     page.fill("#temperature", "0")
     page.click("#generate")
-    page.wait_for_selector("#explorer:not([hidden])", timeout=30_000)
+    page.wait_for_selector("#explorer:not([hidden])", timeout=60_000)
+
+
+def test_language_model_page_explores_causal_attention(browser, lm_server):
+    page = browser.new_page()
+    _greedy_continuation(page, lm_server, "the dog ", 12)
     text = "the dog " + page.locator("#continuation").inner_text()
     maps = httpx.post(f"{lm_server}/attention", json={"text": text}).json()
     n = len(maps["tokens"])
@@ -195,13 +200,7 @@ def test_a_long_attention_map_fits_the_window_by_mouse_and_keyboard(browser, lon
     """120 tokens at full cell size were ~3,900 px: the page scrolled sideways. Now the cells shrink, the labels
     thin out, the map scrolls inside its panel only, and the keyboard's cell is scrolled into view."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    page.goto(long_lm_server)
-    page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
-    page.fill("#prompt", "the cat ")
-    page.fill("#max-new", "120")
-    page.fill("#temperature", "0")
-    page.click("#generate")
-    page.wait_for_selector("#explorer:not([hidden])", timeout=60_000)
+    _greedy_continuation(page, long_lm_server, "the cat ", 120)
     n = int(page.locator("#heatmap").get_attribute("aria-label").split()[2])  # "attention heatmap, N rows ..."
     assert n > 60 and cells(page) == n * n
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # the page never scrolls
