@@ -78,7 +78,7 @@ def check_lengths(lengths: list[int], engine: str) -> None:
 def aiayn_runner(model, src: torch.Tensor, strategy: str, cache: bool) -> Callable[[], object]:
     def run():
         out = generate(model, src, strategy, beam_size=BEAM, max_new_tokens=NEW_TOKENS,
-                       min_new_tokens=NEW_TOKENS, use_cache=cache)
+                       min_new_tokens=NEW_TOKENS, max_len_b=None, use_cache=cache)  # exactly NEW_TOKENS
         check_lengths([len(row) for row in out], "aiayn")
     return run
 
