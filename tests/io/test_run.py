@@ -20,8 +20,9 @@ def test_layout_steps_and_prune(tmp_path):
     assert run.step(100).name == "step_00000100"
     run.prune(2)
     assert run.steps() == [run.step(200), run.step(300)]
-    assert run.is_run() is False  # step checkpoints alone are not best/ or last/
+    assert run.is_run() is False and not run.has_last()  # step checkpoints alone are not best/ or last/
     EncoderDecoder(tiny()).save(run.last)
+    assert run.has_last() and not run.resumable()  # a checkpoint, but no trainer state
     assert run.is_run() and run.for_use() == run.last and resolve_checkpoint(run.path) == run.last
     EncoderDecoder(tiny()).save(run.best)
     assert resolve_checkpoint(run.path) == run.best

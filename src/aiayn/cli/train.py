@@ -66,26 +66,27 @@ def _check_output_folder(out: Path, overwrite: bool) -> None:
     import tempfile
 
     from aiayn.io.files import output_folder
+    from aiayn.io.run import RUN_FILES
 
     try:
-        output_folder(out, "train", overwrite, own_files=("metrics.jsonl", "last", "best", "checkpoints"))
+        output_folder(out, "train", overwrite, own_files=RUN_FILES)
         tempfile.TemporaryFile(dir=out).close()
     except OSError as err:
         raise UserError(f"--output: cannot write to {out} ({err.strerror or err}); choose another folder") from None
 
 
 def train(args: argparse.Namespace) -> int:
-    from aiayn.io.checkpoint import is_checkpoint
+    from aiayn.io.run import RunFolder
 
     cfg = _recipe(args)
-    out = Path(cfg.output)
+    out, run = Path(cfg.output), RunFolder(cfg.output)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if restarts and not args.resume and is_checkpoint(out / "last"):  # torchrun --max-restarts restarted us
-        print(f"aiayn: torchrun restart {restarts}: resuming from {out / 'last'}", file=sys.stderr)
+    if restarts and not args.resume and run.has_last():  # torchrun --max-restarts restarted us
+        print(f"aiayn: torchrun restart {restarts}: resuming from {run.last}", file=sys.stderr)
         args.resume = True
         cfg = _recipe(args)
     _check_output_folder(out, args.overwrite)
-    if not args.resume and is_checkpoint(out / "last"):
+    if not args.resume and run.has_last():
         raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     from aiayn.training.trainer import Trainer
 
@@ -93,7 +94,7 @@ def train(args: argparse.Namespace) -> int:
     result = trainer.train()
     print(json.dumps(result))
     if trainer.stopped_by_signal:
-        print(f"aiayn: stopped by SIGTERM at step {trainer.step}; {out / 'last'} is saved: continue with --resume",
+        print(f"aiayn: stopped by SIGTERM at step {trainer.step}; {run.last} is saved: continue with --resume",
               file=sys.stderr)
         return 128 + 15
     return 0

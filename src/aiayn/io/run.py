@@ -15,6 +15,8 @@ from aiayn.io.checkpoint import is_checkpoint
 from aiayn.io.files import read_json
 
 TRAINER_JSON, TRAINER_TENSORS = "trainer.json", "trainer.safetensors"
+BEST, LAST, CHECKPOINTS, METRICS = "best", "last", "checkpoints", "metrics.jsonl"
+RUN_FILES = (METRICS, LAST, BEST, CHECKPOINTS)  # any of them in a folder: training wrote there (its own)
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -28,10 +30,10 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.best, self.last = self.path / "best", self.path / "last"
-        self.checkpoints = self.path / "checkpoints"
+        self.best, self.last = self.path / BEST, self.path / LAST
+        self.checkpoints = self.path / CHECKPOINTS
         self.tokenizer = self.path / "tokenizer"
-        self.metrics = self.path / "metrics.jsonl"
+        self.metrics = self.path / METRICS
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -52,6 +54,10 @@ class RunFolder:
     def is_run(self) -> bool:
         """Training has written here: a metrics file or a checkpoint."""
         return self.metrics.is_file() or is_checkpoint(self.last) or is_checkpoint(self.best)
+
+    def has_last(self) -> bool:
+        """``last/`` holds a checkpoint: a run to continue with ``--resume``, not to start again."""
+        return is_checkpoint(self.last)
 
     def resumable(self) -> bool:
         return is_checkpoint(self.last) and (self.last / TRAINER_JSON).is_file()

@@ -90,13 +90,14 @@ def run_numbers_demo(output: str = "runs/demo", steps: int | None = None, seed: 
     from aiayn.evaluation import score
     from aiayn.inference.translator import Translator
     from aiayn.io.files import claim_output, output_folder
+    from aiayn.io.run import RUN_FILES
     from aiayn.training.config import TrainConfig
     from aiayn.training.trainer import Trainer
 
     recipe = {**NUMBERS_RECIPE, "output": output, "seed": seed}
     if steps is not None:
         recipe.update(max_steps=steps, eval_every=min(steps, NUMBERS_RECIPE["eval_every"]))
-    shutil.rmtree(claim_output(output, "demo", overwrite=overwrite, own_files=("metrics.jsonl",)), ignore_errors=True)
+    shutil.rmtree(claim_output(output, "demo", overwrite=overwrite, own_files=RUN_FILES), ignore_errors=True)
     output_folder(output, "demo")
     start = time.perf_counter()
     Trainer(TrainConfig(**recipe)).train()
