@@ -68,20 +68,34 @@ def translator_from_args(args: argparse.Namespace):
                                       bf16=args.bf16, draft=args.draft, shortlist=args.shortlist)
 
 
-def add_decoding_options(p, skip: tuple[str, ...] = ()) -> None:
-    """One flag per ``DecodingConfig`` field (its help, type, choices and default from the field). Flags left
-    out (default None) take the checkpoint's ``generation.json``, else the field's default."""
+def add_field_flags(p, cls, skip: tuple[str, ...] = (), keep_defaults: bool = False) -> None:
+    """One flag per field of the dataclass ``cls`` (mappings and ``skip`` left out): its help, type, choices
+    and other names from the field's metadata. Without ``keep_defaults`` a flag left out is None, so only the
+    flags given override what else decides (a recipe file, a checkpoint's generation.json); the help shows the
+    field's default either way."""
     import dataclasses
 
+    for f in dataclasses.fields(cls):
+        kind = f.type.split(" |")[0]
+        if f.name in skip or kind == "dict":
+            continue
+        text = f"{f.metadata['help']} (default: {f.default})".replace("%", "%%")
+        names = (flag(f.name), *f.metadata.get("aliases", ()))
+        value = f.default if keep_defaults else None
+        if kind == "bool":
+            p.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=value, help=text)
+        else:
+            p.add_argument(*names, dest=f.name, type={"int": int, "float": float}.get(kind, str), default=value,
+                           choices=f.metadata.get("choices"), help=text)
+
+
+def add_decoding_options(p, skip: tuple[str, ...] = ()) -> None:
+    """One flag per ``DecodingConfig`` field. Flags left out take the checkpoint's ``generation.json``, else
+    the field's default."""
     from aiayn.decoding.config import DecodingConfig
 
     group = p.add_argument_group("decoding", "default: the checkpoint's generation.json, else the value shown")
-    for f in dataclasses.fields(DecodingConfig):
-        if f.name in skip:
-            continue
-        kind = {"int": int, "float": float, "str": str}[f.type.split(" |")[0]]
-        group.add_argument(flag(f.name), *f.metadata.get("aliases", ()), dest=f.name, type=kind,
-                           choices=f.metadata.get("choices"), help=f"{f.metadata['help']} (default: {f.default})")
+    add_field_flags(group, DecodingConfig, skip)
 
 
 def decoding_options(args: argparse.Namespace) -> dict:

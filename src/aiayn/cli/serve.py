@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_decoding_options, decoding_options, flag
+from aiayn.cli.common import add_decoding_options, add_field_flags, decoding_options
 
 
 def _add_serve(sub) -> None:
@@ -27,15 +27,10 @@ def _add_serve(sub) -> None:
 
 
 def _add_limits(p) -> None:
-    """One flag per ``Limits`` field (its help and default from the field)."""
-    import dataclasses
-
+    """One flag per ``Limits`` field, defaulting to the field's value."""
     from aiayn.serve.limits import Limits
 
-    for f in dataclasses.fields(Limits):
-        kind = {"int": int, "float": float}[f.type]
-        p.add_argument(flag(f.name), dest=f.name, type=kind, default=f.default,
-                       help=f"{f.metadata['help']} (default: {f.default})")
+    add_field_flags(p, Limits, keep_defaults=True)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -8,13 +8,20 @@ import os
 import sys
 from pathlib import Path
 
-from aiayn.cli.common import UserError, add_corpus, add_decoding_options, add_overwrite, claim, decoding_options, flag
+from aiayn.cli.common import (
+    UserError,
+    add_corpus,
+    add_decoding_options,
+    add_field_flags,
+    add_overwrite,
+    claim,
+    decoding_options,
+)
 
 
 def _add_train(sub) -> None:
     """``aiayn train``: --config and --resume, then one flag per TrainConfig field (its help, type and
     choices from the field; default None, so only the flags given override the recipe)."""
-    import dataclasses
 
     from aiayn.training.config import TrainConfig
 
@@ -27,18 +34,7 @@ def _add_train(sub) -> None:
     add_overwrite(p, "a folder that holds no run: train into it anyway")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint "
                    "(with its recipe; flags may change only limits such as --max-steps)")
-    defaults = TrainConfig()
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in ("model", "decoding"):
-            continue  # a mapping: recipe files only
-        kind = f.type.split(" |")[0]
-        default = getattr(defaults, f.name)
-        text = f"{f.metadata['help']} (default: {default})".replace("%", "%%")
-        if kind == "bool":
-            p.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, help=text)
-        else:
-            p.add_argument(flag(f.name), dest=f.name, type={"int": int, "float": float}.get(kind, str),
-                           choices=f.metadata.get("choices"), help=text)
+    add_field_flags(p, TrainConfig)  # the mappings (model, decoding) are for recipe files only
 
 
 def _recipe(args: argparse.Namespace):

@@ -6,7 +6,6 @@ flag (``--length-penalty``), the HTTP request field, the library argument and th
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,9 +84,6 @@ class DecodingConfig:
     def changes(self) -> dict:
         """The fields that differ from the defaults (what ``generation.json`` records)."""
         return {k: v for k, v in self.to_dict().items() if v != _default(k)}
-
-    def dumps(self) -> str:
-        return json.dumps(self.changes(), indent=1) + "\n"
 
 
 def names() -> list[str]:

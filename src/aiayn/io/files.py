@@ -102,11 +102,16 @@ def claim_output(path: str | Path, by: str, folder: bool = True, overwrite: bool
         there = "a folder" if path.is_dir() else "a file"
         raise OutputError(f"{path}: {there} is in the way of the {kind} aiayn {by} writes; move it or choose "
                           f"another path")
-    if overwrite or (folder and (not any(p.name != MARKER for p in path.iterdir()) or written_by(path) == f"aiayn {by}"
-                                 or any((path / name).exists() for name in own_files))):
+    if overwrite or (folder and _ours(path, by, own_files)):
         return path
     raise OutputError(f"{path}: exists and was not written by aiayn {by}; choose another path, or pass "
                       f"--overwrite to replace it")
+
+
+def _ours(folder: Path, by: str, own_files: tuple[str, ...]) -> bool:
+    """Nothing in it but a marker, ``by``'s marker, or one of ``by``'s own files."""
+    return (all(p.name == MARKER for p in folder.iterdir()) or written_by(folder) == f"aiayn {by}"
+            or any((folder / name).exists() for name in own_files))
 
 
 def output_folder(path: str | Path, by: str, overwrite: bool = False, own_files: tuple[str, ...] = ()) -> Path:

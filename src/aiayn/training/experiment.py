@@ -78,9 +78,10 @@ def run_experiment(path: str | Path, only: list[str] | None = None, data_dir: st
         if (folder / "result.json").is_file():
             continue
         run = RunFolder(folder)
-        if run.resumable():  # the same check as aiayn train --resume: only limits may differ from the run's recipe
+        resume = run.resumable()
+        if resume:  # the same check as aiayn train --resume: only limits may differ from the run's recipe
             cfg, _ = resume_config(run, cfg.to_dict(), f"variant {name}")
-        Trainer(cfg, resume=run.resumable()).train()
+        Trainer(cfg, resume=resume).train()
         atomic_write_text(folder / "result.json", json.dumps(summarize(cfg, spec)) + "\n")
     return write_report(spec)
 

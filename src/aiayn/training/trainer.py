@@ -42,6 +42,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         self.cfg, self.out, self.run = cfg, Path(cfg.output), RunFolder(cfg.output)
+        self.generation = cfg.generation()  # the decoding defaults every checkpoint carries
         self.device = pick_device(cfg.device)
         self.dist = distributed.setup(self.device)
         if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
@@ -251,13 +252,13 @@ class Trainer:
 
     def _write_checkpoints(self, improved: bool) -> None:
         if self.cfg.keep_last > 0:
-            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.cfg.generation())
+            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.generation)
             self.run.prune(self.cfg.keep_last)
         if improved:
-            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.cfg.generation())
+            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.generation)
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
                  "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.cfg.generation())
+        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.generation)
 
     @torch.no_grad()
     def validate(self) -> dict:
