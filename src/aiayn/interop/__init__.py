@@ -1,14 +1,15 @@
-"""Pretrained models in and out: a local Hugging Face model folder (Marian, GPT-2, BERT) becomes an ordinary
-aiayn checkpoint (``import_pretrained``); an aiayn translator becomes a Marian folder or a CTranslate2 model
-(``hf_export``, ``ctranslate2``). The folder's reading is ``hf_folder``; each family member maps its own
-tensors (``marian``, ``gpt2``, ``bert``).
+"""Pretrained models in and out: a local Hugging Face model folder (Marian, GPT-2, BERT, a sentence-transformers
+BERT, Llama, Qwen2, Mistral) becomes an ordinary aiayn checkpoint (``import_pretrained``); an aiayn model
+becomes a Hugging Face folder (Marian, GPT-2, Llama) or a CTranslate2 model (``hf_export``, ``ctranslate2``).
+The folder's reading is ``hf_folder``; each family member maps its own tensors (``marian``, ``gpt2``,
+``bert``, ``llama``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.interop import bert, gpt2, marian
+from aiayn.interop import bert, gpt2, llama, marian
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
@@ -24,8 +25,11 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder; give a Hugging Face model folder")
     config = read_config(folder)
-    importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
-    importer = importers[config["model_type"]]
-    model, tokenizers = importer(folder, config, read_weights(folder))
+    kind = config["model_type"]
+    if kind in llama.MODEL_TYPES:  # large: read tensor by tensor, never the whole folder at once
+        model, tokenizers = llama.import_llama(folder, config)
+    else:
+        importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
+        model, tokenizers = importers[kind](folder, config, read_weights(folder))
     write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite)
     return Path(output)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-SUPPORTED = ("marian", "gpt2", "bert")  # model_type values of config.json
+SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "mistral")  # model_type values of config.json
 
 
 def read_config(folder: Path) -> dict:
@@ -28,20 +28,61 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def read_weights(folder: Path) -> dict[str, Tensor]:
-    """Every tensor of the folder's weights, by Hugging Face name."""
-    import torch
-    from safetensors.torch import load_file
+INDEX = "model.safetensors.index.json"
 
+
+def weight_files(folder: Path) -> dict[Path, list[str] | None]:
+    """The weight files of a folder and the tensors each must hold (None: whatever it has): one
+    ``model.safetensors``, or the shards that ``model.safetensors.index.json``'s ``weight_map`` names."""
     if (folder / "model.safetensors").is_file():
-        return load_file(folder / "model.safetensors")
+        return {folder / "model.safetensors": None}
+    index = folder / INDEX
+    if not index.is_file():
+        return {}
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"{index}: not a safetensors index (a JSON object with a weight_map)") from None
+    shards: dict[Path, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        path = folder / str(shard)
+        if Path(str(shard)).name != str(shard) or not path.is_file():
+            raise ValueError(f"{index}: shard {shard!r} (holding {tensor}) is missing from {folder}")
+        shards.setdefault(path, []).append(tensor)
+    return shards
+
+
+def iter_weights(folder: Path):
+    """Every tensor of the folder's weights as (Hugging Face name, tensor), one at a time: a sharded
+    checkpoint is read shard by shard and tensor by tensor, so no second copy of the model is ever held."""
+    from safetensors import SafetensorError, safe_open
+
+    for path, expected in weight_files(folder).items():
+        try:
+            with safe_open(str(path), framework="pt") as shard:
+                names = set(shard.keys())
+                for name in expected or []:
+                    if name not in names:
+                        raise ValueError(f"{folder / INDEX}: tensor {name} is not in {path.name}")
+                for name in sorted(names):
+                    yield name, shard.get_tensor(name)
+        except SafetensorError as err:
+            raise ValueError(f"{path}: not a safetensors file ({err})") from None
+
+
+def read_weights(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of the folder's weights, by Hugging Face name (a small model's: one dict in memory)."""
+    import torch
+
+    if weight_files(folder):
+        return dict(iter_weights(folder))
     if (folder / "pytorch_model.bin").is_file():
         try:  # tensors only: weights_only refuses any other pickled object
             return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as err:  # any unpickling failure is the file's fault
             raise ValueError(f"{folder / 'pytorch_model.bin'}: not a plain tensor file ({err.__class__.__name__}); "
                              "convert it to model.safetensors with transformers' save_pretrained") from None
-    raise FileNotFoundError(f"{folder}: no model.safetensors (or pytorch_model.bin) in this folder")
+    raise FileNotFoundError(f"{folder}: no model.safetensors (nor {INDEX}, nor pytorch_model.bin) in this folder")
 
 
 def take(weights: dict[str, Tensor], name: str, *fallbacks: str) -> Tensor:

@@ -42,47 +42,63 @@ def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
     """The same as :func:`reference_attention` (output only) through ``F.scaled_dot_product_attention``.
 
-    ``dropout_p`` drops attention weights (training only). Fully masked rows give zeros.
+    ``dropout_p`` drops attention weights (training only). Fully masked rows give zeros. k and v may have
+    fewer heads than q (grouped-query attention: q (B, H, T, D), k and v (B, H_kv, S, D), H_kv divides H).
     """
+    gqa = q.size(1) != k.size(1)
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, enable_gqa=gqa)
     live = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~live, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~live, dropout_p=dropout_p, enable_gqa=gqa)
     return out * live
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """Each key/value head repeated for the ``groups`` query heads that share it: (B, H_kv, S, D) ->
+    (B, H_kv * groups, S, D), query head h reading key/value head h // groups."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)  # (B, H, S, D)
 
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2), one projection per Q, K, V.
 
     Args:
-        d_model: model width; n_heads: h, with d_model % h == 0.
+        d_model: model width; n_heads: h, with d_model % h == 0 unless ``d_head`` is given.
         dropout: dropout on the attention weights.
         rope: a rotary embedding applied to q and k (self-attention only), or None.
+        n_kv_heads: key/value heads (grouped-query attention: each serves n_heads / n_kv_heads query heads;
+            1 = multi-query); None = n_heads, the paper's.
+        d_head: size of each head; None = d_model / n_heads.
+        qkv_bias, out_bias: biases on the Q/K/V projections and on W^O (the paper: both).
     """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, dropout: float = 0.0,
-                 rope: RotaryEmbedding | None = None) -> None:
+                 rope: RotaryEmbedding | None = None, *, n_kv_heads: int | None = None, d_head: int | None = None,
+                 qkv_bias: bool = True, out_bias: bool = True) -> None:
         super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        if n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads: {self.n_kv_heads} does not divide n_heads={n_heads}")
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head, bias=qkv_bias)
+        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head, bias=qkv_bias)
+        self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=out_bias)
         self.dropout = dropout
         self.rope = rope
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, H*D) -> (B, H, T, D)."""
+        """(B, T, H*D) -> (B, H, T, D), for any number of heads H (queries' or keys')."""
         b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        return x.view(b, t, -1, self.d_head).transpose(1, 2)  # (B, H, T, D)
 
     def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of a sequence, split into heads: two (B, H, S, D) tensors."""
+        """Keys and values of a sequence, split into heads: two (B, H_kv, S, D) tensors."""
         return self.split_heads(self.k_proj(key_value)), self.split_heads(self.v_proj(key_value))
 
     def heads(self, query: Tensor, key_value: Tensor | None, static_kv: tuple[Tensor, Tensor] | None = None,
               offset: int | Tensor = 0) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V projected and split into heads (rotary positions applied): three (B, H, ., D) tensors."""
+        """Q (B, H, T, D), K and V (B, H_kv, S, D), projected and split into heads, rotary positions applied."""
         q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
         k, v = static_kv if static_kv is not None else self.project_kv(key_value)
         if self.rope is not None:
@@ -106,11 +122,12 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self.heads(query, key_value, static_kv, offset)
         if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, S_total, D)
+            k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
         weights = None
         if need_weights:
-            out, weights = reference_attention(q, k, v, mask)
+            groups = self.n_heads // self.n_kv_heads
+            out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask)
         else:
             out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0)
-        out = out.transpose(1, 2).reshape(query.shape)  # (B, T, H*D)
+        out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
         return self.out_proj(out), weights

@@ -18,6 +18,12 @@ ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORMS = ("post", "pre")
+NORM_TYPES = ("layernorm", "rmsnorm")
+FEED_FORWARDS = ("standard", "swiglu")
+ROPE_LAYOUTS = ("interleaved", "halves")
+# rope_scaling: the keys each rule needs (the rule's name is under "type").
+ROPE_SCALING = {"linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 SHARING = ("none", "decoder", "all")
 
@@ -47,6 +53,22 @@ class ModelConfig:
         activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
             approximation) or silu (Marian's "swish").
         norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
+        norm_type: ``layernorm`` (the paper) or ``rmsnorm`` (LLaMA: x / RMS(x) * g, no mean, no bias, computed
+            in float32); ``layer_norm_eps`` is its epsilon either way.
+        feed_forward: ``standard`` (equation 2) or ``swiglu``: W_down(act(W_gate x) * W_up x), the gated unit
+            of LLaMA (with ``activation`` silu; gelu makes it GeGLU).
+        n_kv_heads: key/value heads, shared by n_heads / n_kv_heads query heads each (grouped-query
+            attention; 1 = multi-query); ``None`` = n_heads (the paper). The KV cache holds only these.
+        head_dim: d_k of every head; ``None`` = d_model / n_heads (some checkpoints give it explicitly).
+        position_base: the base of sinusoidal and rotary frequencies (rope_theta).
+        rope_layout: which dimensions rotary positions rotate together: ``interleaved`` pairs (2i, 2i+1)
+            (RoFormer) or ``halves``: i with i + d/2 (LLaMA in Hugging Face's layout).
+        rope_scaling: ``None`` or {"type": "linear", "factor": f} (positions divided by f) or {"type": "llama3",
+            "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
+        qkv_bias, out_bias, ffn_bias: biases on the query/key/value projections, the attention output
+            projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
+        sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
+            ``None`` = all earlier tokens (causal self-attention of decoders only).
         positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
             Marian models do not).
@@ -82,7 +104,17 @@ class ModelConfig:
     share_embeddings: str = "all"
     max_len: int = 1024
     layer_norm_eps: float = 1e-5
+    norm_type: str = "layernorm"
+    feed_forward: str = "standard"
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
     position_base: float = 10000.0
+    rope_layout: str = "interleaved"
+    rope_scaling: dict | None = None
+    qkv_bias: bool = True
+    out_bias: bool = True
+    ffn_bias: bool = True
+    sliding_window: int | None = None
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
     embedding_norm: bool = False
@@ -104,8 +136,13 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """d_k = d_v = d_model / h (section 3.2.2)."""
-        return self.d_model // self.n_heads
+        """d_k = d_v = d_model / h (section 3.2.2), unless ``head_dim`` says otherwise."""
+        return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or h (every query head its own, as in the paper)."""
+        return self.n_kv_heads or self.n_heads
 
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:
@@ -183,10 +220,27 @@ def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None
         raise ValueError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")
 
 
+def _check_rope_scaling(scaling: dict | None) -> None:
+    if scaling is None:
+        return
+    kind = scaling.get("type")
+    if kind not in ROPE_SCALING:
+        raise ValueError(f"rope_scaling: type {kind!r} is not supported; aiayn has {', '.join(ROPE_SCALING)}")
+    needed = set(ROPE_SCALING[kind])
+    if set(scaling) - {"type"} != needed:
+        raise ValueError(f"rope_scaling: {kind} takes exactly {', '.join(sorted(needed))}; got "
+                         f"{', '.join(sorted(set(scaling) - {'type'})) or 'none'}")
+    bad = [k for k in needed if isinstance(scaling[k], bool) or not isinstance(scaling[k], (int, float))
+           or scaling[k] <= 0]
+    if bad:
+        raise ValueError(f"rope_scaling: {', '.join(sorted(bad))} must be positive numbers")
+
+
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
                           ("positions", POSITIONS), ("share_embeddings", SHARING),
-                          ("sinusoid_layout", SINUSOID_LAYOUTS)):
+                          ("sinusoid_layout", SINUSOID_LAYOUTS), ("norm_type", NORM_TYPES),
+                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS)):
         _check_choice(cfg, name, choices)
     for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
         if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) <= 0:
@@ -196,8 +250,15 @@ def _validate(cfg: ModelConfig) -> None:
             raise ValueError(f"{name}: must be a non-negative integer, got {getattr(cfg, name)!r}")
     if cfg.tgt_vocab_size is not None and cfg.tgt_vocab_size <= 0:
         raise ValueError(f"tgt_vocab_size: must be a positive integer, got {cfg.tgt_vocab_size!r}")
-    if cfg.d_model % cfg.n_heads:
+    for name in ("n_kv_heads", "head_dim", "sliding_window"):
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{name}: must be a positive integer or null, got {value!r}")
+    if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
         raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
+    if cfg.n_heads % cfg.kv_heads:
+        raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
+    _check_rope_scaling(cfg.rope_scaling)
     if cfg.positions == "rope" and cfg.d_head % 2:
         raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
     for name in ("dropout", "attention_dropout", "activation_dropout"):

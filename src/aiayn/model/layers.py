@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -26,10 +27,10 @@ class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, equation (2); GELU or SiLU optional. d_model -> d_ff -> d_model."""
 
     def __init__(self, d_model: int = 512, d_ff: int = 2048, dropout: float = 0.1,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", bias: bool = True) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
 
@@ -37,17 +38,54 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
+class SwiGLUFeedForward(nn.Module):
+    """FFN_SwiGLU(x) = W_down(SiLU(x W_gate) * x W_up) (Shazeer 2020, "GLU Variants"; LLaMA's MLP), no biases
+    by default. d_model -> d_ff (twice: gate and up) -> d_model."""
+
+    def __init__(self, d_model: int = 512, d_ff: int = 2048, dropout: float = 0.0,
+                 activation: str = "silu", bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATIONS[activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.dropout(self.activation(self.gate_proj(x)) * self.up_proj(x)))
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich 2019; LLaMA): no mean subtracted, no bias.
+    Computed in float32 and cast back before the gain, as the LLaMA reference does. (..., D) -> (..., D)."""
+
+    def __init__(self, d_model: int = 512, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.size(-1),), eps=self.eps).to(x.dtype)
+        return self.weight * normed
+
+
+def make_norm(norm_type: str, d_model: int, eps: float) -> nn.Module:
+    """The normalisation layer a config names: ``layernorm`` (the paper) or ``rmsnorm`` (LLaMA)."""
+    return RMSNorm(d_model, eps) if norm_type == "rmsnorm" else nn.LayerNorm(d_model, eps=eps)
+
+
 class Residual(nn.Module):
     """Residual connection + LayerNorm around a sublayer (section 3.1, 5.4).
 
     post-norm (the paper's figure): LayerNorm(x + Dropout(Sublayer(x)));
     pre-norm (the paper's released code, modern LLMs): x + Dropout(Sublayer(LayerNorm(x))).
+    ``norm_type`` rmsnorm puts an RMSNorm where the LayerNorm is.
     """
 
     def __init__(self, d_model: int = 512, dropout: float = 0.1, norm_first: bool = False,
-                 eps: float = 1e-5) -> None:
+                 eps: float = 1e-5, norm_type: str = "layernorm") -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = make_norm(norm_type, d_model, eps)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -58,18 +96,23 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention (no causal mask) + FFN, each in a residual block (Figure 1, left)."""
+    """Self-attention (no causal mask) + FFN, each in a residual block (Figure 1, left).
+
+    The sizes build the paper's sublayers; ``self_attn`` and ``ffn`` put prebuilt ones in their place
+    (grouped-query attention, SwiGLU: ``aiayn.model.transformer``'s builders), ``norm_type`` an RMSNorm.
+    """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
                  rope: RotaryEmbedding | None = None, attention_dropout: float | None = None,
-                 activation_dropout: float | None = None) -> None:
+                 activation_dropout: float | None = None, *, self_attn: MultiHeadAttention | None = None,
+                 ffn: nn.Module | None = None, norm_type: str = "layernorm") -> None:
         super().__init__()
         attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
-        self.res_attn = Residual(d_model, dropout, norm_first, eps)
-        self.res_ffn = Residual(d_model, dropout, norm_first, eps)
+        self.self_attn = self_attn or MultiHeadAttention(d_model, n_heads, attn_p, rope)
+        self.ffn = ffn or PositionwiseFeedForward(d_model, d_ff, act_p, activation)
+        self.res_attn = Residual(d_model, dropout, norm_first, eps, norm_type)
+        self.res_ffn = Residual(d_model, dropout, norm_first, eps, norm_type)
 
     def forward(self, x: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
@@ -89,21 +132,24 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention + cross-attention over the memory + FFN (Figure 1, right).
 
-    With ``cross_attention=False`` it is the decoder-only (GPT-style) block.
+    With ``cross_attention=False`` it is the decoder-only (GPT-style) block. ``self_attn``, ``cross_attn``
+    and ``ffn`` put prebuilt sublayers in place of the paper's, ``norm_type`` an RMSNorm (as EncoderLayer).
     """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
                  rope: RotaryEmbedding | None = None, cross_attention: bool = True,
-                 attention_dropout: float | None = None, activation_dropout: float | None = None) -> None:
+                 attention_dropout: float | None = None, activation_dropout: float | None = None, *,
+                 self_attn: MultiHeadAttention | None = None, cross_attn: MultiHeadAttention | None = None,
+                 ffn: nn.Module | None = None, norm_type: str = "layernorm") -> None:
         super().__init__()
         attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attn_p, rope)
-        self.res_self = Residual(d_model, dropout, norm_first, eps)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_p) if cross_attention else None
-        self.res_cross = Residual(d_model, dropout, norm_first, eps) if cross_attention else None
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, act_p, activation)
-        self.res_ffn = Residual(d_model, dropout, norm_first, eps)
+        self.self_attn = self_attn or MultiHeadAttention(d_model, n_heads, attn_p, rope)
+        self.res_self = Residual(d_model, dropout, norm_first, eps, norm_type)
+        self.cross_attn = (cross_attn or MultiHeadAttention(d_model, n_heads, attn_p)) if cross_attention else None
+        self.res_cross = Residual(d_model, dropout, norm_first, eps, norm_type) if cross_attention else None
+        self.ffn = ffn or PositionwiseFeedForward(d_model, d_ff, act_p, activation)
+        self.res_ffn = Residual(d_model, dropout, norm_first, eps, norm_type)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int | Tensor = 0,
@@ -142,7 +188,7 @@ class DecoderLayer(nn.Module):
 class Encoder(nn.Module):
     """N encoder layers; pre-norm adds a final LayerNorm."""
 
-    def __init__(self, layers: list[EncoderLayer], final_norm: nn.LayerNorm | None = None) -> None:
+    def __init__(self, layers: list[EncoderLayer], final_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm
@@ -160,7 +206,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """N decoder layers; pre-norm adds a final LayerNorm."""
 
-    def __init__(self, layers: list[DecoderLayer], final_norm: nn.LayerNorm | None = None) -> None:
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm

@@ -19,25 +19,31 @@ def key_mask(mask: Tensor) -> Tensor:
     return mask[:, None, None, :]
 
 
-def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | None = None) -> Tensor:
-    """Query i (at absolute position k_len - q_len + i) may attend keys j <= its position.
+def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | None = None,
+                window: int | None = None) -> Tensor:
+    """Query i (at absolute position k_len - q_len + i) may attend keys j <= its position, and with a
+    sliding ``window`` only the last ``window`` of them (j > position - window, itself included).
 
     Returns a (T, S) bool mask; with a cache, the T new queries come after S - T cached keys.
     """
     k_len = q_len if k_len is None else k_len
     q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (T, 1)
     k_pos = torch.arange(k_len, device=device)[None, :]  # (1, S)
-    return k_pos <= q_pos
+    if window is None:
+        return k_pos <= q_pos
+    return (k_pos <= q_pos) & (k_pos > q_pos - window)
 
 
-def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
-    """Causal mask, combined with the target's key padding when given: (B or 1, 1, T, S) bool.
+def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: torch.device,
+                      window: int | None = None) -> Tensor | None:
+    """Causal mask (with a sliding ``window``, if given), combined with the target's key padding when given:
+    (B or 1, 1, T, S) bool.
 
-    None (attend everywhere) for one newest query without padding: it may see every key.
+    None (attend everywhere) for one newest query without padding that may see every key.
     """
-    if tgt_mask is None and q_len == 1:
+    if tgt_mask is None and q_len == 1 and (window is None or k_len <= window):
         return None
-    mask = causal_mask(q_len, k_len, device)[None, None]  # (1, 1, T, S)
+    mask = causal_mask(q_len, k_len, device, window)[None, None]  # (1, 1, T, S)
     if tgt_mask is not None:
         mask = mask & key_mask(tgt_mask)  # (B, 1, T, S)
     return mask

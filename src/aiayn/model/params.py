@@ -5,20 +5,27 @@ from __future__ import annotations
 from aiayn.model.config import ModelConfig
 
 
-def _attention(d: int) -> int:
-    return 4 * (d * d + d)  # W_Q, W_K, W_V, W_O with biases
+def _attention(c: ModelConfig) -> int:
+    """W_Q, W_O (h heads) and W_K, W_V (the key/value heads), with the biases the config has."""
+    d, q, kv = c.d_model, c.n_heads * c.d_head, c.kv_heads * c.d_head
+    return d * (q + 2 * kv) + q * d + c.qkv_bias * (q + 2 * kv) + c.out_bias * d
 
 
-def _ffn(d: int, d_ff: int) -> int:
-    return d * d_ff + d_ff + d_ff * d + d  # W1, b1, W2, b2
+def _ffn(c: ModelConfig) -> int:
+    """W1, W2 (and SwiGLU's gate) with their biases when the config has them."""
+    d, d_ff = c.d_model, c.d_ff
+    if c.feed_forward == "swiglu":
+        return 3 * d * d_ff + c.ffn_bias * (2 * d_ff + d)
+    return 2 * d * d_ff + c.ffn_bias * (d_ff + d)
 
 
 def count_parameters(config: ModelConfig) -> int:
     """Number of distinct trainable parameters of ``build_model(config)`` (tied weights counted once)."""
     c = config
-    d, norm = c.d_model, 2 * c.d_model
-    enc_layer = _attention(d) + _ffn(d, c.d_ff) + 2 * norm
-    dec_layer = 2 * _attention(d) + _ffn(d, c.d_ff) + 3 * norm
+    d = c.d_model
+    norm = d if c.norm_type == "rmsnorm" else 2 * d  # gain (and LayerNorm's bias)
+    enc_layer = _attention(c) + _ffn(c) + 2 * norm
+    dec_layer = 2 * _attention(c) + _ffn(c) + 3 * norm
     final = norm if c.norm == "pre" else 0
     learned = c.max_len * d if c.positions == "learned" else 0
     head_tied = c.share_embeddings != "none"
@@ -29,6 +36,6 @@ def count_parameters(config: ModelConfig) -> int:
         return tables + head + stacks + 2 * learned
     head = 0 if head_tied else c.vocab_size * d
     if c.arch == "decoder-only":
-        dec_layer -= _attention(d) + norm  # no cross-attention
+        dec_layer -= _attention(c) + norm  # no cross-attention
         return c.vocab_size * d + head + c.n_decoder_layers * dec_layer + final + learned
     return c.vocab_size * d + head + c.n_encoder_layers * enc_layer + final + learned

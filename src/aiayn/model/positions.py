@@ -7,6 +7,8 @@ tokens at position 0; their padding columns get negative positions, clamped to 0
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -81,13 +83,35 @@ class LearnedPositions(nn.Module):
         return self.table(position_ids(length, offset))  # (B, T, D)
 
 
-class RotaryEmbedding(nn.Module):
-    """RoPE: rotate each (2i, 2i+1) pair of q and k by m * theta_i, theta_i = base^(-2i/d_head)."""
+def rope_frequencies(d_head: int, base: float = 10000.0, scaling: dict | None = None) -> Tensor:
+    """theta_i = base^(-2i/d_head), i < d_head/2, in float32, after a scaling rule of long-context checkpoints:
+    ``linear`` divides every frequency by ``factor`` (positions / factor); ``llama3`` divides only the low
+    frequencies (wavelengths above original_max / low_freq_factor), keeps the high ones (wavelengths below
+    original_max / high_freq_factor) and blends smoothly between."""
+    inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
+    if scaling is None:
+        return inv_freq
+    factor = scaling["factor"]
+    if scaling["type"] == "linear":
+        return inv_freq / factor
+    original = scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelength = 2 * math.pi / inv_freq  # (D/2,)
+    smooth = ((original / wavelength - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves, 1: short ones
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(wavelength < original / high, inv_freq,
+                       torch.where(wavelength > original / low, inv_freq / factor, blended))
 
-    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+
+class RotaryEmbedding(nn.Module):
+    """RoPE: rotate pairs of q and k dimensions by m * theta_i (m the position, theta_i from
+    :func:`rope_frequencies`). Pairs are (2i, 2i+1) (``halves`` False, RoFormer) or (i, i + D/2) (``halves``
+    True, LLaMA as Hugging Face lays it out); one layout is the other with the head's dimensions permuted."""
+
+    def __init__(self, d_head: int, base: float = 10000.0, halves: bool = False, scaling: dict | None = None) -> None:
         super().__init__()
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", rope_frequencies(d_head, base, scaling), persistent=False)
+        self.halves = halves
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """Rotate x of shape (B, H, T, D) whose positions start at ``offset`` (an int or per row, (B,))."""
@@ -96,6 +120,9 @@ class RotaryEmbedding(nn.Module):
         if angle.dim() == 3:
             angle = angle[:, None]  # (B, 1, T, D/2): the same for every head
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        if self.halves:
+            x0, x1 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each: dimension i pairs with i + D/2
+            return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (B, H, T, D)
         pairs = x.unflatten(-1, (-1, 2))  # (B, H, T, D/2, 2)
         x0, x1 = pairs[..., 0], pairs[..., 1]  # (B, H, T, D/2) each
         rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (B, H, T, D/2, 2)

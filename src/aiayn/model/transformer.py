@@ -21,7 +21,17 @@ from aiayn.model.cache import DecoderCache, DecodeState
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import InputEmbedding, TokenEmbedding, build_positions
 from aiayn.model.init import init_weights
-from aiayn.model.layers import ACTIVATIONS, Decoder, DecoderLayer, Encoder, EncoderLayer
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.layers import (
+    ACTIVATIONS,
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    PositionwiseFeedForward,
+    SwiGLUFeedForward,
+    make_norm,
+)
 from aiayn.model.masks import decoder_self_mask, key_mask, left_align, padding_mask
 from aiayn.model.positions import RotaryEmbedding
 
@@ -34,25 +44,43 @@ def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
 
 
 def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
-    return RotaryEmbedding(cfg.d_head, cfg.position_base) if cfg.positions == "rope" else None
+    if cfg.positions != "rope":
+        return None
+    return RotaryEmbedding(cfg.d_head, cfg.position_base, cfg.rope_layout == "halves", cfg.rope_scaling)
 
 
-def _final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+def _final_norm(cfg: ModelConfig) -> nn.Module | None:
+    return make_norm(cfg.norm_type, cfg.d_model, cfg.layer_norm_eps) if cfg.norm == "pre" else None
+
+
+def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> MultiHeadAttention:
+    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases."""
+    dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, dropout, rope, n_kv_heads=cfg.n_kv_heads,
+                              d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias)
+
+
+def build_feed_forward(cfg: ModelConfig) -> nn.Module:
+    """The position-wise feed-forward network: equation (2) or SwiGLU, with or without biases."""
+    dropout = cfg.dropout if cfg.activation_dropout is None else cfg.activation_dropout
+    kind = SwiGLUFeedForward if cfg.feed_forward == "swiglu" else PositionwiseFeedForward
+    return kind(cfg.d_model, cfg.d_ff, dropout, cfg.activation, cfg.ffn_bias)
 
 
 def build_encoder(cfg: ModelConfig) -> Encoder:
-    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
-                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg),
-                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
+    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
+                           eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, _rope(cfg)),
+                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_encoder_layers)]
     return Encoder(layers, _final_norm(cfg))
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
-    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.activation,
-                           cfg.norm == "pre", cfg.layer_norm_eps, _rope(cfg), cross_attention,
-                           attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout)
+    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
+                           eps=cfg.layer_norm_eps, cross_attention=cross_attention,
+                           self_attn=build_attention(cfg, _rope(cfg)),
+                           cross_attn=build_attention(cfg) if cross_attention else None,
+                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_decoder_layers)]
     return Decoder(layers, _final_norm(cfg))
 
@@ -117,7 +145,7 @@ class TransformerModel(nn.Module):
     def new_cache(self, batch: int, max_len: int, like: Tensor) -> DecoderCache:
         """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device."""
         cfg = self.config
-        return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.n_heads, max_len, cfg.d_head,
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.kv_heads, max_len, cfg.d_head,
                                      like.device, like.dtype)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
@@ -183,7 +211,7 @@ class EncoderDecoder(TransformerModel):
         if cache is None:
             tgt_pad = padding_mask(tgt_ids, self.config.pad_id)  # (B, T)
             tgt_pad[:, 0] = True  # the start token is never padding (Marian starts from the pad id)
-        self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device)  # (B|1, 1, T, offset+T)
+        self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device, self.config.sliding_window)
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         x = self.tgt_embed(tgt_ids, offset)
         return self.decoder(x, memory, self_mask, cross_mask, cache, offset, need_weights)
@@ -243,7 +271,7 @@ class DecoderOnly(TransformerModel):
         else:
             keys = torch.arange(offset + t, device=ids.device) >= left_pad[:, None]  # (B, offset+T)
             positions = offset - left_pad  # (B,) per-row position of column ``offset``
-        mask = decoder_self_mask(keys, t, offset + t, ids.device)  # (B|1, 1, T, offset+T)
+        mask = decoder_self_mask(keys, t, offset + t, ids.device, self.config.sliding_window)  # (B|1, 1, T, offset+T)
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
         return (self.output if output is None else output)(hidden)
 
@@ -263,7 +291,8 @@ class DecoderOnly(TransformerModel):
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
-        mask = decoder_self_mask(padding_mask(ids, self.config.pad_id), ids.size(1), ids.size(1), ids.device)
+        mask = decoder_self_mask(padding_mask(ids, self.config.pad_id), ids.size(1), ids.size(1), ids.device,
+                                 self.config.sliding_window)
         _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True)
         return {"decoder_self": [w["self"] for w in weights]}
 

@@ -21,10 +21,11 @@ __all__ = ["MODEL_TYPES", "HFTokenizers", "MarianTokenizers", "SentencePiecePair
 
 
 def load_tokenizers(folder: str | Path) -> TokenizerPair:
-    """The tokenizers saved in ``folder``: ``tokenizer.json`` (GPT-2, BERT), Marian's ``vocab.json`` with its
+    """The tokenizers saved in ``folder``: ``tokenizer.json`` (GPT-2, BERT, Llama) or GPT-2's ``vocab.json`` +
+    ``merges.txt``, Marian's ``vocab.json`` with its
     SentencePiece models, or aiayn's ``tokenizer.model`` (``tokenizer.src.model`` + ``tokenizer.tgt.model``)."""
     folder = Path(folder)
-    if (folder / "tokenizer.json").is_file():
+    if (folder / "tokenizer.json").is_file() or (folder / "merges.txt").is_file():
         return HFTokenizers.load(folder)
     if (folder / "vocab.json").is_file():
         return MarianTokenizers.load(folder)

@@ -1,15 +1,24 @@
-"""Tokenizers of imported GPT-2 and BERT checkpoints, through the Hugging Face ``tokenizers`` library (one
-``tokenizer.json``: GPT-2's byte-level BPE, BERT's WordPiece). Ids equal the Hugging Face tokenizer's."""
+"""Tokenizers of imported checkpoints, through the Hugging Face ``tokenizers`` library: one ``tokenizer.json``
+(GPT-2's and Llama-3's byte-level BPE, BERT's WordPiece, Llama-2's SentencePiece-style BPE), or GPT-2's
+older ``vocab.json`` + ``merges.txt``. Ids equal the Hugging Face tokenizer's. ``tokenizer_config.json``
+travels with it: its special tokens and the chat template (a Jinja2 template over ``messages``), rendered in
+a sandbox as ``transformers``' ``apply_chat_template`` does."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizerModel
 
 from aiayn.tokenizers.base import Tokenizer, TokenizerPair
 
 FILE = "tokenizer.json"
+CONFIG = "tokenizer_config.json"
+TEMPLATE = "chat_template.jinja"
+GPT2_FILES = ("vocab.json", "merges.txt")
+GPT2_END = "<|endoftext|>"
 
 
 class HFTokenizer(Tokenizer):
@@ -56,23 +65,98 @@ class HFTokenizer(Tokenizer):
     def token_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 
+    def unk_id(self) -> int | None:
+        """The id of the model's unknown token (None: a byte-level vocabulary has none)."""
+        unk = getattr(self.tok.model, "unk_token", None)
+        return None if unk is None else self.tok.token_to_id(unk)
+
 
 class HFTokenizers(TokenizerPair):
-    """One ``tokenizer.json`` for both sides (decoder-only and encoder-only models have one side)."""
+    """One ``tokenizer.json`` for both sides (decoder-only and encoder-only models have one side), and the
+    folder's ``tokenizer_config.json`` (special tokens, chat template) and ``chat_template.jinja`` (where
+    transformers 5 writes the template) when it has them."""
 
-    def __init__(self, json_text: str) -> None:
+    def __init__(self, json_text: str, config_text: str | None = None, template: str | None = None) -> None:
         super().__init__(HFTokenizer(json_text))
+        self.config_text, self.template_text = config_text, template
+        self.config = json.loads(config_text) if config_text else {}
 
     @classmethod
     def load(cls, folder: str | Path) -> HFTokenizers:
-        path = Path(folder) / FILE
+        folder = Path(folder)
+        path = folder / FILE
+        config = _read_config(folder / CONFIG)
+        template = (folder / TEMPLATE).read_text(encoding="utf-8") if (folder / TEMPLATE).is_file() else None
+        if not path.is_file() and all((folder / name).is_file() for name in GPT2_FILES):
+            return cls(gpt2_tokenizer_json(folder), config, template)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; save the tokenizer with a fast (tokenizers) tokenizer's "
                                     "save_pretrained to get it")
         try:
-            return cls(path.read_text(encoding="utf-8"))
+            return cls(path.read_text(encoding="utf-8"), config, template)
         except Exception as err:  # the library's parse errors carry no file name
             raise ValueError(f"{path}: not a tokenizers file ({str(err).splitlines()[0]})") from None
 
     def files(self) -> dict[str, bytes]:
-        return {FILE: self.src.proto}
+        extra = {name: text.encode() for name, text in ((CONFIG, self.config_text), (TEMPLATE, self.template_text))
+                 if text is not None}
+        return {FILE: self.src.proto, **extra}
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja2 chat template (``chat_template.jinja`` or ``tokenizer_config.json``'s; None: none)."""
+        template = self.template_text or self.config.get("chat_template")
+        if isinstance(template, list):  # several named templates: the default one
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        return template
+
+    def special_token(self, name: str) -> str | None:
+        """``bos_token``, ``eos_token``, ... of ``tokenizer_config.json`` as text (None: not set)."""
+        value = self.config.get(name)
+        return value.get("content") if isinstance(value, dict) else value
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt text of a conversation, rendered by the model's chat template in a Jinja2 sandbox."""
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        if self.chat_template is None:
+            raise ValueError(f"{CONFIG}: this model has no chat_template; send a plain prompt")
+
+        def raise_exception(message: str):
+            raise TemplateError(message)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        try:
+            return env.from_string(self.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                **{name: self.special_token(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")})
+        except TemplateError as err:
+            raise ValueError(f"chat template: {err}") from None
+
+
+def _read_config(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    try:
+        if not isinstance(json.loads(text), dict):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{path}: not a JSON object of tokenizer settings") from None
+    return text
+
+
+def gpt2_tokenizer_json(folder: Path) -> str:
+    """GPT-2's byte-level BPE from its ``vocab.json`` + ``merges.txt`` as one ``tokenizer.json`` text."""
+    vocab, merges = (str(folder / name) for name in GPT2_FILES)
+    try:
+        tok = HFTokenizerModel(models.BPE.from_file(vocab, merges))
+    except Exception as err:  # the library's parse errors carry no file name
+        raise ValueError(f"{folder}: vocab.json / merges.txt are not a byte-level BPE ({err})") from None
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if tok.token_to_id(GPT2_END) is not None:
+        tok.add_special_tokens([AddedToken(GPT2_END, special=True)])
+    return tok.to_str()

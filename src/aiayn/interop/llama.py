@@ -1,0 +1,207 @@
+"""Llama, Qwen2 and Mistral (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM``) <-> aiayn's
+decoder-only model with the LLaMA options: pre-norm with RMSNorm, SwiGLU, rotary positions in the halves
+layout (Hugging Face's ``rotate_half``) with ``rope_theta`` and a scaling rule, grouped-query attention, no
+biases but Qwen2's on q/k/v, Mistral's sliding window, unscaled embeddings, the output tied or not.
+
+The checkpoints have no padding token of their own (or reuse a real one), so aiayn appends one zero row for
+padding (``pad_id`` = the config's vocab_size; never generated: the logits of the real vocabulary are the
+checkpoint's). One table of tensor names serves import and export.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from aiayn.interop.hf_folder import iter_weights
+from aiayn.model.config import ROPE_SCALING, ModelConfig
+from aiayn.model.transformer import DecoderOnly
+from aiayn.tokenizers.hf import HFTokenizers
+
+MODEL_TYPES = ("llama", "qwen2", "mistral")
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
+LAYER_PARTS = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
+               "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
+               "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj", "mlp.down_proj": "ffn.down_proj",
+               "input_layernorm": "res_self.norm", "post_attention_layernorm": "res_ffn.norm"}
+IGNORED = ("rotary_emb.inv_freq",)  # buffers older transformers saved; recomputed from the config
+
+
+def _rope(hf: dict) -> tuple[float, dict | None]:
+    """``rope_theta`` and aiayn's ``rope_scaling`` from either form (``rope_parameters`` of transformers 5,
+    ``rope_theta`` + ``rope_scaling`` before); a rule aiayn does not have is refused by name."""
+    params = hf.get("rope_parameters") or {}
+    legacy = hf.get("rope_scaling") or {}
+    theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    source = params if params.get("rope_type", "default") != "default" else legacy
+    kind = source.get("rope_type") or source.get("type") or "default"
+    if float(source.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))) != 1.0:
+        raise ValueError("config.json: partial_rotary_factor (rotary positions on part of each head) is not supported")
+    if kind == "default":
+        return theta, None
+    if kind not in ROPE_SCALING:
+        raise ValueError(f"config.json: rope scaling {kind!r} is not supported; aiayn has {', '.join(ROPE_SCALING)}")
+    source = {"original_max_position_embeddings": hf.get("max_position_embeddings"), **source}
+    missing = [key for key in ROPE_SCALING[kind] if source.get(key) is None]
+    if missing:
+        raise ValueError(f"config.json: rope scaling {kind} needs {', '.join(missing)}")
+    return theta, {"type": kind, **{key: source[key] for key in ROPE_SCALING[kind]}}
+
+
+def _window(hf: dict) -> int | None:
+    """Mistral's sliding window; Qwen2's per-layer windows (``use_sliding_window``) are refused."""
+    if hf["model_type"] == "qwen2":
+        if hf.get("use_sliding_window") or "sliding_attention" in (hf.get("layer_types") or []):
+            raise ValueError("config.json: Qwen2's use_sliding_window (windows on some layers) is not supported")
+        return None
+    if "sliding_attention" in (hf.get("layer_types") or []) and "full_attention" in hf["layer_types"]:
+        raise ValueError("config.json: layer_types mixing sliding and full attention is not supported")
+    return hf.get("sliding_window")
+
+
+def _first(value):
+    return value[0] if isinstance(value, list) and value else value
+
+
+def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
+    """aiayn's config for a Llama / Qwen2 / Mistral ``config.json`` (as a dict); ``unk_id``: the tokenizer's."""
+    if hf.get("hidden_act", "silu") not in ACTIVATIONS:
+        raise ValueError(f"config.json: hidden_act {hf.get('hidden_act')!r} is not supported; aiayn has "
+                         f"{', '.join(ACTIVATIONS)}")
+    theta, scaling = _rope(hf)
+    vocab, heads = hf["vocab_size"], hf["num_attention_heads"]
+    pad = vocab  # the appended padding row
+    eos = _first(hf.get("eos_token_id"))
+    if eos is None:
+        raise ValueError("config.json: no eos_token_id; aiayn needs the end-of-sequence id to stop generating")
+    bos = hf.get("bos_token_id")
+    head_dim = hf.get("head_dim")
+    attention_bias = bool(hf.get("attention_bias", False))
+    qwen = hf["model_type"] == "qwen2"
+    return ModelConfig(
+        arch="decoder-only", vocab_size=vocab + 1, d_model=hf["hidden_size"], n_heads=heads,
+        n_encoder_layers=0, n_decoder_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"],
+        dropout=0.0, attention_dropout=float(hf.get("attention_dropout", 0.0)),
+        activation=ACTIVATIONS[hf.get("hidden_act", "silu")], norm="pre", norm_type="rmsnorm",
+        feed_forward="swiglu", n_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=None if head_dim in (None, hf["hidden_size"] // heads) else head_dim,
+        positions="rope", position_base=theta, rope_layout="halves", rope_scaling=scaling,
+        qkv_bias=qwen or attention_bias, out_bias=attention_bias, ffn_bias=bool(hf.get("mlp_bias", False)),
+        sliding_window=_window(hf), share_embeddings="all" if hf.get("tie_word_embeddings", False) else "none",
+        max_len=hf.get("max_position_embeddings", 2048), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        scale_embeddings=False, pad_id=pad, bos_id=pad if bos is None else _first(bos), eos_id=eos,
+        unk_id=pad if unk_id is None else unk_id, mask_id=pad)
+
+
+def tensor_names(cfg: ModelConfig) -> dict[str, str]:
+    """Hugging Face name -> aiayn name of every tensor (biases where the config has them)."""
+    names = {"model.embed_tokens.weight": "embed.tokens.weight", "model.norm.weight": "decoder.norm.weight"}
+    if cfg.share_embeddings == "none":
+        names["lm_head.weight"] = "output.weight"
+    biased = {"q_proj": cfg.qkv_bias, "k_proj": cfg.qkv_bias, "v_proj": cfg.qkv_bias, "o_proj": cfg.out_bias,
+              "gate_proj": cfg.ffn_bias, "up_proj": cfg.ffn_bias, "down_proj": cfg.ffn_bias}
+    for i in range(cfg.n_decoder_layers):
+        for theirs, mine in LAYER_PARTS.items():
+            names[f"model.layers.{i}.{theirs}.weight"] = f"decoder.layers.{i}.{mine}.weight"
+            if biased.get(theirs.split(".")[-1]):
+                names[f"model.layers.{i}.{theirs}.bias"] = f"decoder.layers.{i}.{mine}.bias"
+    return names
+
+
+def load_llama_weights(model: DecoderOnly, folder: Path) -> None:
+    """Copy the folder's tensors into ``model`` one at a time (shard by shard); every parameter must be
+    given, shapes must agree, and a tensor aiayn has no place for is an error naming it."""
+    names = tensor_names(model.config)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    filled: set[str] = set()
+    with torch.no_grad():
+        for theirs, tensor in iter_weights(folder):
+            if theirs not in names:
+                if theirs.endswith(IGNORED):
+                    continue
+                raise ValueError(f"weights: tensor {theirs} has no place in aiayn's model (the config does not say "
+                                 "it exists)")
+            target = params[names[theirs]]
+            rows = target if names[theirs] not in ("embed.tokens.weight", "output.weight") else target[:-1]
+            if tuple(rows.shape) != tuple(tensor.shape):
+                raise ValueError(f"weights: tensor {theirs} has shape {tuple(tensor.shape)}, config.json says "
+                                 f"{tuple(rows.shape)}")
+            rows.copy_(tensor)
+            filled.add(names[theirs])
+        missing = sorted(set(names.values()) - filled)
+        if missing:
+            raise ValueError(f"weights: nothing for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+        model.embed.tokens.weight[-1].zero_()  # the padding row
+        model.output.weight[-1].zero_()
+
+
+def import_llama(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
+    tokenizers = HFTokenizers.load(folder)
+    if len(tokenizers.src) > hf["vocab_size"]:
+        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
+                         f"vocab_size {hf['vocab_size']}")
+    model = DecoderOnly(llama_config(hf, tokenizers.src.unk_id()))
+    load_llama_weights(model, folder)
+    return model.eval(), tokenizers
+
+
+def llama_problems(cfg: ModelConfig) -> list[str]:
+    """What a ``LlamaForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "pre", "norm post"),
+              (cfg.norm_type == "rmsnorm", "norm_type layernorm"), (cfg.feed_forward == "swiglu", "feed_forward standard"),
+              (cfg.positions == "rope", f"positions {cfg.positions}"), (not cfg.scale_embeddings, "scale_embeddings"),
+              (cfg.qkv_bias == cfg.out_bias, "qkv_bias without out_bias (Qwen2's layout)"),
+              (cfg.sliding_window is None, "sliding_window (Mistral's)"), (not cfg.output_bias, "output_bias"),
+              (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform")]
+    return [problem for ok, problem in checks if not ok]
+
+
+def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
+    """The ``LlamaConfig`` fields of a Llama-shaped aiayn config (``vocab``: the real rows, the padding row
+    left out when it is the last)."""
+    scaling = None if cfg.rope_scaling is None else {"rope_type": cfg.rope_scaling["type"],
+                                                     **{k: v for k, v in cfg.rope_scaling.items() if k != "type"}}
+    return dict(vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                num_hidden_layers=cfg.n_decoder_layers, num_attention_heads=cfg.n_heads,
+                num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, hidden_act=_hf_activation(cfg.activation),
+                max_position_embeddings=cfg.max_len, rms_norm_eps=cfg.layer_norm_eps,
+                rope_parameters={"rope_type": "default", "rope_theta": cfg.position_base} if scaling is None
+                else {**scaling, "rope_theta": cfg.position_base},
+                attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias, tie_word_embeddings=cfg.share_embeddings != "none",
+                bos_token_id=cfg.bos_id, eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
+
+
+def _hf_activation(activation: str) -> str:
+    return {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}[activation]
+
+
+def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
+    """Hugging Face name -> tensor of a Llama-shaped model (the first ``vocab`` rows of the tables);
+    interleaved rotary pairs are permuted into the halves layout, which changes no output."""
+    own = {k: v.detach().float() for k, v in model.state_dict().items()}
+    out = {theirs: own[ours] for theirs, ours in tensor_names(model.config).items()}
+    out["model.embed_tokens.weight"] = own["embed.tokens.weight"][:vocab]
+    out["lm_head.weight"] = own["output.weight"][:vocab]
+    if model.config.rope_layout == "interleaved":
+        _to_halves(out, model.config)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _to_halves(tensors: dict[str, Tensor], cfg: ModelConfig) -> None:
+    """Reorder each head's q and k rows from pairs (2i, 2i+1) to (i, i + D/2): the same rotation."""
+    d = cfg.d_head
+    order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # (D,)
+    for name in [n for n in tensors if ".q_proj." in n or ".k_proj." in n]:
+        t = tensors[name]
+        heads = t.size(0) // d
+        tensors[name] = t.reshape(heads, d, *t.shape[1:])[:, order].reshape(t.shape)  # (H*D, ...)
+
+
+def write_tokenizer_files(tokenizers, folder: Path) -> None:
+    """The tokenizer files a Hugging Face folder needs (an imported model's own, or a note when aiayn's)."""
+    tokenizers.save(folder)
+    if not (folder / "tokenizer_config.json").is_file():
+        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
