@@ -141,3 +141,50 @@ def same_ids():
             assert ours.encode(text) == ids, text
             assert decoder.decode(ids) == hf_tok.decode(ids, skip_special_tokens=True), text
     return check
+
+
+LLAMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}{{ eos_token }}{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def llama_tokenizer(folder, vocab=120):
+    """A word-level ``tokenizer.json`` with Llama's specials (<unk> 0, <s> 1, </s> 2) and a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = LLAMA_TEMPLATE
+    fast.save_pretrained(folder)
+    return fast
+
+
+def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
+    """A tiny Llama / Qwen2 / Mistral causal LM (2 layers, d 32, 4 query heads) with every weight random (biases
+    and norm gains too, so a model that drops one fails), saved whole or in shards, with its tokenizer."""
+    import torch
+    import transformers
+
+    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "mistral": ("MistralConfig", "MistralForCausalLM")}
+    config_class, model_class = (getattr(transformers, name) for name in classes[kind])
+    fields = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+                  rms_norm_eps=1e-5)
+    torch.manual_seed(seed)
+    model = model_class(config_class(**{**fields, **overrides})).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.3 if param.dim() == 1 else 0.1)
+    model.save_pretrained(folder, max_shard_size="20KB" if shard else "1GB")
+    llama_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_llama():
+    """The builder itself: ``make_llama(folder, kind, shard, seed, **config_overrides)``."""
+    return llama_folder

@@ -15,10 +15,16 @@ from aiayn.model.packed import output_rows
 from aiayn.model.transformer import TransformerModel
 
 
+def never_generated(cfg: ModelConfig) -> tuple[int, ...]:
+    """PAD is never generated, nor BOS by an encoder-decoder (it starts every target and never follows a
+    token); a language model's BOS is a token it learned (a document boundary), generated as Hugging Face does."""
+    return (cfg.pad_id, cfg.bos_id) if cfg.arch == "encoder-decoder" else (cfg.pad_id,)
+
+
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
-    """BOS and PAD are never generated; EOS not while ``no_eos`` (min length). Works on (..., V), in place."""
-    logits[..., cfg.bos_id] = float("-inf")  # one column at a time: cheaper than a list index per step
-    logits[..., cfg.pad_id] = float("-inf")  # (the same id as BOS when decoding starts from PAD)
+    """:func:`never_generated` tokens get -inf; EOS too while ``no_eos`` (min length). (..., V), in place."""
+    for token in never_generated(cfg):
+        logits[..., token] = float("-inf")  # one column at a time: cheaper than a list index per step
     if no_eos:
         logits[..., cfg.eos_id] = float("-inf")
     return logits
@@ -76,7 +82,7 @@ class Stepper:
         if candidates is not None:
             self.state.output = output_rows(model.output, candidates)
             cfg = model.config
-            self._never = (candidates == cfg.bos_id) | (candidates == cfg.pad_id)  # (C,) bool, True = forbidden
+            self._never = torch.isin(candidates, torch.tensor(never_generated(cfg), device=candidates.device))  # (C,)
             self._eos = candidates == cfg.eos_id  # (C,) bool
 
     def __call__(self, tokens: Tensor) -> Tensor:

@@ -30,6 +30,24 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
     return logits
 
 
+def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, top_k: int = 0,
+         top_p: float = 1.0, pad_last: bool = False) -> Tensor:
+    """One token per row of (B, V) logits, drawn from the filtered softmax with ``generator``: (B,) ids.
+
+    ``pad_last``: the last column is a padding row aiayn appended to an imported vocabulary (never
+    generated); it takes no part in the draw, so that a seed draws what Hugging Face draws over the
+    checkpoint's own vocabulary (``torch.multinomial`` takes one random number per column)."""
+    if pad_last:
+        logits = logits[:, :-1]  # (B, V - 1)
+    probs = filter_logits(logits, temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def pad_is_last(cfg, width: int) -> bool:
+    """Whether scores of ``width`` columns end with the padding id (an imported model's appended row)."""
+    return cfg.pad_id == width - 1 == cfg.target_vocab - 1
+
+
 def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
            num_samples: int = 1, use_cache: bool = True, prompt_cache=None, on_token=None) -> list[list[int]]:
@@ -43,7 +61,6 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
     gen.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
 
     def choose(scores: Tensor) -> Tensor:
-        probs = filter_logits(scores, temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
-        return torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        return draw(scores, gen, temperature, top_k, top_p, pad_is_last(model.config, scores.size(-1)))
 
     return decode_loop(model, rows, limits, choose, min_new_tokens, use_cache, prompt_cache, on_token)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import forbid
-from aiayn.decoding.sampling import filter_logits
+from aiayn.decoding.sampling import draw, pad_is_last
 from aiayn.model.cache import DecodeState
 from aiayn.model.transformer import DecoderOnly
 from aiayn.serve.prefix_blocks import PrefixBlocks
@@ -45,13 +45,12 @@ class GenerationRequest:
         self.generator = torch.Generator()
         self.generator.manual_seed(self.seed if self.seed is not None else int(torch.randint(2**62, ()).item()))
 
-    def choose(self, logits: Tensor) -> int:
+    def choose(self, logits: Tensor, pad_last: bool = False) -> int:
         """The next token from (1, V) scores: arg-max at temperature 0, else a draw from the filtered
         distribution with this request's generator (as ``aiayn.generate`` draws for it alone)."""
         if self.temperature == 0:
             return int(logits.argmax(dim=-1))
-        probs = filter_logits(logits, self.temperature, self.top_k, self.top_p).softmax(dim=-1)  # (1, V)
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        return int(draw(logits, self.generator, self.temperature, self.top_k, self.top_p, pad_last))
 
 
 class ContinuousBatcher:
@@ -208,7 +207,8 @@ class ContinuousBatcher:
     def _step(self) -> None:
         cfg = self.model.config
         logits = forbid(self.model.step(self.tokens, self.state)[:, -1].float(), cfg, no_eos=False)  # (B, V)
-        chosen = [request.choose(logits[i: i + 1]) for i, request in enumerate(self.rows)]
+        pad_last = pad_is_last(cfg, logits.size(-1))
+        chosen = [request.choose(logits[i: i + 1], pad_last) for i, request in enumerate(self.rows)]
         self.tokens = torch.cat([self.tokens, torch.tensor(chosen)[:, None]], dim=1)  # (B, W+1)
         self.steps += 1
         keep = []

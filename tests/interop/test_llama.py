@@ -1,0 +1,151 @@
+"""Importing Llama, Qwen2 and Mistral checkpoints: logits within 1e-4 of the Hugging Face model's on padded
+batches, greedy and seeded sampling equal to ``generate()`` token for token, sharded and single-file folders
+giving the same model, and every bad folder refused in one line with nothing written."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from aiayn import generate
+from aiayn.cli import main
+from aiayn.inference.load import load_checkpoint
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+VARIANTS = {  # name: (model_type, config overrides)
+    "llama-gqa-llama3": ("llama", dict(rope_parameters={**LLAMA3, "rope_theta": 500.0})),
+    "llama-mha-linear": ("llama", dict(num_key_value_heads=4, rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                                                             "rope_theta": 10000.0})),
+    "llama-mqa-tied": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=True)),
+    "qwen2-biases": ("qwen2", dict(tie_word_embeddings=True)),
+    "mistral-window": ("mistral", dict(sliding_window=5)),
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def pair(request, tmp_path_factory, make_llama):
+    """(the Hugging Face model, the imported aiayn model) of one variant, the folder sharded."""
+    import transformers
+
+    kind, overrides = VARIANTS[request.param]
+    folder = make_llama(tmp_path_factory.mktemp(request.param) / "hf", kind, shard=True, **overrides)
+    assert (folder / "model.safetensors.index.json").is_file()
+    out = folder.parent / "ckpt"
+    assert main(["import", str(folder), "--output", str(out)]) == 0
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    return hf, load_checkpoint(out)[0].eval()
+
+
+def _prompts(lengths, pad):
+    """Rows of random ids, right-padded with aiayn's pad (B, T), and the same rows left-padded for Hugging Face
+    with their attention mask and positions."""
+    width = max(lengths)
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(3, 128, (n,), generator=g) for n in lengths]
+    ours = torch.full((len(rows), width), pad)
+    left = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ours[i, : len(row)] = row
+        left[i, width - len(row):] = row
+        mask[i, width - len(row):] = 1
+    return ours, left, mask
+
+
+def test_logits_equal_on_a_padded_batch(pair):
+    hf, model = pair
+    ours_ids, left, mask = _prompts([12, 7, 3], model.config.pad_id)
+    left_pad = (1 - mask).sum(dim=1)  # (B,)
+    with torch.no_grad():
+        ref = hf(input_ids=left, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+        ours = model.decode(left, left_pad=left_pad)[..., : ref.size(-1)]
+    real = mask.bool()
+    assert (ref - ours)[real].abs().max() <= 1e-4
+    assert model.config.vocab_size == ref.size(-1) + 1  # the appended padding row
+
+
+def test_greedy_and_seeded_sampling_equal_generate(pair):
+    hf, model = pair
+    ours_ids, left, mask = _prompts([9, 4], model.config.pad_id)
+    ref = hf.generate(left, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)[:, left.size(1):]
+    assert generate(model, ours_ids, "greedy", max_new_tokens=12) == [_until_eos(row) for row in ref.tolist()]
+    for row in range(2):  # sampling one prompt at a time: the random stream is consumed the same way
+        n = int(mask[row].sum())
+        prompt = left[row:row + 1, -n:]
+        torch.manual_seed(7)
+        ref = hf.generate(prompt, max_new_tokens=10, do_sample=True, top_k=0, top_p=1.0, temperature=0.8,
+                          pad_token_id=0)[0, n:]
+        ours = generate(model, prompt, "sample", max_new_tokens=10, temperature=0.8, seed=7)
+        assert ours[0] == _until_eos(ref.tolist())
+
+
+def _until_eos(row: list[int]) -> list[int]:
+    return row[: row.index(2)] if 2 in row else row
+
+
+def test_sharded_and_single_file_give_the_same_model(tmp_path, make_llama):
+    whole = make_llama(tmp_path / "whole", "qwen2", shard=False)
+    shards = make_llama(tmp_path / "shards", "qwen2", shard=True)
+    assert not (whole / "model.safetensors.index.json").exists()
+    for name, folder in (("a", whole), ("b", shards)):
+        assert main(["import", str(folder), "--output", str(tmp_path / name)]) == 0
+    a, b = (load_checkpoint(tmp_path / name)[0].state_dict() for name in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_tokenizer_chat_template_and_generation_defaults_come_along(tmp_path, make_llama):
+    from transformers import AutoTokenizer
+
+    folder = make_llama(tmp_path / "hf", "llama")
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.6, "top_p": 0.9,
+                                                               "eos_token_id": [2, 5]}))
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    _, tokenizers = load_checkpoint(tmp_path / "ckpt")
+    theirs = AutoTokenizer.from_pretrained(folder)
+    for text in ["w5 w6 w7", "w100 unknownword w3"]:
+        assert tokenizers.src.encode(text) == theirs(text).input_ids
+    messages = [{"role": "user", "content": "w5 w6"}, {"role": "assistant", "content": "w7"},
+                {"role": "user", "content": "w8"}]
+    for prompt in (True, False):
+        assert tokenizers.apply_chat_template(messages, prompt) == theirs.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=prompt)
+    decoding = json.loads((tmp_path / "ckpt" / "generation.json").read_text())
+    assert decoding == {"strategy": "sample", "temperature": 0.6, "top_p": 0.9}
+
+
+def _break(folder, how):
+    index = folder / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())
+    if how == "missing shard":
+        (folder / sorted(set(weight_map["weight_map"].values()))[1]).unlink()
+    elif how == "index names a missing tensor":
+        weight_map["weight_map"]["model.layers.9.mlp.up_proj.weight"] = weight_map["weight_map"]["model.norm.weight"]
+        index.write_text(json.dumps(weight_map))
+    elif how == "wrong shape":
+        config = json.loads((folder / "config.json").read_text())
+        index.write_text(json.dumps(weight_map))
+        (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 40}))
+    elif how == "unknown rope scaling":
+        config = json.loads((folder / "config.json").read_text())
+        config["rope_parameters"] = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}
+        (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("how, message", [
+    ("missing shard", "is missing from"),
+    ("index names a missing tensor", "tensor model.layers.9.mlp.up_proj.weight is not in"),
+    ("wrong shape", "mlp.down_proj.weight has shape (32, 48), config.json says (32, 40)"),
+    ("unknown rope scaling", "rope scaling 'yarn' is not supported; aiayn has linear, llama3"),
+])
+def test_bad_folders_are_one_line_and_write_nothing(tmp_path, capsys, make_llama, how, message):
+    folder = make_llama(tmp_path / "hf", "llama", shard=True)
+    _break(folder, how)
+    capsys.readouterr()
+    out = tmp_path / "ckpt"
+    assert main(["import", str(folder), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+    shutil.rmtree(folder)
