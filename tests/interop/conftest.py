@@ -143,8 +143,8 @@ def same_ids():
     return check
 
 
-LLAMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}{{ eos_token }}{% endfor %}"
-                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+LLAMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}{{ eos_token }}"
+                  "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 def llama_tokenizer(folder, vocab=120):

@@ -56,7 +56,7 @@ def _prompts(lengths, pad):
 
 def test_logits_equal_on_a_padded_batch(pair):
     hf, model = pair
-    ours_ids, left, mask = _prompts([12, 7, 3], model.config.pad_id)
+    _, left, mask = _prompts([12, 7, 3], model.config.pad_id)
     left_pad = (1 - mask).sum(dim=1)  # (B,)
     with torch.no_grad():
         ref = hf(input_ids=left, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits

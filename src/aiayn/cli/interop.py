@@ -8,10 +8,13 @@ from aiayn.cli.common import add_overwrite, claim
 
 
 def _add_import(sub) -> None:
-    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT) as a checkpoint",
-                       description="Read a local Hugging Face model folder (config.json, model.safetensors, the "
-                                   "tokenizer files) of a MarianMTModel, GPT2LMHeadModel or BertForMaskedLM and write "
-                                   "an aiayn checkpoint that translate, generate, fill-mask, serve and show take. "
+    p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT, Llama, Qwen2, "
+                                      "Mistral, sentence-transformers) as a checkpoint",
+                       description="Read a local Hugging Face model folder (config.json, model.safetensors or its "
+                                   "shards, the tokenizer files) of a MarianMTModel, GPT2LMHeadModel, "
+                                   "BertForMaskedLM, BertModel (or a sentence-transformers folder of one), "
+                                   "LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM and write an aiayn "
+                                   "checkpoint that translate, generate, fill-mask, embed, serve and show take. "
                                    "Nothing is downloaded: see docs/pretrained.md for getting the folder.")
     p.add_argument("folder", help="the Hugging Face model folder")
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
@@ -26,10 +29,13 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub) -> None:
-    p = sub.add_parser("export", help="export a translator as a Hugging Face Marian folder or a CTranslate2 model",
+    p = sub.add_parser("export", help="export a translator or a language model as a Hugging Face folder or a "
+                                      "CTranslate2 model",
                        description="Write an aiayn encoder-decoder checkpoint as a Hugging Face Marian folder "
-                                   "(MarianMTModel.from_pretrained loads it) or, through CTranslate2's converter, a "
-                                   "CTranslate2 model. Options Marian cannot express are named in the error.")
+                                   "(MarianMTModel.from_pretrained loads it), a decoder-only one as a "
+                                   "LlamaForCausalLM (Qwen2, Mistral) or GPT2LMHeadModel folder, whichever has its "
+                                   "shape, or either through CTranslate2's converters as a CTranslate2 model. "
+                                   "Options the target cannot express are named in the error.")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--format", required=True, choices=["hf", "ctranslate2"], dest="format")
     p.add_argument("--output", required=True, help="the folder to write")

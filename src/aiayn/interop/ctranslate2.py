@@ -112,15 +112,38 @@ class AiaynConverter(Converter):
 
 def export_ctranslate2(checkpoint: str | Path, output: str | Path, quantization: str | None = None,
                        overwrite: bool = False) -> Path:
-    """Write the translator ``checkpoint`` as a CTranslate2 model folder; its vocabulary is the checkpoint's
-    pieces (give CTranslate2 ``tokenizers.src.pieces(ids)``)."""
+    """Write ``checkpoint`` as a CTranslate2 model folder: a translator through :class:`AiaynConverter` (its
+    vocabulary the checkpoint's pieces: give CTranslate2 ``tokenizers.src.pieces(ids)``), a language model as a
+    ``ctranslate2.Generator`` through its Hugging Face folder."""
     from aiayn.inference.load import load_checkpoint
     from aiayn.io.files import atomic_directory
 
-    model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
+    model, tokenizers = load_checkpoint(checkpoint)
+    if model.config.arch == "decoder-only":
+        return _export_language_model(checkpoint, output, quantization, overwrite)
+    if model.config.arch != "encoder-decoder":
+        raise ValueError(f"{checkpoint}: export --format ctranslate2 takes translators and language models")
     source = tokenizers.src.pieces(list(range(model.config.vocab_size)))
     target = tokenizers.tgt.pieces(list(range(model.config.target_vocab)))
     converter = AiaynConverter(model.eval(), source, target)
     with atomic_directory(output, "export", overwrite) as tmp:
         converter.convert(str(tmp), quantization=quantization, force=True)
+    return Path(output)
+
+
+def _export_language_model(checkpoint, output, quantization: str | None, overwrite: bool) -> Path:
+    """A language model through its Hugging Face folder (Llama, Qwen2, Mistral or GPT-2 shaped) and
+    CTranslate2's own ``TransformersConverter``, which reads those folders."""
+    import tempfile
+
+    from ctranslate2.converters import TransformersConverter
+
+    from aiayn.interop.hf_export import export_hf
+    from aiayn.io.files import atomic_directory, claim_output
+
+    claim_output(output, "export", overwrite=overwrite)  # before the work
+    with tempfile.TemporaryDirectory() as scratch:
+        hf = export_hf(checkpoint, Path(scratch) / "hf")
+        with atomic_directory(output, "export", overwrite) as tmp:
+            TransformersConverter(str(hf)).convert(str(tmp), quantization=quantization, force=True)
     return Path(output)

@@ -73,3 +73,57 @@ def import_gpt2(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[Dec
     model = DecoderOnly(cfg)
     load_mapped(model, gpt2_state_dict(weights, cfg))
     return model.eval(), tokenizers
+
+
+def gpt2_problems(cfg: ModelConfig) -> list[str]:
+    """What a ``GPT2LMHeadModel`` cannot express of ``cfg`` (empty: it exports)."""
+    checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "pre", "norm post"),
+              (cfg.norm_type == "layernorm", f"norm_type {cfg.norm_type}"),
+              (cfg.feed_forward == "standard", f"feed_forward {cfg.feed_forward}"),
+              (cfg.positions == "learned", f"positions {cfg.positions} (GPT-2 has a learned table)"),
+              (not cfg.scale_embeddings, "scale_embeddings"), (cfg.share_embeddings != "none", "an untied output"),
+              (cfg.qkv_bias and cfg.out_bias and cfg.ffn_bias, "projections without biases"),
+              (cfg.n_kv_heads in (None, cfg.n_heads) and cfg.head_dim in (None, cfg.d_model // cfg.n_heads),
+               "n_kv_heads / head_dim"), (cfg.sliding_window is None, "sliding_window"),
+              (cfg.activation in HF_ACTIVATIONS, f"activation {cfg.activation}"),
+              (not cfg.output_bias and not cfg.embedding_norm and not cfg.output_transform,
+               "output_bias / embedding_norm / output_transform")]
+    return [problem for ok, problem in checks if not ok]
+
+
+HF_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+
+
+def export_gpt2(model: DecoderOnly, vocab: int, folder: Path) -> None:
+    """Save ``model`` as a Hugging Face ``GPT2LMHeadModel`` folder (its first ``vocab`` token rows)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = model.config
+    hf = GPT2LMHeadModel(GPT2Config(
+        vocab_size=vocab, n_embd=cfg.d_model, n_layer=cfg.n_decoder_layers, n_head=cfg.n_heads, n_inner=cfg.d_ff,
+        n_positions=cfg.max_len, activation_function=HF_ACTIVATIONS[cfg.activation],
+        layer_norm_epsilon=cfg.layer_norm_eps, bos_token_id=cfg.bos_id, eos_token_id=cfg.eos_id)).eval()
+    hf.load_state_dict(gpt2_tensors(model, vocab), strict=False)  # lm_head: tied to wte
+    hf.save_pretrained(folder)
+
+
+def gpt2_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
+    """GPT-2's tensor names -> the model's (``gpt2_state_dict`` backwards): Linear (out, in) becomes Conv1D
+    (in, out), q/k/v fuse into ``c_attn``, the token table keeps its first ``vocab`` rows."""
+    own = {name: t.detach().float() for name, t in model.state_dict().items()}
+    out = {"transformer.wte.weight": own["embed.tokens.weight"][:vocab],
+           "transformer.wpe.weight": own["embed.positions.table.weight"],
+           "transformer.ln_f.weight": own["decoder.norm.weight"], "transformer.ln_f.bias": own["decoder.norm.bias"]}
+    for i in range(model.config.n_decoder_layers):
+        hf, ours = f"transformer.h.{i}.", f"decoder.layers.{i}."
+        qkv = [f"{ours}self_attn.{p}_proj" for p in "qkv"]
+        out[hf + "attn.c_attn.weight"] = torch.cat([own[n + ".weight"] for n in qkv]).t()  # (D, 3D)
+        out[hf + "attn.c_attn.bias"] = torch.cat([own[n + ".bias"] for n in qkv])
+        for theirs, mine in (("attn.c_proj", "self_attn.out_proj"), ("mlp.c_fc", "ffn.linear1"),
+                             ("mlp.c_proj", "ffn.linear2")):
+            out[f"{hf}{theirs}.weight"] = own[f"{ours}{mine}.weight"].t()  # (out, in) -> Conv1D (in, out)
+            out[f"{hf}{theirs}.bias"] = own[f"{ours}{mine}.bias"]
+        for theirs, mine in (("ln_1", "res_self.norm"), ("ln_2", "res_ffn.norm")):
+            for kind in ("weight", "bias"):
+                out[f"{hf}{theirs}.{kind}"] = own[f"{ours}{mine}.{kind}"]
+    return {k: v.contiguous() for k, v in out.items()}

@@ -87,12 +87,50 @@ def marian_config(cfg: ModelConfig) -> dict:
 
 
 def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = False) -> Path:
-    """Write the aiayn translator ``checkpoint`` as a Hugging Face Marian folder ``output``."""
+    """Write the aiayn ``checkpoint`` as a Hugging Face folder ``output``: a translator as a Marian model, a
+    language model as ``LlamaForCausalLM`` (Qwen2's, Mistral's) or ``GPT2LMHeadModel``, whichever has its shape."""
     from aiayn.inference.load import load_checkpoint
+
+    model, tokenizers = load_checkpoint(checkpoint)
+    if model.config.arch == "decoder-only":
+        return _export_language_model(model, tokenizers, checkpoint, output, overwrite)
+    if model.config.arch != "encoder-decoder":
+        raise ValueError(f"{checkpoint}: export --format hf takes translators and language models, not "
+                         f"{model.config.arch} checkpoints")
+    return _export_marian(model, tokenizers, checkpoint, output, overwrite)
+
+
+def _export_language_model(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
+    from aiayn.interop.gpt2 import export_gpt2, gpt2_problems
+    from aiayn.interop.llama import export_llama, llama_problems
     from aiayn.io.files import atomic_directory
     from aiayn.io.run import resolve_checkpoint
 
-    model, tokenizers = load_checkpoint(checkpoint, "encoder-decoder")
+    cfg = model.config
+    llama, gpt2 = llama_problems(cfg), gpt2_problems(cfg)
+    if llama and gpt2:
+        raise ValueError(f"{checkpoint}: neither Llama ({'; '.join(llama)}) nor GPT-2 ({'; '.join(gpt2)}) can "
+                         "express this model")
+    _needs_transformers()
+    vocab = cfg.vocab_size - 1 if cfg.pad_id == cfg.vocab_size - 1 >= len(tokenizers.src) else cfg.vocab_size
+    with atomic_directory(output, "export", overwrite) as tmp:
+        (export_gpt2 if llama else export_llama)(model, vocab, tmp)
+        write_generation(tmp, DecodingConfig.load(resolve_checkpoint(checkpoint)))
+        tokenizers.save(tmp)
+    return Path(output)
+
+
+def _needs_transformers() -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ValueError("export --format hf needs the transformers package: pip install transformers") from None
+
+
+def _export_marian(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
+    from aiayn.io.files import atomic_directory
+    from aiayn.io.run import resolve_checkpoint
+
     problems = marian_problems(model.config)
     if problems:
         raise ValueError(f"{checkpoint}: Marian cannot express {'; '.join(problems)}")

@@ -10,7 +10,6 @@ checkpoint's). One table of tensor names serves import and export.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -149,33 +148,48 @@ def import_llama(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
 
 
 def llama_problems(cfg: ModelConfig) -> list[str]:
-    """What a ``LlamaForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    """What a ``LlamaForCausalLM`` (or Qwen2's, Mistral's) cannot express of ``cfg`` (empty: it exports)."""
     checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "pre", "norm post"),
-              (cfg.norm_type == "rmsnorm", "norm_type layernorm"), (cfg.feed_forward == "swiglu", "feed_forward standard"),
+              (cfg.norm_type == "rmsnorm", "norm_type layernorm"),
+              (cfg.feed_forward == "swiglu", "feed_forward standard"),
               (cfg.positions == "rope", f"positions {cfg.positions}"), (not cfg.scale_embeddings, "scale_embeddings"),
-              (cfg.qkv_bias == cfg.out_bias, "qkv_bias without out_bias (Qwen2's layout)"),
-              (cfg.sliding_window is None, "sliding_window (Mistral's)"), (not cfg.output_bias, "output_bias"),
+              (not cfg.ffn_bias or cfg.qkv_bias == cfg.out_bias, "ffn_bias with Qwen2's attention biases"),
+              (cfg.sliding_window is None or not (cfg.qkv_bias or cfg.ffn_bias), "sliding_window with biases"),
+              (not cfg.output_bias, "output_bias"), (cfg.activation != "relu", "activation relu"),
               (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform")]
     return [problem for ok, problem in checks if not ok]
 
 
+def hf_model_type(cfg: ModelConfig) -> str:
+    """Which of Llama, Qwen2 (q/k/v biases alone) and Mistral (a sliding window) has this shape."""
+    if cfg.sliding_window is not None:
+        return "mistral"
+    return "qwen2" if cfg.qkv_bias and not cfg.out_bias else "llama"
+
+
 def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
-    """The ``LlamaConfig`` fields of a Llama-shaped aiayn config (``vocab``: the real rows, the padding row
-    left out when it is the last)."""
-    scaling = None if cfg.rope_scaling is None else {"rope_type": cfg.rope_scaling["type"],
-                                                     **{k: v for k, v in cfg.rope_scaling.items() if k != "type"}}
-    return dict(vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-                num_hidden_layers=cfg.n_decoder_layers, num_attention_heads=cfg.n_heads,
-                num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, hidden_act=_hf_activation(cfg.activation),
-                max_position_embeddings=cfg.max_len, rms_norm_eps=cfg.layer_norm_eps,
-                rope_parameters={"rope_type": "default", "rope_theta": cfg.position_base} if scaling is None
-                else {**scaling, "rope_theta": cfg.position_base},
-                attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias, tie_word_embeddings=cfg.share_embeddings != "none",
-                bos_token_id=cfg.bos_id, eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
+    """The ``LlamaConfig`` (``Qwen2Config``, ``MistralConfig``) fields of a Llama-shaped aiayn config
+    (``vocab``: the real rows, without an appended padding row)."""
+    rope = {"rope_type": "default"} if cfg.rope_scaling is None else {
+        "rope_type": cfg.rope_scaling["type"], **{k: v for k, v in cfg.rope_scaling.items() if k != "type"}}
+    kind = hf_model_type(cfg)
+    fields = dict(vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                  num_hidden_layers=cfg.n_decoder_layers, num_attention_heads=cfg.n_heads,
+                  num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, hidden_act=HF_ACTIVATIONS[cfg.activation],
+                  max_position_embeddings=cfg.max_len, rms_norm_eps=cfg.layer_norm_eps,
+                  rope_parameters={**rope, "rope_theta": cfg.position_base},
+                  tie_word_embeddings=cfg.share_embeddings != "none", bos_token_id=cfg.bos_id,
+                  eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
+    if kind == "llama":
+        fields.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias)
+    if kind == "mistral":
+        fields.update(sliding_window=cfg.sliding_window)
+    return fields
 
 
-def _hf_activation(activation: str) -> str:
-    return {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}[activation]
+HF_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+              "mistral": ("MistralConfig", "MistralForCausalLM")}
 
 
 def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
@@ -184,7 +198,7 @@ def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
     own = {k: v.detach().float() for k, v in model.state_dict().items()}
     out = {theirs: own[ours] for theirs, ours in tensor_names(model.config).items()}
     out["model.embed_tokens.weight"] = own["embed.tokens.weight"][:vocab]
-    out["lm_head.weight"] = own["output.weight"][:vocab]
+    out["lm_head.weight"] = own["output.weight"][:vocab]  # the same tensor when tied
     if model.config.rope_layout == "interleaved":
         _to_halves(out, model.config)
     return {k: v.contiguous() for k, v in out.items()}
@@ -196,12 +210,14 @@ def _to_halves(tensors: dict[str, Tensor], cfg: ModelConfig) -> None:
     order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # (D,)
     for name in [n for n in tensors if ".q_proj." in n or ".k_proj." in n]:
         t = tensors[name]
-        heads = t.size(0) // d
-        tensors[name] = t.reshape(heads, d, *t.shape[1:])[:, order].reshape(t.shape)  # (H*D, ...)
+        tensors[name] = t.reshape(t.size(0) // d, d, *t.shape[1:])[:, order].reshape(t.shape)  # (H*D, ...)
 
 
-def write_tokenizer_files(tokenizers, folder: Path) -> None:
-    """The tokenizer files a Hugging Face folder needs (an imported model's own, or a note when aiayn's)."""
-    tokenizers.save(folder)
-    if not (folder / "tokenizer_config.json").is_file():
-        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+def export_llama(model: DecoderOnly, vocab: int, folder: Path) -> None:
+    """Save ``model`` as a Hugging Face ``LlamaForCausalLM`` (Qwen2, Mistral) folder in ``folder``."""
+    import transformers
+
+    config_class, model_class = (getattr(transformers, name) for name in HF_CLASSES[hf_model_type(model.config)])
+    hf = model_class(config_class(**llama_hf_config(model.config, vocab))).eval()
+    hf.load_state_dict(llama_tensors(model, vocab), strict=True)
+    hf.save_pretrained(folder)

@@ -17,11 +17,11 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.io.checkpoint import CONFIG, load_weights, verify_checkpoint, write_checkpoint
+from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import DecoderCache, DecodeState
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import InputEmbedding, TokenEmbedding, build_positions
 from aiayn.model.init import init_weights
-from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import (
     ACTIVATIONS,
     Decoder,
