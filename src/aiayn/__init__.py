@@ -13,7 +13,8 @@ _EXPORTS = {
     "EncoderOnly": "aiayn.model.transformer", "TransformerModel": "aiayn.model.transformer",
     "build_model": "aiayn.model.transformer", "ModelConfig": "aiayn.model.config",
     "count_parameters": "aiayn.model.params", "generate": "aiayn.decoding", "pack": "aiayn.inference.precision",
-    "quantize": "aiayn.inference.precision",
+    "quantize": "aiayn.inference.precision", "Embedder": "aiayn.inference.embed",
+    "import_pretrained": "aiayn.interop",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -60,6 +60,17 @@ def _add_family(sub) -> None:
     f.add_argument("--top-k", type=int, default=5, dest="top_k")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.add_argument("--device", default="cpu")
+    e = sub.add_parser("embed", help="one vector per input line (encoder-only checkpoint: BERT, sentence-transformers)",
+                       description="Embed each line of --input (or stdin) with an encoder-only checkpoint, pooled as "
+                                   "the checkpoint says (an imported sentence-transformers folder's pooling and "
+                                   "normalisation; mean pooling otherwise). --output F.npy writes a float32 (N, D) "
+                                   "array, F.jsonl (or stdout) one JSON list per line.")
+    e.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    e.add_argument("--input", help="text file, one text per line (default: stdin)")
+    e.add_argument("--output", help="F.npy or F.jsonl (default: JSON lines on stdout)")
+    e.add_argument("--batch-size", type=int, default=32, dest="batch_size")
+    e.add_argument("--device", default="cpu")
+    add_overwrite(e)
 
 
 def translate(args: argparse.Namespace) -> int:
@@ -144,6 +155,28 @@ def fill_mask(args: argparse.Namespace) -> int:
         return 0
     for n, cands in enumerate(masks, start=1):
         print(f"<mask> {n}: " + "  ".join(f"{c.token.strip() or repr(c.token)} {c.probability:.3f}" for c in cands))
+    return 0
+
+
+def embed(args: argparse.Namespace) -> int:
+    from aiayn.inference.embed import Embedder
+
+    if args.output and not args.output.endswith((".npy", ".jsonl")):
+        raise UserError(f"--output {args.output}: name it F.npy (one float32 array) or F.jsonl (one list per line)")
+    if args.batch_size < 1:
+        raise UserError("--batch-size: must be a positive integer")
+    claim(args.output, "embed", args)
+    lines = read_input(args.input)
+    vectors = Embedder.from_checkpoint(args.checkpoint, args.device, batch_size=args.batch_size).embed(lines)
+    if args.output and args.output.endswith(".npy"):
+        import numpy as np
+
+        from aiayn.io.files import atomic_path
+
+        with atomic_path(args.output) as tmp:
+            np.save(tmp, vectors.numpy())
+    else:
+        write_output([json.dumps([round(x, 7) for x in row]) for row in vectors.tolist()], args.output)
     return 0
 
 

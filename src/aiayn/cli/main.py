@@ -13,7 +13,8 @@ from aiayn.data.corpus import DataError
 
 COMMANDS = {"demo": demo.demo, "train": train.train, "average": train.average, "experiment": train.experiment,
             "distill": train.distill, "translate": decode.translate, "evaluate": decode.evaluate,
-            "generate": decode.generate, "fill-mask": decode.fill_mask, "tokenizer": data.tokenizer_train,
+            "generate": decode.generate, "fill-mask": decode.fill_mask, "embed": decode.embed,
+            "tokenizer": data.tokenizer_train,
             "data": data.data, "preprocess": data.preprocess, "shortlist": data.shortlist, "import": interop.import_,
             "export": interop.export, "plot": show.plot, "show": show.show, "serve": serve.serve}
 

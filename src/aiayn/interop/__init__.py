@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.interop import bert, gpt2, llama, marian
+from aiayn.interop import bert, gpt2, llama, marian, sentence
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
@@ -26,10 +26,15 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
         raise FileNotFoundError(f"{folder}: not a folder; give a Hugging Face model folder")
     config = read_config(folder)
     kind = config["model_type"]
+    pooling = sentence.read_pooling(folder) if sentence.is_sentence_transformers(folder) else None
+    if pooling is not None and kind != "bert":
+        raise ValueError(f"{folder / 'config.json'}: sentence-transformers folders of {kind} models are not "
+                         "supported; aiayn imports BERT ones")
     if kind in llama.MODEL_TYPES:  # large: read tensor by tensor, never the whole folder at once
         model, tokenizers = llama.import_llama(folder, config)
     else:
         importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
         model, tokenizers = importers[kind](folder, config, read_weights(folder))
-    write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite)
+    write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite,
+                     write_extra=None if pooling is None else pooling.save)
     return Path(output)

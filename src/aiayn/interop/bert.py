@@ -1,9 +1,12 @@
-"""BERT (``BertForMaskedLM``) -> aiayn's encoder-only model: post-norm as the paper, learned positions, a
+"""BERT (``BertForMaskedLM``, or ``BertModel`` without the head, as sentence-transformers folders hold it) ->
+aiayn's encoder-only model: post-norm as the paper, learned positions, a
 LayerNorm on the embeddings (``embedding_norm``), GELU, unscaled embeddings, and the masked-LM head's own
 dense + GELU + LayerNorm before the tied output with its bias (``output_transform``, ``output_bias``).
 Token-type embeddings: aiayn feeds one segment, so type 0's row is added into the position table (exact for
 single-text input, which is what fill-mask gives). Special ids come from the tokenizer: [PAD], [UNK],
-[CLS] (as BOS), [SEP] (as EOS), [MASK]."""
+[CLS] (as BOS), [SEP] (as EOS), [MASK]. A ``BertModel`` (tensor names without ``bert.``, no ``cls.`` head)
+imports without the masked-LM head: its use is the hidden states (``aiayn.inference.embed``); the pooler is
+not read (sentence embeddings pool the token states)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ PARTS = {"attention.self.query": "self_attn.q_proj", "attention.self.key": "self
          "output.dense": "ffn.linear2", "output.LayerNorm": "res_ffn.norm"}
 
 
-def bert_config(hf: dict, tokenizers: HFTokenizers) -> ModelConfig:
+def bert_config(hf: dict, tokenizers: HFTokenizers, head: bool = True) -> ModelConfig:
     """aiayn's config for a Hugging Face ``BertConfig`` (as a dict) and its tokenizer's special ids."""
     if hf.get("hidden_act") not in ACTIVATIONS:
         raise ValueError(f"config.json: hidden_act {hf.get('hidden_act')!r} is not supported; aiayn has "
@@ -42,23 +45,31 @@ def bert_config(hf: dict, tokenizers: HFTokenizers) -> ModelConfig:
         d_ff=hf["intermediate_size"], dropout=hf.get("hidden_dropout_prob", 0.1),
         activation=ACTIVATIONS[hf["hidden_act"]], norm="post", positions="learned", share_embeddings="all",
         max_len=hf["max_position_embeddings"], layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        scale_embeddings=False, embedding_norm=True, output_transform=True, output_bias=True, **ids)
+        scale_embeddings=False, embedding_norm=True, output_transform=head, output_bias=head, **ids)
+
+
+def has_mlm_head(w: dict[str, Tensor]) -> bool:
+    """A ``BertForMaskedLM`` checkpoint (its ``cls.predictions`` head), not a bare ``BertModel``."""
+    return any(name.startswith("cls.predictions.") for name in w)
 
 
 def bert_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """aiayn's parameter names -> the BERT tensors."""
-    emb = "bert.embeddings."
+    """aiayn's parameter names -> the BERT tensors (``bert.``-prefixed with the MLM head, or a bare BertModel's)."""
+    prefix = "bert." if any(name.startswith("bert.") for name in w) else ""
+    emb = prefix + "embeddings."
     words = take(w, emb + "word_embeddings.weight")
     positions = take(w, emb + "position_embeddings.weight") + take(w, emb + "token_type_embeddings.weight")[0]
     out = {"embed.tokens.weight": words, "output.weight": words, "embed.positions.table.weight": positions,
-           "embed.norm.weight": take(w, emb + "LayerNorm.weight"), "embed.norm.bias": take(w, emb + "LayerNorm.bias"),
-           "output.bias": take(w, "cls.predictions.bias", "cls.predictions.decoder.bias")}
+           "embed.norm.weight": take(w, emb + "LayerNorm.weight"), "embed.norm.bias": take(w, emb + "LayerNorm.bias")}
+    if cfg.output_transform:
+        out["output.bias"] = take(w, "cls.predictions.bias", "cls.predictions.decoder.bias")
     for kind in ("weight", "bias"):
-        out[f"transform.dense.{kind}"] = take(w, f"cls.predictions.transform.dense.{kind}")
-        out[f"transform.norm.{kind}"] = take(w, f"cls.predictions.transform.LayerNorm.{kind}")
+        if cfg.output_transform:
+            out[f"transform.dense.{kind}"] = take(w, f"cls.predictions.transform.dense.{kind}")
+            out[f"transform.norm.{kind}"] = take(w, f"cls.predictions.transform.LayerNorm.{kind}")
         for i in range(cfg.n_encoder_layers):
             for theirs, mine in PARTS.items():
-                out[f"encoder.layers.{i}.{mine}.{kind}"] = take(w, f"bert.encoder.layer.{i}.{theirs}.{kind}")
+                out[f"encoder.layers.{i}.{mine}.{kind}"] = take(w, f"{prefix}encoder.layer.{i}.{theirs}.{kind}")
     return out
 
 
@@ -67,7 +78,7 @@ def import_bert(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[Enc
     if len(tokenizers.src) != hf["vocab_size"]:
         raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
                          f"vocab_size {hf['vocab_size']}")
-    cfg = bert_config(hf, tokenizers)
+    cfg = bert_config(hf, tokenizers, head=has_mlm_head(weights))
     model = EncoderOnly(cfg)
     load_mapped(model, bert_state_dict(weights, cfg))
     return model.eval(), tokenizers

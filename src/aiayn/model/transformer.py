@@ -312,11 +312,17 @@ class EncoderOnly(TransformerModel):
         init_weights(self)
 
     def forward(self, ids: Tensor) -> Tensor:
-        mask = key_mask(padding_mask(ids, self.config.pad_id))  # (B, 1, 1, S)
-        hidden, _ = self.encoder(self.embed(ids), mask)
+        hidden = self.encode(ids)
         if self.transform is not None:
             hidden = self.transform(hidden)
         return self.output(hidden)
+
+    def encode(self, ids: Tensor, real: Tensor | None = None) -> Tensor:
+        """Hidden states (B, S, D) of ids (B, S), padding never attended to. ``real``: (B, S) bool, True =
+        a real token; default ``ids != pad_id`` (give it when a real token may have the pad id)."""
+        real = padding_mask(ids, self.config.pad_id) if real is None else real
+        hidden, _ = self.encoder(self.embed(ids), key_mask(real))  # mask (B, 1, 1, S)
+        return hidden
 
 
 MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderOnly)}

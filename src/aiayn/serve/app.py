@@ -69,15 +69,16 @@ def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> 
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
-               info: dict | None = None, threads: int | None = None) -> FastAPI:
+               info: dict | None = None, threads: int | None = None, embedder=None) -> FastAPI:
     """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
-    with continuous batching) or a ``MaskFiller`` (/fill-mask). Its batcher starts and stops with the app;
-    all its computing runs on one thread with ``threads`` compute threads (``serve/threads.py``)."""
+    with continuous batching) or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too). Its batcher
+    starts and stops with the app; all its computing runs on one thread with ``threads`` compute threads
+    (``serve/threads.py``)."""
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
-        return create_family_app(translator, limits, max_batch, threads)
+        return create_family_app(translator, limits, max_batch, threads, embedder)
 
     def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
         return translator.translate(texts, max_batch, decoding)
@@ -157,6 +158,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced."""
     import uvicorn
 
+    from aiayn.inference.embed import Embedder, Pooling
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
     from aiayn.inference.load import load_checkpoint
@@ -167,11 +169,13 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     folder = resolve_checkpoint(checkpoint)
     model, tokenizers = load_checkpoint(folder)  # read once; the engine follows the family member
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
+    embedder = None
     if model.config.arch == "decoder-only":
         engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults)
     elif model.config.arch == "encoder-only":
         engine = MaskFiller(model, tokenizers, device)
+        embedder = Embedder(model, tokenizers, Pooling.load(folder), device)
     else:
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
-    app = create_app(engine, limits, max_batch, wait_ms, threads=threads)
+    app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder)
     uvicorn.Server(server_config(app, host, port, limits)).run()

@@ -1,5 +1,6 @@
 """The server for the other family members: POST /generate (decoder-only, continuous batching, optional
-Server-Sent Events) and POST /fill-mask (encoder-only). The translation routes live in ``serve/app.py``."""
+Server-Sent Events), POST /fill-mask and POST /embed (encoder-only). The translation routes live in
+``serve/app.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
@@ -53,10 +55,17 @@ class FillMaskRequest(BaseModel):
     top_k: int = Field(5, ge=1, le=100)
 
 
+class EmbedRequest(BaseModel):
+    """Texts to embed, one vector each (the checkpoint's pooling)."""
+
+    model_config = ConfigDict(extra="forbid")
+    texts: list[str] = Field(min_length=1)
+
+
 def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int,
-                      threads: int | None = None) -> FastAPI:
-    """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``) checkpoint; all its
-    computing runs on one thread (the generation batcher's, or one executor's)."""
+                      threads: int | None = None, embedder: Embedder | None = None) -> FastAPI:
+    """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``, and an ``Embedder`` for
+    /embed) checkpoint; all its computing runs on one thread (the generation batcher's, or one executor's)."""
     batcher = executor = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
@@ -94,6 +103,8 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         _add_generate(app, engine, batcher, limits)
     else:
         _add_fill_mask(app, engine, limits, executor)
+        if embedder is not None:
+            _add_embed(app, embedder, limits, executor)
     return app
 
 
@@ -211,3 +222,14 @@ def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits, executor) -
             raise HTTPException(422, str(err)) from None
         return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
                            for c in cands] for cands in masks]}
+
+
+def _add_embed(app: FastAPI, embedder: Embedder, limits: Limits, executor) -> None:
+    @app.post("/embed")
+    async def embed(req: EmbedRequest) -> dict:
+        """{"embeddings": [[float] per text], "dimension", "pooling", "normalized"}: one vector per text, pooled
+        as the checkpoint says (an imported sentence-transformers folder's pooling, else mean)."""
+        check_size(req.texts, limits)
+        vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, req.texts)
+        return {"embeddings": vectors.tolist(), "dimension": vectors.size(1), "pooling": embedder.pooling.mode,
+                "normalized": embedder.pooling.normalize}
