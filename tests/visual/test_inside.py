@@ -42,3 +42,25 @@ def test_inside_rejects_positions_that_do_not_exist(translator):
             inside_for(translator, "a b", None, "encoder", *args)
     with pytest.raises(ValueError, match="kind"):
         inside_for(translator, "a b", None, "sideways", 0, 0, 0)
+
+
+def test_inside_a_grouped_query_head_names_the_key_value_head_it_reads(lm_run):
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.model.transformer import DecoderOnly
+    from aiayn.visual.attention import lm_attention_for
+    from aiayn.visual.inside import lm_inside_for
+
+    trained, tokenizers = load_checkpoint(lm_run)
+    heads = trained.config.n_heads
+    model = DecoderOnly(trained.config.replace(n_kv_heads=heads // 2, positions="rope")).eval()
+    text = "the cat sat"
+    maps = lm_attention_for(model, tokenizers.src, text)
+    last = len(maps.axes("decoder_self")[0]) - 1
+    insides = [lm_inside_for(model, tokenizers.src, text, 0, head, last) for head in range(heads)]
+    assert [i.kv_head for i in insides] == [h // 2 for h in range(heads)] and {i.group for i in insides} == {2}
+    assert insides[0].keys == insides[1].keys and insides[0].values == insides[1].values  # one shared head
+    assert insides[0].keys != insides[2].keys and insides[0].query != insides[1].query
+    for head, inside in enumerate(insides):
+        assert inside.weights == maps.weights["decoder_self"][0, head, last].tolist()
+        q, k = torch.tensor(inside.query), torch.tensor(inside.keys)
+        torch.testing.assert_close(torch.tensor(inside.scores), k @ q / inside.scale)

@@ -20,12 +20,15 @@ class HeadInside:
     """One query row of one head. Vectors are d_k long; per-key lists are as long as the keys.
 
     ``weights`` are the heatmap's numbers (the reference attention of that forward pass); ``output`` =
-    sum_j weights[j] * values[j], the head's output for the query before W^O.
+    sum_j weights[j] * values[j], the head's output for the query before W^O. ``kv_head``: the key/value
+    head this query head reads (itself, but with grouped-query attention the one its group shares).
     """
 
     kind: str
     layer: int
     head: int
+    kv_head: int
+    group: int  # query heads sharing kv_head (1 without grouped-query attention)
     query_index: int
     query_token: str
     key_tokens: list[str]
@@ -81,12 +84,14 @@ def inside_head(module: MultiHeadAttention, run: Callable[[], AttentionMaps], ki
     rows, cols = maps.axes(kind)
     if not 0 <= query < len(rows):
         raise ValueError(f"query: {query} is not a token position (0 to {len(rows) - 1})")
-    q, k, v = module.heads(query_in, kv_in)  # (B, H, T, D), (B, H, S, D), (B, H, S, D)
-    q, k, v = q[0, head, query].float(), k[0, head].float(), v[0, head].float()  # (D,), (S, D), (S, D)
+    q, k, v = module.heads(query_in, kv_in)  # (B, H, T, D), (B, H_kv, S, D), (B, H_kv, S, D)
+    group = module.n_heads // module.n_kv_heads
+    kv_head = head // group  # grouped-query attention: the head its group shares
+    q, k, v = q[0, head, query].float(), k[0, kv_head].float(), v[0, kv_head].float()  # (D,), (S, D), (S, D)
     visible = torch.ones(k.size(0), dtype=torch.bool, device=k.device) if mask is None else \
         mask.expand(weights.shape)[0, head, query]  # (S,)
     w = weights[0, head, query].float()  # (S,)
-    return HeadInside(kind, layer, head, query, rows[query], cols, math.sqrt(q.numel()), q.tolist(), k.tolist(),
+    return HeadInside(kind, layer, head, kv_head, group, query, rows[query], cols, math.sqrt(q.numel()), q.tolist(), k.tolist(),
                       v.tolist(), attention_scores(q[None], k)[0].tolist(), visible.tolist(), w.tolist(),
                       (w @ v).tolist())
 

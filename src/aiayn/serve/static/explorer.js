@@ -187,7 +187,8 @@ function insidePanel(inspect) {
   function render() {
     const col = activeCol;
     byId("inside-query").textContent = t("inside_query", {token: data.query_token, row: data.query_index + 1,
-      layer: data.layer + 1, head: data.head + 1, dk: data.query.length, scale: data.scale.toFixed(3)});
+      layer: data.layer + 1, head: data.head + 1, dk: data.query.length, scale: data.scale.toFixed(3)}) +
+      (data.group > 1 ? t("inside_kv", {kv: data.kv_head + 1, group: data.group}) : "");
     byId("inside-q").replaceChildren(vector(data.query));
     const top = Math.max(...data.scores.map(Math.abs), 1e-9);
     byId("inside-rows").replaceChildren(...data.key_tokens.map((token, j) => el("tr",
