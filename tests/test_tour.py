@@ -18,10 +18,12 @@ SPEC = {  # SPEC section 5, in the order the tour prints them
 CHECKS = {  # what else each tour must print (its own language)
     "tour.md": ["above the diagonal, exactly 0: True", "cached steps equal the full pass: True",
                 "GPT: the first 6 positions ignore the future: True", "BERT: every position sees the whole text: True",
-                "position 3 alone gives the same: True"],
+                "position 3 alone gives the same: True", "GQA cache is 4x smaller: True",
+                "GQA cached steps equal its full pass: True"],
     "tour.zh.md": ["对角线以上恰好为 0： True", "逐步使用缓存与一次算完结果相同： True",
                    "GPT：前 6 个位置不受未来影响： True", "BERT：每个位置都看到整段文本： True",
-                   "单独算第 3 个位置，结果相同： True"],
+                   "单独算第 3 个位置，结果相同： True", "GQA 缓存小 4 倍： True",
+                   "GQA 逐步使用缓存与一次算完相同： True"],
 }
 
 

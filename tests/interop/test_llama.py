@@ -149,3 +149,24 @@ def test_bad_folders_are_one_line_and_write_nothing(tmp_path, capsys, make_llama
     assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
     shutil.rmtree(folder)
+
+
+def test_attention_pictures_of_an_imported_gqa_model(tmp_path, make_llama, capsys):
+    from aiayn.inference.load import load_checkpoint as load
+    from aiayn.visual.attention import lm_attention_for
+    from aiayn.visual.inside import lm_inside_for
+
+    folder = make_llama(tmp_path / "hf", "mistral", sliding_window=3)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    assert main(["show", "attention", "--checkpoint", str(tmp_path / "ckpt"), "w5 w6 w7 w8 w9", "--output",
+                 str(tmp_path / "a.png")]) == 0
+    assert (tmp_path / "a.png").stat().st_size > 1000
+    model, tokenizers = load(tmp_path / "ckpt")
+    maps = lm_attention_for(model, tokenizers.src, "w5 w6 w7 w8 w9")
+    weights = maps.weights["decoder_self"]  # (L, H, T, T): 6 tokens with <s>, a window of 3
+    assert weights.shape == (2, 4, 6, 6) and bool((weights[..., 5, :3] == 0).all())
+    inside = lm_inside_for(model, tokenizers.src, "w5 w6 w7 w8 w9", 1, 3, 5)
+    assert (inside.kv_head, inside.group) == (1, 2) and inside.mask == [False] * 3 + [True] * 3
+    assert main(["show", "attention", "--checkpoint", str(tmp_path / "ckpt"), "w5", "--kind", "cross",
+                 "--output", str(tmp_path / "b.png")]) == 2
+    assert "decoder_self only" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiayn.cli.common import add_overwrite, claim
+from aiayn.cli.common import UserError, add_overwrite, claim
 
 
 def _add_plot(sub) -> None:
@@ -34,7 +34,8 @@ def _add_show(sub) -> None:
     what = show.add_subparsers(dest="what", required=True)
     a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
                         description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
-                                    "and cross-attention as a grid of layers x heads, tokens on the axes.")
+                                    "and cross-attention as a grid of layers x heads, tokens on the axes; with a "
+                                    "language model, its causal self-attention over SENTENCE.")
     a.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     a.add_argument("sentence", help="the source sentence")
     a.add_argument("--target", help="target sentence to force (default: the model's own translation)")
@@ -87,15 +88,31 @@ def show(args: argparse.Namespace) -> int:
         if args.output:
             atomic_write_text(Path(args.output), table)
     else:
-        from aiayn.inference.translator import Translator
-        from aiayn.visual.attention import KINDS, attention_for, plot_attention
-        from aiayn.visual.figures import check_output
-
-        check_output(args.output)
-        maps = attention_for(Translator.from_checkpoint(args.checkpoint, args.device), args.sentence, args.target)
-        print(f"translation: {maps.translation}")
-        print(plot_attention(maps, args.output, KINDS if args.kind == "all" else (args.kind,)))
+        _show_attention(args)
     return 0
+
+
+def _show_attention(args: argparse.Namespace) -> None:
+    """A translator's three kinds of attention, or a language model's causal self-attention over the text."""
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.translator import Translator
+    from aiayn.io.checkpoint import CONFIG
+    from aiayn.io.run import resolve_checkpoint
+    from aiayn.model.config import ModelConfig
+    from aiayn.visual.attention import KINDS, attention_for, lm_attention_for, plot_attention
+    from aiayn.visual.figures import check_output
+
+    check_output(args.output)
+    if ModelConfig.load(resolve_checkpoint(args.checkpoint) / CONFIG).arch == "decoder-only":
+        if args.target or args.kind not in ("all", "decoder_self"):
+            raise UserError("--target/--kind: a language model has causal self-attention (decoder_self) only")
+        model, tokenizers = load_checkpoint(args.checkpoint)
+        maps = lm_attention_for(model.to(args.device), tokenizers.src, args.sentence)
+        print(plot_attention(maps, args.output, ("decoder_self",)))
+        return
+    maps = attention_for(Translator.from_checkpoint(args.checkpoint, args.device), args.sentence, args.target)
+    print(f"translation: {maps.translation}")
+    print(plot_attention(maps, args.output, KINDS if args.kind == "all" else (args.kind,)))
 
 
 def add_parsers(sub) -> None:

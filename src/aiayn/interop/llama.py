@@ -155,7 +155,7 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (cfg.positions == "rope", f"positions {cfg.positions}"), (not cfg.scale_embeddings, "scale_embeddings"),
               (not cfg.ffn_bias or cfg.qkv_bias == cfg.out_bias, "ffn_bias with Qwen2's attention biases"),
               (cfg.sliding_window is None or not (cfg.qkv_bias or cfg.ffn_bias), "sliding_window with biases"),
-              (not cfg.output_bias, "output_bias"), (cfg.activation != "relu", "activation relu"),
+              (not cfg.output_bias, "output_bias"), (cfg.activation in HF_ACTIVATIONS, f"activation {cfg.activation}"),
               (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform")]
     return [problem for ok, problem in checks if not ok]
 

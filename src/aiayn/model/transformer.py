@@ -68,17 +68,19 @@ def build_feed_forward(cfg: ModelConfig) -> nn.Module:
 
 
 def build_encoder(cfg: ModelConfig) -> Encoder:
+    rope = _rope(cfg)  # one for every layer (no parameters)
     layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
-                           eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, _rope(cfg)),
+                           eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, rope),
                            ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_encoder_layers)]
     return Encoder(layers, _final_norm(cfg))
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
+    rope = _rope(cfg)  # one for every layer (no parameters)
     layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
                            eps=cfg.layer_norm_eps, cross_attention=cross_attention,
-                           self_attn=build_attention(cfg, _rope(cfg)),
+                           self_attn=build_attention(cfg, rope),
                            cross_attn=build_attention(cfg) if cross_attention else None,
                            ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_decoder_layers)]

@@ -91,8 +91,8 @@ def inside_head(module: MultiHeadAttention, run: Callable[[], AttentionMaps], ki
     visible = torch.ones(k.size(0), dtype=torch.bool, device=k.device) if mask is None else \
         mask.expand(weights.shape)[0, head, query]  # (S,)
     w = weights[0, head, query].float()  # (S,)
-    return HeadInside(kind, layer, head, kv_head, group, query, rows[query], cols, math.sqrt(q.numel()), q.tolist(), k.tolist(),
-                      v.tolist(), attention_scores(q[None], k)[0].tolist(), visible.tolist(), w.tolist(),
+    return HeadInside(kind, layer, head, kv_head, group, query, rows[query], cols, math.sqrt(q.numel()), q.tolist(),
+                      k.tolist(), v.tolist(), attention_scores(q[None], k)[0].tolist(), visible.tolist(), w.tolist(),
                       (w @ v).tolist())
 
 
