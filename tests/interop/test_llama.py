@@ -169,4 +169,4 @@ def test_attention_pictures_of_an_imported_gqa_model(tmp_path, make_llama, capsy
     assert (inside.kv_head, inside.group) == (1, 2) and inside.mask == [False] * 3 + [True] * 3
     assert main(["show", "attention", "--checkpoint", str(tmp_path / "ckpt"), "w5", "--kind", "cross",
                  "--output", str(tmp_path / "b.png")]) == 2
-    assert "decoder_self only" in capsys.readouterr().err
+    assert "causal self-attention (decoder_self) only" in capsys.readouterr().err
