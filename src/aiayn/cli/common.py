@@ -65,7 +65,8 @@ def translator_from_args(args: argparse.Namespace):
     if args.draft and "beam_size" not in options:
         options["beam_size"] = 1  # speculative decoding is greedy
     return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, int8=args.int8,
-                                      bf16=args.bf16, draft=args.draft, shortlist=args.shortlist)
+                                      bf16=args.bf16, draft=args.draft, shortlist=args.shortlist,
+                                      prepare=adapter_hook(args))
 
 
 def add_field_flags(p, cls, skip: tuple[str, ...] = (), keep_defaults: bool = False) -> None:
@@ -105,9 +106,28 @@ def decoding_options(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in names() if getattr(args, name, None) is not None}
 
 
+def add_adapter(p) -> None:
+    """--adapter: run the checkpoint with a LoRA adapter on it, unmerged (``aiayn merge`` folds one in)."""
+    p.add_argument("--adapter", help="a LoRA adapter folder (PEFT's format: adapter_config.json + "
+                   "adapter_model.safetensors) to run the checkpoint with, unmerged")
+
+
+def adapter_hook(args: argparse.Namespace):
+    """What ``load_checkpoint(prepare=...)`` takes for ``--adapter`` (None without one)."""
+    if not getattr(args, "adapter", None):
+        return None
+    from functools import partial
+
+    from aiayn.interop.peft import load_adapter
+
+    return partial(load_adapter, folder=args.adapter)
+
+
 def add_decoding(p) -> None:
-    """The flags of the commands that translate: decoding, precision, speculation, shortlist, batch, device."""
+    """The flags of the commands that translate: decoding, precision, speculation, shortlist, batch, device,
+    adapter."""
     add_decoding_options(p)
+    add_adapter(p)
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")

@@ -8,6 +8,8 @@ import sys
 
 from aiayn.cli.common import (
     UserError,
+    adapter_hook,
+    add_adapter,
     add_decoding,
     add_decoding_options,
     add_overwrite,
@@ -53,6 +55,7 @@ def _add_family(sub) -> None:
     g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
     g.add_argument("--device", default="cpu")
     add_decoding_options(g)
+    add_adapter(g)
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
                        description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
     f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
@@ -60,6 +63,7 @@ def _add_family(sub) -> None:
     f.add_argument("--top-k", type=int, default=5, dest="top_k")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.add_argument("--device", default="cpu")
+    add_adapter(f)
     e = sub.add_parser("embed", help="one vector per input line (encoder-only checkpoint: BERT, sentence-transformers)",
                        description="Embed each line of --input (or stdin) with an encoder-only checkpoint, pooled as "
                                    "the checkpoint says (an imported sentence-transformers folder's pooling and "
@@ -127,7 +131,7 @@ def generate(args: argparse.Namespace) -> int:
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     prompt = args.prompt if args.prompt is not None else "\n".join(read_input(None))
-    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device)
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args))
     decoding = generator.decoding.replace(**options)
 
     def show(sample: int, text: str) -> None:
@@ -148,7 +152,7 @@ def fill_mask(args: argparse.Namespace) -> int:
 
     if args.top_k < 1:
         raise UserError("--top-k: must be a positive integer")
-    masks = MaskFiller.from_checkpoint(args.checkpoint, args.device).fill(args.text, args.top_k)
+    masks = MaskFiller.from_checkpoint(args.checkpoint, args.device, adapter_hook(args)).fill(args.text, args.top_k)
     if args.json:
         print(json.dumps({"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
                                      for c in cands] for cands in masks]}, ensure_ascii=False))

@@ -62,7 +62,38 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="fold a LoRA adapter into its base checkpoint's weights",
+                       description="Load --checkpoint, put the LoRA adapter --adapter on it (PEFT's folder format), "
+                                   "fold each low-rank update into its weight (W + alpha/r B A) and write a plain "
+                                   "checkpoint: it runs at the base model's speed, with the adapter's outputs.")
+    p.add_argument("--checkpoint", required=True, help="the base checkpoint or run folder")
+    p.add_argument("--adapter", required=True, help="the adapter folder (adapter_config.json + "
+                   "adapter_model.safetensors)")
+    p.add_argument("--output", required=True, help="the checkpoint folder to write")
+    add_overwrite(p)
+
+
+def merge(args: argparse.Namespace) -> int:
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.interop.peft import load_adapter
+    from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
+    from aiayn.io.run import resolve_checkpoint
+    from aiayn.model.lora import merge_lora
+
+    claim(args.output, "merge", args, folder=True, own_files=(CHECKSUMS,))
+    model, tokenizers = load_checkpoint(args.checkpoint)
+    load_adapter(model, args.adapter)
+    merge_lora(model)
+    generation = DecodingConfig.load(resolve_checkpoint(args.checkpoint)).changes() or None
+    write_checkpoint(args.output, model, tokenizers, generation=generation, by="merge", overwrite=args.overwrite)
+    print(args.output)
+    return 0
+
+
 def add_parsers(sub) -> None:
     """This group's commands on the ``aiayn`` parser."""
     _add_import(sub)
     _add_export(sub)
+    _add_merge(sub)

@@ -16,7 +16,8 @@ COMMANDS = {"demo": demo.demo, "train": train.train, "average": train.average, "
             "generate": decode.generate, "fill-mask": decode.fill_mask, "embed": decode.embed,
             "tokenizer": data.tokenizer_train,
             "data": data.data, "preprocess": data.preprocess, "shortlist": data.shortlist, "import": interop.import_,
-            "export": interop.export, "plot": show.plot, "show": show.show, "serve": serve.serve}
+            "export": interop.export, "merge": interop.merge, "plot": show.plot, "show": show.show,
+            "serve": serve.serve}
 
 
 def build_parser(version: str) -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.cli.common import add_decoding_options, add_field_flags, decoding_options
+from aiayn.cli.common import adapter_hook, add_adapter, add_decoding_options, add_field_flags, decoding_options
 
 
 def _add_serve(sub) -> None:
@@ -24,6 +24,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
                    help="how long the batcher waits for more requests")
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
+    add_adapter(p)
 
 
 def _add_limits(p) -> None:
@@ -41,7 +42,8 @@ def serve(args: argparse.Namespace) -> int:
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
-               bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+               bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
+               prepare=adapter_hook(args))
     return 0
 
 

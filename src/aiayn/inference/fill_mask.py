@@ -32,8 +32,8 @@ class MaskFiller:
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu") -> MaskFiller:
-        model, tokenizers = load_checkpoint(path, "encoder-only")
+    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None) -> MaskFiller:
+        model, tokenizers = load_checkpoint(path, "encoder-only", prepare)
         return cls(model, tokenizers, device)
 
     def ids(self, text: str) -> list[int]:

@@ -46,9 +46,11 @@ class TextGenerator:
         self.decoding = decoding or DecodingConfig()
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", **options) -> TextGenerator:
+    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
+                        **options) -> TextGenerator:
+        """``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the checkpoint's generation.json."""
         folder = resolve_checkpoint(path)
-        model, tokenizers = load_checkpoint(folder, "decoder-only")
+        model, tokenizers = load_checkpoint(folder, "decoder-only", prepare)
         return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), **options)
 
     @staticmethod

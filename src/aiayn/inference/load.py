@@ -3,6 +3,7 @@ load it, check it is the family member the product needs (the precision copy: ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.io.run import resolve_checkpoint
@@ -13,11 +14,16 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
             "encoder-only": "aiayn fill-mask"}
 
 
-def load_checkpoint(path: str | Path, arch: str | None = None) -> tuple[TransformerModel, TokenizerPair]:
+def load_checkpoint(path: str | Path, arch: str | None = None,
+                    prepare: Callable[[TransformerModel], object] | None = None) -> tuple[TransformerModel,
+                                                                                         TokenizerPair]:
     """The model and tokenizers of a checkpoint folder or run folder (its best/); with ``arch``, a checkpoint
-    of another family member is a ValueError that names the command for it."""
+    of another family member is a ValueError that names the command for it. ``prepare(model)`` runs on the
+    loaded model before anything uses it (``--adapter``: a LoRA adapter put on it, ``aiayn.interop.peft``)."""
     folder = resolve_checkpoint(path)
     model = TransformerModel.load(folder)
     if arch is not None and model.config.arch != arch:
         raise ValueError(f"{folder} is a {model.config.arch} checkpoint; use {COMMANDS[model.config.arch]}")
+    if prepare is not None:
+        prepare(model)
     return model, load_tokenizers(folder)

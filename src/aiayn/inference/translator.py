@@ -69,12 +69,13 @@ class Translator:
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
                         shortlist: str | Path | None = None, decoding: dict | None = None,
-                        **options) -> Translator:
+                        prepare=None, **options) -> Translator:
         """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); so is ``draft``, which must
         use the same tokenizers; ``shortlist`` is a file from ``aiayn shortlist``. Decoding: the checkpoint's
-        ``generation.json`` with ``decoding`` (field -> value) replaced; other options as in __init__."""
+        ``generation.json`` with ``decoding`` (field -> value) replaced; ``prepare`` as in ``load_checkpoint``;
+        other options as in __init__."""
         folder = resolve_checkpoint(path)
-        model, tokenizers = load_checkpoint(folder, "encoder-decoder")
+        model, tokenizers = load_checkpoint(folder, "encoder-decoder", prepare)
         draft_model = None
         if draft is not None:
             draft_folder = resolve_checkpoint(draft)

@@ -153,9 +153,10 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 32,
-               wait_ms: float = 5.0, bf16: bool = False) -> None:
+               wait_ms: float = 5.0, bf16: bool = False, prepare=None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
-    ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced."""
+    ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
+    in ``load_checkpoint`` (``--adapter``)."""
     import uvicorn
 
     from aiayn.inference.embed import Embedder, Pooling
@@ -167,7 +168,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     folder = resolve_checkpoint(checkpoint)
-    model, tokenizers = load_checkpoint(folder)  # read once; the engine follows the family member
+    model, tokenizers = load_checkpoint(folder, prepare=prepare)  # read once; the engine follows the member
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
     embedder = None
     if model.config.arch == "decoder-only":

@@ -48,6 +48,9 @@ class TrainConfig:
         "help": "the run's decoding defaults, DecodingConfig fields, e.g. {beam_size: 12, length_penalty: 1.4}: "
                 "written into every checkpoint as generation.json, used by translate, evaluate and serve "
                 "(recipe files only)", "choices": None})
+    init_from: str | None = _f(None, "fine-tune: start from this checkpoint or run folder (aiayn's or imported): its "
+                               "architecture, weights and tokenizer; optimizer, schedule and data from the recipe")
+    freeze: str | None = _f(None, "parts left untrained, comma-separated: embeddings, encoder, decoder, layers:A-B")
     tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
     vocab_size: int = _f(8000, "subword vocabulary size (ignored by char)")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)

@@ -16,12 +16,13 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from aiayn.evaluation import score
+from aiayn.inference.load import load_checkpoint
 from aiayn.inference.translator import Translator
 from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
-from aiayn.training import distributed
+from aiayn.training import distributed, finetune
 from aiayn.training.build import (
     autocast_dtype,
     build_task,
@@ -55,9 +56,12 @@ class Trainer:
         if resume:
             self.tokenizers = load_tokenizers(self.run.last)
             self.model = TransformerModel.load(self.run.last).train()
+        elif cfg.init_from:
+            self.model, self.tokenizers = self._from_checkpoint()
         else:
             self.tokenizers = self._shared_tokenizers()
             self.model = build_model(model_config(cfg, self.tokenizers))
+        finetune.freeze(self.model, cfg.freeze)
         self.model.to(self.device)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
@@ -90,6 +94,18 @@ class Trainer:
         if self.dist.enabled:
             torch.distributed.barrier()
         return load_tokenizers(folder)
+
+    def _from_checkpoint(self) -> tuple[TransformerModel, TokenizerPair]:
+        """Fine-tuning: the checkpoint's model and tokenizer (written to RUN/tokenizer/ as a trained one is)."""
+        model, tokenizers = load_checkpoint(self.cfg.init_from)
+        finetune.check_recipe(self.cfg, model)
+        if self.dist.main:
+            self.run.tokenizer.mkdir(parents=True, exist_ok=True)
+            tokenizers.save(self.run.tokenizer)
+            unk = model.config.unk_id
+            if unk not in (model.config.pad_id, model.config.bos_id):  # a byte-level vocabulary has no unknown
+                finetune.warn_unknown(self.splits.train.sources, tokenizers.src, unk, self.cfg.init_from)
+        return model.train(), tokenizers
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.run.last)
