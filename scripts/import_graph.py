@@ -23,7 +23,8 @@ LAYERS = (
     ("aiayn.data", "aiayn.decoding"),
     ("aiayn.inference", "aiayn.evaluation"),  # using a checkpoint; scoring
     ("aiayn.visual",),
-    ("aiayn.training", "aiayn.interop"),
+    ("aiayn.interop",),  # pretrained models in and out, adapters in PEFT's format
+    ("aiayn.training",),  # fine-tuning starts from an imported model and saves PEFT adapters
     ("aiayn.serve",),
     ("aiayn.cli",),
     ("aiayn.__main__",),

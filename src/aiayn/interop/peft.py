@@ -19,10 +19,10 @@ from torch import Tensor
 from aiayn.interop.hf_export import marian_problems
 from aiayn.interop.llama import llama_problems, tensor_names
 from aiayn.interop.marian import layer_names
+from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from aiayn.model.config import ModelConfig
 from aiayn.model.lora import LoRALinear, adapter_state, lora_layers
 
-ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 PREFIX = "base_model.model."
 TASK_TYPES = {"decoder-only": "CAUSAL_LM", "encoder-decoder": "SEQ_2_SEQ_LM", "encoder-only": "FEATURE_EXTRACTION"}
 UNSUPPORTED = {"use_dora": "DoRA", "use_rslora": "rank-stabilised LoRA", "fan_in_fan_out": "fan_in_fan_out (Conv1D)"}
@@ -136,6 +136,7 @@ def _wrap(model, path: str, config: dict, folder: Path) -> LoRALinear:
         return base
     if type(base) is not torch.nn.Linear:
         raise ValueError(f"{folder / ADAPTER_WEIGHTS}: module {path} is not a linear layer")
-    layer = LoRALinear(base, config["r"], float(config.get("lora_alpha", config["r"])))
+    layer = LoRALinear(base, config["r"], float(config.get("lora_alpha", config["r"])),
+                       float(config.get("lora_dropout") or 0.0))
     setattr(parent, attr, layer)
     return layer

@@ -22,10 +22,16 @@ if TYPE_CHECKING:
 
 CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json"
 GENERATION = "generation.json"  # the decoding defaults (aiayn.decoding.config.DecodingConfig), when the run chose them
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a LoRA run's (PEFT's format)
 
 
 def is_checkpoint(folder: str | Path) -> bool:
     return (Path(folder) / CONFIG).is_file()
+
+
+def is_adapter(folder: str | Path) -> bool:
+    """A LoRA run's checkpoint: an adapter folder (``aiayn.interop.peft``), used with its base model."""
+    return (Path(folder) / ADAPTER_CONFIG).is_file() and not is_checkpoint(folder)
 
 
 def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
@@ -45,10 +51,10 @@ def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
             atomic_write_text(tmp / GENERATION, json.dumps(generation, indent=1) + "\n")
         if write_extra is not None:
             write_extra(tmp)
-        atomic_write_text(tmp / CHECKSUMS, json.dumps(_digests(tmp), indent=1) + "\n")
+        atomic_write_text(tmp / CHECKSUMS, json.dumps(digests(tmp), indent=1) + "\n")
 
 
-def _digests(folder: Path) -> dict[str, str]:
+def digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder`` (but the checksum file), by relative POSIX path."""
     digests = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS):

@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from aiayn.io.checkpoint import is_checkpoint
+from aiayn.io.checkpoint import is_adapter, is_checkpoint
 from aiayn.io.files import read_json
 
 TRAINER_JSON, TRAINER_TENSORS = "trainer.json", "trainer.safetensors"
@@ -44,7 +44,7 @@ class RunFolder:
 
     def steps(self) -> list[Path]:
         """The step checkpoints, oldest first."""
-        return sorted(p for p in self.checkpoints.glob("step_*") if is_checkpoint(p))
+        return sorted(p for p in self.checkpoints.glob("step_*") if is_checkpoint(p) or is_adapter(p))
 
     def prune(self, keep: int) -> None:
         """Delete all but the newest ``keep`` step checkpoints (the run's own folders)."""
@@ -53,20 +53,23 @@ class RunFolder:
 
     def is_run(self) -> bool:
         """Training has written here: a metrics file or a checkpoint."""
-        return self.metrics.is_file() or is_checkpoint(self.last) or is_checkpoint(self.best)
+        return self.metrics.is_file() or self.has_last() or is_checkpoint(self.best) or is_adapter(self.best)
 
     def has_last(self) -> bool:
         """``last/`` holds a checkpoint: a run to continue with ``--resume``, not to start again."""
-        return is_checkpoint(self.last)
+        return is_checkpoint(self.last) or is_adapter(self.last)
 
     def resumable(self) -> bool:
-        return is_checkpoint(self.last) and (self.last / TRAINER_JSON).is_file()
+        return self.has_last() and (self.last / TRAINER_JSON).is_file()
 
     def for_use(self) -> Path:
         """The checkpoint a product loads from a run: ``best/``, else ``last/``."""
         for folder in (self.best, self.last):
             if is_checkpoint(folder):
                 return folder
+            if is_adapter(folder):
+                raise ValueError(f"{self.path}: a LoRA run, its checkpoints are adapters; run the base model with "
+                                 f"--adapter {folder} (or fold it in with aiayn merge)")
         raise FileNotFoundError(f"{self.path}: neither a checkpoint folder (config.json) nor a run folder with "
                                 "best/ or last/")
 

@@ -51,6 +51,11 @@ class TrainConfig:
     init_from: str | None = _f(None, "fine-tune: start from this checkpoint or run folder (aiayn's or imported): its "
                                "architecture, weights and tokenizer; optimizer, schedule and data from the recipe")
     freeze: str | None = _f(None, "parts left untrained, comma-separated: embeddings, encoder, decoder, layers:A-B")
+    lora_r: int = _f(0, "LoRA rank: train only low-rank adapters on the lora_targets layers, the model frozen; the "
+                     "run's checkpoints are PEFT adapter folders (0 = off; needs init_from)")
+    lora_alpha: float = _f(16.0, "LoRA scale numerator: the update is (lora_alpha / lora_r) B A x")
+    lora_dropout: float = _f(0.0, "dropout on the LoRA update's input")
+    lora_targets: str = _f("q,k,v,o", "layers LoRA adapts, comma-separated: q, k, v, o (attention projections), ffn")
     tokenizer: str | None = _f(None, "folder with trained tokenizer model(s) to reuse")
     vocab_size: int = _f(8000, "subword vocabulary size (ignored by char)")
     tokenizer_type: str = _f("bpe", "SentencePiece model type", TOKENIZER_TYPES)
@@ -100,6 +105,9 @@ class TrainConfig:
         for name in ("weight_decay", "rdrop"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
+        if self.lora_r < 0 or (self.lora_r and not self.init_from):
+            raise ValueError(f"lora_r: LoRA adapts a pretrained model: give init_from, and a rank >= 1 "
+                             f"(got {self.lora_r!r})")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:

@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from aiayn.io.checkpoint import write_checkpoint
-from aiayn.io.files import atomic_write_text, read_json
+from aiayn.interop.peft import save_adapter
+from aiayn.io.checkpoint import CHECKSUMS, digests, write_checkpoint
+from aiayn.io.files import atomic_directory, atomic_write_text, read_json
 from aiayn.io.run import TRAINER_JSON, TRAINER_TENSORS
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
@@ -56,8 +57,9 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
 
 def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
                     optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None,
-                    generation: dict | None = None) -> None:
-    """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training."""
+                    generation: dict | None = None, adapter_of: str | None = None, lora_dropout: float = 0.0) -> None:
+    """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training. With
+    ``adapter_of`` (the base checkpoint of a LoRA run) the folder holds the adapter alone, in PEFT's format."""
 
     def write_state(tmp: Path) -> None:
         tensors, meta = optimizer_tensors(optimizer)
@@ -65,7 +67,14 @@ def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: Tokenizer
         atomic_write_text(tmp / TRAINER_JSON, json.dumps({**trainer, **meta}, indent=1) + "\n")
 
     resumable = optimizer is not None and trainer is not None
-    write_checkpoint(folder, model, tokenizers, write_state if resumable else None, generation, by="train")
+    if adapter_of is None:
+        write_checkpoint(folder, model, tokenizers, write_state if resumable else None, generation, by="train")
+        return
+    with atomic_directory(folder, "train", own_files=(CHECKSUMS,), marker=False) as tmp:
+        save_adapter(model, tmp, base=adapter_of, dropout=lora_dropout)
+        if resumable:
+            write_state(tmp)
+        atomic_write_text(tmp / CHECKSUMS, json.dumps(digests(tmp), indent=1) + "\n")
 
 
 def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -18,8 +18,10 @@ from tqdm import tqdm
 from aiayn.evaluation import score
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.translator import Translator
+from aiayn.interop.peft import load_adapter
 from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
+from aiayn.model.lora import apply_lora
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed, finetune
@@ -53,7 +55,9 @@ class Trainer:
         self.runlog = RunLog(self.run, self.dist.main)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
-        if resume:
+        if resume and cfg.lora_r:  # the run's checkpoints hold the adapter; the base is init_from
+            self.model, self.tokenizers = load_checkpoint(cfg.init_from, prepare=self._resume_adapter)
+        elif resume:
             self.tokenizers = load_tokenizers(self.run.last)
             self.model = TransformerModel.load(self.run.last).train()
         elif cfg.init_from:
@@ -62,6 +66,9 @@ class Trainer:
             self.tokenizers = self._shared_tokenizers()
             self.model = build_model(model_config(cfg, self.tokenizers))
         finetune.freeze(self.model, cfg.freeze)
+        if cfg.lora_r and not resume:
+            apply_lora(self.model, cfg.lora_r, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+        self.model.train()
         self.model.to(self.device)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
@@ -95,6 +102,13 @@ class Trainer:
             torch.distributed.barrier()
         return load_tokenizers(folder)
 
+    @property
+    def _adapter(self) -> dict:
+        """How a LoRA run's checkpoints are written: the adapter alone, naming its base."""
+        if not self.cfg.lora_r:
+            return {}
+        return {"adapter_of": str(self.cfg.init_from), "lora_dropout": self.cfg.lora_dropout}
+
     def _from_checkpoint(self) -> tuple[TransformerModel, TokenizerPair]:
         """Fine-tuning: the checkpoint's model and tokenizer (written to RUN/tokenizer/ as a trained one is)."""
         model, tokenizers = load_checkpoint(self.cfg.init_from)
@@ -106,6 +120,12 @@ class Trainer:
             if unk not in (model.config.pad_id, model.config.bos_id):  # a byte-level vocabulary has no unknown
                 finetune.warn_unknown(self.splits.train.sources, tokenizers.src, unk, self.cfg.init_from)
         return model.train(), tokenizers
+
+    def _resume_adapter(self, model: TransformerModel) -> None:
+        """Put the LoRA run's last adapter on its base model, frozen as training left it."""
+        for param in model.parameters():
+            param.requires_grad_(False)
+        load_adapter(model, self.run.last)
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.run.last)
@@ -268,13 +288,15 @@ class Trainer:
 
     def _write_checkpoints(self, improved: bool) -> None:
         if self.cfg.keep_last > 0:
-            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.generation)
+            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.generation,
+                            **self._adapter)
             self.run.prune(self.cfg.keep_last)
         if improved:
-            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.generation)
+            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.generation, **self._adapter)
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
                  "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.generation)
+        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.generation,
+                        **self._adapter)
 
     @torch.no_grad()
     def validate(self) -> dict:
