@@ -44,8 +44,8 @@ def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, t
 
 
 def pad_is_last(cfg, width: int) -> bool:
-    """Whether scores of ``width`` columns end with the padding id (an imported model's appended row)."""
-    return cfg.pad_id == width - 1 == cfg.target_vocab - 1
+    """Whether scores of ``width`` columns end with the padding row of an imported vocabulary (``padding_row``)."""
+    return cfg.padding_row and width == cfg.target_vocab
 
 
 def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,

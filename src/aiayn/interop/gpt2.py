@@ -37,7 +37,7 @@ def gpt2_config(hf: dict) -> ModelConfig:
         n_decoder_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * d, dropout=hf.get("resid_pdrop", 0.1),
         activation=ACTIVATIONS[hf["activation_function"]], norm="pre", positions="learned",
         share_embeddings="all", max_len=hf["n_positions"], layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-        scale_embeddings=False, pad_id=pad, bos_id=pad, unk_id=pad, eos_id=hf["eos_token_id"])
+        scale_embeddings=False, pad_id=pad, bos_id=pad, unk_id=pad, eos_id=hf["eos_token_id"], padding_row=True)
 
 
 def gpt2_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:

@@ -112,7 +112,7 @@ def _export_language_model(model, tokenizers, checkpoint, output, overwrite: boo
         raise ValueError(f"{checkpoint}: neither Llama ({'; '.join(llama)}) nor GPT-2 ({'; '.join(gpt2)}) can "
                          "express this model")
     _needs_transformers()
-    vocab = cfg.vocab_size - 1 if cfg.pad_id == cfg.vocab_size - 1 >= len(tokenizers.src) else cfg.vocab_size
+    vocab = cfg.vocab_size - 1 if cfg.padding_row else cfg.vocab_size  # the appended padding row stays home
     with atomic_directory(output, "export", overwrite) as tmp:
         (export_gpt2 if llama else export_llama)(model, vocab, tmp)
         write_generation(tmp, DecodingConfig.load(resolve_checkpoint(checkpoint)))

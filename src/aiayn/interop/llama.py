@@ -92,7 +92,7 @@ def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
         sliding_window=_window(hf), share_embeddings="all" if hf.get("tie_word_embeddings", False) else "none",
         max_len=hf.get("max_position_embeddings", 2048), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         scale_embeddings=False, pad_id=pad, bos_id=pad if bos is None else _first(bos), eos_id=eos,
-        unk_id=pad if unk_id is None else unk_id, mask_id=pad)
+        unk_id=pad if unk_id is None else unk_id, mask_id=pad, padding_row=True)
 
 
 def tensor_names(cfg: ModelConfig) -> dict[str, str]:

@@ -69,6 +69,8 @@ class ModelConfig:
             projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
         sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
             ``None`` = all earlier tokens (causal self-attention of decoders only).
+        padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
+            no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
         positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
             Marian models do not).
@@ -115,6 +117,7 @@ class ModelConfig:
     out_bias: bool = True
     ffn_bias: bool = True
     sliding_window: int | None = None
+    padding_row: bool = False
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
     embedding_norm: bool = False
@@ -259,6 +262,9 @@ def _validate(cfg: ModelConfig) -> None:
     if cfg.n_heads % cfg.kv_heads:
         raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
     _check_rope_scaling(cfg.rope_scaling)
+    if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
+        raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
+                         f"{cfg.pad_id}")
     if cfg.positions == "rope" and cfg.d_head % 2:
         raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
     for name in ("dropout", "attention_dropout", "activation_dropout"):

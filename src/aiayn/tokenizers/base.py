@@ -51,6 +51,10 @@ class Tokenizer(ABC):
     def token_text(self, token_id: int) -> str:
         """One token as the text it stands for."""
 
+    def newline_ids(self) -> list[int]:
+        """The ids of a line break between two lines of running text (a language model's corpus)."""
+        return [self.sp.piece_to_id("<0x0A>")]  # SentencePiece: byte fallback's piece for "\n"
+
 
 class TokenizerPair:
     """Source and target tokenizers; ``joint`` when one serves both sides. ``files()`` are what ``save`` writes

@@ -65,6 +65,10 @@ class HFTokenizer(Tokenizer):
     def token_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 
+    def newline_ids(self) -> list[int]:
+        """"\n" as the tokenizer writes it (byte-level BPE has a piece for it; a word-level vocabulary none)."""
+        return self.tok.encode("\n", add_special_tokens=False).ids
+
     def unk_id(self) -> int | None:
         """The id of the model's unknown token (None: a byte-level vocabulary has none)."""
         unk = getattr(self.tok.model, "unk_token", None)

@@ -19,8 +19,12 @@ from aiayn.tokenizers import TokenizerPair
 from aiayn.training.objective import label_smoothed_cross_entropy, shift_target, symmetric_kl
 
 
-def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float) -> tuple[Tensor, int]:
-    """The summed label-smoothed loss of a batch and its number of predicted (non-pad) tokens."""
+def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float,
+                padding_row: bool = False) -> tuple[Tensor, int]:
+    """The summed label-smoothed loss of a batch and its number of predicted (non-pad) tokens. ``padding_row``:
+    the last column is an imported vocabulary's appended padding row, left out of the softmax."""
+    if padding_row:
+        logits = logits[..., :-1]  # (B, T, V - 1): the checkpoint's own vocabulary
     loss = label_smoothed_cross_entropy(logits, labels, pad_id, smoothing, reduction="sum")
     return loss, int((labels != pad_id).sum())
 
@@ -33,7 +37,7 @@ def rdrop_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float, al
     Args:
         logits: (2B, T, V), rows B.. the second pass of rows ..B; labels: (B, T), PAD positions ignored.
     """
-    loss, n = summed_loss(logits, labels.repeat(2, 1), pad_id, smoothing)
+    loss, n = summed_loss(logits, labels.repeat(2, 1), pad_id, smoothing)  # (aiayn's own vocabularies only)
     first, second = logits.chunk(2)  # (B, T, V) each
     return loss + alpha / 2 * symmetric_kl(first, second, labels != pad_id), n
 
@@ -93,7 +97,7 @@ class TranslationTask:
         if self.rdrop:  # one forward pass over the batch twice: two dropout masks
             logits = model(src.repeat(2, 1), tgt_in.repeat(2, 1))  # (2B, T, V)
             return rdrop_loss(logits, labels, self.cfg.pad_id, smoothing, self.rdrop)
-        return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing)
+        return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing, self.cfg.padding_row)
 
 
 class ShardedTranslationTask(TranslationTask):
@@ -122,9 +126,9 @@ class ShardedTranslationTask(TranslationTask):
 def encode_lines(tokenizer, text: str) -> list[int]:
     """A text's ids, line by line with a newline piece between: every line is encoded as users' text is
     (a subword tokenizer marks its first word as a word start), and newlines stay in the stream."""
-    newline = tokenizer.sp.piece_to_id("<0x0A>")  # byte fallback's piece for "\n"
+    newline = tokenizer.newline_ids()
     lines = tokenizer.encode_batch(text.split("\n"))
-    return [t for i, ids in enumerate(lines) for t in ([newline] if i else []) + ids]
+    return [t for i, ids in enumerate(lines) for t in (newline if i else []) + ids]
 
 
 class BlockTask:
@@ -157,9 +161,9 @@ class BlockTask:
 
     def loss(self, model: nn.Module, batch: Tensor, smoothing: float) -> tuple[Tensor, int]:
         if not self.masked:
-            return summed_loss(model(batch[:, :-1]), batch[:, 1:], self.cfg.pad_id, smoothing)
+            return summed_loss(model(batch[:, :-1]), batch[:, 1:], self.cfg.pad_id, smoothing, self.cfg.padding_row)
         ids, labels = self.mask_tokens(batch[:, :-1], int(batch.sum()))
-        return summed_loss(model(ids), labels, self.cfg.pad_id, smoothing)
+        return summed_loss(model(ids), labels, self.cfg.pad_id, smoothing, self.cfg.padding_row)
 
     @torch.no_grad()
     def masked_accuracy(self, model: nn.Module, batch: Tensor) -> tuple[int, int]:
