@@ -13,11 +13,14 @@ class TokenEmbedding(nn.Embedding):
     """A (vocab, d_model) lookup table whose output is multiplied by sqrt(d_model) (section 3.4; ``scale``
     False leaves it as it is, as GPT-2 and BERT do).
 
-    Ids outside [0, vocab) raise a clear ValueError before any computation.
+    Ids outside [0, vocab) raise a clear ValueError before any computation. ``padding_idx``: that row gets no
+    gradient through the lookup (as Hugging Face's; it matters where decoding starts from the pad id, as
+    Marian's does: elsewhere padding is masked and gets none anyway).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, scale: bool = True) -> None:
-        super().__init__(num_embeddings, embedding_dim)
+    def __init__(self, num_embeddings: int, embedding_dim: int, scale: bool = True,
+                 padding_idx: int | None = None) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx)
         self.scale = math.sqrt(embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor) -> Tensor:

@@ -169,9 +169,9 @@ class EncoderDecoder(TransformerModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
         cfg = config
-        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
+        src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings, cfg.pad_id)
         tgt_tokens = (src_tokens if cfg.share_embeddings == "all"
-                      else TokenEmbedding(cfg.target_vocab, cfg.d_model, cfg.scale_embeddings))
+                      else TokenEmbedding(cfg.target_vocab, cfg.d_model, cfg.scale_embeddings, cfg.pad_id))
         self.src_embed = build_embedding(cfg, src_tokens)
         self.tgt_embed = build_embedding(cfg, tgt_tokens)
         self.encoder = build_encoder(cfg)
@@ -248,7 +248,7 @@ class DecoderOnly(TransformerModel):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings, config.pad_id)
         self.embed = build_embedding(config, tokens)
         self.decoder = build_decoder(config, cross_attention=False)
         self.output = build_output(config, config.vocab_size, tokens)
@@ -306,7 +306,7 @@ class EncoderOnly(TransformerModel):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
-        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
+        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings, config.pad_id)
         self.embed = build_embedding(config, tokens)
         self.encoder = build_encoder(config)
         self.transform = OutputTransform(config) if config.output_transform else None

@@ -50,7 +50,8 @@ class TrainConfig:
                 "(recipe files only)", "choices": None})
     init_from: str | None = _f(None, "fine-tune: start from this checkpoint or run folder (aiayn's or imported): its "
                                "architecture, weights and tokenizer; optimizer, schedule and data from the recipe")
-    freeze: str | None = _f(None, "parts left untrained, comma-separated: embeddings, encoder, decoder, layers:A-B")
+    freeze: str | None = _f(None, "parts left untrained, comma-separated: embeddings, encoder, decoder, output_bias, "
+                            "layers:A-B")
     lora_r: int = _f(0, "LoRA rank: train only low-rank adapters on the lora_targets layers, the model frozen; the "
                      "run's checkpoints are PEFT adapter folders (0 = off; needs init_from)")
     lora_alpha: float = _f(16.0, "LoRA scale numerator: the update is (lora_alpha / lora_r) B A x")

@@ -33,8 +33,9 @@ def check_recipe(cfg, model: TransformerModel) -> None:
 
 def freeze(model: nn.Module, spec: str | None) -> list[str]:
     """Stop the gradients of the parts ``spec`` names (comma-separated: embeddings, encoder, decoder,
-    layers:A-B for layers A..B of every stack); returns the frozen parameter names. A part the model does not
-    have is a ValueError naming it."""
+    layers:A-B for layers A..B of every stack, output_bias: the output projection's bias, which Hugging Face's
+    Marian keeps fixed as its ``final_logits_bias`` buffer); returns the frozen parameter names. A part the
+    model does not have is a ValueError naming it."""
     if not spec:
         return []
     names = [name for name, _ in model.named_parameters()]
@@ -42,8 +43,8 @@ def freeze(model: nn.Module, spec: str | None) -> list[str]:
     for part in (p.strip() for p in spec.split(",")):
         hits = [n for n in names if _matches(part, n)]
         if not hits:
-            raise ValueError(f"freeze: the model has no {part!r}; name embeddings, encoder, decoder or "
-                             "layers:A-B (0-based, inclusive)")
+            raise ValueError(f"freeze: the model has no {part!r}; name embeddings, encoder, decoder, output_bias "
+                             "or layers:A-B (0-based, inclusive)")
         frozen.update(hits)
     for name, param in model.named_parameters():
         if name in frozen:
@@ -56,9 +57,12 @@ def _matches(part: str, name: str) -> bool:
         return ".tokens." in name or ".positions." in name or name.startswith(("embed.", "src_embed.", "tgt_embed."))
     if part in ("encoder", "decoder"):
         return name.startswith(part + ".")
+    if part == "output_bias":
+        return name == "output.bias"
     span = re.fullmatch(r"layers:(\d+)-(\d+)", part) or re.fullmatch(r"layers:(\d+)()", part)
     if span is None:
-        raise ValueError(f"freeze: unknown part {part!r}; name embeddings, encoder, decoder or layers:A-B")
+        raise ValueError(f"freeze: unknown part {part!r}; name embeddings, encoder, decoder, output_bias or "
+                         "layers:A-B")
     first = int(span.group(1))
     last = int(span.group(2) or first)
     layer = re.match(r"(?:encoder|decoder)\.layers\.(\d+)\.", name)
