@@ -134,10 +134,9 @@ def _export_marian(model, tokenizers, checkpoint, output, overwrite: bool) -> Pa
     problems = marian_problems(model.config)
     if problems:
         raise ValueError(f"{checkpoint}: Marian cannot express {'; '.join(problems)}")
-    try:
-        from transformers import MarianConfig, MarianMTModel
-    except ImportError:
-        raise ValueError("export --format hf needs the transformers package: pip install transformers") from None
+    _needs_transformers()
+    from transformers import MarianConfig, MarianMTModel
+
     hf = MarianMTModel(MarianConfig(**marian_config(model.config))).eval()
     missing, unexpected = hf.load_state_dict(marian_tensors(model), strict=False)
     left = [name for name in [*missing, *unexpected] if "embed_positions" not in name]  # positions: computed

@@ -52,12 +52,13 @@ def weight_files(folder: Path) -> dict[Path, list[str] | None]:
     return shards
 
 
-def iter_weights(folder: Path):
+def iter_weights(folder: Path, files: dict[Path, list[str] | None] | None = None):
     """Every tensor of the folder's weights as (Hugging Face name, tensor), one at a time: a sharded
-    checkpoint is read shard by shard and tensor by tensor, so no second copy of the model is ever held."""
+    checkpoint is read shard by shard and tensor by tensor, so no second copy of the model is ever held.
+    ``files``: :func:`weight_files` of the folder, when the caller has it already."""
     from safetensors import SafetensorError, safe_open
 
-    for path, expected in weight_files(folder).items():
+    for path, expected in (weight_files(folder) if files is None else files).items():
         try:
             with safe_open(str(path), framework="pt") as shard:
                 names = set(shard.keys())
@@ -74,8 +75,9 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
     """Every tensor of the folder's weights, by Hugging Face name (a small model's: one dict in memory)."""
     import torch
 
-    if weight_files(folder):
-        return dict(iter_weights(folder))
+    files = weight_files(folder)
+    if files:
+        return dict(iter_weights(folder, files))
     if (folder / "pytorch_model.bin").is_file():
         try:  # tensors only: weights_only refuses any other pickled object
             return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)

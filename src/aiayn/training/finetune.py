@@ -9,13 +9,51 @@ import sys
 
 from torch import nn
 
+from aiayn.inference.load import load_checkpoint
+from aiayn.interop.peft import load_adapter
+from aiayn.io.run import RunFolder
+from aiayn.model.lora import apply_lora
 from aiayn.model.transformer import TransformerModel
+from aiayn.tokenizers import TokenizerPair
 
 ARCH_OF_TASK = {"translation": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only"}
 # Recipe fields that build a model or a tokenizer: with init_from, the checkpoint's are used, so a value other
 # than the default contradicts it (the field's default -> what it means).
 BUILDING_FIELDS = {"preset": "small", "vocab_size": 8000, "tokenizer_type": "bpe", "joint_vocab": True,
                    "tokenizer": None}
+
+
+def start(cfg, run: RunFolder, splits, resume: bool, main: bool) -> tuple[TransformerModel, TokenizerPair]:
+    """The model a run with ``init_from`` trains and its tokenizers. A fresh run: the checkpoint's model
+    (with LoRA adapters on it for ``lora_r``), checked against the recipe, its tokenizer written to
+    RUN/tokenizer/ (by the ``main`` process) as a trained one is. ``resume`` (a LoRA run: a full fine-tuning
+    run resumes from its own last/ like any run): the base with the adapter of the run's last/."""
+    if resume:
+        return load_checkpoint(cfg.init_from, prepare=lambda model: _adapter_of(model, run.last))
+    model, tokenizers = load_checkpoint(cfg.init_from)
+    check_recipe(cfg, model)
+    if main:
+        run.tokenizer.mkdir(parents=True, exist_ok=True)
+        tokenizers.save(run.tokenizer)
+        unk = model.config.unk_id
+        if unk not in (model.config.pad_id, model.config.bos_id):  # a byte-level vocabulary has no unknown
+            warn_unknown(splits.train.sources, tokenizers.src, unk, cfg.init_from)
+    if cfg.lora_r:
+        apply_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+    return model, tokenizers
+
+
+def _adapter_of(model: TransformerModel, folder) -> None:
+    """Put a LoRA run's adapter on its base model, everything else frozen as training left it."""
+    for param in model.parameters():
+        param.requires_grad_(False)
+    load_adapter(model, folder)
+
+
+def adapter_options(cfg) -> dict:
+    """How a LoRA run's checkpoints are written (``training.state.save_checkpoint``): the adapter alone,
+    naming its base; {} for any other run."""
+    return {"adapter_of": str(cfg.init_from), "lora_dropout": cfg.lora_dropout} if cfg.lora_r else {}
 
 
 def check_recipe(cfg, model: TransformerModel) -> None:

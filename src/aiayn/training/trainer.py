@@ -16,12 +16,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from aiayn.evaluation import score
-from aiayn.inference.load import load_checkpoint
 from aiayn.inference.translator import Translator
-from aiayn.interop.peft import load_adapter
 from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
-from aiayn.model.lora import apply_lora
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed, finetune
@@ -55,19 +52,15 @@ class Trainer:
         self.runlog = RunLog(self.run, self.dist.main)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
-        if resume and cfg.lora_r:  # the run's checkpoints hold the adapter; the base is init_from
-            self.model, self.tokenizers = load_checkpoint(cfg.init_from, prepare=self._resume_adapter)
-        elif resume:
+        if resume and not cfg.lora_r:
             self.tokenizers = load_tokenizers(self.run.last)
-            self.model = TransformerModel.load(self.run.last).train()
-        elif cfg.init_from:
-            self.model, self.tokenizers = self._from_checkpoint()
+            self.model = TransformerModel.load(self.run.last)
+        elif cfg.init_from:  # fine-tuning, or resuming a LoRA run (its checkpoints hold the adapter alone)
+            self.model, self.tokenizers = finetune.start(cfg, self.run, self.splits, resume, self.dist.main)
         else:
             self.tokenizers = self._shared_tokenizers()
             self.model = build_model(model_config(cfg, self.tokenizers))
         finetune.freeze(self.model, cfg.freeze)
-        if cfg.lora_r and not resume:
-            apply_lora(self.model, cfg.lora_r, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
         self.model.train()
         self.model.to(self.device)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
@@ -105,27 +98,7 @@ class Trainer:
     @property
     def _adapter(self) -> dict:
         """How a LoRA run's checkpoints are written: the adapter alone, naming its base."""
-        if not self.cfg.lora_r:
-            return {}
-        return {"adapter_of": str(self.cfg.init_from), "lora_dropout": self.cfg.lora_dropout}
-
-    def _from_checkpoint(self) -> tuple[TransformerModel, TokenizerPair]:
-        """Fine-tuning: the checkpoint's model and tokenizer (written to RUN/tokenizer/ as a trained one is)."""
-        model, tokenizers = load_checkpoint(self.cfg.init_from)
-        finetune.check_recipe(self.cfg, model)
-        if self.dist.main:
-            self.run.tokenizer.mkdir(parents=True, exist_ok=True)
-            tokenizers.save(self.run.tokenizer)
-            unk = model.config.unk_id
-            if unk not in (model.config.pad_id, model.config.bos_id):  # a byte-level vocabulary has no unknown
-                finetune.warn_unknown(self.splits.train.sources, tokenizers.src, unk, self.cfg.init_from)
-        return model.train(), tokenizers
-
-    def _resume_adapter(self, model: TransformerModel) -> None:
-        """Put the LoRA run's last adapter on its base model, frozen as training left it."""
-        for param in model.parameters():
-            param.requires_grad_(False)
-        load_adapter(model, self.run.last)
+        return finetune.adapter_options(self.cfg)
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.run.last)

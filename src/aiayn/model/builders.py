@@ -1,0 +1,95 @@
+"""Builders: the parts of a Transformer made from a ``ModelConfig`` (embeddings, attention, feed-forward,
+the encoder and decoder stacks, the output projection), which ``aiayn.model.transformer`` assembles into
+the family's members. Each option of the config is read here, in one place."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.config import ModelConfig
+from aiayn.model.embeddings import InputEmbedding, TokenEmbedding, build_positions
+from aiayn.model.layers import (
+    ACTIVATIONS,
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    PositionwiseFeedForward,
+    SwiGLUFeedForward,
+    make_norm,
+)
+from aiayn.model.positions import RotaryEmbedding
+
+
+def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
+    positions = build_positions(cfg.positions, cfg.d_model, cfg.max_len, cfg.position_base,
+                                cfg.sinusoid_layout == "halves")
+    norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+    return InputEmbedding(tokens, positions, cfg.dropout, norm)
+
+
+def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
+    if cfg.positions != "rope":
+        return None
+    return RotaryEmbedding(cfg.d_head, cfg.position_base, cfg.rope_layout == "halves", cfg.rope_scaling)
+
+
+def _final_norm(cfg: ModelConfig) -> nn.Module | None:
+    return make_norm(cfg.norm_type, cfg.d_model, cfg.layer_norm_eps) if cfg.norm == "pre" else None
+
+
+def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> MultiHeadAttention:
+    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases."""
+    dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, dropout, rope, n_kv_heads=cfg.n_kv_heads,
+                              d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias)
+
+
+def build_feed_forward(cfg: ModelConfig) -> nn.Module:
+    """The position-wise feed-forward network: equation (2) or SwiGLU, with or without biases."""
+    dropout = cfg.dropout if cfg.activation_dropout is None else cfg.activation_dropout
+    kind = SwiGLUFeedForward if cfg.feed_forward == "swiglu" else PositionwiseFeedForward
+    return kind(cfg.d_model, cfg.d_ff, dropout, cfg.activation, cfg.ffn_bias)
+
+
+def build_encoder(cfg: ModelConfig) -> Encoder:
+    rope = _rope(cfg)  # one for every layer (no parameters)
+    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
+                           eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, rope),
+                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
+              for _ in range(cfg.n_encoder_layers)]
+    return Encoder(layers, _final_norm(cfg))
+
+
+def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
+    rope = _rope(cfg)  # one for every layer (no parameters)
+    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
+                           eps=cfg.layer_norm_eps, cross_attention=cross_attention,
+                           self_attn=build_attention(cfg, rope),
+                           cross_attn=build_attention(cfg) if cross_attention else None,
+                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
+              for _ in range(cfg.n_decoder_layers)]
+    return Decoder(layers, _final_norm(cfg))
+
+
+def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Linear:
+    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing; a bias only with
+    ``output_bias`` (Marian)."""
+    proj = nn.Linear(cfg.d_model, vocab, bias=cfg.output_bias)
+    if cfg.share_embeddings != "none":
+        proj.weight = tokens.weight
+    return proj
+
+
+class OutputTransform(nn.Module):
+    """BERT's masked-LM head before the output projection: LayerNorm(activation(x W + b)). (B, T, D) -> same."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.activation = ACTIVATIONS[cfg.activation]
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.activation(self.dense(x)))
