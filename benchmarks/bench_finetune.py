@@ -13,6 +13,9 @@ per trainable parameter, float32), peak RSS, training tokens/s and training minu
 
     python benchmarks/bench_finetune.py --task lm [--base-steps 1000] [--adapt-steps 300]
     python benchmarks/bench_finetune.py --task translation [--base-minutes 6] [--adapt-steps 300] [--pairs 3000]
+    python benchmarks/bench_finetune.py ... --device cuda --precision bf16   # on a GPU (peak_gpu_mb too)
+
+``--data-dir`` points at a copy of the corpora (default ``../shared/data`` beside the checkout).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def worker(recipe: dict) -> None:
               if isinstance(t, torch.Tensor) and t.dim() > 0),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "tokens_per_s": sum(rates) / max(len(rates), 1), "minutes": trainer.train_seconds / 60,
+        "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
         "valid_loss": result.get("valid_loss"), "bleu": result.get("valid_bleu")}))
 
 
@@ -73,7 +77,7 @@ def run(name: str, recipe: dict) -> dict:
     loss_unit = "nats/char" if name.startswith("lm/") else "nats/token"
     for metric, unit in (("valid_loss", loss_unit), ("bleu", "BLEU"), ("trainable", "parameters"),
                          ("optimizer_bytes", "bytes"), ("weights_grads_optimizer_bytes", "bytes"),
-                         ("peak_rss_mb", "MiB"), ("tokens_per_s", "tokens/s"),
+                         ("peak_rss_mb", "MiB"), ("peak_gpu_mb", "MiB"), ("tokens_per_s", "tokens/s"),
                          ("minutes", "min")):
         if out.get(metric) is not None:
             emit(name, metric, out[metric], unit)
@@ -81,11 +85,11 @@ def run(name: str, recipe: dict) -> dict:
 
 
 def lm(args: argparse.Namespace, tmp: Path) -> None:
-    text = read_gz(SHARED / "tinyshakespeare" / "input.txt.gz")
+    text = read_gz(args.data_dir / "tinyshakespeare" / "input.txt.gz")
     half = len(text) // 2
     (tmp / "a.txt").write_text(text[:half])
     (tmp / "b.txt").write_text(text[half:])
-    common = {"task": "lm", "device": "cpu", "log_every": 50, "keep_last": 0, "precision": "fp32"}
+    common = {"task": "lm", "device": args.device, "log_every": 50, "keep_last": 0, "precision": args.precision}
     from aiayn.training.config import read_recipe
 
     recipe = {**read_recipe(ROOT / "configs" / "shakespeare-llama.yaml"), **common}
@@ -102,18 +106,18 @@ def lm(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def translation(args: argparse.Namespace, tmp: Path) -> None:
-    pairs = {lang: read_gz(SHARED / "multi30k" / f"train.{lang}.gz").splitlines() for lang in ("de", "en")}
+    pairs = {lang: read_gz(args.data_dir / "multi30k" / f"train.{lang}.gz").splitlines() for lang in ("de", "en")}
     half = len(pairs["de"]) // 2
     for lang in ("de", "en"):
         (tmp / f"a.{lang}").write_text("\n".join(pairs[lang][:half]) + "\n")
         (tmp / f"b.{lang}").write_text("\n".join(pairs[lang][half: half + args.pairs]) + "\n")
-        (tmp / f"val.{lang}").write_text(read_gz(SHARED / "multi30k" / f"val.{lang}.gz"))
+        (tmp / f"val.{lang}").write_text(read_gz(args.data_dir / "multi30k" / f"val.{lang}.gz"))
     from aiayn.training.config import read_recipe
 
     recipe = read_recipe(ROOT / "configs" / "multi30k-de-en.yaml")
     recipe = {k: v for k, v in recipe.items() if k not in ("data", "decoding", "keep_last")}
-    common = {"src_lang": "de", "tgt_lang": "en", "valid": str(tmp / "val"), "device": "cpu", "precision": "fp32",
-              "keep_last": 0, "bleu_sentences": 1014, "log_every": 50}
+    common = {"src_lang": "de", "tgt_lang": "en", "valid": str(tmp / "val"), "device": args.device,
+              "precision": args.precision, "keep_last": 0, "bleu_sentences": 1014, "log_every": 50}
     run("translation/base-on-half-a", {**recipe, **common, "data": str(tmp / "a"), "output": str(tmp / "base"),
                                        "time_limit_min": args.base_minutes, "max_steps": 100_000,
                                        "eval_every": 100_000, "schedule": "inverse_sqrt"})
@@ -138,6 +142,9 @@ def main() -> None:
     parser.add_argument("--base-minutes", type=float, default=6.0)
     parser.add_argument("--adapt-steps", type=int, default=300)
     parser.add_argument("--pairs", type=int, default=3000)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--data-dir", type=Path, default=SHARED)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         (lm if args.task == "lm" else translation)(args, Path(tmp))
