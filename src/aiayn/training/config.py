@@ -67,6 +67,8 @@ class TrainConfig:
     block_size: int = _f(128, "lm / mlm block length in tokens (the context)")
     max_tokens: int = _f(4096, "padded tokens per batch")
     accum: int = _f(1, "gradient accumulation steps")
+    fsdp: bool = _f(False, "under torchrun: shard parameters, gradients and optimizer state over the processes "
+                    "(PyTorch's FSDP2 fully_shard) instead of a whole copy on each (DDP)")
     max_steps: int = _f(1000, "optimizer steps to train")
     time_limit_min: float = _f(0.0, "stop after this many minutes of training (0 = no limit)")
     schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3), inverse_sqrt (peak lr, then 1/sqrt "
@@ -168,7 +170,7 @@ def read_recipe(path: str | Path) -> dict:
 
 # Fields a resumed run may change: limits and bookkeeping, not what the model or its data are.
 RESUMABLE_CHANGES = ("max_steps", "time_limit_min", "eval_every", "log_every", "patience", "keep_last",
-                     "bleu_sentences", "beam_size", "device", "output", "data_dir", "decoding")
+                     "bleu_sentences", "beam_size", "device", "output", "data_dir", "decoding", "fsdp")
 
 
 def resume_config(run: RunFolder, requested: dict, source: str) -> tuple[TrainConfig, list[str]]:

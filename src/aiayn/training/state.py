@@ -21,9 +21,9 @@ from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
 
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    """Split an optimizer state into named tensors (for safetensors) and JSON-able hyper-parameters."""
-    state = optimizer.state_dict()
+def optimizer_tensors(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split an optimizer state (``optimizer.state_dict()``) into named tensors (for safetensors) and JSON-able
+    hyper-parameters."""
     tensors = {}
     for idx, slots in state["state"].items():
         for name, value in slots.items():
@@ -31,13 +31,14 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, {"param_groups": state["param_groups"]}
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+def optimizer_state(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    """The optimizer state (as ``optimizer.state_dict()`` gives it) that :func:`optimizer_tensors` split."""
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, idx, name = key.split(".", 2)
             state.setdefault(int(idx), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    return {"state": state, "param_groups": meta["param_groups"]}
 
 
 def rng_tensors() -> dict[str, torch.Tensor]:
@@ -56,9 +57,10 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
 
 
 def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
-                    optimizer: torch.optim.Optimizer | None = None, trainer: dict | None = None,
+                    optimizer: dict | None = None, trainer: dict | None = None,
                     generation: dict | None = None, adapter_of: str | None = None, lora_dropout: float = 0.0) -> None:
-    """Write a checkpoint folder atomically; with ``optimizer`` and ``trainer`` it can resume training. With
+    """Write a checkpoint folder atomically; with ``optimizer`` (its state dict) and ``trainer`` it can resume
+    training. With
     ``adapter_of`` (the base checkpoint of a LoRA run) the folder holds the adapter alone, in PEFT's format."""
 
     def write_state(tmp: Path) -> None:

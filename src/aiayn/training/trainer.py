@@ -21,7 +21,7 @@ from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
-from aiayn.training import distributed, finetune
+from aiayn.training import distributed, finetune, fsdp
 from aiayn.training.build import (
     autocast_dtype,
     build_task,
@@ -34,7 +34,7 @@ from aiayn.training.build import (
 from aiayn.training.config import TrainConfig
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
 from aiayn.training.runlog import RunLog
-from aiayn.training.state import load_trainer_state, restore_optimizer, restore_rng, save_checkpoint
+from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
 
 
 class Trainer:
@@ -47,6 +47,8 @@ class Trainer:
         self.dist = distributed.setup(self.device)
         if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
             raise ValueError("subword_dropout: one process only (SentencePiece samples differ per process)")
+        if cfg.fsdp and not self.dist.enabled:
+            raise ValueError("fsdp: shards over several processes: start with torchrun --nproc-per-node N")
         if self.dist.main:
             self._tidy(resume)
         self.runlog = RunLog(self.run, self.dist.main)
@@ -63,6 +65,9 @@ class Trainer:
         finetune.freeze(self.model, cfg.freeze)
         self.model.train()
         self.model.to(self.device)
+        self.plain = self.model  # the unsharded model that validates and is saved (rank 0)
+        if cfg.fsdp:
+            self._shard()
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model, weight_decay=cfg.weight_decay)
@@ -71,11 +76,15 @@ class Trainer:
         self.stopped_by_signal = False
         if resume:
             self._restore()
-        self.net = (DistributedDataParallel(self.model) if self.dist.enabled else self.model)
+        self.net = DistributedDataParallel(self.model) if self.dist.enabled and not cfg.fsdp else self.model
         if not resume:
             self._log_data()
         self.amp = autocast_dtype(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
+
+    def _shard(self) -> None:
+        self.plain = fsdp.plain_copy(self.model, self.dist.main)
+        fsdp.shard(self.model)
 
     def _tidy(self, resume: bool) -> None:
         """Undo what a kill left: half-written checkpoint folders; on a fresh start, the metrics of a run
@@ -102,7 +111,11 @@ class Trainer:
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.run.last)
-        restore_optimizer(self.optimizer, tensors, meta)
+        state = optimizer_state(tensors, meta)
+        if self.cfg.fsdp:
+            fsdp.load_optimizer_state(self.model, self.optimizer, state)
+        else:
+            self.optimizer.load_state_dict(state)
         restore_rng(tensors)
         self.step, self.epoch, self.batch_pos = meta["step"], meta["epoch"], meta["batch_pos"]
         self.best, self.bad_evals = meta["best"], meta["bad_evals"]
@@ -155,7 +168,7 @@ class Trainer:
         for i, indices in enumerate(window):
             batch = _to(self.task.collate(indices), self.device)
             sync = i == len(window) - 1 or not self.dist.enabled
-            with (contextlib.nullcontext() if sync else self.net.no_sync()), self._autocast():
+            with (contextlib.nullcontext() if sync else self._no_sync()), self._autocast():
                 loss, n = self.task.loss(self.net, batch, self.cfg.label_smoothing)
             self.scaler.scale(loss).backward()
             total_loss, tokens = total_loss + loss.item(), tokens + n
@@ -170,6 +183,9 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss / max(tokens, 1), tokens
+
+    def _no_sync(self):
+        return fsdp.no_sync(self.model) if self.cfg.fsdp else self.net.no_sync()
 
     def _autocast(self):
         if self.amp is None:
@@ -211,8 +227,9 @@ class Trainer:
                           "lr": self.lr(self.step), "tokens_per_s": round(rate, 1)})
                 window_tokens, window_start = 0, time.perf_counter()
             if self._told_to_stop(sigterm):
+                optimizer = self._gather()
                 if self.dist.main:
-                    self._save(improved=False)
+                    self._save(False, optimizer)
                 self.stopped_by_signal = True
                 bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
                 return {"step": self.step, "stopped_by": "SIGTERM"}
@@ -234,62 +251,73 @@ class Trainer:
 
     def evaluate_and_save(self) -> dict:
         """Validation metrics, then last/ (resumable), checkpoints/step_N/ and best/ (rank 0 writes)."""
-        result = {}
+        result, optimizer = {}, self._gather()
         if self.dist.main:
+            self.plain.to(self.device)
             result = {"step": self.step, "time_min": round(self.train_seconds / 60, 3), **self.validate()}
             self.runlog.write(result)
             metric = result.get("valid_bleu", -result["valid_loss"])
             improved = metric > self.best
             self.best, self.bad_evals = (metric, 0) if improved else (self.best, self.bad_evals + 1)
-            self._save(improved)
+            self._save(improved, optimizer)
             tqdm.write(" ".join(f"{k}={v}" for k, v in result.items()))
+            if self.cfg.fsdp:
+                self.plain.to("cpu")
         self.bad_evals = int(distributed.all_sum(self.bad_evals if self.dist.main else 0, self.dist))
         self.model.train()
         return result
 
-    def _save(self, improved: bool) -> None:
+    def _gather(self) -> dict | None:
+        """FSDP: the full weights into rank 0's plain model and the full optimizer state (every rank takes
+        part; rank 0 gets the state, the others {}). Without FSDP: None (the model is whole everywhere)."""
+        if not self.cfg.fsdp:
+            return None
+        fsdp.refresh(self.plain, self.model)
+        return fsdp.optimizer_state(self.model, self.optimizer)
+
+    def _save(self, improved: bool, optimizer: dict | None = None) -> None:
         """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
         the previous last/ and writes this step's folders again. A failed write (a full disk) leaves every
         previous folder whole and stops training with a message."""
         try:
-            self._write_checkpoints(improved)
+            self._write_checkpoints(improved, optimizer or self.optimizer.state_dict())
         except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
             reason = getattr(err, "strerror", None) or str(err).split(": ")[-1]
             raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
                              f"{self.run.last} still holds the previous one: free space, then continue with "
                              "--resume") from None
 
-    def _write_checkpoints(self, improved: bool) -> None:
+    def _write_checkpoints(self, improved: bool, optimizer: dict) -> None:
         if self.cfg.keep_last > 0:
-            save_checkpoint(self.run.step(self.step), self.model, self.tokenizers, generation=self.generation,
+            save_checkpoint(self.run.step(self.step), self.plain, self.tokenizers, generation=self.generation,
                             **self._adapter)
             self.run.prune(self.cfg.keep_last)
         if improved:
-            save_checkpoint(self.run.best, self.model, self.tokenizers, generation=self.generation, **self._adapter)
+            save_checkpoint(self.run.best, self.plain, self.tokenizers, generation=self.generation, **self._adapter)
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
                  "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.run.last, self.model, self.tokenizers, self.optimizer, state, self.generation,
+        save_checkpoint(self.run.last, self.plain, self.tokenizers, optimizer, state, self.generation,
                         **self._adapter)
 
     @torch.no_grad()
     def validate(self) -> dict:
         """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF; for mlm the
         masked-token accuracy (arg-max at the masked positions)."""
-        self.model.eval()
+        self.plain.eval()
         task = self.valid_task
         total, tokens = 0.0, 0
         for indices in task.batches(0):
             with self._autocast():
-                loss, n = task.loss(self.model, _to(task.collate(indices), self.device), 0.0)
+                loss, n = task.loss(self.plain, _to(task.collate(indices), self.device), 0.0)
             total, tokens = total + loss.item(), tokens + n
         nll = total / max(tokens, 1)
         result = {"valid_loss": round(nll, 4), "valid_ppl": round(math.exp(min(nll, 50)), 3)}
         if self.cfg.task == "mlm":
-            counts = [task.masked_accuracy(self.model, _to(task.collate(b), self.device)) for b in task.batches(0)]
+            counts = [task.masked_accuracy(self.plain, _to(task.collate(b), self.device)) for b in task.batches(0)]
             result["valid_mask_acc"] = round(sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1), 4)
         if self.cfg.task == "translation" and self.cfg.bleu_sentences > 0:
             n = self.cfg.bleu_sentences
-            translator = Translator(self.model, self.tokenizers, self.device, beam_size=self.cfg.beam_size)
+            translator = Translator(self.plain, self.tokenizers, self.device, beam_size=self.cfg.beam_size)
             hyps = translator.translate(self.splits.valid.sources[:n])
             scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
             result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))

@@ -1,0 +1,80 @@
+"""--fsdp (FSDP2 fully_shard) under torchrun: the same losses as DDP, ordinary checkpoints, exact resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+from aiayn import TransformerModel
+from tiny_runs import train_command, write_recipe
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+COMMON = {"max_steps": 6, "eval_every": 3, "log_every": 1, "accum": 2, "model": {"dropout": 0.0},
+          "bleu_sentences": 4, "keep_last": 0}
+
+
+def torchrun(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "aiayn", "train", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def losses(run) -> list[float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A DDP run and an FSDP run of the same recipe (2 processes, accumulation 2), and the FSDP run stopped at
+    step 3 then resumed to step 6."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    torchrun("--config", str(write_recipe(tmp, "ddp", **COMMON)))
+    torchrun("--config", str(write_recipe(tmp, "fsdp", **COMMON)), "--fsdp")
+    halted = write_recipe(tmp, "halted", **{**COMMON, "max_steps": 3})
+    torchrun("--config", str(halted), "--fsdp")
+    torchrun("--config", str(halted), "--resume", "--max-steps", "6")  # the run's recipe: --fsdp is kept
+    return tmp
+
+
+def test_fsdp_gives_the_losses_of_ddp(runs):
+    ddp, sharded = losses(runs / "ddp"), losses(runs / "fsdp")
+    assert len(ddp) == len(sharded) == 6
+    assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ddp, sharded, strict=True)), (ddp, sharded)
+    assert sharded[-1] < sharded[0]
+
+
+def test_an_fsdp_checkpoint_is_an_ordinary_one(runs):
+    """The full weights and the full optimizer state, in the layout DDP and one process write."""
+    ddp, sharded = runs / "ddp" / "last", runs / "fsdp" / "last"
+    assert sorted(p.name for p in ddp.iterdir()) == sorted(p.name for p in sharded.iterdir())
+    for name in ("model.safetensors", "trainer.safetensors"):
+        a, b = load_file(str(ddp / name)), load_file(str(sharded / name))
+        assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a), name
+    model = TransformerModel.load(sharded)
+    assert sum(p.numel() for p in model.parameters()) == sum(t.numel() for t in load_file(
+        str(ddp / "model.safetensors")).values())
+    state = json.loads((sharded / "trainer.json").read_text())
+    assert state["step"] == 6 and state["recipe"]["fsdp"] is True
+
+
+def test_a_resumed_fsdp_run_ends_bit_for_bit_where_an_uninterrupted_one_does(runs):
+    whole, resumed = (load_file(str(runs / r / "last" / "model.safetensors")) for r in ("fsdp", "halted"))
+    assert whole.keys() == resumed.keys() and all((whole[k] == resumed[k]).all() for k in whole)
+    assert losses(runs / "halted") == losses(runs / "fsdp")
+    moments = [load_file(str(runs / r / "last" / "trainer.safetensors")) for r in ("fsdp", "halted")]
+    assert all((moments[0][k] == moments[1][k]).all() for k in moments[0] if k.startswith("optim."))
+
+
+def test_fsdp_needs_several_processes(tmp_path):
+    result = subprocess.run(train_command("--config", str(write_recipe(tmp_path, "one", **COMMON)), "--fsdp"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "fsdp (field fsdp): shards over several processes: start with torchrun" in last
+    assert [p.name for p in (tmp_path / "one").iterdir()] == [".aiayn.json"]  # the claimed folder, empty
