@@ -78,3 +78,10 @@ def test_fsdp_needs_several_processes(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert "fsdp (field fsdp): shards over several processes: start with torchrun" in last
     assert [p.name for p in (tmp_path / "one").iterdir()] == [".aiayn.json"]  # the claimed folder, empty
+
+
+def test_fsdp_refuses_lora_by_name(tmp_path):
+    from aiayn.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="fsdp: not with lora_r: a LoRA run's training state is a few MB"):
+        TrainConfig(init_from=str(tmp_path), lora_r=4, fsdp=True)

@@ -111,6 +111,9 @@ class TrainConfig:
         if self.lora_r < 0 or (self.lora_r and not self.init_from):
             raise ValueError(f"lora_r: LoRA adapts a pretrained model: give init_from, and a rank >= 1 "
                              f"(got {self.lora_r!r})")
+        if self.fsdp and self.lora_r:  # FSDP2 gave LoRA's B gradients unlike DDP's (2 gloo ranks, torch 2.13)
+            raise ValueError("fsdp: not with lora_r: a LoRA run's training state is a few MB, train it with DDP "
+                             "(torchrun without --fsdp)")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:

@@ -14,6 +14,7 @@ import contextlib
 import copy
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -29,23 +30,45 @@ FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gath
 
 
 def shard(model: nn.Module) -> None:
-    """Shard ``model`` in place over the process group: one group per layer, the rest in the root group."""
+    """Shard ``model`` in place over the process group: one group per layer, the rest in the root group.
+    Every rank first takes rank 0's weights, as DDP does (a LoRA adapter's A is drawn on each rank)."""
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor, src=0)
     for module in model.modules():
         if isinstance(module, (EncoderLayer, DecoderLayer)):
             fully_shard(module)
     fully_shard(model)
 
 
-def plain_copy(model: nn.Module, main: bool) -> nn.Module | None:
-    """Before sharding: rank 0's unsharded twin on the CPU, which validates and is written as checkpoints."""
-    return copy.deepcopy(model).to("cpu") if main else None
+class PlainTwin:
+    """Rank 0's unsharded twin of the model, which validates and is written as checkpoints: its parameters
+    hold no storage while training and are filled with the gathered weights for an evaluation."""
+
+    def __init__(self, model: nn.Module) -> None:
+        """Made before sharding (a CPU copy, emptied at once)."""
+        self.module = copy.deepcopy(model).to("cpu")
+        self.shapes = {name: p.shape for name, p in self.module.named_parameters()}
+        self.empty()
+
+    def fill(self, state: dict) -> nn.Module:
+        """The twin holding ``state`` (full weights), on the CPU. Parameters are refilled in place, so tied
+        ones (the shared embedding and output projection) stay one tensor."""
+        for name, p in self.module.named_parameters():
+            p.data = torch.empty(self.shapes[name], dtype=p.dtype)
+        self.module.load_state_dict(state)
+        return self.module
+
+    def empty(self) -> None:
+        """Give the twin's parameter storage back until the next evaluation."""
+        for p in self.module.parameters():
+            p.data = torch.empty(0, dtype=p.dtype)
 
 
-def refresh(plain: nn.Module | None, model: nn.Module) -> None:
-    """Gather the sharded weights (every rank takes part) into rank 0's twin."""
+def gather(model: nn.Module, twin: PlainTwin | None) -> nn.Module | None:
+    """The full weights (every rank takes part), in rank 0's twin; None on the other ranks."""
     state = get_model_state_dict(model, options=FULL_ON_RANK0)
-    if plain is not None:
-        plain.load_state_dict(state)
+    return twin.fill(state) if twin is not None else None
 
 
 def _names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

@@ -64,10 +64,12 @@ class Trainer:
             self.model = build_model(model_config(cfg, self.tokenizers))
         finetune.freeze(self.model, cfg.freeze)
         self.model.train()
+        self.plain, self.twin = self.model, None  # the unsharded model that validates and is saved (rank 0)
+        if cfg.fsdp and self.dist.main:
+            self.twin = fsdp.PlainTwin(self.model)
         self.model.to(self.device)
-        self.plain = self.model  # the unsharded model that validates and is saved (rank 0)
         if cfg.fsdp:
-            self._shard()
+            fsdp.shard(self.model)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model, weight_decay=cfg.weight_decay)
@@ -81,10 +83,6 @@ class Trainer:
             self._log_data()
         self.amp = autocast_dtype(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
-
-    def _shard(self) -> None:
-        self.plain = fsdp.plain_copy(self.model, self.dist.main)
-        fsdp.shard(self.model)
 
     def _tidy(self, resume: bool) -> None:
         """Undo what a kill left: half-written checkpoint folders; on a fresh start, the metrics of a run
@@ -230,6 +228,7 @@ class Trainer:
                 optimizer = self._gather()
                 if self.dist.main:
                     self._save(False, optimizer)
+                    self._release()
                 self.stopped_by_signal = True
                 bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
                 return {"step": self.step, "stopped_by": "SIGTERM"}
@@ -261,8 +260,7 @@ class Trainer:
             self.best, self.bad_evals = (metric, 0) if improved else (self.best, self.bad_evals + 1)
             self._save(improved, optimizer)
             tqdm.write(" ".join(f"{k}={v}" for k, v in result.items()))
-            if self.cfg.fsdp:
-                self.plain.to("cpu")
+            self._release()
         self.bad_evals = int(distributed.all_sum(self.bad_evals if self.dist.main else 0, self.dist))
         self.model.train()
         return result
@@ -272,8 +270,13 @@ class Trainer:
         part; rank 0 gets the state, the others {}). Without FSDP: None (the model is whole everywhere)."""
         if not self.cfg.fsdp:
             return None
-        fsdp.refresh(self.plain, self.model)
+        self.plain = fsdp.gather(self.model, self.twin)
         return fsdp.optimizer_state(self.model, self.optimizer)
+
+    def _release(self) -> None:
+        """FSDP: rank 0's plain model gives its storage back until the next evaluation."""
+        if self.twin is not None:
+            self.twin.empty()
 
     def _save(self, improved: bool, optimizer: dict | None = None) -> None:
         """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
