@@ -103,3 +103,31 @@ def test_resuming_a_fine_tuning_run_continues_it(lm_run, tmp_path):
     before, after = _weights(lm_run), _weights(tmp_path / "tuned" / "last")
     assert torch.equal(before["embed.tokens.weight"], after["embed.tokens.weight"])  # still frozen after resume
     assert not torch.equal(before["decoder.layers.1.ffn.linear1.weight"], after["decoder.layers.1.ffn.linear1.weight"])
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_fine_tuning_under_torchrun_with_accumulation_bf16_and_averaging(lm_run, tmp_path, sharding):
+    """Two processes (DDP, or FSDP with --fsdp), accumulation 2, bf16 autocast, frozen embeddings; then
+    `aiayn average` of the run's last three step checkpoints."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    args = _tune(lm_run, tmp_path, "--accum", "2", "--precision", "bf16", "--freeze", "embeddings", "--lr", "3e-3",
+                 "--eval-every", "5", "--keep-last", "3", *(["--fsdp"] if sharding == "fsdp" else []))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "aiayn"]
+    result = subprocess.run(command + args, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, after = _weights(lm_run), _weights(tmp_path / "tuned" / "last")
+    assert torch.equal(before["embed.tokens.weight"], after["embed.tokens.weight"])
+    assert not torch.equal(before["decoder.layers.1.ffn.linear1.weight"], after["decoder.layers.1.ffn.linear1.weight"])
+    assert main(["average", "--run", str(tmp_path / "tuned"), "--last", "3", "--output", str(tmp_path / "avg")]) == 0
+    folders = sorted((tmp_path / "tuned" / "checkpoints").iterdir())
+    steps = [load_file(str(folder / "model.safetensors")) for folder in folders]
+    assert len(steps) == 3
+    averaged = load_file(str(tmp_path / "avg" / "model.safetensors"))
+    name = "decoder.layers.1.ffn.linear1.weight"
+    assert torch.allclose(averaged[name], sum(s[name] for s in steps) / 3, atol=1e-6)
