@@ -58,3 +58,22 @@ def test_resuming_a_lora_run_ends_where_an_uninterrupted_one_does(lm_run, tmp_pa
 def test_lora_needs_a_checkpoint_to_adapt(tmp_path, capsys):
     assert main(["train", "--data", "reverse", "--lora-r", "4", "--output", str(tmp_path / "r")]) == 2
     assert "(field lora_r): LoRA adapts a pretrained model: give init_from" in capsys.readouterr().err
+
+
+def test_a_lora_runs_step_adapters_average_into_an_adapter(lm_run, tmp_path, capsys):
+    args = _lora(lm_run, tmp_path, "run", 30)
+    args[args.index("--keep-last") + 1] = "3"
+    assert main(args) == 0
+    steps = sorted((tmp_path / "run" / "checkpoints").iterdir())
+    assert len(steps) == 3
+    assert main(["average", "--run", str(tmp_path / "run"), "--last", "3", "--output", str(tmp_path / "avg")]) == 0
+    averaged = load_file(str(tmp_path / "avg" / "adapter_model.safetensors"))
+    each = [load_file(str(s / "adapter_model.safetensors")) for s in steps]
+    assert averaged.keys() == each[0].keys()
+    assert all(torch.allclose(averaged[k], sum(e[k] for e in each) / 3, atol=1e-7) for k in averaged)
+    assert not all(torch.equal(averaged[k], each[-1][k]) for k in averaged)  # not merely the last one
+    assert json.loads((tmp_path / "avg" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(lm_run)
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(lm_run), "--adapter", str(tmp_path / "avg"), "--prompt", "the bird",
+                 "--temperature", "0", "--max-new-tokens", "8"]) == 0
+    assert capsys.readouterr().out.strip()
