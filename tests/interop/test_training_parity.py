@@ -63,25 +63,31 @@ def test_full_fine_tuning_loss_equals_a_plain_loop_over_transformers(llama, tmp_
         assert abs(ours - theirs) <= 1e-4 * abs(theirs), (step, ours, theirs)
 
 
+def _peft_like(trainer: Trainer, hf) -> list:
+    """Give the PEFT model aiayn's random A (B is zero on both sides); its trained parameters, as many as
+    aiayn's."""
+    from aiayn.interop.peft import hf_modules
+    from aiayn.model.lora import lora_layers
+
+    names, theirs = hf_modules(trainer.model.config), dict(hf.named_parameters())
+    with torch.no_grad():
+        for path, layer in lora_layers(trainer.model).items():
+            theirs[f"base_model.model.{names[path]}.lora_A.default.weight"].copy_(layer.lora_A.weight)
+    trained = [p for p in hf.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trained) == sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    return trained
+
+
 def test_lora_loss_equals_peft(llama, tmp_path):
     import transformers
 
     peft = pytest.importorskip("peft")
-    from aiayn.interop.peft import hf_modules
-    from aiayn.model.lora import lora_layers
 
     trainer = _trainer(llama, tmp_path, lora_r=4, lora_alpha=8.0, lora_targets="q,v,ffn")
     base = transformers.AutoModelForCausalLM.from_pretrained(llama[0])
     hf = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=[
         "q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"])).train()
-    names = hf_modules(trainer.model.config)
-    theirs = dict(hf.named_parameters())
-    with torch.no_grad():  # the same random A (B is zero on both sides)
-        for path, layer in lora_layers(trainer.model).items():
-            theirs[f"base_model.model.{names[path]}.lora_A.default.weight"].copy_(layer.lora_A.weight)
-    trained = [p for p in hf.parameters() if p.requires_grad]
-    assert sum(p.numel() for p in trained) == sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    losses = _both(trainer, hf, trained)
+    losses = _both(trainer, hf, _peft_like(trainer, hf))
     assert losses[-1][1] < losses[0][1]
     for step, (ours, theirs_loss) in enumerate(losses, start=1):
         assert abs(ours - theirs_loss) <= 1e-4 * abs(theirs_loss), (step, ours, theirs_loss)
@@ -159,20 +165,12 @@ def test_marian_lora_loss_equals_peft(marian):
     import transformers
 
     peft = pytest.importorskip("peft")
-    from aiayn.interop.peft import hf_modules
-    from aiayn.model.lora import lora_layers
 
     trainer = _marian_trainer(marian, lora_r=4, lora_alpha=8.0, lora_targets="q,v,ffn", lr=2e-2)
     base = transformers.MarianMTModel.from_pretrained(marian[0])
     hf = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                                    target_modules=["q_proj", "v_proj", "fc1", "fc2"])).train()
-    names, theirs = hf_modules(trainer.model.config), dict(hf.named_parameters())
-    with torch.no_grad():  # the same random A (B is zero on both sides)
-        for path, layer in lora_layers(trainer.model).items():
-            theirs[f"base_model.model.{names[path]}.lora_A.default.weight"].copy_(layer.lora_A.weight)
-    trained = [p for p in hf.parameters() if p.requires_grad]
-    assert sum(p.numel() for p in trained) == sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    losses = _marian_both(trainer, hf, trained)
+    losses = _marian_both(trainer, hf, _peft_like(trainer, hf))
     assert len(losses) == STEPS and losses[-1][1] < losses[0][1]
     for step, (ours, theirs_loss) in enumerate(losses, start=1):
         assert abs(ours - theirs_loss) <= 1e-4 * abs(theirs_loss), (step, ours, theirs_loss)
