@@ -1,4 +1,5 @@
-"""--fsdp (FSDP2 fully_shard) under torchrun: the same losses as DDP, ordinary checkpoints, exact resume."""
+"""--fsdp (FSDP2 fully_shard) under torchrun: the same losses as DDP, ordinary checkpoints, exact resume; the
+device of each process."""
 
 import json
 import os
@@ -85,3 +86,18 @@ def test_fsdp_refuses_lora_by_name(tmp_path):
 
     with pytest.raises(ValueError, match="fsdp: not with lora_r: a LoRA run's training state is a few MB"):
         TrainConfig(init_from=str(tmp_path), lora_r=4, fsdp=True)
+
+
+def test_each_process_trains_on_its_local_rank_gpu():
+    """Under torchrun on CUDA, rank r of a machine takes cuda:r (N processes, N GPUs); one process, a CPU, or
+    a device named with its index are left as they are."""
+    import torch
+
+    from aiayn.training.distributed import DistInfo, rank_device
+
+    one, third = DistInfo(), DistInfo(rank=5, world=8, local_rank=1)
+    if not torch.cuda.is_available() or torch.cuda.device_count() > 1:
+        assert rank_device(torch.device("cuda"), third) == torch.device("cuda", 1)
+    assert rank_device(torch.device("cuda"), one) == torch.device("cuda")
+    assert rank_device(torch.device("cpu"), third) == torch.device("cpu")
+    assert rank_device(torch.device("cuda", 0), third) == torch.device("cuda", 0)

@@ -47,6 +47,17 @@ def setup(device: torch.device) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def rank_device(device: torch.device, info: DistInfo) -> torch.device:
+    """The device this process trains on: under torchrun on CUDA, the GPU of its local rank (``cuda:LOCAL_RANK``,
+    made current), so that N processes on a machine use its N GPUs; otherwise ``device`` unchanged."""
+    if device.type != "cuda" or not info.enabled or device.index is not None:
+        return device
+    device = torch.device("cuda", info.local_rank)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(device)
+    return device
+
+
 # One buffer per device, alive as long as the process. Gloo's worker thread frees its handle on a collective's
 # tensor after the caller has moved on; if that handle were the tensor's last owner, freeing it would need the
 # GIL, and at interpreter exit that aborts the process ("terminate called without an active exception").

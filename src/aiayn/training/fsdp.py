@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from aiayn.model.layers import DecoderLayer, EncoderLayer
@@ -29,16 +30,18 @@ from aiayn.model.layers import DecoderLayer, EncoderLayer
 FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered, on rank 0's CPU only
 
 
-def shard(model: nn.Module) -> None:
-    """Shard ``model`` in place over the process group: one group per layer, the rest in the root group.
-    Every rank first takes rank 0's weights, as DDP does (a LoRA adapter's A is drawn on each rank)."""
+def shard(model: nn.Module, device: torch.device) -> None:
+    """Shard ``model`` (on ``device``) in place over the process group: one group per layer, the rest in the
+    root group. Every rank first takes rank 0's weights, as DDP does (a LoRA adapter's A is drawn on each rank).
+    The mesh names the training device (FSDP's default would be the GPU wherever one exists)."""
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             dist.broadcast(tensor, src=0)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for module in model.modules():
         if isinstance(module, (EncoderLayer, DecoderLayer)):
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
 
 
 class PlainTwin:

@@ -45,6 +45,7 @@ class Trainer:
         self.generation = cfg.generation()  # the decoding defaults every checkpoint carries
         self.device = pick_device(cfg.device)
         self.dist = distributed.setup(self.device)
+        self.device = distributed.rank_device(self.device, self.dist)
         if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
             raise ValueError("subword_dropout: one process only (SentencePiece samples differ per process)")
         if cfg.fsdp and not self.dist.enabled:
@@ -69,7 +70,7 @@ class Trainer:
             self.twin = fsdp.PlainTwin(self.model)
         self.model.to(self.device)
         if cfg.fsdp:
-            fsdp.shard(self.model)
+            fsdp.shard(self.model, self.device)
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model, weight_decay=cfg.weight_decay)
