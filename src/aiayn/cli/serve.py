@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from aiayn.cli.common import adapter_hook, add_adapter, add_decoding_options, add_field_flags, decoding_options
 
@@ -18,6 +19,11 @@ def _add_serve(sub) -> None:
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
+                   "(default: the checkpoint folder's name)")
+    p.add_argument("--api-key", dest="api_key", default=os.environ.get("AIAYN_API_KEY"),
+                   help="every route but /health then needs the header Authorization: Bearer KEY (default: the "
+                        "environment variable AIAYN_API_KEY; unset: no key)")
     _add_limits(p)
     p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
                    help="texts decoded together by the dynamic batcher")
@@ -43,7 +49,7 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
                bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
-               prepare=adapter_hook(args))
+               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key)
     return 0
 
 

@@ -44,6 +44,15 @@ class TextGenerator:
         self.model = inference_copy(model, device, bf16=bf16)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
+        self.chat_template = getattr(tokenizers, "apply_chat_template", None)  # an imported model's, if any
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        """The prompt text of a conversation (``[{"role", "content"}]``), by the model's chat template; a model
+        without one is a ValueError."""
+        if self.chat_template is None:
+            raise ValueError("this model has no chat template (an imported model's tokenizer_config.json brings "
+                             "one); send a plain prompt")
+        return self.chat_template(messages)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,

@@ -4,6 +4,7 @@ docs at /docs."""
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Literal
 
 from fastapi import FastAPI, HTTPException
@@ -24,6 +25,7 @@ from aiayn.serve.http import (
     server_config,
 )
 from aiayn.serve.limits import Limits
+from aiayn.serve.openai import add_openai_routes
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 
@@ -69,7 +71,8 @@ def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> 
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
-               info: dict | None = None, threads: int | None = None, embedder=None) -> FastAPI:
+               info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
+               api_key: str | None = None) -> FastAPI:
     """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
     with continuous batching) or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too). Its batcher
     starts and stops with the app; all its computing runs on one thread with ``threads`` compute threads
@@ -78,7 +81,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
     from aiayn.inference.generator import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
-        return create_family_app(translator, limits, max_batch, threads, embedder)
+        return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key)
 
     def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
         return translator.translate(texts, max_batch, decoding)
@@ -91,8 +94,9 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
         yield
         await batcher.stop()
 
-    app = base_app(lifespan, limits)
+    app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
+    add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
     return app
 
@@ -153,10 +157,12 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 32,
-               wait_ms: float = 5.0, bf16: bool = False, prepare=None) -> None:
+               wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
+               api_key: str | None = None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
-    in ``load_checkpoint`` (``--adapter``)."""
+    in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
+    folder's); ``api_key``: every route but /health needs it."""
     import uvicorn
 
     from aiayn.inference.embed import Embedder, Pooling
@@ -178,5 +184,6 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         embedder = Embedder(model, tokenizers, Pooling.load(folder), device)
     else:
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
-    app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder)
+    app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
+                     name=name or Path(checkpoint).resolve().name, api_key=api_key)
     uvicorn.Server(server_config(app, host, port, limits)).run()

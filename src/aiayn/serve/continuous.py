@@ -28,7 +28,9 @@ from aiayn.serve.prefix_blocks import PrefixBlocks
 @dataclass
 class GenerationRequest:
     """One prompt to continue. ``emit(event)`` is called on the decoding thread: ``{"id": token}`` per
-    token, then ``{"finish_reason": "stop" | "length" | "cancelled", ...counts}``."""
+    token, then ``{"finish_reason": "stop" | "length" | "cancelled", ...counts}``. With ``logprobs`` (a number
+    of alternatives, 0 or more) each token's event also holds ``"logprob"`` (the model's log-probability of the
+    token, before temperature and filtering) and ``"top"``: the ``logprobs`` likeliest ``(id, logprob)``."""
 
     prompt: list[int]
     max_new_tokens: int
@@ -37,6 +39,7 @@ class GenerationRequest:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    logprobs: int | None = None
     generated: list[int] = field(default_factory=list)
     cancelled: bool = False
     finish_reason: str | None = None
@@ -214,7 +217,7 @@ class ContinuousBatcher:
         keep = []
         for i, (request, token) in enumerate(zip(self.rows, chosen, strict=True)):
             if request.finish_reason is None:
-                request.finish_reason = self._advance(request, token, cfg.eos_id)
+                request.finish_reason = self._advance(request, token, cfg.eos_id, logits[i])
             if request.finish_reason is None or self.static:  # static: a finished row waits for the batch
                 keep.append(i)
             else:
@@ -226,14 +229,21 @@ class ContinuousBatcher:
         if len(keep) < len(self.rows):
             self._leave(keep)
 
-    def _advance(self, request: GenerationRequest, token: int, eos_id: int) -> str | None:
-        """Record and emit ``token``; the finish reason if the request ends here."""
+    def _advance(self, request: GenerationRequest, token: int, eos_id: int, logits: Tensor) -> str | None:
+        """Record and emit ``token`` (with its log-probabilities if asked, from ``logits`` (V,)); the finish
+        reason if the request ends here."""
         if request.cancelled:
             return "cancelled"
         if token == eos_id:
             return "stop"
         request.generated.append(token)
-        request.emit({"id": token})
+        event = {"id": token}
+        if request.logprobs is not None:
+            logp = logits.log_softmax(dim=-1)  # (V,)
+            top = logp.topk(request.logprobs) if request.logprobs else None
+            event.update(logprob=float(logp[token]), top=[] if top is None else
+                         list(zip(top.indices.tolist(), top.values.tolist(), strict=True)))
+        request.emit(event)
         return "length" if len(request.generated) >= request.max_new_tokens else None
 
     def _leave(self, keep: list[int]) -> None:

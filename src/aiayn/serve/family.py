@@ -19,6 +19,7 @@ from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
 from aiayn.serve.limits import Limits
+from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
@@ -63,9 +64,12 @@ class EmbedRequest(BaseModel):
 
 
 def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int,
-                      threads: int | None = None, embedder: Embedder | None = None) -> FastAPI:
+                      threads: int | None = None, embedder: Embedder | None = None, name: str = "aiayn",
+                      api_key: str | None = None) -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``, and an ``Embedder`` for
-    /embed) checkpoint; all its computing runs on one thread (the generation batcher's, or one executor's)."""
+    /embed) checkpoint; all its computing runs on one thread (the generation batcher's, or one executor's).
+    The OpenAI-compatible routes (``serve/openai.py``) serve it as model ``name``; with ``api_key`` every route
+    but /health needs ``Authorization: Bearer KEY``."""
     batcher = executor = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
@@ -85,7 +89,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         else:
             executor.shutdown(wait=True)
 
-    app = base_app(lifespan, limits)
+    app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
     cfg = engine.model.config
 
@@ -101,10 +105,17 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
 
     if batcher is not None:
         _add_generate(app, engine, batcher, limits)
+        add_openai_routes(app, name, limits, engine, batcher)
     else:
         _add_fill_mask(app, engine, limits, executor)
         if embedder is not None:
             _add_embed(app, embedder, limits, executor)
+
+        async def embed(texts: list[str]):
+            vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, texts)
+            return vectors, sum(len(embedder.ids(t)) for t in texts)
+
+        add_openai_routes(app, name, limits, embed=embed if embedder is not None else None)
     return app
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import logging
 import typing
 from dataclasses import asdict
@@ -66,12 +67,14 @@ def check_size(texts: list[str], limits: Limits) -> None:
                                      "surrogate); send UTF-8 text") from None
 
 
-def base_app(lifespan, limits: Limits) -> FastAPI:
-    """What every server shares: the static files, /docs, the guards."""
+def base_app(lifespan, limits: Limits, api_key: str | None = None) -> FastAPI:
+    """What every server shares: the static files, /docs, the guards (with ``api_key``, the key check)."""
     app = FastAPI(title="aiayn", description="Transformer server (Attention Is All You Need)",
                   lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_guards(app, limits)
+    if api_key:
+        app.add_middleware(BearerKey, key=api_key)
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> FileResponse:
@@ -79,6 +82,27 @@ def base_app(lifespan, limits: Limits) -> FastAPI:
         return FileResponse(STATIC / "docs.html")
 
     return app
+
+
+class BearerKey:
+    """ASGI middleware: every path but /health needs ``Authorization: Bearer KEY`` (else 401, in OpenAI's error
+    shape too). Keys are compared in constant time and never logged."""
+
+    def __init__(self, app, key: str) -> None:
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+            return await self.app(scope, receive, send)
+        message = "missing or wrong API key: send the header Authorization: Bearer KEY"
+        response = JSONResponse({"detail": message, "error": {"message": message, "type": "invalid_request_error",
+                                                              "param": None, "code": "invalid_api_key"}},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
 
 
 class BodyLimit:

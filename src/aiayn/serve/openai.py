@@ -1,0 +1,138 @@
+"""The OpenAI-compatible entry point: GET /v1/models, POST /v1/completions, /v1/chat/completions (decoder-only
+models) and /v1/embeddings (encoder-only models), as the official client libraries call them.
+
+It is kept apart from the engine: a request becomes one continuous-batching job per choice (``n``), whose
+token events this module turns into OpenAI's JSON or its Server-Sent Events (``data: {chunk}`` ... ``data:
+[DONE]``). Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: a field aiayn does
+not implement is refused by name (400), never ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.continuous import ContinuousBatcher
+from aiayn.serve.limits import Limits
+from aiayn.serve.openai_text import OpenAIError, TextRoutes
+
+
+class Sampling(BaseModel):
+    """The sampling fields both text endpoints take (OpenAI's names and defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: dict[Literal["include_usage"], bool] | None = None
+    user: str | None = None  # the caller's end-user id: accepted, not used
+
+
+class CompletionRequest(Sampling):
+    prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+    name: str | None = None
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    user: str | None = None
+
+
+async def parse(request: Request, schema: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as ``schema``, or a 400 naming the field (an unknown one included)."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise OpenAIError(400, "the body is not valid JSON") from None
+    try:
+        return schema.model_validate(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first.get("loc", ())) or None
+        if first.get("type") == "extra_forbidden":
+            raise OpenAIError(400, f"{field}: not supported by this server", field, "unsupported_field") from None
+        raise OpenAIError(400, f"{field}: {first.get('msg', 'invalid')}", field) from None
+
+
+def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGenerator | None = None,
+                      batcher: ContinuousBatcher | None = None, embed=None) -> None:
+    """Mount /v1 on ``app`` for the model served as ``name``: the text routes with a ``generator`` and its
+    ``batcher``, /v1/embeddings with ``embed`` (an async function from texts to a (N, D) tensor)."""
+
+    @app.exception_handler(OpenAIError)
+    async def openai_error(_request: Request, err: OpenAIError):
+        return err.response()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "aiayn"}]}
+
+    def check_model(model: str) -> None:
+        if model != name:
+            raise OpenAIError(404, f"model {model!r} does not exist; this server serves {name!r}", "model",
+                              "model_not_found")
+
+    if generator is not None:
+        texts = TextRoutes(name, generator, batcher, limits)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            req = await parse(request, CompletionRequest)
+            check_model(req.model)
+            prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+            return await texts.answer(request, req, prompts, "text_completion", req.logprobs)
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            req = await parse(request, ChatRequest)
+            check_model(req.model)
+            try:
+                prompt = generator.chat_prompt([m.model_dump(exclude_none=True) for m in req.messages])
+            except ValueError as err:
+                raise OpenAIError(400, f"messages: {err}", "messages") from None
+            top = (req.top_logprobs or 0) if req.logprobs else None
+            return await texts.answer(request, req, [prompt], "chat.completion", top)
+
+    if embed is not None:
+        @app.post("/v1/embeddings")
+        async def embeddings(request: Request) -> dict:
+            req = await parse(request, EmbeddingRequest)
+            check_model(req.model)
+            inputs = [req.input] if isinstance(req.input, str) else req.input
+            if not inputs or len(inputs) > limits.max_texts or any(len(t) > limits.max_chars for t in inputs):
+                raise OpenAIError(400, f"input: 1 to {limits.max_texts} texts of at most {limits.max_chars} "
+                                       "characters", "input")
+            vectors, tokens = await embed(inputs)
+            data = [{"object": "embedding", "index": i,
+                     "embedding": vector.tolist() if req.encoding_format == "float" else
+                     base64.b64encode(vector.float().numpy().astype("<f4").tobytes()).decode()}
+                    for i, vector in enumerate(vectors)]
+            return {"object": "list", "data": data, "model": name,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

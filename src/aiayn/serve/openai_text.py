@@ -1,0 +1,213 @@
+"""/v1/completions and /v1/chat/completions over the continuous batcher: one job per choice, stop strings cut
+in the text, log-probabilities in OpenAI's two layouts, answers whole or as Server-Sent Events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+from aiayn.serve.limits import Limits
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def response(self) -> JSONResponse:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return JSONResponse({"error": {"message": self.message, "type": kind, "param": self.param,
+                                       "code": self.code}}, status_code=self.status)
+
+
+class StopText:
+    """The text of one choice as its tokens arrive, cut before the first stop string. Text that could still
+    become a stop string is held back until it cannot."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops, self.text, self.sent, self.stopped = [s for s in stops if s], "", 0, False
+
+    def add(self, piece: str) -> str:
+        """The text that may be sent now."""
+        self.text += piece
+        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.text, self.stopped = self.text[:cut], True
+            return self.flush()
+        hold = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+        return self._send(len(self.text) - hold)
+
+    def flush(self) -> str:
+        return self._send(len(self.text))
+
+    def _send(self, end: int) -> str:
+        end = max(end, self.sent)
+        new, self.sent = self.text[self.sent:end], end
+        return new
+
+
+class Choice:
+    """One choice: its job, its text so far, its tokens' log-probabilities."""
+
+    def __init__(self, index: int, job: GenerationRequest, generator: TextGenerator, stops: list[str]) -> None:
+        self.index, self.job, self.generator = index, job, generator
+        self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
+        self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
+
+    def take(self, event: dict) -> str:
+        """A token event -> the text it adds (after stop strings)."""
+        piece = self.stream.add(event["id"])
+        if "logprob" in event and not self.stop.stopped:
+            self.tokens.append({"id": event["id"], "text": self.generator.tokenizer.decode([event["id"]]),
+                                "logprob": event["logprob"], "top": event["top"]})
+        text = "" if self.stop.stopped else self.stop.add(piece)
+        if self.stop.stopped:
+            self.job.cancelled = True  # its row leaves at the next step
+        return text
+
+    def finish_reason(self, event: dict) -> str:
+        return "stop" if self.stop.stopped or event["finish_reason"] == "stop" else "length"
+
+
+class TextRoutes:
+    """What the two text endpoints share: jobs in, OpenAI's answer out."""
+
+    def __init__(self, name: str, generator: TextGenerator, batcher: ContinuousBatcher, limits: Limits) -> None:
+        self.name, self.generator, self.batcher, self.limits = name, generator, batcher, limits
+
+    def _jobs(self, req, prompts: list[str], logprobs: int | None, emit) -> list[Choice]:
+        if sum(len(p) for p in prompts) > self.limits.max_chars or len(prompts) > self.limits.max_texts:
+            raise OpenAIError(413, f"prompt: over the server's limit of {self.limits.max_chars} characters / "
+                                   f"{self.limits.max_texts} prompts", "prompt")
+        count = len(prompts) * req.n
+        if count > self.limits.max_beam_size or self.batcher.open_requests + count > self.limits.max_streams:
+            raise OpenAIError(429 if count <= self.limits.max_beam_size else 400,
+                              f"n: {count} choices; the server takes {self.limits.max_beam_size} a request and "
+                              f"{self.limits.max_streams} at once", "n")
+        max_new = getattr(req, "max_completion_tokens", None) or req.max_tokens or 16
+        if max_new > self.limits.max_new_tokens:
+            raise OpenAIError(400, f"max_tokens: {max_new} > the server's limit {self.limits.max_new_tokens}",
+                              "max_tokens")
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        choices = []
+        for p, prompt in enumerate(prompts):
+            ids = self.generator.prompt_ids(prompt)
+            if len(ids) + max_new > self.batcher.capacity:
+                raise OpenAIError(400, f"prompt and max_tokens: {len(ids)} + {max_new} tokens exceed the model's "
+                                       f"{self.batcher.capacity}", "max_tokens")
+            for k in range(req.n):
+                index = p * req.n + k
+                seed = None if req.seed is None else req.seed + k
+                job = GenerationRequest(ids, max_new, lambda e, i=index: emit(i, e), req.temperature, 0, req.top_p,
+                                        seed, logprobs)
+                choices.append(Choice(index, job, self.generator, stops))
+        return choices
+
+    async def answer(self, request: Request, req, prompts: list[str], kind: str, logprobs: int | None):
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+
+        def emit(index: int, event: dict) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, (index, event))
+
+        choices = self._jobs(req, prompts, logprobs, emit)
+        for choice in choices:
+            self.batcher.submit(choice.job)
+        head = {"id": f"{'chatcmpl' if kind.startswith('chat') else 'cmpl'}-{uuid.uuid4().hex}",
+                "object": kind + (".chunk" if req.stream and kind.startswith("chat") else ""),
+                "created": int(time.time()), "model": self.name}
+        if req.stream:
+            return StreamingResponse(self._sse(request, req, choices, events, head, kind),
+                                     media_type="text/event-stream")
+        try:
+            texts, reasons = {c.index: "" for c in choices}, {}
+            while len(reasons) < len(choices):
+                index, event = await events.get()
+                choice = choices[index]
+                if "finish_reason" in event:
+                    texts[index] += choice.stop.flush()
+                    reasons[index] = choice.finish_reason(event)
+                else:
+                    texts[index] += choice.take(event)
+        finally:
+            for choice in choices:
+                choice.job.cancelled = True
+        body = [self._choice(kind, c, texts[c.index], reasons[c.index], logprobs) for c in choices]
+        return {**head, "choices": body, "usage": self._usage(choices)}
+
+    def _choice(self, kind: str, choice: Choice, text: str, reason: str | None, logprobs: int | None,
+                delta: bool = False, first: bool = False) -> dict:
+        chat = kind.startswith("chat")
+        out = {"index": choice.index, "finish_reason": reason}
+        if chat:
+            message = {"role": "assistant"} if first or not delta else {}
+            out["delta" if delta else "message"] = {**message, **({"content": text} if text or not delta else {})}
+        else:
+            out["text"] = text
+        tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
+        out["logprobs"] = None if logprobs is None else (_chat_logprobs(tokens, self.generator) if chat
+                                                         else _completion_logprobs(tokens, self.generator))
+        return out
+
+    def _usage(self, choices: list[Choice]) -> dict:
+        prompts = {id(c.job.prompt): len(c.job.prompt) for c in choices}  # a prompt counts once for n choices
+        completion = sum(len(c.job.generated) for c in choices)
+        return {"prompt_tokens": sum(prompts.values()), "completion_tokens": completion,
+                "total_tokens": sum(prompts.values()) + completion}
+
+    async def _sse(self, request: Request, req, choices: list[Choice], events: asyncio.Queue, head: dict,
+                   kind: str):
+        logprobs = choices[0].job.logprobs
+        first, done = {c.index: True for c in choices}, set()
+        try:
+            while len(done) < len(choices):
+                index, event = await events.get()
+                choice = choices[index]
+                if "finish_reason" in event:
+                    text, reason = choice.stop.flush(), choice.finish_reason(event)
+                    done.add(index)
+                else:
+                    text, reason = choice.take(event), None
+                    if not text and not first[index] and not choice.tokens:
+                        continue
+                body = self._choice(kind, choice, text, reason, logprobs, delta=True, first=first[index])
+                first[index] = False
+                yield f"data: {json.dumps({**head, 'choices': [body]}, ensure_ascii=False)}\n\n"
+                if await request.is_disconnected():
+                    return
+            if (req.stream_options or {}).get("include_usage"):
+                yield f"data: {json.dumps({**head, 'choices': [], 'usage': self._usage(choices)})}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            for choice in choices:
+                choice.job.cancelled = True  # a client that went away frees its rows at the next step
+
+
+def _completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
+    """The legacy completions layout: parallel lists, one entry per token."""
+    decode = generator.tokenizer.decode
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t["text"])
+    return {"tokens": [t["text"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
+            "top_logprobs": [{decode([i]): lp for i, lp in t["top"]} for t in tokens], "text_offset": offsets}
+
+
+def _chat_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
+    """The chat layout: one object per token, with its bytes and its alternatives."""
+    decode = generator.tokenizer.decode
+
+    def entry(text: str, logprob: float) -> dict:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**entry(t["text"], t["logprob"]),
+                         "top_logprobs": [entry(decode([i]), lp) for i, lp in t["top"]]} for t in tokens]}

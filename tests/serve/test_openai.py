@@ -1,0 +1,174 @@
+"""The OpenAI-compatible API, driven by the official ``openai`` client against a live ``aiayn serve``: models,
+completions (greedy = the library, seeded sampling = the library, stop strings, log-probabilities, n, usage,
+streaming), chat completions through the model's chat template, embeddings, errors, and the API key."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import torch
+
+from aiayn.inference.embed import Embedder
+from aiayn.inference.generator import TextGenerator
+from serve.test_family import alone
+
+openai = pytest.importorskip("openai")
+KEY = "test-key-not-secret"
+
+
+@contextmanager
+def live_server(checkpoint, name: str):
+    """``aiayn serve`` in a process of its own, with an API key; yields its /v1 address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AIAYN_API_KEY": KEY}
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint), "--port",
+                             str(port), "--model-name", name, "--max-new-tokens", "64"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def lm(lm_run):
+    with live_server(lm_run, "tiny-lm") as url:
+        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), TextGenerator.from_checkpoint(lm_run)
+
+
+def test_models_and_greedy_completion_equal_the_library(lm):
+    client, generator = lm
+    assert [m.id for m in client.models.list().data] == ["tiny-lm"]
+    done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=20, temperature=0)
+    assert done.choices[0].text == generator.generate("the cat ", 20, temperature=0)[0]
+    assert done.choices[0].finish_reason == "length" and done.object == "text_completion"
+    assert done.usage.prompt_tokens == len(generator.prompt_ids("the cat ")) and done.usage.completion_tokens == 20
+
+
+def test_seeded_sampling_and_n_choices(lm):
+    client, generator = lm
+    done = client.completions.create(model="tiny-lm", prompt="a dog", max_tokens=15, temperature=1.2, seed=5, n=2)
+    texts = [c.text for c in sorted(done.choices, key=lambda c: c.index)]
+    drawn = [alone(generator, "a dog", 15, 1.2, seed) for seed in (5, 6)]
+    assert texts == [generator.tokenizer.decode(ids) for ids in drawn]  # choice k draws with seed + k, as the
+    assert done.usage.completion_tokens == sum(len(ids) for ids in drawn)  # library draws for that seed alone
+
+
+def test_stop_strings_cut_the_text(lm):
+    client, generator = lm
+    greedy = generator.generate("the cat ", 30, temperature=0)[0]
+    stop = greedy[8:11]
+    done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=30, temperature=0, stop=[stop])
+    assert done.choices[0].text == greedy[: greedy.index(stop)] and done.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=30, temperature=0,
+                                         stop=stop, stream=True)
+    chunks = list(streamed)
+    assert "".join(c.choices[0].text for c in chunks) == greedy[: greedy.index(stop)]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_logprobs_of_a_greedy_completion(lm):
+    client, _ = lm
+    done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=8, temperature=0, logprobs=3)
+    lp = done.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+    assert "".join(lp.tokens) == done.choices[0].text and lp.text_offset[0] == 0
+    for chosen, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert len(top) == 3 and logprob <= 0
+        assert abs(logprob - max(top.values())) < 1e-6 and top[chosen] == pytest.approx(logprob)  # greedy: the top
+
+
+def test_streamed_completion_equals_the_whole_one(lm):
+    client, generator = lm
+    chunks = list(client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=20, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == generator.generate("the cat ", 20,
+                                                                                        temperature=0)[0]
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 20
+
+
+def test_errors_are_openai_errors(lm):
+    client, _ = lm
+    with pytest.raises(openai.BadRequestError, match="best_of: not supported"):
+        client.completions.create(model="tiny-lm", prompt="a", extra_body={"best_of": 2})
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="gpt-4", prompt="a")
+    with pytest.raises(openai.BadRequestError, match="no chat template"):
+        client.chat.completions.create(model="tiny-lm", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        client.completions.create(model="tiny-lm", prompt="a", max_tokens=10_000)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.completions.create(model="tiny-lm", prompt="a", temperature=-1)
+
+
+def test_the_api_key_guards_every_route_but_health(lm):
+    client, _ = lm
+    url = str(client.base_url).rstrip("/")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
+    assert httpx.get(url.removesuffix("/v1") + "/generate").status_code == 401
+    assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from aiayn.cli import main
+    from interop.conftest import llama_folder
+
+    folder = llama_folder(tmp_path_factory.mktemp("chat") / "hf")
+    assert main(["import", str(folder), "--output", str(folder.parent / "ckpt")]) == 0
+    with live_server(folder.parent / "ckpt", "tiny-llama") as url:
+        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), TextGenerator.from_checkpoint(
+            folder.parent / "ckpt")
+
+
+def test_chat_renders_the_models_template(llama):
+    client, generator = llama
+    messages = [{"role": "system", "content": "w5 w6"}, {"role": "user", "content": "w7 w8 w9"}]
+    prompt = generator.chat_prompt(messages)
+    expected = generator.generate(prompt, 10, temperature=0)[0]
+    done = client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=10, temperature=0,
+                                          logprobs=True, top_logprobs=2)
+    message = done.choices[0].message
+    assert message.role == "assistant" and message.content == expected and done.object == "chat.completion"
+    assert done.usage.prompt_tokens == len(generator.prompt_ids(prompt))
+    assert len(done.choices[0].logprobs.content) == done.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 2 for t in done.choices[0].logprobs.content)
+    chunks = list(client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=10,
+                                                 temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].object == "chat.completion.chunk"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+
+
+@pytest.fixture(scope="module")
+def encoder(mlm_run):
+    with live_server(mlm_run, "tiny-bert") as url:
+        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), Embedder.from_checkpoint(mlm_run)
+
+
+def test_embeddings_equal_the_library(encoder):
+    client, embedder = encoder
+    texts = ["the cat sat on the mat .", "a dog"]
+    expected = embedder.embed(texts)
+    for fmt in (openai.NOT_GIVEN, "float"):  # unasked, the client asks for base64 and decodes it
+        done = client.embeddings.create(model="tiny-bert", input=texts, encoding_format=fmt)
+        got = torch.tensor([d.embedding for d in sorted(done.data, key=lambda d: d.index)])
+        assert torch.allclose(got, expected, atol=1e-6), fmt
+    assert done.usage.prompt_tokens == sum(len(embedder.ids(t)) for t in texts)
+    with pytest.raises(openai.BadRequestError, match="dimensions: not supported"):
+        client.embeddings.create(model="tiny-bert", input="a", dimensions=8)
