@@ -116,6 +116,26 @@ def test_errors_are_openai_errors(lm):
         client.completions.create(model="tiny-lm", prompt="a", temperature=-1)
 
 
+def test_metrics_count_requests_tokens_and_latencies(lm):
+    """Prometheus' text format, after this module's earlier requests (each test client sends its own)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client, _ = lm
+    client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=5, temperature=0)
+    url = str(client.base_url).removesuffix("/v1/")
+    assert httpx.get(url + "/metrics").status_code == 401  # behind the key, as every route but /health
+    text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("aiayn_requests_total", (("endpoint", "/v1/completions"), ("status", "200")))] >= 1
+    assert samples[("aiayn_requests_total", (("endpoint", "/metrics"), ("status", "401")))] == 1
+    generated = samples[("aiayn_generation_tokens_total", ())]
+    assert generated >= 5 and samples[("aiayn_prompt_tokens_total", ())] >= 8
+    assert samples[("aiayn_time_to_first_token_seconds_count", ())] >= 1
+    assert samples[("aiayn_inter_token_latency_seconds_count", ())] >= 4
+    assert ("aiayn_running_rows", ()) in samples and ("aiayn_prefix_cache_bytes", ()) in samples
+
+
 def test_the_api_key_guards_every_route_but_health(lm):
     client, _ = lm
     url = str(client.base_url).rstrip("/")

@@ -25,6 +25,7 @@ from aiayn.serve.http import (
     server_config,
 )
 from aiayn.serve.limits import Limits
+from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
@@ -96,6 +97,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
 
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
+    add_metrics(app)
     add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
     return app

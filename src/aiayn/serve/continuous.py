@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class GenerationRequest:
     seed: int | None = None
     logprobs: int | None = None
     generated: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)  # time.perf_counter() as each token came
+    submitted_at: float = 0.0
     cancelled: bool = False
     finish_reason: str | None = None
 
@@ -81,6 +84,7 @@ class ContinuousBatcher:
         self.tokens: Tensor | None = None
         self.state: DecodeState | None = None
         self.steps = self.joined = self.largest_batch = 0
+        self.on_finish: Callable[[GenerationRequest], None] | None = None  # told of each finished request
         self.submitted = self.finished = self.cancelled = 0  # submitted: the server's thread; others: decoder
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aiayn-generate", daemon=True)
@@ -97,6 +101,7 @@ class ContinuousBatcher:
             raise ValueError(f"prompt and max_new_tokens: {len(request.prompt)} + {request.max_new_tokens} "
                              f"tokens exceed the model's {self.capacity}")
         self.submitted += 1
+        request.submitted_at = time.perf_counter()
         self.waiting.put(request)
 
     @property
@@ -237,6 +242,7 @@ class ContinuousBatcher:
         if token == eos_id:
             return "stop"
         request.generated.append(token)
+        request.token_times.append(time.perf_counter())
         event = {"id": token}
         if request.logprobs is not None:
             logp = logits.log_softmax(dim=-1)  # (V,)
@@ -263,6 +269,8 @@ class ContinuousBatcher:
             self.state.cache.shift(-common)
 
     def _finish(self, request: GenerationRequest) -> None:
+        if self.on_finish is not None:
+            self.on_finish(request)
         self.finished += 1
         self.cancelled += request.finish_reason == "cancelled"
         request.emit({"finish_reason": request.finish_reason, "prompt_tokens": len(request.prompt),

@@ -19,6 +19,7 @@ from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
 from aiayn.serve.limits import Limits
+from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
@@ -91,6 +92,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
 
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
+    add_metrics(app, batcher)
     cfg = engine.model.config
 
     @app.get("/", include_in_schema=False)
