@@ -31,6 +31,7 @@ def live_server(checkpoint, name: str):
     proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint), "--port",
                              str(port), "--model-name", name, "--max-new-tokens", "64"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    live_server.last = proc
     try:
         for _ in range(600):
             try:
@@ -41,8 +42,9 @@ def live_server(checkpoint, name: str):
             assert proc.poll() is None, proc.stderr.read()[-2000:]
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +194,36 @@ def test_embeddings_equal_the_library(encoder):
     assert done.usage.prompt_tokens == sum(len(embedder.ids(t)) for t in texts)
     with pytest.raises(openai.BadRequestError, match="dimensions: not supported"):
         client.embeddings.create(model="tiny-bert", input="a", dimensions=8)
+
+
+def test_sigterm_finishes_the_streams_in_flight_refuses_new_work_and_exits_0(lm_run):
+    """After SIGTERM a stream already running ends whole ([DONE]); a new request is not served; exit code 0."""
+    import signal
+    import threading
+
+    with live_server(lm_run, "tiny-lm") as url:
+        proc = live_server.last
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        stream = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=60, temperature=0,
+                                           stream=True)
+        chunks = iter(stream)
+        first = next(chunks)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        refused = []
+
+        def knock():
+            try:
+                refused.append(httpx.post(url + "/completions", json={"model": "tiny-lm", "prompt": "a"},
+                                          headers={"Authorization": f"Bearer {KEY}"}, timeout=5).status_code)
+            except httpx.HTTPError as err:  # the listening socket is closed
+                refused.append(type(err).__name__)
+
+        knocker = threading.Thread(target=knock)
+        knocker.start()
+        rest = list(chunks)
+        knocker.join()
+        assert refused and refused[0] != 200
+        text = first.choices[0].text + "".join(c.choices[0].text for c in rest)
+        assert rest[-1].choices[0].finish_reason == "length" and len(text) == 60  # a character model: 60 tokens
+        assert proc.wait(timeout=60) == 0

@@ -22,6 +22,7 @@ from aiayn.serve.http import (
     check_size,
     health_body,
     request_decoding,
+    serve_until_stopped,
     server_config,
 )
 from aiayn.serve.limits import Limits
@@ -165,8 +166,6 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
     folder's); ``api_key``: every route but /health needs it."""
-    import uvicorn
-
     from aiayn.inference.embed import Embedder, Pooling
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
@@ -188,4 +187,4 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
                      name=name or Path(checkpoint).resolve().name, api_key=api_key)
-    uvicorn.Server(server_config(app, host, port, limits)).run()
+    serve_until_stopped(server_config(app, host, port, limits))

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import hmac
 import logging
+import signal
 import typing
 from dataclasses import asdict
 from pathlib import Path
@@ -73,6 +74,8 @@ def base_app(lifespan, limits: Limits, api_key: str | None = None) -> FastAPI:
                   lifespan=lifespan, docs_url=None, redoc_url=None)  # /docs is our own page: no CDN
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_guards(app, limits)
+    app.state.draining = False
+    app.add_middleware(Draining, state=app.state)
     if api_key:
         app.add_middleware(BearerKey, key=api_key)
 
@@ -82,6 +85,21 @@ def base_app(lifespan, limits: Limits, api_key: str | None = None) -> FastAPI:
         return FileResponse(STATIC / "docs.html")
 
     return app
+
+
+class Draining:
+    """ASGI middleware: once the server is shutting down (SIGTERM), new requests get 503 while those in flight
+    finish."""
+
+    def __init__(self, app, state) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and self.state.draining:
+            response = JSONResponse({"detail": "shutting down: try another server or again later"},
+                                    status_code=503, headers={"Connection": "close"})
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 class BearerKey:
@@ -165,11 +183,31 @@ def health_body(cfg, limits: Limits, **counts) -> dict:
 def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                   log_level: str = "info"):
     """uvicorn's config for ``app``: slow clients time out (headers and body within
-    ``limits.read_timeout_s``, idle keep-alive 5 s), at most ``limits.max_connections`` at once."""
+    ``limits.read_timeout_s``, idle keep-alive 5 s), at most ``limits.max_connections`` at once; after SIGTERM
+    the requests in flight get ``limits.shutdown_grace_s``."""
     import uvicorn
 
     from aiayn.serve.slow import header_timeout_protocol
 
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5,
-                          limit_concurrency=limits.max_connections,
+                          limit_concurrency=limits.max_connections, timeout_graceful_shutdown=limits.shutdown_grace_s,
                           http=header_timeout_protocol(limits.read_timeout_s))
+
+
+def serve_until_stopped(config) -> None:
+    """Run uvicorn until SIGTERM or Ctrl-C: from then on new requests get 503 (``Draining``), listening
+    stops, and the requests in flight finish within the grace period; then the app shuts down."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            config.app.state.draining = True
+            super().handle_exit(sig, frame)
+
+    # uvicorn raises the signal it caught again once it has shut down; a SIGTERM that was handled is then a
+    # clean exit (0), not a death by signal
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -26,3 +26,5 @@ class Limits:
     read_timeout_s: float = _limit(10.0, "seconds a client has to send its headers, and then its body")
     max_connections: int = _limit(64, "open connections at once; more are answered 503 and closed")
     max_streams: int = _limit(32, "/generate requests running or waiting at once; more are answered 429")
+    shutdown_grace_s: float = _limit(30.0, "after SIGTERM: seconds the requests in flight get to finish (new ones "
+                                           "are answered 503)")
