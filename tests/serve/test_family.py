@@ -227,3 +227,32 @@ def test_generate_refuses_bad_decoding_options_with_422(lm_run):
             assert answer.status_code == 422 and field in answer.text, (bad, answer.text)
         ok = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, "temperature": 0})
         assert ok.status_code == 200 and ok.json()["completion_tokens"] <= 5
+
+
+def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeypatch):
+    """A model that wants to end at once (EOS boosted): the batcher writes exactly min_new_tokens tokens, then
+    ends with "stop", the tokens the library's greedy decoding gives with the same minimum."""
+    model, eos = generator.model, generator.model.config.eos_id
+    step = model.step
+
+    def eager_to_end(tokens, state):
+        logits = step(tokens, state).clone()
+        logits[..., eos] += 50.0
+        return logits
+
+    monkeypatch.setattr(model, "step", eager_to_end)
+    batcher = ContinuousBatcher(model, max_batch=2)
+    jobs = [GenerationRequest(generator.prompt_ids("the cat "), 20, lambda e: None, 0.0, min_new_tokens=m)
+            for m in (0, 6)]
+    batcher.start()
+    try:
+        _run(batcher, jobs)
+    finally:
+        batcher.stop()
+    assert [len(j.generated) for j in jobs] == [0, 6] and all(j.finish_reason == "stop" for j in jobs)
+    assert jobs[1].generated == alone_min(generator, "the cat ", 6)
+
+
+def alone_min(generator, prompt: str, minimum: int) -> list[int]:
+    ids = torch.tensor([generator.prompt_ids(prompt)])
+    return generate(generator.model, ids, "greedy", max_new_tokens=20, min_new_tokens=minimum)[0]

@@ -41,6 +41,7 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     logprobs: int | None = None
+    min_new_tokens: int = 0  # no end of sequence before this many tokens, as the library's decoding
     generated: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)  # time.perf_counter() as each token came
     submitted_at: float = 0.0
@@ -215,6 +216,9 @@ class ContinuousBatcher:
     def _step(self) -> None:
         cfg = self.model.config
         logits = forbid(self.model.step(self.tokens, self.state)[:, -1].float(), cfg, no_eos=False)  # (B, V)
+        for i, request in enumerate(self.rows):
+            if len(request.generated) < request.min_new_tokens:
+                logits[i, cfg.eos_id] = float("-inf")
         pad_last = pad_is_last(cfg, logits.size(-1))
         chosen = [request.choose(logits[i: i + 1], pad_last) for i, request in enumerate(self.rows)]
         self.tokens = torch.cat([self.tokens, torch.tensor(chosen)[:, None]], dim=1)  # (B, W+1)

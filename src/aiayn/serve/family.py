@@ -135,7 +135,7 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
         sampled = generator.strategy(decoding) == "sample"
         emit = lambda e: loop.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
         job = GenerationRequest(prompt, decoding.max_new_tokens, emit, decoding.temperature if sampled else 0.0,
-                                decoding.top_k, decoding.top_p, decoding.seed)
+                                decoding.top_k, decoding.top_p, decoding.seed, min_new_tokens=decoding.min_new_tokens)
         batcher.submit(job)
         if req.stream:
             return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
