@@ -7,18 +7,31 @@ Prints JSON lines {"config", "metric", "value", "unit"}: requests/s, p50 and p99
     python benchmarks/bench_serve.py --checkpoint RUN [--input FILE] [--requests 500] [--clients 50]
     python benchmarks/bench_serve.py --url http://127.0.0.1:8000
     python benchmarks/bench_serve.py --generate --checkpoint LM_RUN   (see bench_generate.py)
+    python benchmarks/bench_serve.py --stream --checkpoint LM_RUN [--rates 2 8 inf] [--requests 100]
+
+``--stream``: a language model served the way the field measures one. Requests reach the OpenAI-compatible
+``/v1/completions`` (streamed) as a Poisson process at each rate (``inf``: all at once), with prompt and output
+lengths drawn log-uniformly (16-``--max-in`` prompt tokens from Tiny Shakespeare, 16-``--max-out`` new tokens:
+many short, a few long), the same workload for each server. It starts the server twice, with continuous batching
+and with wait-and-batch (``--batching static``), and reports for each rate output tokens/s, requests/s, time to
+first token and inter-token latency (p50, p99) and errors, then the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import itertools
 import json
+import math
+import random
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -68,12 +81,12 @@ def report(name: str, seconds: float, latencies: list[float], errors: int) -> fl
     return rate
 
 
-def start_server(checkpoint: str, max_batch: int) -> tuple[subprocess.Popen, str]:
+def start_server(checkpoint: str, max_batch: int, *flags: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
-                             str(port), "--max-batch", str(max_batch)],
+                             str(port), "--max-batch", str(max_batch), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -84,6 +97,100 @@ def start_server(checkpoint: str, max_batch: int) -> tuple[subprocess.Popen, str
             time.sleep(0.1)
     proc.kill()
     raise SystemExit("the server did not start within 60 s")
+
+
+def workload(n: int, max_in: int, max_out: int, seed: int = 0) -> list[tuple[str, int]]:
+    """``n`` (prompt, new tokens): lengths log-uniform (many short, a few long), prompts cut from Tiny
+    Shakespeare (a character model's tokens are its characters)."""
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt.gz"
+    text = "the quick brown fox jumps over the lazy dog. " * 999
+    if shared.exists():
+        with gzip.open(shared, "rt") as f:
+            text = f.read()
+    rng = random.Random(seed)
+
+    def skewed(high: int) -> int:
+        return int(math.exp(rng.uniform(math.log(16), math.log(high))))
+
+    jobs = []
+    for _ in range(n):
+        length, start = skewed(max_in), rng.randrange(len(text) - max_in)
+        jobs.append((text[start: start + length], skewed(max_out)))
+    return jobs
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int) -> tuple[float, list[float], int]:
+    """(time to first token, inter-token gaps, output tokens) of one streamed completion; tokens -1 on error."""
+    body = {"model": "bench", "prompt": prompt, "max_tokens": new, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start, times, tokens = time.perf_counter(), [], -1
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            return 0.0, [], -1
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif chunk["choices"] and chunk["choices"][0]["text"]:
+                times.append(time.perf_counter())
+    if not times:
+        return 0.0, [], tokens
+    return times[0] - start, [b - a for a, b in itertools.pairwise(times)], tokens
+
+
+async def poisson(url: str, jobs: list[tuple[str, int]], rate: float, seed: int = 0) -> dict:
+    """Send ``jobs`` as a Poisson process of ``rate`` requests/s (inf: all at once); the measured figures."""
+    rng = random.Random(seed)
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=len(jobs))) as client:
+        async def send(i: int, prompt: str, new: int, delay: float):
+            await asyncio.sleep(delay)
+            try:
+                return await one_stream(client, url, prompt, new)
+            except httpx.HTTPError:
+                return 0.0, [], -1
+
+        delays, at = [], 0.0
+        for _ in jobs:
+            delays.append(at)
+            at += 0.0 if math.isinf(rate) else rng.expovariate(rate)
+        start = time.perf_counter()
+        results = await asyncio.gather(*(send(i, p, n, d) for i, ((p, n), d) in enumerate(zip(jobs, delays,
+                                                                                               strict=True))))
+        seconds = time.perf_counter() - start
+    good = [r for r in results if r[2] >= 0]
+    ttft = [r[0] for r in good if r[2] > 0]
+    gaps = [g for r in good for g in r[1]]
+
+    def pct(values: list[float], q: int) -> float:
+        return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) > 1 else float("nan")
+
+    return {"output_tokens_per_s": sum(r[2] for r in good) / seconds, "requests_per_s": len(good) / seconds,
+            "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99), "itl_p50_ms": pct(gaps, 50),
+            "itl_p99_ms": pct(gaps, 99), "errors": len(results) - len(good)}
+
+
+def stream_main(args: argparse.Namespace) -> None:
+    jobs = workload(args.requests, args.max_in, args.max_out)
+    units = {"output_tokens_per_s": "tokens/s", "requests_per_s": "requests/s", "errors": "requests"}
+    figures = {}
+    for batching in ("continuous", "static"):
+        proc, url = start_server(args.checkpoint, args.max_batch, "--batching", batching, "--model-name", "bench",
+                                 "--max-streams", str(args.requests), "--max-new-tokens", str(args.max_out))
+        try:
+            for rate in args.rates:
+                figures[batching, rate] = found = asyncio.run(poisson(url, jobs, rate))
+                for metric, value in found.items():
+                    emit(f"{batching}/rate{rate:g}", metric, value, units.get(metric, "ms"))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    for rate in args.rates:
+        ours, theirs = figures["continuous", rate], figures["static", rate]
+        emit(f"continuous-vs-static/rate{rate:g}", "output_tokens_per_s_ratio",
+             ours["output_tokens_per_s"] / theirs["output_tokens_per_s"], "x")
+        emit(f"continuous-vs-static/rate{rate:g}", "ttft_p99_ratio", ours["ttft_p99_ms"] / theirs["ttft_p99_ms"], "x")
 
 
 def main() -> None:
@@ -101,7 +208,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--beam-size", type=int, default=4, dest="beam_size")
+    parser.add_argument("--stream", action="store_true", help="a language model under Poisson arrivals (above)")
+    parser.add_argument("--rates", type=float, nargs="+", default=[2.0, 8.0, math.inf])
+    parser.add_argument("--max-in", type=int, default=256, dest="max_in")
+    parser.add_argument("--max-out", type=int, default=128, dest="max_out")
+    parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
     args = parser.parse_args()
+    if args.stream:
+        stream_main(args)
+        return
     pool = read_lines(args.input) if args.input else SENTENCES
     texts = [pool[i % len(pool)] for i in range(args.requests)]
     tag = f"{args.requests}req/{args.clients}clients/beam{args.beam_size}"

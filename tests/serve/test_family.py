@@ -256,3 +256,11 @@ def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeyp
 def alone_min(generator, prompt: str, minimum: int) -> list[int]:
     ids = torch.tensor([generator.prompt_ids(prompt)])
     return generate(generator.model, ids, "greedy", max_new_tokens=20, min_new_tokens=minimum)[0]
+
+
+def test_wait_and_batch_serving_answers_as_the_library(generator):
+    """--batching static (for comparison with continuous batching): the same answers."""
+    with TestClient(create_app(generator, Limits(max_chars=200, max_new_tokens=64), batching="static")) as client:
+        assert client.app.state.batcher.static
+        answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0})
+        assert answer.json()["text"] == generator.generate("the cat ", 12, temperature=0)[0]

@@ -27,6 +27,9 @@ def _add_serve(sub) -> None:
     _add_limits(p)
     p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
                    help="texts decoded together by the dynamic batcher")
+    p.add_argument("--batching", choices=["continuous", "static"], default="continuous",
+                   help="language models: rows join and leave the running batch between steps (continuous), or "
+                        "wait-and-batch (static: for comparison)")
     p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
                    help="how long the batcher waits for more requests")
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
@@ -49,7 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
                bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
-               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key)
+               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching)
     return 0
 
 

@@ -74,7 +74,7 @@ def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
                info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, batching: str = "continuous") -> FastAPI:
     """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
     with continuous batching) or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too). Its batcher
     starts and stops with the app; all its computing runs on one thread with ``threads`` compute threads
@@ -83,7 +83,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
     from aiayn.inference.generator import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
-        return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key)
+        return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key, batching)
 
     def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
         return translator.translate(texts, max_batch, decoding)
@@ -161,7 +161,7 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 32,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
-               api_key: str | None = None) -> None:
+               api_key: str | None = None, batching: str = "continuous") -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
@@ -186,5 +186,5 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     else:
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
-                     name=name or Path(checkpoint).resolve().name, api_key=api_key)
+                     name=name or Path(checkpoint).resolve().name, api_key=api_key, batching=batching)
     serve_until_stopped(server_config(app, host, port, limits))

@@ -66,17 +66,19 @@ class EmbedRequest(BaseModel):
 
 def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int,
                       threads: int | None = None, embedder: Embedder | None = None, name: str = "aiayn",
-                      api_key: str | None = None) -> FastAPI:
+                      api_key: str | None = None, batching: str = "continuous") -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``, and an ``Embedder`` for
     /embed) checkpoint; all its computing runs on one thread (the generation batcher's, or one executor's).
     The OpenAI-compatible routes (``serve/openai.py``) serve it as model ``name``; with ``api_key`` every route
-    but /health needs ``Authorization: Bearer KEY``."""
+    but /health needs ``Authorization: Bearer KEY``. ``batching="static"``: wait-and-batch generation (a
+    batch forms when none runs and ends with its last row), to compare with continuous batching."""
     batcher = executor = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
         prefix = PrefixBlocks(max_bytes=limits.prefix_cache_bytes)
-        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, threads=threads)
+        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, static=batching == "static",
+                                    threads=threads)
     else:
         executor = compute_executor(threads)
 
