@@ -14,7 +14,9 @@ Prints JSON lines {"config", "metric", "value", "unit"}: requests/s, p50 and p99
 lengths drawn log-uniformly (16-``--max-in`` prompt tokens from Tiny Shakespeare, 16-``--max-out`` new tokens:
 many short, a few long), the same workload for each server. It starts the server twice, with continuous batching
 and with wait-and-batch (``--batching static``), and reports for each rate output tokens/s, requests/s, time to
-first token and inter-token latency (p50, p99) and errors, then the ratios.
+first token and inter-token latency (p50, p99) and errors, then the ratios. ``--shared-prefix N``: every
+prompt starts with the same N-character system prompt (then 16-64 characters of its own), and the two servers
+compared are continuous batching with the prefix cache and without it (``--prefix-cache-bytes 0``).
 """
 
 from __future__ import annotations
@@ -99,9 +101,10 @@ def start_server(checkpoint: str, max_batch: int, *flags: str) -> tuple[subproce
     raise SystemExit("the server did not start within 60 s")
 
 
-def workload(n: int, max_in: int, max_out: int, seed: int = 0) -> list[tuple[str, int]]:
+def workload(n: int, max_in: int, max_out: int, shared_prefix: int = 0, seed: int = 0) -> list[tuple[str, int]]:
     """``n`` (prompt, new tokens): lengths log-uniform (many short, a few long), prompts cut from Tiny
-    Shakespeare (a character model's tokens are its characters)."""
+    Shakespeare (a character model's tokens are its characters); with ``shared_prefix``, each prompt is the
+    same system prompt of that many characters and 16-64 characters of its own."""
     shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt.gz"
     text = "the quick brown fox jumps over the lazy dog. " * 999
     if shared.exists():
@@ -112,10 +115,11 @@ def workload(n: int, max_in: int, max_out: int, seed: int = 0) -> list[tuple[str
     def skewed(high: int) -> int:
         return int(math.exp(rng.uniform(math.log(16), math.log(high))))
 
-    jobs = []
+    system, jobs = text[:shared_prefix], []
     for _ in range(n):
-        length, start = skewed(max_in), rng.randrange(len(text) - max_in)
-        jobs.append((text[start: start + length], skewed(max_out)))
+        length = rng.randrange(16, 65) if shared_prefix else skewed(max_in)
+        start = rng.randrange(shared_prefix, len(text) - max_in)
+        jobs.append((system + text[start: start + length], skewed(max_out)))
     return jobs
 
 
@@ -172,25 +176,29 @@ async def poisson(url: str, jobs: list[tuple[str, int]], rate: float, seed: int 
 
 
 def stream_main(args: argparse.Namespace) -> None:
-    jobs = workload(args.requests, args.max_in, args.max_out)
+    jobs = workload(args.requests, args.max_in, args.max_out, args.shared_prefix)
     units = {"output_tokens_per_s": "tokens/s", "requests_per_s": "requests/s", "errors": "requests"}
+    servers = ({"prefix-cache": [], "no-prefix-cache": ["--prefix-cache-bytes", "0"]} if args.shared_prefix else
+               {"continuous": ["--batching", "continuous"], "static": ["--batching", "static"]})
     figures = {}
-    for batching in ("continuous", "static"):
-        proc, url = start_server(args.checkpoint, args.max_batch, "--batching", batching, "--model-name", "bench",
-                                 "--max-streams", str(args.requests), "--max-new-tokens", str(args.max_out))
+    for variant, flags in servers.items():
+        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--model-name", "bench", "--max-streams",
+                                 str(args.requests), "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
         try:
             for rate in args.rates:
-                figures[batching, rate] = found = asyncio.run(poisson(url, jobs, rate))
+                figures[variant, rate] = found = asyncio.run(poisson(url, jobs, rate))
                 for metric, value in found.items():
-                    emit(f"{batching}/rate{rate:g}", metric, value, units.get(metric, "ms"))
+                    emit(f"{variant}/rate{rate:g}", metric, value, units.get(metric, "ms"))
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+    ours, theirs = servers
     for rate in args.rates:
-        ours, theirs = figures["continuous", rate], figures["static", rate]
-        emit(f"continuous-vs-static/rate{rate:g}", "output_tokens_per_s_ratio",
-             ours["output_tokens_per_s"] / theirs["output_tokens_per_s"], "x")
-        emit(f"continuous-vs-static/rate{rate:g}", "ttft_p99_ratio", ours["ttft_p99_ms"] / theirs["ttft_p99_ms"], "x")
+        a, b = figures[ours, rate], figures[theirs, rate]
+        name = f"{ours}-vs-{theirs}/rate{rate:g}"
+        emit(name, "output_tokens_per_s_ratio", a["output_tokens_per_s"] / b["output_tokens_per_s"], "x")
+        emit(name, "ttft_p50_ratio", a["ttft_p50_ms"] / b["ttft_p50_ms"], "x")
+        emit(name, "ttft_p99_ratio", a["ttft_p99_ms"] / b["ttft_p99_ms"], "x")
 
 
 def main() -> None:
@@ -213,6 +221,8 @@ def main() -> None:
     parser.add_argument("--max-in", type=int, default=256, dest="max_in")
     parser.add_argument("--max-out", type=int, default=128, dest="max_out")
     parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
+    parser.add_argument("--shared-prefix", type=int, default=0, dest="shared_prefix",
+                        help="characters of a system prompt every request shares (with --stream)")
     args = parser.parse_args()
     if args.stream:
         stream_main(args)
