@@ -17,6 +17,8 @@ and with wait-and-batch (``--batching static``), and reports for each rate outpu
 first token and inter-token latency (p50, p99) and errors, then the ratios. ``--shared-prefix N``: every
 prompt starts with the same N-character system prompt (then 16-64 characters of its own), and the two servers
 compared are continuous batching with the prefix cache and without it (``--prefix-cache-bytes 0``).
+``--peer URL``: the same workload, in the same run, against another OpenAI-compatible server (llama.cpp's,
+serving the same weights converted to GGUF: docs/serving.md).
 """
 
 from __future__ import annotations
@@ -123,9 +125,11 @@ def workload(n: int, max_in: int, max_out: int, shared_prefix: int = 0, seed: in
     return jobs
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int) -> tuple[float, list[float], int]:
-    """(time to first token, inter-token gaps, output tokens) of one streamed completion; tokens -1 on error."""
-    body = {"model": "bench", "prompt": prompt, "max_tokens": new, "temperature": 0, "stream": True,
+async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int,
+                     model: str = "bench") -> tuple[float, list[float], int]:
+    """(time to first token, inter-token gaps, output tokens) of one streamed completion; tokens -1 on error.
+    A server that sends no usage chunk: its text chunks are counted as tokens."""
+    body = {"model": model, "prompt": prompt, "max_tokens": new, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     start, times, tokens = time.perf_counter(), [], -1
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
@@ -139,19 +143,21 @@ async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, new: int)
                 tokens = chunk["usage"]["completion_tokens"]
             elif chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter())
+    if tokens < 0:
+        tokens = len(times)
     if not times:
         return 0.0, [], tokens
     return times[0] - start, [b - a for a, b in itertools.pairwise(times)], tokens
 
 
-async def poisson(url: str, jobs: list[tuple[str, int]], rate: float, seed: int = 0) -> dict:
+async def poisson(url: str, jobs: list[tuple[str, int]], rate: float, seed: int = 0, model: str = "bench") -> dict:
     """Send ``jobs`` as a Poisson process of ``rate`` requests/s (inf: all at once); the measured figures."""
     rng = random.Random(seed)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=len(jobs))) as client:
         async def send(i: int, prompt: str, new: int, delay: float):
             await asyncio.sleep(delay)
             try:
-                return await one_stream(client, url, prompt, new)
+                return await one_stream(client, url, prompt, new, model)
             except httpx.HTTPError:
                 return 0.0, [], -1
 
@@ -192,10 +198,17 @@ def stream_main(args: argparse.Namespace) -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    ours, theirs = servers
-    for rate in args.rates:
-        a, b = figures[ours, rate], figures[theirs, rate]
-        name = f"{ours}-vs-{theirs}/rate{rate:g}"
+    if args.peer:  # another OpenAI-compatible server (llama.cpp's), loaded with the same workload in this run
+        model = httpx.get(f"{args.peer}/v1/models").json()["data"][0]["id"]
+        for rate in args.rates:
+            figures["peer", rate] = found = asyncio.run(poisson(args.peer, jobs, rate, model=model))
+            for metric, value in found.items():
+                emit(f"peer/rate{rate:g}", metric, value, units.get(metric, "ms"))
+        servers["peer"] = []
+    ours, theirs, *peer = servers
+    for other, rate in [(theirs, r) for r in args.rates] + [(p, r) for p in peer for r in args.rates]:
+        a, b = figures[ours, rate], figures[other, rate]
+        name = f"{ours}-vs-{other}/rate{rate:g}"
         emit(name, "output_tokens_per_s_ratio", a["output_tokens_per_s"] / b["output_tokens_per_s"], "x")
         emit(name, "ttft_p50_ratio", a["ttft_p50_ms"] / b["ttft_p50_ms"], "x")
         emit(name, "ttft_p99_ratio", a["ttft_p99_ms"] / b["ttft_p99_ms"], "x")
@@ -221,6 +234,8 @@ def main() -> None:
     parser.add_argument("--max-in", type=int, default=256, dest="max_in")
     parser.add_argument("--max-out", type=int, default=128, dest="max_out")
     parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
+    parser.add_argument("--peer", help="with --stream: also load this OpenAI-compatible server (e.g. llama.cpp's, "
+                        "started on the same weights) with the same workload, and give aiayn's ratios to it")
     parser.add_argument("--shared-prefix", type=int, default=0, dest="shared_prefix",
                         help="characters of a system prompt every request shares (with --stream)")
     args = parser.parse_args()
