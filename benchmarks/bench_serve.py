@@ -188,7 +188,8 @@ def stream_main(args: argparse.Namespace) -> None:
                {"continuous": ["--batching", "continuous"], "static": ["--batching", "static"]})
     figures = {}
     for variant, flags in servers.items():
-        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--model-name", "bench", "--max-streams",
+        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--device", args.device, "--model-name",
+                                 "bench", "--max-streams",
                                  str(args.requests), "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
         try:
             for rate in args.rates:
@@ -234,6 +235,7 @@ def main() -> None:
     parser.add_argument("--max-in", type=int, default=256, dest="max_in")
     parser.add_argument("--max-out", type=int, default=128, dest="max_out")
     parser.add_argument("--max-batch", type=int, default=16, dest="max_batch")
+    parser.add_argument("--device", default="cpu", help="with --stream: the servers' device (cpu or cuda)")
     parser.add_argument("--peer", help="with --stream: also load this OpenAI-compatible server (e.g. llama.cpp's, "
                         "started on the same weights) with the same workload, and give aiayn's ratios to it")
     parser.add_argument("--shared-prefix", type=int, default=0, dest="shared_prefix",
