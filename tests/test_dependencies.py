@@ -14,7 +14,8 @@ OPTIONAL = {  # exporting to Hugging Face / CTranslate2; the paper's tokenized B
     "ctranslate2": ({"interop/ctranslate2.py"}, "pip install ctranslate2"),
     "sacremoses": ({"evaluation.py"}, "pip install 'aiayn[wmt]'"),
 }
-DISTRIBUTION = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}  # import name -> package name, where they differ
+# import name -> package name, where they differ
+DISTRIBUTION = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}
 
 
 def _imported() -> dict[str, set[str]]:
