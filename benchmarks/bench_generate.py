@@ -24,10 +24,10 @@ import time
 
 import torch
 
+from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
-from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import single_threaded_main
 
 
@@ -110,7 +110,7 @@ def prefix_caching(gen: TextGenerator, threads: int) -> None:
     prefixes = [[rng.randrange(5, 60) for _ in range(512)] for _ in range(3)]
     suffix = lambda: [rng.randrange(5, 60) for _ in range(16)]  # noqa: E731
     ttft = {}
-    for name, store in (("off", None), ("warm", PrefixBlocks())):
+    for name, store in (("off", None), ("warm", PromptCache(gen.model))):
         batcher = ContinuousBatcher(gen.model, 4, 1024, prefix_cache=store, threads=threads)
         batcher.start()
         try:

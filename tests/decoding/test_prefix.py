@@ -1,4 +1,5 @@
-"""Prompt (prefix) caching: a stored prefix's keys/values give identical outputs."""
+"""Prompt (prefix) caching: the stored blocks of a prefix give identical outputs, whole blocks only, under a
+byte cap."""
 
 import torch
 
@@ -7,16 +8,39 @@ from aiayn.decoding import greedy_search
 from conftest import random_ids, tiny
 
 
-def test_prompt_cache_reuses_a_prefix_with_identical_outputs():
+def _lm():
     from aiayn import DecoderOnly
-    from aiayn.decoding import PromptCache
 
     torch.manual_seed(2)
-    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
-    system = random_ids(1, 6, vocab=30)[0].tolist()
-    store = PromptCache(lm)
+    return DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+
+
+def test_prompt_cache_reuses_a_prefix_with_identical_outputs():
+    from aiayn.decoding import PromptCache
+
+    lm = _lm()
+    system = random_ids(1, 10, vocab=30)[0].tolist()
+    store = PromptCache(lm, block_size=4)
     store.add(system)
+    assert len(store.blocks) == 2  # whole blocks only: 8 of the 10 tokens
     for _ in range(3):
         prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
         assert greedy_search(lm, prompt, 8, prompt_cache=store) == greedy_search(lm, prompt, 8)
-    assert store.hits == 3
+    assert store.hits == 3 and store.hit_tokens == 3 * 8
+    other = torch.tensor([random_ids(1, 12, vocab=30)[0].tolist()])
+    assert greedy_search(lm, other, 8, prompt_cache=store) == greedy_search(lm, other, 8)
+    assert store.misses == 1
+
+
+def test_the_byte_cap_evicts_the_least_recently_used_blocks():
+    from aiayn.decoding import PromptCache
+
+    lm = _lm()
+    one = PromptCache(lm, block_size=4)
+    one.add(random_ids(1, 4, vocab=30)[0].tolist())
+    per_block = one.bytes
+    store = PromptCache(lm, block_size=4, max_bytes=2 * per_block)
+    first, second = (random_ids(1, 8, vocab=30)[0].tolist() for _ in range(2))
+    store.add(first)
+    store.add(second)  # two more blocks: the first prompt's two go
+    assert store.bytes <= 2 * per_block and set(store.blocks) == {tuple(second[:4]), tuple(second)}

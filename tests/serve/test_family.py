@@ -116,11 +116,11 @@ def _run(batcher, jobs):
 
 
 def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap(generator):
-    from aiayn.serve.prefix_blocks import PrefixBlocks
+    from aiayn.decoding.prefix import PromptCache
 
     system = "the cat sat on the mat . a dog ran in the park 1 .\n"
     prompts = [system + "the cat ", system + "a dog ", "the bird "]
-    store = PrefixBlocks(block_size=8)
+    store = PromptCache(generator.model, block_size=8)
     batcher = ContinuousBatcher(generator.model, max_batch=2, prefix_cache=store)
     jobs = [GenerationRequest(generator.prompt_ids(p), 12, lambda e: None, 0.0) for p in prompts]
     batcher.start()
@@ -133,7 +133,7 @@ def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap
     shared = len(generator.prompt_ids(system)) // 8
     assert store.hits == 1 and store.misses == 2 and store.hit_tokens == shared * 8
     assert store.stats()["prefix_cache_bytes"] == store.bytes > 0
-    small = PrefixBlocks(block_size=8, max_bytes=store.bytes // 3)
+    small = PromptCache(generator.model, block_size=8, max_bytes=store.bytes // 3)
     small.store(generator.prompt_ids(system), *_one_row_cache(generator, system))
     assert small.bytes <= small.max_bytes and 0 < len(small.blocks) < shared
 
@@ -264,3 +264,21 @@ def test_wait_and_batch_serving_answers_as_the_library(generator):
         assert client.app.state.batcher.static
         answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0})
         assert answer.json()["text"] == generator.generate("the cat ", 12, temperature=0)[0]
+
+
+def test_one_prompt_cache_serves_the_library_and_the_server(generator):
+    """Blocks that the library's ``PromptCache.add`` stored are what the continuous batcher reuses."""
+    from aiayn.decoding.prefix import PromptCache
+
+    system = "the cat sat on the mat . a dog ran in the park 2 .\n"
+    store = PromptCache(generator.model, block_size=8)
+    store.add(generator.prompt_ids(system))
+    batcher = ContinuousBatcher(generator.model, max_batch=2, prefix_cache=store)
+    job = GenerationRequest(generator.prompt_ids(system + "the cat "), 12, lambda e: None, 0.0)
+    batcher.start()
+    try:
+        _run(batcher, [job])
+    finally:
+        batcher.stop()
+    assert store.hits == 1 and store.hit_tokens >= 40
+    assert job.generated == alone(generator, system + "the cat ", 12, 0.0, 0)

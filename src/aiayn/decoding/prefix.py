@@ -1,7 +1,11 @@
-"""Prompt (prefix) caching for the decoder-only model: reuse the keys/values of a shared prefix.
+"""Prompt (prefix) caching for the decoder-only model, block by block (vLLM's automatic prefix caching, written
+small): the one store that the library's decoding (``generate(..., prompt_cache=)``) and the server's continuous
+batcher (``serve/continuous.py``) both use.
 
-A request whose prompt starts with a stored prefix copies that prefix's cache and runs the model only on
-the rest of its prompt; outputs are identical to computing everything (tests/test_decoding.py).
+The keys/values of every whole block of ``block_size`` prompt tokens are kept under the tuple of all prompt
+tokens up to the block's end, so a shared system prompt is found whatever follows it. A byte cap evicts the
+least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that leaves holds
+nothing. Outputs are identical to computing everything (tests/decoding/test_prefix.py).
 """
 
 from __future__ import annotations
@@ -16,37 +20,76 @@ from aiayn.model.transformer import DecoderOnly
 
 
 class PromptCache:
-    """Least-recently-used store of prefix -> KV cache for one decoder-only model."""
+    """Least-recently-used blocks of prompt keys/values for one decoder-only model.
 
-    def __init__(self, model: DecoderOnly, max_entries: int = 16) -> None:
+    Args:
+        model: the model whose keys/values are kept (``add`` runs it).
+        block_size: prompt tokens a block holds; only whole blocks are kept.
+        max_bytes: the cap on the blocks' keys and values; the least recently used go first.
+    """
+
+    def __init__(self, model: DecoderOnly, block_size: int = 16, max_bytes: int = 64 * 2**20) -> None:
         if not isinstance(model, DecoderOnly):
             raise TypeError("prompt caching is for decoder-only models")
-        self.model, self.max_entries = model, max_entries
-        self.entries: OrderedDict[tuple[int, ...], DecoderCache] = OrderedDict()
-        self.hits = 0
+        self.model, self.block_size, self.max_bytes = model, block_size, max_bytes
+        self.blocks: OrderedDict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = OrderedDict()
+        self.bytes = self.hits = self.misses = self.hit_tokens = 0
 
     @torch.no_grad()
     def add(self, prefix: list[int]) -> None:
-        """Compute and store the cache of ``prefix``."""
+        """Compute ``prefix`` and keep its whole blocks (a system prompt, before any request)."""
         weight = next(self.model.parameters())
-        ids = torch.tensor([prefix], dtype=torch.long, device=weight.device)
         cache = self.model.new_cache(1, len(prefix), weight)
-        self.model.decode(ids, cache=cache)
-        self.entries[tuple(prefix)] = cache
-        self.entries.move_to_end(tuple(prefix))
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
+        self.model.decode(torch.tensor([prefix], dtype=torch.long, device=weight.device), cache=cache)
+        self.store(prefix, cache, 0, len(prefix))
 
     def fill(self, prompt: Tensor, cache: DecoderCache) -> int:
-        """Copy the longest stored prefix of ``prompt`` (1, T) into ``cache``; return its length (0 if none).
+        """Copy the cached blocks that start ``prompt`` (1, T) into ``cache`` (one row); return the positions
+        filled (0 if none). At least one prompt token is left for the model, so a step still yields logits."""
+        return self.load(prompt[0].tolist(), cache, 0)
 
-        At least one prompt token is left for the model, so the first step still yields logits.
-        """
-        ids = tuple(prompt[0].tolist())
-        best = max((p for p in self.entries if len(p) < len(ids) and ids[: len(p)] == p), key=len, default=None)
-        if best is None:
-            return 0
-        self.entries.move_to_end(best)
-        cache.copy_prefix(self.entries[best], len(best))
-        self.hits += 1
-        return len(best)
+    def load(self, prompt: list[int], cache: DecoderCache, first_column: int) -> int:
+        """Copy the cached blocks that start ``prompt`` into ``cache`` (one row) from column ``first_column``
+        (left padding before it); return the columns filled, ``first_column`` included (0 if no block)."""
+        blocks, b = self.lookup(prompt, len(prompt) - 1), self.block_size
+        for i, block in enumerate(blocks):
+            cols = slice(first_column + i * b, first_column + (i + 1) * b)
+            for layer, (k, v) in zip(cache.layers, block, strict=True):
+                layer.self_kv.k[:, :, cols], layer.self_kv.v[:, :, cols] = k, v
+        filled = first_column + len(blocks) * b if blocks else 0
+        for layer in cache.layers:
+            layer.self_kv.length = filled
+        return filled
+
+    def lookup(self, prompt: list[int], usable: int) -> list[list[tuple[Tensor, Tensor]]]:
+        """The cached blocks that start ``prompt``, in order, covering at most ``usable`` tokens."""
+        found, b = [], self.block_size
+        for end in range(b, usable + 1, b):
+            block = self.blocks.get(tuple(prompt[:end]))
+            if block is None:
+                break
+            self.blocks.move_to_end(tuple(prompt[:end]))
+            found.append(block)
+        self.hits, self.misses = self.hits + bool(found), self.misses + (not found)
+        self.hit_tokens += len(found) * b
+        return found
+
+    def store(self, prompt: list[int], cache: DecoderCache, first_column: int, computed: int) -> None:
+        """Keep the whole blocks among the first ``computed`` prompt tokens, read from ``cache`` (one row)
+        where the prompt starts at column ``first_column``."""
+        b = self.block_size
+        for end in range(b, computed + 1, b):
+            key = tuple(prompt[:end])
+            if key in self.blocks:
+                continue
+            cols = slice(first_column + end - b, first_column + end)
+            block = [(kv.k[:, :, cols].clone(), kv.v[:, :, cols].clone()) for kv in (la.self_kv for la in cache.layers)]
+            self.blocks[key] = block
+            self.bytes += sum(k.nbytes + v.nbytes for k, v in block)
+        while self.bytes > self.max_bytes and self.blocks:
+            _, block = self.blocks.popitem(last=False)
+            self.bytes -= sum(k.nbytes + v.nbytes for k, v in block)
+
+    def stats(self) -> dict:
+        return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
+                "prefix_cached_tokens": len(self.blocks) * self.block_size, "prefix_cache_bytes": self.bytes}

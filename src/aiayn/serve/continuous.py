@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import forbid
+from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.sampling import draw, pad_is_last
 from aiayn.model.cache import DecodeState
 from aiayn.model.transformer import DecoderOnly
-from aiayn.serve.prefix_blocks import PrefixBlocks
 
 
 @dataclass
@@ -71,7 +71,7 @@ class ContinuousBatcher:
     """
 
     def __init__(self, model: DecoderOnly, max_batch: int = 16, capacity: int | None = None,
-                 prefix_cache: PrefixBlocks | None = None, static: bool = False, threads: int | None = None) -> None:
+                 prefix_cache: PromptCache | None = None, static: bool = False, threads: int | None = None) -> None:
         """``prefix_cache``: reuse the keys/values of prompt blocks seen before. ``static``: wait-and-batch,
         for comparison: a batch forms only when none is running and runs until its last row ends (finished
         rows are still computed, as ``aiayn.generate`` computes them), then answers all its requests.
@@ -198,15 +198,7 @@ class ContinuousBatcher:
         cache = self.model.new_cache(1, self.capacity, next(self.model.parameters()))
         width, start = row.size(1), 0
         if self.prefix_cache is not None:
-            blocks = self.prefix_cache.lookup(prompt, len(prompt) - 1)
-            for i, block in enumerate(blocks):
-                b = self.prefix_cache.block_size
-                cols = slice(first + i * b, first + (i + 1) * b)
-                for layer, (k, v) in zip(cache.layers, block, strict=True):
-                    layer.self_kv.k[:, :, cols], layer.self_kv.v[:, :, cols] = k, v
-            start = first + len(blocks) * self.prefix_cache.block_size if blocks else 0
-            for layer in cache.layers:
-                layer.self_kv.length = start
+            start = self.prefix_cache.load(prompt, cache, first)
         if width - 1 > start:
             self.model.decode(row[:, start: width - 1], cache, torch.tensor([first]))  # fills up to W-2
         if self.prefix_cache is not None:

@@ -13,6 +13,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
@@ -21,7 +22,6 @@ from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, heal
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
-from aiayn.serve.prefix_blocks import PrefixBlocks
 from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
@@ -76,7 +76,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
-        prefix = PrefixBlocks(max_bytes=limits.prefix_cache_bytes)
+        prefix = PromptCache(engine.model, max_bytes=limits.prefix_cache_bytes)
         batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, static=batching == "static",
                                     threads=threads)
     else:
