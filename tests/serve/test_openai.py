@@ -29,7 +29,7 @@ def live_server(checkpoint, name: str):
         port = s.getsockname()[1]
     env = {**os.environ, "AIAYN_API_KEY": KEY}
     proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint), "--port",
-                             str(port), "--model-name", name, "--max-new-tokens", "64"], env=env,
+                             str(port), "--model-name", name, "--max-new-tokens", "256"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     live_server.last = proc
     try:
@@ -227,3 +227,20 @@ def test_sigterm_finishes_the_streams_in_flight_refuses_new_work_and_exits_0(lm_
         text = first.choices[0].text + "".join(c.choices[0].text for c in rest)
         assert rest[-1].choices[0].finish_reason == "length" and len(text) == 60  # a character model: 60 tokens
         assert proc.wait(timeout=60) == 0
+
+
+def test_a_client_that_gives_up_on_a_whole_answer_frees_its_rows(lm):
+    """A non-streamed completion whose client disconnects is cancelled at the next step (/health counts it),
+    not decoded to its end."""
+    client, _ = lm
+    url = str(client.base_url).removesuffix("/v1/")
+    auth = {"Authorization": f"Bearer {KEY}"}
+    before = httpx.get(url + "/health").json()["cancelled"]
+    body = {"model": "tiny-lm", "prompt": "the cat ", "max_tokens": 256, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):  # 16 choices of 256 tokens take far longer than 0.05 s
+        httpx.post(url + "/v1/completions", json={**body, "n": 16}, headers=auth, timeout=0.05)
+    for _ in range(100):
+        if httpx.get(url + "/health").json()["cancelled"] >= before + 16:
+            break
+        time.sleep(0.1)
+    assert httpx.get(url + "/health").json()["cancelled"] >= before + 16

@@ -128,9 +128,12 @@ class TextRoutes:
             return StreamingResponse(self._sse(request, req, choices, events, head, kind),
                                      media_type="text/event-stream")
         try:
-            texts, reasons = {c.index: "" for c in choices}, {}
+            texts, reasons, watch = {c.index: "" for c in choices}, {}, Watch(request)
             while len(reasons) < len(choices):
-                index, event = await events.get()
+                found = await watch.next(events)
+                if found is None:  # the client went away: its rows leave at the next step (finally)
+                    return JSONResponse({"detail": "client disconnected"}, status_code=499)
+                index, event = found
                 choice = choices[index]
                 if "finish_reason" in event:
                     texts[index] += choice.stop.flush()
@@ -189,6 +192,25 @@ class TextRoutes:
         finally:
             for choice in choices:
                 choice.job.cancelled = True  # a client that went away frees its rows at the next step
+
+
+class Watch:
+    """Whether the client is still there, asked at most every ``every_s`` seconds while events flow."""
+
+    def __init__(self, request: Request, every_s: float = 0.05) -> None:
+        self.request, self.every_s, self.checked = request, every_s, time.monotonic()
+
+    async def next(self, events: asyncio.Queue):
+        """The next (index, event), or None once the client has disconnected."""
+        while True:
+            if time.monotonic() - self.checked > self.every_s:
+                self.checked = time.monotonic()
+                if await self.request.is_disconnected():
+                    return None
+            try:
+                return await asyncio.wait_for(events.get(), self.every_s)
+            except TimeoutError:
+                continue
 
 
 def _completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
