@@ -81,7 +81,8 @@ def train(args: argparse.Namespace) -> int:
         print(f"aiayn: torchrun restart {restarts}: resuming from {run.last}", file=sys.stderr)
         args.resume = True
         cfg = _recipe(args)
-    _check_output_folder(out, args.overwrite)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 alone claims the folder (it alone writes it)
+        _check_output_folder(out, args.overwrite)
     if not args.resume and run.has_last():
         raise UserError(f"--output: {out} already holds a run; pass --resume to continue it or choose another folder")
     from aiayn.training.trainer import Trainer
