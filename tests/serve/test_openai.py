@@ -47,10 +47,14 @@ def live_server(checkpoint, name: str):
             proc.wait(timeout=30)
 
 
+def client_for(url: str):
+    return openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+
+
 @pytest.fixture(scope="module")
 def lm(lm_run):
     with live_server(lm_run, "tiny-lm") as url:
-        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), TextGenerator.from_checkpoint(lm_run)
+        yield client_for(url), TextGenerator.from_checkpoint(lm_run)
 
 
 def test_models_and_greedy_completion_equal_the_library(lm):
@@ -155,7 +159,7 @@ def llama(tmp_path_factory):
     folder = llama_folder(tmp_path_factory.mktemp("chat") / "hf")
     assert main(["import", str(folder), "--output", str(folder.parent / "ckpt")]) == 0
     with live_server(folder.parent / "ckpt", "tiny-llama") as url:
-        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), TextGenerator.from_checkpoint(
+        yield client_for(url), TextGenerator.from_checkpoint(
             folder.parent / "ckpt")
 
 
@@ -180,7 +184,7 @@ def test_chat_renders_the_models_template(llama):
 @pytest.fixture(scope="module")
 def encoder(mlm_run):
     with live_server(mlm_run, "tiny-bert") as url:
-        yield openai.OpenAI(base_url=url, api_key=KEY, max_retries=0), Embedder.from_checkpoint(mlm_run)
+        yield client_for(url), Embedder.from_checkpoint(mlm_run)
 
 
 def test_embeddings_equal_the_library(encoder):
@@ -203,7 +207,7 @@ def test_sigterm_finishes_the_streams_in_flight_refuses_new_work_and_exits_0(lm_
 
     with live_server(lm_run, "tiny-lm") as url:
         proc = live_server.last
-        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        client = client_for(url)
         stream = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=60, temperature=0,
                                            stream=True)
         chunks = iter(stream)
