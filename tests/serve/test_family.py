@@ -282,3 +282,23 @@ def test_one_prompt_cache_serves_the_library_and_the_server(generator):
         batcher.stop()
     assert store.hits == 1 and store.hit_tokens >= 40
     assert job.generated == alone(generator, system + "the cat ", 12, 0.0, 0)
+
+
+def test_encoder_requests_that_arrive_together_are_one_batch_and_a_bad_one_fails_alone(mlm_run):
+    """Concurrent /embed and /fill-mask requests go through one queue: fewer batches than requests, each
+    answer equal to its request alone, and a text without <mask> is 422 for its own request only."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.inference.embed import Embedder
+
+    filler, embedder = MaskFiller.from_checkpoint(mlm_run), Embedder.from_checkpoint(mlm_run)
+    texts = [f"the cat sat on the mat {i} ." for i in range(12)]
+    app = create_app(filler, Limits(), max_batch=32, wait_ms=50.0, embedder=embedder)
+    with TestClient(app) as client, ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda t: client.post("/embed", json={"texts": [t]}).json(), texts))
+        assert client.get("/health").json()["batches"] < len(texts)
+        for text, answer in zip(texts, answers, strict=True):
+            assert torch.allclose(torch.tensor(answer["embeddings"][0]), embedder.embed([text])[0], atol=1e-5)
+        bodies = [{"text": "the cat <mask> on the mat ."}, {"text": "no mask here"}] * 3
+        codes = list(pool.map(lambda b: client.post("/fill-mask", json=b).status_code, bodies))
+        assert codes == [200, 422] * 3

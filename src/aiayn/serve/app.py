@@ -83,7 +83,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_
     from aiayn.inference.generator import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
-        return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key, batching)
+        return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key, batching, wait_ms)
 
     def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
         return translator.translate(texts, max_batch, decoding)

@@ -8,6 +8,7 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 
+import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,12 +18,12 @@ from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.serve.batcher import DynamicBatcher
 from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
-from aiayn.serve.threads import compute_executor
 from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
 
@@ -66,13 +67,15 @@ class EmbedRequest(BaseModel):
 
 def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int,
                       threads: int | None = None, embedder: Embedder | None = None, name: str = "aiayn",
-                      api_key: str | None = None, batching: str = "continuous") -> FastAPI:
+                      api_key: str | None = None, batching: str = "continuous", wait_ms: float = 5.0) -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``, and an ``Embedder`` for
-    /embed) checkpoint; all its computing runs on one thread (the generation batcher's, or one executor's).
+    /embed) checkpoint; all its computing runs on one thread: the generation batcher's, or the encoder queue's
+    (fill-mask and embedding requests that arrive together are computed as one batch).
     The OpenAI-compatible routes (``serve/openai.py``) serve it as model ``name``; with ``api_key`` every route
     but /health needs ``Authorization: Bearer KEY``. ``batching="static"``: wait-and-batch generation (a
-    batch forms when none runs and ends with its last row), to compare with continuous batching."""
-    batcher = executor = None
+    batch forms when none runs and ends with its last row), to compare with continuous batching. ``wait_ms``:
+    how long the encoder queue waits for requests to batch with."""
+    batcher = queue = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
@@ -80,17 +83,19 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, static=batching == "static",
                                     threads=threads)
     else:
-        executor = compute_executor(threads)
+        queue = DynamicBatcher(_encoder_work(engine, embedder), max_batch, wait_ms, threads=threads)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         if batcher is not None:
             batcher.start()
+        else:
+            await queue.start()
         yield
         if batcher is not None:
             batcher.stop()
         else:
-            executor.shutdown(wait=True)
+            await queue.stop()
 
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
@@ -105,18 +110,18 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
-        return health_body(cfg, limits, **({} if batcher is None else batcher.stats()))
+        return health_body(cfg, limits, **({"batches": queue.batches} if batcher is None else batcher.stats()))
 
     if batcher is not None:
         _add_generate(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
-        _add_fill_mask(app, engine, limits, executor)
+        _add_fill_mask(app, limits, queue)
         if embedder is not None:
-            _add_embed(app, embedder, limits, executor)
+            _add_embed(app, embedder, limits, queue)
 
         async def embed(texts: list[str]):
-            vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, texts)
+            vectors = torch.stack(await queue.submit(texts, "embed"))  # (N, D)
             return vectors, sum(len(embedder.ids(t)) for t in texts)
 
         add_openai_routes(app, name, limits, embed=embed if embedder is not None else None)
@@ -226,25 +231,43 @@ async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGen
         job.cancelled = True
 
 
-def _add_fill_mask(app: FastAPI, filler: MaskFiller, limits: Limits, executor) -> None:
+def _encoder_work(filler: MaskFiller, embedder: Embedder | None):
+    """What the encoder queue computes for a batch of texts with the same options: ``"embed"`` -> one vector
+    (D,) per text; ``("fill", top_k)`` -> each text's candidates, or the ValueError its text raised (a text
+    without <mask> is its own request's 422, not its batch-mates')."""
+
+    def work(texts: list[str], options) -> list:
+        if options == "embed":
+            return list(embedder.embed(texts))
+        results = []
+        for text in texts:
+            try:
+                results.append(filler.fill(text, options[1]))
+            except ValueError as err:
+                results.append(err)
+        return results
+
+    return work
+
+
+def _add_fill_mask(app: FastAPI, limits: Limits, queue: DynamicBatcher) -> None:
     @app.post("/fill-mask")
     async def fill_mask(req: FillMaskRequest) -> dict:
         """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
         check_size([req.text], limits)
-        try:  # a text without <mask>, or too long, is the client's mistake
-            masks = await asyncio.get_running_loop().run_in_executor(executor, filler.fill, req.text, req.top_k)
-        except ValueError as err:
-            raise HTTPException(422, str(err)) from None
+        (masks,) = await queue.submit([req.text], ("fill", req.top_k))
+        if isinstance(masks, ValueError):  # a text without <mask>, or too long: the client's mistake
+            raise HTTPException(422, str(masks))
         return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
                            for c in cands] for cands in masks]}
 
 
-def _add_embed(app: FastAPI, embedder: Embedder, limits: Limits, executor) -> None:
+def _add_embed(app: FastAPI, embedder: Embedder, limits: Limits, queue: DynamicBatcher) -> None:
     @app.post("/embed")
     async def embed(req: EmbedRequest) -> dict:
         """{"embeddings": [[float] per text], "dimension", "pooling", "normalized"}: one vector per text, pooled
         as the checkpoint says (an imported sentence-transformers folder's pooling, else mean)."""
         check_size(req.texts, limits)
-        vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, req.texts)
+        vectors = torch.stack(await queue.submit(req.texts, "embed"))  # (N, D)
         return {"embeddings": vectors.tolist(), "dimension": vectors.size(1), "pooling": embedder.pooling.mode,
                 "normalized": embedder.pooling.normalize}
