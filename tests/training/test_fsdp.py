@@ -101,3 +101,19 @@ def test_each_process_trains_on_its_local_rank_gpu():
     assert rank_device(torch.device("cuda"), one) == torch.device("cuda")
     assert rank_device(torch.device("cpu"), third) == torch.device("cpu")
     assert rank_device(torch.device("cuda", 0), third) == torch.device("cuda", 0)
+
+
+def test_a_sharded_run_resumes_without_sharding(runs, tmp_path):
+    """Its checkpoint has DDP's layout, so DDP continues it (--no-fsdp on --resume) from the very weights."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(runs / "fsdp", run)
+    start = load_file(str(run / "last" / "model.safetensors"))
+    result = torchrun("--resume", "--output", str(run), "--max-steps", "8", "--no-fsdp")
+    assert "fsdp: True -> False" in result.stderr
+    state = json.loads((run / "last" / "trainer.json").read_text())
+    assert state["step"] == 8 and state["recipe"]["fsdp"] is False
+    assert losses(run)[-1] < losses(run)[0]
+    end = load_file(str(run / "last" / "model.safetensors"))
+    assert any(not (start[k] == end[k]).all() for k in start)
