@@ -116,16 +116,24 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         _add_generate(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
-        _add_fill_mask(app, limits, queue)
-        if embedder is not None:
-            _add_embed(app, embedder, limits, queue)
-
-        async def embed(texts: list[str]):
-            vectors = torch.stack(await queue.submit(texts, "embed"))  # (N, D)
-            return vectors, sum(len(embedder.ids(t)) for t in texts)
-
-        add_openai_routes(app, name, limits, embed=embed if embedder is not None else None)
+        _add_encoder_routes(app, name, limits, queue, embedder)
     return app
+
+
+def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: DynamicBatcher,
+                        embedder: Embedder | None) -> None:
+    """/fill-mask; with an ``embedder``, /embed and /v1/embeddings; all through the encoder ``queue``."""
+    _add_fill_mask(app, limits, queue)
+    if embedder is None:
+        add_openai_routes(app, name, limits)
+        return
+    _add_embed(app, embedder, limits, queue)
+
+    async def embed(texts: list[str]):
+        vectors = torch.stack(await queue.submit(texts, "embed"))  # (N, D)
+        return vectors, sum(len(embedder.ids(t)) for t in texts)
+
+    add_openai_routes(app, name, limits, embed=embed)
 
 
 def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBatcher, limits: Limits) -> None:

@@ -94,45 +94,52 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
     async def models() -> dict:
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "aiayn"}]}
 
-    def check_model(model: str) -> None:
-        if model != name:
-            raise OpenAIError(404, f"model {model!r} does not exist; this server serves {name!r}", "model",
-                              "model_not_found")
-
     if generator is not None:
-        texts = TextRoutes(name, generator, batcher, limits)
-
-        @app.post("/v1/completions")
-        async def completions(request: Request):
-            req = await parse(request, CompletionRequest)
-            check_model(req.model)
-            prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
-            return await texts.answer(request, req, prompts, "text_completion", req.logprobs)
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request):
-            req = await parse(request, ChatRequest)
-            check_model(req.model)
-            try:
-                prompt = generator.chat_prompt([m.model_dump(exclude_none=True) for m in req.messages])
-            except ValueError as err:
-                raise OpenAIError(400, f"messages: {err}", "messages") from None
-            top = (req.top_logprobs or 0) if req.logprobs else None
-            return await texts.answer(request, req, [prompt], "chat.completion", top)
-
+        _add_text_routes(app, name, TextRoutes(name, generator, batcher, limits), generator)
     if embed is not None:
-        @app.post("/v1/embeddings")
-        async def embeddings(request: Request) -> dict:
-            req = await parse(request, EmbeddingRequest)
-            check_model(req.model)
-            inputs = [req.input] if isinstance(req.input, str) else req.input
-            if not inputs or len(inputs) > limits.max_texts or any(len(t) > limits.max_chars for t in inputs):
-                raise OpenAIError(400, f"input: 1 to {limits.max_texts} texts of at most {limits.max_chars} "
-                                       "characters", "input")
-            vectors, tokens = await embed(inputs)
-            data = [{"object": "embedding", "index": i,
-                     "embedding": vector.tolist() if req.encoding_format == "float" else
-                     base64.b64encode(vector.float().numpy().astype("<f4").tobytes()).decode()}
-                    for i, vector in enumerate(vectors)]
-            return {"object": "list", "data": data, "model": name,
-                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        _add_embeddings(app, name, limits, embed)
+
+
+def check_model(model: str, name: str) -> None:
+    """A request for another model than the one served is 404, as OpenAI answers it."""
+    if model != name:
+        raise OpenAIError(404, f"model {model!r} does not exist; this server serves {name!r}", "model",
+                          "model_not_found")
+
+
+def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: TextGenerator) -> None:
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req = await parse(request, CompletionRequest)
+        check_model(req.model, name)
+        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        return await texts.answer(request, req, prompts, "text_completion", req.logprobs)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        req = await parse(request, ChatRequest)
+        check_model(req.model, name)
+        try:
+            prompt = generator.chat_prompt([m.model_dump(exclude_none=True) for m in req.messages])
+        except ValueError as err:
+            raise OpenAIError(400, f"messages: {err}", "messages") from None
+        top = (req.top_logprobs or 0) if req.logprobs else None
+        return await texts.answer(request, req, [prompt], "chat.completion", top)
+
+
+def _add_embeddings(app: FastAPI, name: str, limits: Limits, embed) -> None:
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> dict:
+        req = await parse(request, EmbeddingRequest)
+        check_model(req.model, name)
+        inputs = [req.input] if isinstance(req.input, str) else req.input
+        if not inputs or len(inputs) > limits.max_texts or any(len(t) > limits.max_chars for t in inputs):
+            raise OpenAIError(400, f"input: 1 to {limits.max_texts} texts of at most {limits.max_chars} "
+                                   "characters", "input")
+        vectors, tokens = await embed(inputs)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": vector.tolist() if req.encoding_format == "float" else
+                 base64.b64encode(vector.float().numpy().astype("<f4").tobytes()).decode()}
+                for i, vector in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

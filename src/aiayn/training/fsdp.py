@@ -68,10 +68,12 @@ class PlainTwin:
             p.data = torch.empty(0, dtype=p.dtype)
 
 
-def gather(model: nn.Module, twin: PlainTwin | None) -> nn.Module | None:
-    """The full weights (every rank takes part), in rank 0's twin; None on the other ranks."""
+def gather(model: nn.Module, optimizer: torch.optim.Optimizer, twin: PlainTwin | None) -> tuple[nn.Module | None, dict]:
+    """Every rank takes part: the full weights in rank 0's twin, and the full optimizer state (numbered as
+    ``optimizer.state_dict()`` numbers it); the other ranks get (None, {})."""
     state = get_model_state_dict(model, options=FULL_ON_RANK0)
-    return twin.fill(state) if twin is not None else None
+    plain = twin.fill(state) if twin is not None else None
+    return plain, optimizer_state(model, optimizer)
 
 
 def _names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

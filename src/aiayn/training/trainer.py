@@ -15,8 +15,6 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from aiayn.evaluation import score
-from aiayn.inference.translator import Translator
 from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
 from aiayn.model.transformer import TransformerModel, build_model
@@ -35,6 +33,7 @@ from aiayn.training.config import TrainConfig
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
 from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
+from aiayn.training.validation import to_device, validate
 
 
 class Trainer:
@@ -165,7 +164,7 @@ class Trainer:
         """Forward/backward over the accumulation window; loss normalised by the global token count."""
         total_loss, tokens = 0.0, 0
         for i, indices in enumerate(window):
-            batch = _to(self.task.collate(indices), self.device)
+            batch = to_device(self.task.collate(indices), self.device)
             sync = i == len(window) - 1 or not self.dist.enabled
             with (contextlib.nullcontext() if sync else self._no_sync()), self._autocast():
                 loss, n = self.task.loss(self.net, batch, self.cfg.label_smoothing)
@@ -229,7 +228,6 @@ class Trainer:
                 optimizer = self._gather()
                 if self.dist.main:
                     self._save(False, optimizer)
-                    self._release()
                 self.stopped_by_signal = True
                 bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
                 return {"step": self.step, "stopped_by": "SIGTERM"}
@@ -261,28 +259,22 @@ class Trainer:
             self.best, self.bad_evals = (metric, 0) if improved else (self.best, self.bad_evals + 1)
             self._save(improved, optimizer)
             tqdm.write(" ".join(f"{k}={v}" for k, v in result.items()))
-            self._release()
         self.bad_evals = int(distributed.all_sum(self.bad_evals if self.dist.main else 0, self.dist))
         self.model.train()
         return result
 
     def _gather(self) -> dict | None:
-        """FSDP: the full weights into rank 0's plain model and the full optimizer state (every rank takes
-        part; rank 0 gets the state, the others {}). Without FSDP: None (the model is whole everywhere)."""
+        """FSDP: the full weights into rank 0's plain model; the full optimizer state (None without FSDP)."""
         if not self.cfg.fsdp:
             return None
-        self.plain = fsdp.gather(self.model, self.twin)
-        return fsdp.optimizer_state(self.model, self.optimizer)
-
-    def _release(self) -> None:
-        """FSDP: rank 0's plain model gives its storage back until the next evaluation."""
-        if self.twin is not None:
-            self.twin.empty()
+        self.plain, optimizer = fsdp.gather(self.model, self.optimizer, self.twin)
+        return optimizer
 
     def _save(self, improved: bool, optimizer: dict | None = None) -> None:
         """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
         the previous last/ and writes this step's folders again. A failed write (a full disk) leaves every
-        previous folder whole and stops training with a message."""
+        previous folder whole and stops training with a message. FSDP: rank 0's plain model then gives its
+        storage back until the next evaluation."""
         try:
             self._write_checkpoints(improved, optimizer or self.optimizer.state_dict())
         except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
@@ -290,6 +282,9 @@ class Trainer:
             raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
                              f"{self.run.last} still holds the previous one: free space, then continue with "
                              "--resume") from None
+        finally:
+            if self.twin is not None:
+                self.twin.empty()
 
     def _write_checkpoints(self, improved: bool, optimizer: dict) -> None:
         if self.cfg.keep_last > 0:
@@ -303,30 +298,7 @@ class Trainer:
         save_checkpoint(self.run.last, self.plain, self.tokenizers, optimizer, state, self.generation,
                         **self._adapter)
 
-    @torch.no_grad()
     def validate(self) -> dict:
-        """Validation loss (no smoothing) and perplexity; for translation also sacreBLEU and chrF; for mlm the
-        masked-token accuracy (arg-max at the masked positions)."""
-        self.plain.eval()
-        task = self.valid_task
-        total, tokens = 0.0, 0
-        for indices in task.batches(0):
-            with self._autocast():
-                loss, n = task.loss(self.plain, _to(task.collate(indices), self.device), 0.0)
-            total, tokens = total + loss.item(), tokens + n
-        nll = total / max(tokens, 1)
-        result = {"valid_loss": round(nll, 4), "valid_ppl": round(math.exp(min(nll, 50)), 3)}
-        if self.cfg.task == "mlm":
-            counts = [task.masked_accuracy(self.plain, _to(task.collate(b), self.device)) for b in task.batches(0)]
-            result["valid_mask_acc"] = round(sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1), 4)
-        if self.cfg.task == "translation" and self.cfg.bleu_sentences > 0:
-            n = self.cfg.bleu_sentences
-            translator = Translator(self.plain, self.tokenizers, self.device, beam_size=self.cfg.beam_size)
-            hyps = translator.translate(self.splits.valid.sources[:n])
-            scores = score(hyps, self.splits.valid.targets[:n], "zh" if self.cfg.tgt_lang == "zh" else None)
-            result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
-        return result
-
-
-def _to(batch, device: torch.device):
-    return tuple(t.to(device) for t in batch) if isinstance(batch, tuple) else batch.to(device)
+        """The validation metrics of the plain (unsharded) model: ``training/validation.py``."""
+        return validate(self.plain, self.valid_task, self.cfg, self.splits.valid, self.tokenizers, self.device,
+                        self._autocast)
