@@ -12,8 +12,8 @@ from aiayn import generate, pack, quantize
 from aiayn.cli import main
 from aiayn.data.datasets import load_splits, synthetic_pairs
 from aiayn.decoding.beam import beam_search
-from aiayn.decoding.core import Stepper
-from aiayn.decoding.greedy import decode_loop
+from aiayn.decoding.engine import Engine
+from aiayn.decoding.greedy import TokenRows, decode_loop
 from aiayn.inference.shortlist import Shortlist, build_shortlist
 from aiayn.inference.translator import Translator
 from aiayn.model.packed import output_rows
@@ -121,16 +121,20 @@ def test_beam_over_candidate_columns_is_beam_over_the_vocabulary_with_the_others
     assert [[h.tokens for h in n_best] for n_best in only_eos] == [[[]]] * 4
 
 
-def test_the_stepper_scores_candidate_columns_forbids_by_column_and_maps_columns_back(model):
+def test_the_engine_scores_candidate_columns_forbids_by_column_and_maps_columns_back(model):
     cfg = model.config
     candidates = torch.tensor([cfg.pad_id, cfg.bos_id, cfg.eos_id, 7, 12])  # a list holding BOS and PAD too
-    step = Stepper(model, random_ids(2, 5, vocab=30), max_new_tokens=3, candidates=candidates)
-    scores = step(step.start_tokens).float()  # (2, 5): one column per candidate
-    assert scores.shape == (2, 5) and torch.isfinite(scores).all()
-    assert torch.isinf(step.forbid(scores.clone(), no_eos=False)[:, :2]).all()
-    kept = step.forbid(scores.clone(), no_eos=True)
+    seen = []
+    rows = TokenRows(torch.tensor([1, 1]), lambda s: seen.append(s.clone()) or s.argmax(dim=-1), cfg.eos_id, cfg.pad_id)
+    engine = Engine(model, candidates=candidates)
+    engine.admit(rows, random_ids(2, 5, vocab=30))
+    engine.run()
+    (scores,) = seen  # (2, 5): one column per candidate, PAD and BOS forbidden
+    assert scores.shape == (2, 5) and torch.isinf(scores[:, :2]).all() and torch.isfinite(scores[:, 2:]).all()
+    kept = engine.columns.forbid(scores.clone(), no_eos=True)
     assert torch.isinf(kept[:, :3]).all() and torch.isfinite(kept[:, 3:]).all()
-    assert step.token_ids(torch.tensor([4, 3, 2])).tolist() == [12, 7, cfg.eos_id]
+    assert engine.columns.token_ids(torch.tensor([4, 3, 2])).tolist() == [12, 7, cfg.eos_id]
+    assert {t for row in rows.results() for t in row} <= {7, 12}
 
 
 def test_the_rows_of_a_packed_projection_and_int8_is_a_clear_error(model):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.decoding.core import Stepper
+from aiayn.decoding.core import Columns
+from aiayn.decoding.engine import run
 from aiayn.model.transformer import TransformerModel
 
 
@@ -29,54 +30,81 @@ def gnmt_penalty(length: int, length_penalty: float) -> float:
     return ((5.0 + length) / 6.0) ** length_penalty
 
 
-@torch.no_grad()
+class BeamRows:
+    """The ``beam_size`` rows of each of B sentences (an engine group): each step keeps the best unfinished
+    hypotheses per sentence; candidates ending in EOS among the top ``beam_size`` are finished.
+
+    Args:
+        limits: new tokens allowed per sentence (B,).
+        min_new_tokens: EOS is not allowed before this many tokens.
+    """
+
+    def __init__(self, limits: list[int], beam_size: int, eos_id: int, min_new_tokens: int = 0,
+                 length_penalty: float = 1.0) -> None:
+        self.limits, self.k, self.eos_id = limits, beam_size, eos_id
+        self.min_new_tokens, self.length_penalty = min_new_tokens, length_penalty
+        self.size, self.longest, self.steps = len(limits) * beam_size, max(limits, default=0), 0
+        self.finished: list[list[Hypothesis]] = [[] for _ in limits]
+        self.sentence_done = [limit == 0 for limit in limits]
+        self.scores: Tensor | None = None  # (B, K) log-probabilities of the live beams
+        self.history: Tensor | None = None  # (B*K, steps) their tokens
+
+    @property
+    def done(self) -> bool:
+        return all(self.sentence_done)
+
+    def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, Tensor]:
+        batch, k, eos = len(self.limits), self.k, self.eos_id
+        if self.scores is None:
+            self.scores = torch.full((batch, k), float("-inf"), device=scores.device)
+            self.scores[:, 0] = 0.0  # all beams start identical: expand only the first
+            self.history = torch.zeros(batch * k, 0, dtype=torch.long, device=scores.device)
+        logp = columns.forbid(scores.log_softmax(dim=-1), self.steps < self.min_new_tokens)  # (B*K, V) or (B*K, C)
+        vocab = logp.size(-1)  # V, or C over a shortlist's candidates
+        cand = (self.scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)  # (B, K*V)
+        cand_scores, cand_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # (B, 2K); fewer when C < 2
+        cand_beam, cand_tok = cand_idx // vocab, columns.token_ids(cand_idx % vocab)
+        _finish_eos(self.finished, self.sentence_done, cand_scores, cand_beam, cand_tok, self.history, k, eos,
+                    self.length_penalty)
+        ranks = torch.arange(cand_tok.size(1), device=cand_tok.device)
+        keep = ((cand_tok == eos).long() * 2 * k + ranks).argsort(dim=1)[:, :k]  # (B, K)
+        kept_tok = cand_tok.gather(1, keep)  # (B, K)
+        self.scores = cand_scores.gather(1, keep).masked_fill(kept_tok == eos, float("-inf"))  # EOS never lives on
+        offsets = torch.arange(batch, device=cand_beam.device)[:, None] * k
+        rows_kept = (cand_beam.gather(1, keep) + offsets).flatten()  # (B*K,)
+        self.history = torch.cat([self.history.index_select(0, rows_kept), kept_tok.view(-1, 1)], dim=1)
+        self.steps += 1
+        for b in range(batch):
+            if not self.sentence_done[b] and self.steps >= self.limits[b]:
+                _finish_live(self.finished[b], self.history[b * k:(b + 1) * k], self.scores[b], self.length_penalty)
+                self.sentence_done[b] = True
+        return kept_tok.view(-1), rows_kept
+
+    def nbest(self) -> list[list[Hypothesis]]:
+        """Per sentence, its best ``beam_size`` hypotheses, best first."""
+        return [sorted(f, key=lambda h: -h.score)[: self.k] for f in self.finished]
+
+
 def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, max_new_tokens: Tensor | int = 64,
                 min_new_tokens: int = 0, length_penalty: float = 1.0, use_cache: bool = True,
                 candidates: Tensor | None = None) -> list[list[Hypothesis]]:
-    """n-best lists (best first, ``beam_size`` each) for every row of ``src_ids``.
+    """n-best lists (best first, ``beam_size`` each) for every row of ``src_ids`` (:class:`BeamRows` run by the
+    engine, :func:`aiayn.decoding.engine.run`).
 
     ``max_new_tokens`` may be a (B,) tensor of per-sentence limits; ``candidates`` (C,): the only ids that
     may be generated (a shortlist; log-probabilities are then normalised over them).
     """
-    cfg, batch, k = model.config, src_ids.size(0), beam_size
-    limits = torch.as_tensor(max_new_tokens).expand(batch).tolist()
-    step = Stepper(model, src_ids, max(limits), use_cache, beams=k, candidates=candidates)
-    tokens = step.start_tokens  # (B*K, t0)
-    start = tokens.size(1)
-    scores = torch.full((batch, k), float("-inf"), device=src_ids.device)
-    scores[:, 0] = 0.0  # all beams start identical: expand only the first
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    done = [limit == 0 for limit in limits]
-    for t in range(max(limits)):
-        logp = step.forbid(step(tokens).float().log_softmax(dim=-1), t < min_new_tokens)  # (B*K, V) or (B*K, C)
-        vocab = logp.size(-1)  # V, or C over a shortlist's candidates
-        cand = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, k * vocab)  # (B, K*V)
-        cand_scores, cand_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # (B, 2K); fewer when C < 2
-        cand_beam, cand_tok = cand_idx // vocab, step.token_ids(cand_idx % vocab)
-        _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, tokens, start, k, cfg.eos_id, length_penalty)
-        ranks = torch.arange(cand_tok.size(1), device=cand_tok.device)
-        keep = ((cand_tok == cfg.eos_id).long() * 2 * k + ranks).argsort(dim=1)[:, :k]  # (B, K)
-        kept_tok = cand_tok.gather(1, keep)  # (B, K)
-        scores = cand_scores.gather(1, keep).masked_fill(kept_tok == cfg.eos_id, float("-inf"))  # EOS never lives on
-        offsets = torch.arange(batch, device=cand_beam.device)[:, None] * k
-        rows_kept = (cand_beam.gather(1, keep) + offsets).flatten()  # (B*K,)
-        tokens = torch.cat([tokens.index_select(0, rows_kept), kept_tok.view(-1, 1)], dim=1)
-        step.reorder(rows_kept, within_groups=True)  # beams never leave their sentence
-        for b in range(batch):
-            if not done[b] and t + 1 >= limits[b]:
-                _finish_live(finished[b], tokens[b * k:(b + 1) * k, start:], scores[b], length_penalty)
-                done[b] = True
-        if all(done):
-            break
-    return [sorted(f, key=lambda h: -h.score)[:k] for f in finished]
+    limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
+    rows = BeamRows(limits, beam_size, model.config.eos_id, min_new_tokens, length_penalty)
+    return run(model, rows, src_ids, beam_size, use_cache, candidates).nbest()
 
 
-def _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, tokens, start, k, eos_id, length_penalty) -> None:
+def _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, history, k, eos_id, length_penalty) -> None:
     """Move EOS candidates ranked within the top K into their sentence's finished list."""
     for b, r in (cand_tok[:, :k] == eos_id).nonzero().tolist():
         if done[b] or cand_scores[b, r] == float("-inf"):
             continue
-        prefix = tokens[b * k + int(cand_beam[b, r]), start:].tolist()
+        prefix = history[b * k + int(cand_beam[b, r])].tolist()
         logprob = float(cand_scores[b, r])
         finished[b].append(Hypothesis(prefix, logprob / gnmt_penalty(len(prefix) + 1, length_penalty), logprob))
         if len(finished[b]) >= k:

@@ -1,5 +1,5 @@
-"""What every decoding strategy shares: the stepper over a model's step interface, the tokens never
-generated, the length policy, and cutting a finished row.
+"""What every decoding strategy shares: the tokens never generated, the columns of the scores (all tokens or a
+shortlist), the length policy, cutting a finished row, and the stepper speculative decoding drives.
 
 A model exposes ``start(inputs, max_new_tokens, use_cache, beams) -> (tokens, state)`` and
 ``step(tokens, state) -> logits``; this module knows nothing about which family member it drives.
@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 
 from aiayn.model.config import ModelConfig
-from aiayn.model.packed import output_rows
 from aiayn.model.transformer import TransformerModel
 
 
@@ -56,47 +55,21 @@ def length_limits(inputs: Tensor, pad_id: int, max_new_tokens: Tensor | int | No
     return limits.clamp(min=0)
 
 
-class Stepper:
-    """Next-token scores for every row, given all its tokens so far; with a cache, only the columns not
-    yet in the cache are fed to the model.
+class Columns:
+    """What the columns of a decode's scores are: all V tokens, or a vocabulary shortlist's C candidates
+    (``aiayn.inference.shortlist``: the model then scores just those, its output projection cut to their rows,
+    so a search's softmax and top-k run over C columns, not V). Forbids tokens and maps columns to ids."""
 
-    Args:
-        inputs: (B, S) sources (encoder-decoder) or right-padded prompts (decoder-only).
-        max_new_tokens: room to leave in the cache after the start tokens.
-        beams: each input stands for this many consecutive rows (beam search, sampling n per input).
-        prompt_cache: (decoder-only, one prompt) reuse the stored keys/values of its longest prefix.
-        candidates: (C,) the only token ids that may be generated (a vocabulary shortlist,
-            ``aiayn.inference.shortlist``): the model scores just those (its output projection cut to their rows),
-            and the scores' columns are those candidates: a search picks columns and maps them back with
-            :meth:`token_ids`, so its softmax and top-k run over C columns, not V.
-    """
-
-    def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
-                 beams: int = 1, prompt_cache=None, candidates: Tensor | None = None) -> None:
-        self.model = model
-        self.start_tokens, self.state = model.start(inputs, max_new_tokens, use_cache, beams)  # (B*beams, t0)
-        self.cache = self.state.cache
-        if prompt_cache is not None and self.cache is not None and self.start_tokens.size(0) == 1:
-            prompt_cache.fill(self.start_tokens, self.cache)
-        self.candidates = candidates
+    def __init__(self, cfg: ModelConfig, candidates: Tensor | None = None) -> None:
+        self.cfg, self.candidates = cfg, candidates
         if candidates is not None:
-            self.state.output = output_rows(model.output, candidates)
-            cfg = model.config
             self._never = torch.isin(candidates, torch.tensor(never_generated(cfg), device=candidates.device))  # (C,)
             self._eos = candidates == cfg.eos_id  # (C,) bool
 
-    def __call__(self, tokens: Tensor) -> Tensor:
-        """tokens (B, t) -> logits (B, V) for column t, or (B, C) over the candidates."""
-        return self.score_new(tokens)[:, -1]
-
-    def score_new(self, tokens: Tensor) -> Tensor:
-        """Logits (B, t', V) (or (B, t', C)) for every column not yet in the cache (all t columns without one)."""
-        return self.model.step(tokens, self.state)
-
     def forbid(self, scores: Tensor, no_eos: bool) -> Tensor:
-        """:func:`forbid` on scores over this stepper's columns (all V tokens, or the C candidates); in place."""
+        """:func:`forbid` on scores (B, V) or (B, C), in place."""
         if self.candidates is None:
-            return forbid(scores, self.model.config, no_eos)
+            return forbid(scores, self.cfg, no_eos)
         scores.masked_fill_(self._never, float("-inf"))  # (B, C) with a (C,) mask
         return scores.masked_fill_(self._eos, float("-inf")) if no_eos else scores
 
@@ -104,6 +77,27 @@ class Stepper:
         """The token ids of score columns (the same ids without candidates)."""
         return columns if self.candidates is None else self.candidates[columns]
 
-    def reorder(self, index: Tensor, within_groups: bool = False) -> None:
-        """Keep rows ``index`` (beam search); see :meth:`DecodeState.reorder`."""
-        self.state.reorder(index, within_groups)
+
+class Stepper:
+    """Next-token scores for every row, given all its tokens so far; with a cache, only the columns not
+    yet in the cache are fed to the model (speculative decoding's main and draft models).
+
+    Args:
+        inputs: (B, S) sources (encoder-decoder) or right-padded prompts (decoder-only).
+        max_new_tokens: room to leave in the cache after the start tokens.
+        beams: each input stands for this many consecutive rows.
+    """
+
+    def __init__(self, model: TransformerModel, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
+                 beams: int = 1) -> None:
+        self.model = model
+        self.start_tokens, self.state = model.start(inputs, max_new_tokens, use_cache, beams)  # (B*beams, t0)
+        self.cache = self.state.cache
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (B, t) -> logits (B, V) for column t."""
+        return self.score_new(tokens)[:, -1]
+
+    def score_new(self, tokens: Tensor) -> Tensor:
+        """Logits (B, t', V) for every column not yet in the cache (all t columns without one)."""
+        return self.model.step(tokens, self.state)

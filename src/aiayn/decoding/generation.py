@@ -1,4 +1,5 @@
-"""``aiayn.generate``: the one entry to every decoding strategy (greedy, speculative greedy, beam, sample).
+"""``aiayn.generate``: the one entry to every decoding strategy (greedy, speculative greedy, beam, sample), and
+``rows_for``: the engine group a :class:`DecodingConfig` decodes with, for the library and the server alike.
 
 The Translator, the text generator, the server and the validation loop decode through it; so does the
 library user. The options are a :class:`~aiayn.decoding.config.DecodingConfig`, or its fields by name.
@@ -10,12 +11,13 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from aiayn.decoding.beam import beam_search
+from aiayn.decoding.beam import BeamRows
 from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.core import length_limits
-from aiayn.decoding.greedy import greedy_search
+from aiayn.decoding.engine import Rows, run
+from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.prefix import PromptCache
-from aiayn.decoding.sampling import sample
+from aiayn.decoding.sampling import sampled_rows
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
 from aiayn.model.transformer import TransformerModel
 
@@ -52,30 +54,48 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
     given = {"strategy": strategy, "max_new_tokens": None if per_row is not None else max_new_tokens}
     cfg = (config or DecodingConfig()).replace(**{k: v for k, v in given.items() if v is not None}, **options)
     model.eval()
-    chosen = cfg.chosen_strategy("greedy")
-    if chosen == "sample" and cfg.temperature == 0:  # temperature 0 is greedy
-        chosen = "greedy"
+    chosen = strategy_of(cfg)
     if candidates is not None and (draft_model is not None or chosen == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
-    limits = _limits(model, src_ids, cfg, per_row)  # (B,)
+    if draft_model is not None:
+        if chosen != "greedy" or cfg.num_return_sequences != 1:
+            raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
+        return speculative_greedy(model, draft_model, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
+                                  cfg.min_new_tokens, speculative_stats)[0]
+    group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token)
+    run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
+    if chosen == "beam":
+        return [h.tokens for hyps in group.nbest() for h in hyps[:cfg.num_return_sequences]]
+    return group.results()
+
+
+def strategy_of(cfg: DecodingConfig) -> str:
+    """greedy, beam or sample: the one named (greedy by default; sampling at temperature 0 is greedy)."""
+    chosen = cfg.chosen_strategy("greedy")
+    return "greedy" if chosen == "sample" and cfg.temperature == 0 else chosen
+
+
+def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None = None,
+             on_token: Callable[[Tensor, Tensor], None] | None = None) -> tuple[Rows, Tensor, int]:
+    """The engine group that decodes ``src_ids`` (B, S) as ``cfg`` says: ``(group, inputs, beams)`` to
+    :meth:`Engine.admit <aiayn.decoding.engine.Engine.admit>` (sampling n per input repeats each input n times;
+    beam search makes each input stand for ``beam_size`` rows). ``per_row``: (B,) limits replacing
+    ``cfg.max_new_tokens``. The library's :func:`generate` and the server both build their groups here."""
+    chosen, limits, eos, pad = strategy_of(cfg), _limits(model, src_ids, cfg, per_row), model.config.eos_id, \
+        model.config.pad_id
     if chosen == "greedy":
         if cfg.num_return_sequences != 1:
             raise ValueError("num_return_sequences: greedy search returns one sequence; use beam or sample")
-        if draft_model is not None:
-            return speculative_greedy(model, draft_model, src_ids, limits, draft_tokens, cfg.min_new_tokens,
-                                      speculative_stats)[0]
-        return greedy_search(model, src_ids, limits, cfg.min_new_tokens, use_cache, prompt_cache, on_token,
-                             candidates)
-    if draft_model is not None:
-        raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
+        return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token), src_ids, 1
     if chosen == "beam":
         if cfg.num_return_sequences > cfg.beam_size:
             raise ValueError(f"num_return_sequences: at most beam_size={cfg.beam_size} for beam search")
-        nbest = beam_search(model, src_ids, cfg.beam_size, limits, cfg.min_new_tokens, cfg.length_penalty,
-                            use_cache, candidates)
-        return [h.tokens for hyps in nbest for h in hyps[:cfg.num_return_sequences]]
-    return sample(model, src_ids, limits, cfg.min_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
-                  cfg.seed, cfg.num_return_sequences, use_cache, prompt_cache, on_token)
+        return BeamRows(limits.tolist(), cfg.beam_size, eos, cfg.min_new_tokens, cfg.length_penalty), src_ids, \
+            cfg.beam_size
+    n = cfg.num_return_sequences
+    group = sampled_rows(model, limits.repeat_interleave(n), cfg.min_new_tokens, cfg.temperature, cfg.top_k,
+                         cfg.top_p, cfg.seed, on_token)
+    return group, src_ids.repeat_interleave(n, dim=0), 1  # (B*n, S)
 
 
 def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None) -> Tensor:

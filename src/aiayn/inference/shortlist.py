@@ -7,7 +7,7 @@ Association is the Dice coefficient of sentence co-occurrence, 2 c(s, t) / (c(s)
 and its translation, low for a pair that meets only because one of the two is everywhere (those frequent
 words are in the list anyway). Built once from a corpus (``aiayn shortlist``), stored as safetensors, used by
 ``Translator(shortlist=...)`` and ``aiayn translate / evaluate --shortlist FILE``. Decoding then scores only
-the candidates; every other token gets -inf (``aiayn.decoding.core.Stepper``).
+the candidates; every other token gets -inf (``aiayn.decoding.core.Columns``).
 """
 
 from __future__ import annotations

@@ -126,15 +126,18 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_kv.truncate(length)
 
-    # Continuous batching (aiayn.serve.continuous): rows join, leave, and share columns.
+    # Continuous batching (aiayn.decoding.engine): rows join, leave, and share columns.
 
     def select(self, index: Tensor) -> DecoderCache:
-        """A cache of rows ``index`` only (self-attention; any number of rows), the same filled length."""
-        return DecoderCache([LayerCache(layer.self_kv.select(index)) for layer in self.layers])
+        """A cache of rows ``index`` only (any number of rows), the same filled length."""
+        return DecoderCache([LayerCache(layer.self_kv.select(index), None if layer.cross_kv is None else
+                                        tuple(t.index_select(0, index) for t in layer.cross_kv))
+                             for layer in self.layers])
 
     def append_rows(self, other: DecoderCache) -> DecoderCache:
-        """This cache's rows followed by ``other``'s (same layers, capacity and filled length)."""
-        return DecoderCache([LayerCache(mine.self_kv.append_rows(theirs.self_kv))
+        """This cache's rows followed by ``other``'s (same layers and filled length); cross-attention keys and
+        values of sources of different lengths are zero-padded to the longer (the source mask hides them)."""
+        return DecoderCache([LayerCache(mine.self_kv.append_rows(theirs.self_kv), _cat_cross(mine, theirs))
                              for mine, theirs in zip(self.layers, other.layers, strict=True)])
 
     def shift(self, columns: int) -> None:
@@ -157,6 +160,26 @@ class DecoderCache:
         """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
         for mine, theirs in zip(self.layers, other.layers, strict=True):
             mine.self_kv.copy_prefix(theirs.self_kv, length)
+
+
+def _cat_cross(mine: LayerCache, theirs: LayerCache) -> tuple[Tensor, Tensor] | None:
+    """Both layers' cross-attention keys/values (B, H, S, D), one after the other, padded to one S."""
+    if (mine.cross_kv is None) != (theirs.cross_kv is None):
+        raise ValueError("KV cache: rows with and without cross-attention keys cannot share a batch")
+    if mine.cross_kv is None:
+        return None
+    s = max(mine.cross_kv[0].size(2), theirs.cross_kv[0].size(2))
+    return tuple(torch.cat([pad_to(a, s, 2), pad_to(b, s, 2)])
+                 for a, b in zip(mine.cross_kv, theirs.cross_kv, strict=True))
+
+
+def pad_to(t: Tensor, size: int, dim: int, value: float | bool = 0) -> Tensor:
+    """``t`` padded at the end of ``dim`` with ``value`` to ``size`` (unchanged when it has that size)."""
+    if t.size(dim) == size:
+        return t
+    shape = list(t.shape)
+    shape[dim] = size - t.size(dim)
+    return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
 
 @dataclass
@@ -192,3 +215,49 @@ class DecodeState:
                 None if t is None else t.index_select(0, index) for t in (self.memory, self.src_mask, self.left_pad))
         if self.cache is not None:
             self.cache.reorder(index, within_groups)
+
+    # Continuous batching (aiayn.decoding.engine): rows join and leave between steps.
+
+    def select(self, index: Tensor) -> DecodeState:
+        """The state of rows ``index`` only (any number of rows)."""
+        pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
+        return DecodeState(self.cache.select(index), pick(self.memory), pick(self.src_mask), pick(self.left_pad),
+                           self.output)
+
+    def append_rows(self, other: DecodeState) -> DecodeState:
+        """This state's rows followed by ``other``'s; both caches hold the same columns (see :meth:`shift`).
+        Sources of different lengths are padded to the longer one (masked: the source mask is False there)."""
+        memory = src_mask = None
+        if self.memory is not None:
+            s = max(self.memory.size(1), other.memory.size(1))
+            memory = torch.cat([pad_to(self.memory, s, 1), pad_to(other.memory, s, 1)])  # (B1+B2, S, D)
+            if self.src_mask is not None or other.src_mask is not None or self.memory.size(1) != s \
+                    or other.memory.size(1) != s:
+                src_mask = torch.cat([pad_to(_real(self), s, 1, False), pad_to(_real(other), s, 1, False)])
+        left_pad = None
+        if self.left_pad is not None or other.left_pad is not None:
+            left_pad = torch.cat([_left_pad(self), _left_pad(other)])  # (B1+B2,)
+        return DecodeState(self.cache.append_rows(other.cache), memory, src_mask, left_pad, self.output)
+
+    def shift(self, columns: int) -> None:
+        """``columns`` more (> 0) or fewer (< 0) padding columns in front of every row, in the cache too."""
+        self.left_pad = _left_pad(self) + columns
+        self.cache.shift(columns)
+
+    @property
+    def rows(self) -> int:
+        return self.cache.layers[0].self_kv.k.size(0)
+
+
+def _real(state: DecodeState) -> Tensor:
+    """(B, S) bool, True = a real source token: the state's source mask, or all True without one."""
+    if state.src_mask is not None:
+        return state.src_mask
+    return torch.ones(state.memory.shape[:2], dtype=torch.bool, device=state.memory.device)
+
+
+def _left_pad(state: DecodeState) -> Tensor:
+    """(B,) padding columns in front of each row (zeros when the state has none)."""
+    if state.left_pad is not None:
+        return state.left_pad
+    return torch.zeros(state.rows, dtype=torch.long, device=state.cache.layers[0].self_kv.k.device)

@@ -109,7 +109,8 @@ class EncoderDecoder(TransformerModel):
         return self.encoder(self.src_embed(src_ids), mask, need_weights)
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-               cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+               cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None,
+               left_pad: Tensor | None = None) -> Tensor:
         """Next-token logits (B, T, V) for target ids (B, T).
 
         Args:
@@ -117,22 +118,27 @@ class EncoderDecoder(TransformerModel):
             cache: with a cache, ``tgt_ids`` are only the new positions (at ``cache.position`` onwards),
                 past keys/values are reused and the new ones appended (incremental decoding).
             output: another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
+            left_pad: (B,) the first ``left_pad[b]`` target columns of row b are padding (never attended to;
+                rows that joined a running batch later, ``aiayn.decoding.engine``); its BOS is position 0.
         """
-        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False)
+        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False, left_pad=left_pad)
         return (self.output if output is None else output)(hidden)
 
-    def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None,
-                cache: DecoderCache | None, need_weights: bool) -> tuple[Tensor, list[dict[str, Tensor]]]:
+    def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
+                need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
         offset = 0 if cache is None else cache.position
         t = tgt_ids.size(1)
-        tgt_pad = None
-        if cache is None:
+        tgt_pad, positions = None, offset
+        if left_pad is not None:
+            tgt_pad = torch.arange(offset + t, device=tgt_ids.device) >= left_pad[:, None]  # (B, offset+T)
+            positions = offset - left_pad  # (B,) per-row position of column ``offset``
+        elif cache is None:
             tgt_pad = padding_mask(tgt_ids, self.config.pad_id)  # (B, T)
             tgt_pad[:, 0] = True  # the start token is never padding (Marian starts from the pad id)
         self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device, self.config.sliding_window)
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
-        x = self.tgt_embed(tgt_ids, offset)
-        return self.decoder(x, memory, self_mask, cross_mask, cache, offset, need_weights)
+        x = self.tgt_embed(tgt_ids, positions)
+        return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -141,12 +147,19 @@ class EncoderDecoder(TransformerModel):
         src_mask = padding_mask(inputs, self.config.pad_id).repeat_interleave(beams, dim=0)  # (B*beams, S)
         if bool(src_mask.all()):
             src_mask = None  # no padding: no mask, the fastest attention path
-        cache = self.new_cache(memory.size(0), 1 + max_new_tokens, memory) if use_cache else None
+        cache = None
+        if use_cache:
+            cache = self.new_cache(memory.size(0), 1 + max_new_tokens, memory)
+            for layer, kept in zip(self.decoder.layers, cache.layers, strict=True):
+                kept.cross_kv = layer.cross_attn.project_kv(memory)  # once per source: (B*beams, H, S, D) each
         bos = torch.full((memory.size(0), 1), self.config.bos_id, dtype=torch.long, device=inputs.device)
         return bos, DecodeState(cache, memory, src_mask)
 
     def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
-        return self.decode(tokens[:, state.position:], state.memory, state.src_mask, state.cache, state.output)
+        new = tokens[:, state.position:]  # (B, t'): the columns not yet in the cache
+        if state.left_pad is None:
+            return self.decode(new, state.memory, state.src_mask, state.cache, state.output)
+        return self.decode(new, state.memory, state.src_mask, state.cache, state.output, state.left_pad)
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""

@@ -1,0 +1,187 @@
+"""The step-level decoding engine (SPEC section 3): groups of rows join a running batch, step together and leave.
+
+A decoding strategy is a group of rows (:class:`Rows`): greedy or sampled continuations
+(:class:`aiayn.decoding.greedy.TokenRows`), the beams of beam search (:class:`aiayn.decoding.beam.BeamRows`).
+``aiayn.generate`` admits one group and steps until it is done; the server's scheduler (``serve/scheduler.py``)
+admits a group per request between two steps and takes finished groups out, so a long request never holds up a
+short one (the continuous batching of Orca and vLLM, written small). Rows of every group are left-padded to one
+width; each keeps its own positions, its own source (encoder-decoder: its memory and cross-attention keys), and
+never attends to padding, so a group's tokens are the ones it would get alone.
+
+Between two steps, once rows have joined: ``tokens`` (B, W) holds every row and the cache holds columns
+0..W-2 (the last column is what the next step reads).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from aiayn.decoding.core import Columns
+from aiayn.model.cache import DecodeState
+from aiayn.model.packed import output_rows
+from aiayn.model.transformer import TransformerModel
+
+
+class Rows(Protocol):
+    """A group of rows that join the engine together and leave together, when ``done``."""
+
+    size: int  # rows in the batch
+    longest: int  # the most new tokens any of its rows may take
+    steps: int  # steps taken so far
+
+    @property
+    def done(self) -> bool: ...
+
+    def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, Tensor | None]:
+        """Scores (size, V) or (size, C) of this step, float, in place -> the next token ids (size,) and, for
+        beam search, which of its rows each row continues (size,) (None: row i continues row i)."""
+
+
+class Engine:
+    """Decodes groups of rows on ``model`` in one batch.
+
+    Args:
+        use_cache: keep keys/values between steps (rows can only join a running batch with a cache).
+        candidates: (C,) the only token ids that may be generated (a vocabulary shortlist, for every group).
+        capacity: columns of the KV cache (a server's: the longest prompt + continuation a row may reach);
+            None: each start sizes it to its own group (the library's single group).
+        prompt_cache: decoder-only: one-row prompts reuse the stored keys/values of their longest cached prefix
+            and store their whole blocks (``aiayn.decoding.prefix``).
+    """
+
+    def __init__(self, model: TransformerModel, use_cache: bool = True, candidates: Tensor | None = None,
+                 capacity: int | None = None, prompt_cache=None) -> None:
+        self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
+        self.columns = Columns(model.config, candidates)
+        self.groups: list[Rows] = []
+        self.tokens: Tensor | None = None  # (B, W)
+        self.state: DecodeState | None = None
+        self.steps = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(group.size for group in self.groups)
+
+    def fits(self, width: int, group: Rows) -> bool:
+        """Whether every row, a newcomer of ``width`` start columns included, can reach its limit in the cache."""
+        if self.capacity is None or not self.groups:
+            return True
+        wide = max(width, self.tokens.size(1))
+        longest = max([g.longest - g.steps for g in self.groups] + [group.longest])
+        return wide - 1 + longest <= self.capacity
+
+    @torch.no_grad()
+    def admit(self, group: Rows, inputs: Tensor, beams: int = 1) -> None:
+        """Start ``group`` on ``inputs`` (B, S): sources, or right-padded prompts (each stands for ``beams`` rows).
+        A joining group's start columns are computed alone (from the prompt cache where it can), then its rows
+        are appended to the running batch."""
+        if group.done:
+            return
+        tokens, state = self._start(group, inputs, beams)
+        if not self.groups:
+            self.tokens, self.state = tokens, state
+        else:
+            self._join(tokens, state)
+        self.groups.append(group)
+
+    def _start(self, group: Rows, inputs: Tensor, beams: int) -> tuple[Tensor, DecodeState]:
+        room = group.longest if self.capacity is None else self.capacity - self._start_width(inputs)
+        tokens, state = self.model.start(inputs, max(room, group.longest), self.use_cache, beams)  # (b, t0)
+        if self.columns.candidates is not None:
+            state.output = output_rows(self.model.output, self.columns.candidates)
+        if self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
+            prompt = tokens[0].tolist()
+            self.prompt_cache.load(prompt, state.cache, 0)
+            self._settle(tokens, state)
+            self.prompt_cache.store(prompt, state.cache, 0, len(prompt) - 1)
+        elif self.groups:
+            self._settle(tokens, state)
+        return tokens, state
+
+    def _start_width(self, inputs: Tensor) -> int:
+        return 1 if self.model.config.arch == "encoder-decoder" else inputs.size(1)
+
+    def _settle(self, tokens: Tensor, state: DecodeState) -> None:
+        """Compute columns not yet in the cache but the last (the invariant rows share)."""
+        if state.cache is None:
+            raise ValueError("use_cache=False: rows join a running batch only with a KV cache")
+        if state.position < tokens.size(1) - 1:
+            self.model.step(tokens[:, :-1], state)
+
+    def _join(self, tokens: Tensor, state: DecodeState) -> None:
+        """Append rows (b, t) to the batch (B, W), left-padding whichever is narrower."""
+        self._settle(self.tokens, self.state)
+        width = max(tokens.size(1), self.tokens.size(1))
+        self.tokens, self.state = _widen(self.tokens, self.state, width, self.model.config.pad_id)
+        tokens, state = _widen(tokens, state, width, self.model.config.pad_id)
+        self.tokens = torch.cat([self.tokens, tokens])  # (B+b, W)
+        self.state = self.state.append_rows(state)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One decoding step for every row: each group chooses its rows' next tokens."""
+        scores = self.model.step(self.tokens, self.state)[:, -1].float()  # (B, V), or (B, C) with candidates
+        nexts, orders, start = [], [], 0
+        for group in self.groups:
+            nxt, order = group.advance(scores[start: start + group.size], self.columns)
+            nexts.append(nxt)
+            orders.append((start, group.size, order))
+            start += group.size
+        if any(order is not None for _, _, order in orders):
+            index = torch.cat([torch.arange(first, first + size, device=self.tokens.device) if order is None
+                               else order + first for first, size, order in orders])  # (B,)
+            self.tokens = self.tokens.index_select(0, index)
+            self.state.reorder(index, within_groups=True)  # beams move within their own sentence only
+        self.tokens = torch.cat([self.tokens, torch.cat(nexts)[:, None]], dim=1)  # (B, W+1)
+        self.steps += 1
+
+    def remove_done(self) -> list[Rows]:
+        """Take the finished groups out (their rows leave the batch); return them."""
+        done = [group for group in self.groups if group.done]
+        if done:
+            self.remove(done)
+        return done
+
+    def remove(self, leaving: list[Rows]) -> None:
+        """Take these groups' rows out of the batch, then the padding columns every remaining row has in front."""
+        keep, start = [], 0
+        for group in self.groups:
+            if group not in leaving:
+                keep.extend(range(start, start + group.size))
+            start += group.size
+        self.groups = [group for group in self.groups if group not in leaving]
+        if not self.groups:
+            self.tokens = self.state = None
+            return
+        index = torch.tensor(keep, device=self.tokens.device)
+        self.tokens, self.state = self.tokens.index_select(0, index), self.state.select(index)
+        if self.state.left_pad is not None and (common := int(self.state.left_pad.min())):
+            self.tokens = self.tokens[:, common:]  # (B', W - common)
+            self.state.shift(-common)
+
+    def run(self) -> None:
+        """Step until every group is done (the library's decode: one group, no newcomers)."""
+        while self.groups:
+            self.step()
+            self.remove_done()
+
+
+def run(model: TransformerModel, group: Rows, inputs: Tensor, beams: int = 1, use_cache: bool = True,
+        candidates: Tensor | None = None, prompt_cache=None) -> Rows:
+    """Decode one ``group`` on ``inputs`` (B, S) to its end (each input stands for ``beams`` rows); return it."""
+    engine = Engine(model, use_cache, candidates, prompt_cache=prompt_cache)
+    engine.admit(group, inputs, beams)
+    engine.run()
+    return group
+
+
+def _widen(tokens: Tensor, state: DecodeState, width: int, pad_id: int) -> tuple[Tensor, DecodeState]:
+    """Rows (b, t) left-padded to ``width`` columns, their cache shifted to match."""
+    extra = width - tokens.size(1)
+    if extra:
+        tokens = torch.cat([tokens.new_full((tokens.size(0), extra), pad_id), tokens], dim=1)  # (b, width)
+        state.shift(extra)
+    return tokens, state
