@@ -1,17 +1,15 @@
-"""The HTTP server: API through a client, limits, malformed input, errors, and dynamic batching."""
+"""The HTTP server: API through a client, limits, malformed input, errors, and continuous batching of translations."""
 
-import asyncio
 import threading
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
 from aiayn.serve.app import create_app
-from aiayn.serve.batcher import DynamicBatcher
 from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import Scheduler
 
 SENTENCES = ["a b c", "d e f g h", "i j", "k l m n o p", "q r s t", "u v w", "x y z a b c d", "e"]
 
@@ -82,7 +80,7 @@ def test_internal_error_does_not_kill_the_server(client, translator, monkeypatch
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(translator, "translate", broken)
+    monkeypatch.setattr(translator.model, "step", broken)  # the scheduler's decoding step fails
     response = client.post("/translate", json={"text": "a b"})
     assert response.status_code == 500 and "RuntimeError" in response.json()["detail"]
     monkeypatch.undo()
@@ -122,48 +120,57 @@ def test_the_page_is_served(client):
     assert client.get("/static/app.js").status_code == 200
 
 
-def test_concurrent_requests_are_batched_and_equal_to_alone(live_server, translator):
+OPTIONS = [{}, {"beam_size": 1}, {"beam_size": 3, "length_penalty": 0.6}, {"strategy": "sample", "seed": 4},
+           {"beam_size": 2, "max_new_tokens": 3}, {"beam_size": 1, "min_new_tokens": 4}]
+
+
+def test_concurrent_requests_share_the_batch_and_equal_each_alone(live_server, translator):
+    """Greedy, beam (rows = beam size) and seeded sampling requests of different lengths, all at once: each
+    answer is the library's for that text alone, and requests shared decoding steps."""
     url, app = live_server
-    alone = {s: translator.translate([s])[0] for s in SENTENCES}
-    before = app.state.batcher.batches
-    barrier, results = threading.Barrier(len(SENTENCES)), {}
+    asks = [(s, OPTIONS[i % len(OPTIONS)]) for i, s in enumerate(SENTENCES * 2)]
+    alone = [translator.translate([s], **o)[0] for s, o in asks]
+    before = app.state.batcher.stats()
+    barrier, results = threading.Barrier(len(asks)), {}
 
-    def ask(sentence):
+    def ask(i, sentence, options):
         barrier.wait()
-        results[sentence] = httpx.post(f"{url}/translate", json={"text": sentence}, timeout=60).json()["translation"]
+        body = {"text": sentence, **options}
+        results[i] = httpx.post(f"{url}/translate", json=body, timeout=60).json()["translation"]
 
-    threads = [threading.Thread(target=ask, args=(s,)) for s in SENTENCES]
+    threads = [threading.Thread(target=ask, args=(i, *a)) for i, a in enumerate(asks)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert results == alone
-    assert app.state.batcher.batches - before < len(SENTENCES)  # some requests shared a batch
+    assert [results[i] for i in range(len(asks))] == alone
+    after = app.state.batcher.stats()
+    assert after["largest_batch"] > 3 and after["joined"] - before["joined"] == len(asks)
+    assert after["steps"] - before["steps"] < sum(len(a.split()) for a in alone) + len(asks)  # shared steps
+    assert after["open_requests"] == 0
 
 
-def test_batcher_groups_requests_and_survives_errors():
+def test_encoder_work_is_grouped_by_options_and_an_error_fails_its_batch_only(translator):
     calls = []
 
-    def translate(texts, options):
+    def work(texts, options):
         calls.append(list(texts))
         if "bad" in texts:
             raise ValueError("bad input")
-        return [t.upper() for t in texts]
+        return [t.upper() if options == "up" else t for t in texts]
 
-    async def scenario():
-        batcher = DynamicBatcher(translate, max_batch=100, wait_ms=50)
-        await batcher.start()
-        opts = DecodingConfig(beam_size=1)
-        outs = await asyncio.gather(*(batcher.submit([f"t{i}", f"u{i}"], opts) for i in range(6)))
-        failed = await asyncio.gather(batcher.submit(["bad"], opts), return_exceptions=True)
-        after = await batcher.submit(["ok"], DecodingConfig(beam_size=2))
-        await batcher.stop()
-        return outs, failed, after
-
-    outs, failed, after = asyncio.run(scenario())
+    scheduler = Scheduler(translator.model, max_batch=100, encode=work, wait_ms=50)
+    scheduler.start()
+    try:
+        outs = [scheduler.submit_encoder([f"t{i}", f"u{i}"], "up") for i in range(6)]
+        outs = [f.result(timeout=10) for f in outs]
+        failed = scheduler.submit_encoder(["bad"], "up").exception(timeout=10)
+        after = scheduler.submit_encoder(["ok"], "same").result(timeout=10)
+    finally:
+        scheduler.stop()
     assert outs == [[f"T{i}", f"U{i}"] for i in range(6)]
     assert len(calls[0]) == 12  # the six requests went as one batch
-    assert isinstance(failed[0], ValueError) and after == ["OK"]
+    assert isinstance(failed, ValueError) and after == ["ok"]
 
 
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])

@@ -13,8 +13,8 @@ from aiayn import generate
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.app import create_app
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import GenerationRequest, Scheduler
 
 PROMPTS = ["the cat ", "a dog ran in the park 3 .\n", "t", "the cat sat on the mat . a dog", "park 1",
            "a ", "the mat . a dog ran in", "dog"]
@@ -32,7 +32,7 @@ def alone(generator, prompt: str, n: int, temperature: float, seed: int) -> list
 
 
 def test_continuous_batching_equals_each_request_alone(generator):
-    batcher = ContinuousBatcher(generator.model, max_batch=4)
+    batcher = Scheduler(generator.model, max_batch=4)
     results, done = {}, threading.Event()
     jobs = []
     for i, prompt in enumerate(PROMPTS):
@@ -121,7 +121,7 @@ def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap
     system = "the cat sat on the mat . a dog ran in the park 1 .\n"
     prompts = [system + "the cat ", system + "a dog ", "the bird "]
     store = PromptCache(generator.model, block_size=8)
-    batcher = ContinuousBatcher(generator.model, max_batch=2, prefix_cache=store)
+    batcher = Scheduler(generator.model, max_batch=2, prefix_cache=store)
     jobs = [GenerationRequest(generator.prompt_ids(p), 12, lambda e: None, 0.0) for p in prompts]
     batcher.start()
     try:
@@ -146,7 +146,7 @@ def _one_row_cache(generator, text):
 
 
 def test_a_cancelled_request_leaves_the_batch(generator):
-    batcher = ContinuousBatcher(generator.model, max_batch=4)
+    batcher = Scheduler(generator.model, max_batch=4)
     events = []
     job = GenerationRequest(generator.prompt_ids("the cat "), 100, events.append, 1.0, seed=1)
     batcher.start()
@@ -160,7 +160,7 @@ def test_a_cancelled_request_leaves_the_batch(generator):
             time.sleep(0.01)
     finally:
         batcher.stop()
-    assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.tokens is None
+    assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.engine.tokens is None
 
 
 def test_lm_attention_is_causal_per_layer_and_head(generator):
@@ -211,7 +211,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_row(generator):
         while (health := httpx.get(f"{url}/health").json())["open_requests"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert health["open_requests"] == 0 and health["cancelled"] == 1
-        assert not app.state.batcher.rows and app.state.batcher.tokens is None
+        assert not app.state.batcher.rows and app.state.batcher.engine.tokens is None
 
 
 def test_generate_refuses_bad_decoding_options_with_422(lm_run):
@@ -241,7 +241,7 @@ def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeyp
         return logits
 
     monkeypatch.setattr(model, "step", eager_to_end)
-    batcher = ContinuousBatcher(model, max_batch=2)
+    batcher = Scheduler(model, max_batch=2)
     jobs = [GenerationRequest(generator.prompt_ids("the cat "), 20, lambda e: None, 0.0, min_new_tokens=m)
             for m in (0, 6)]
     batcher.start()
@@ -273,7 +273,7 @@ def test_one_prompt_cache_serves_the_library_and_the_server(generator):
     system = "the cat sat on the mat . a dog ran in the park 2 .\n"
     store = PromptCache(generator.model, block_size=8)
     store.add(generator.prompt_ids(system))
-    batcher = ContinuousBatcher(generator.model, max_batch=2, prefix_cache=store)
+    batcher = Scheduler(generator.model, max_batch=2, prefix_cache=store)
     job = GenerationRequest(generator.prompt_ids(system + "the cat "), 12, lambda e: None, 0.0)
     batcher.start()
     try:

@@ -53,6 +53,10 @@ class BeamRows:
     def done(self) -> bool:
         return all(self.sentence_done)
 
+    def cancel(self) -> None:
+        """Finish every sentence now, with what it has (a client went away)."""
+        self.sentence_done = [True] * len(self.limits)
+
     def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, Tensor]:
         batch, k, eos = len(self.limits), self.k, self.eos_id
         if self.scores is None:

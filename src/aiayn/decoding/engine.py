@@ -35,6 +35,9 @@ class Rows(Protocol):
     @property
     def done(self) -> bool: ...
 
+    def cancel(self) -> None:
+        """Finish every row now (its rows leave at the next :meth:`Engine.remove_done`)."""
+
     def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, Tensor | None]:
         """Scores (size, V) or (size, C) of this step, float, in place -> the next token ids (size,) and, for
         beam search, which of its rows each row continues (size,) (None: row i continues row i)."""
@@ -88,7 +91,7 @@ class Engine:
         self.groups.append(group)
 
     def _start(self, group: Rows, inputs: Tensor, beams: int) -> tuple[Tensor, DecodeState]:
-        room = group.longest if self.capacity is None else self.capacity - self._start_width(inputs)
+        room = group.longest if self.capacity is None else self.capacity - self.start_width(inputs)
         tokens, state = self.model.start(inputs, max(room, group.longest), self.use_cache, beams)  # (b, t0)
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
@@ -101,7 +104,8 @@ class Engine:
             self._settle(tokens, state)
         return tokens, state
 
-    def _start_width(self, inputs: Tensor) -> int:
+    def start_width(self, inputs: Tensor) -> int:
+        """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
         return 1 if self.model.config.arch == "encoder-decoder" else inputs.size(1)
 
     def _settle(self, tokens: Tensor, state: DecodeState) -> None:

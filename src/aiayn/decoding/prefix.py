@@ -1,6 +1,6 @@
 """Prompt (prefix) caching for the decoder-only model, block by block (vLLM's automatic prefix caching, written
-small): the one store that the library's decoding (``generate(..., prompt_cache=)``) and the server's continuous
-batcher (``serve/continuous.py``) both use.
+small): the one store that the library's decoding (``generate(..., prompt_cache=)``) and the server's scheduler
+(``serve/scheduler.py``) both use, through the engine (``decoding/engine.py``).
 
 The keys/values of every whole block of ``block_size`` prompt tokens are kept under the tuple of all prompt
 tokens up to the block's end, so a shared system prompt is found whatever follows it. A byte cap evicts the

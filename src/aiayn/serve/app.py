@@ -3,6 +3,7 @@ docs at /docs."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
-from aiayn.serve.batcher import DynamicBatcher
 from aiayn.serve.family import create_family_app
 from aiayn.serve.http import (
     STATIC,
@@ -28,6 +28,7 @@ from aiayn.serve.http import (
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
+from aiayn.serve.scheduler import Scheduler, TranslationRequest
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 
@@ -64,47 +65,62 @@ class HeadRequest(AttentionRequest):
 
 
 def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> DecodingConfig:
+    """The request's decoding, its strategy named as the translator would choose it (else 422)."""
     cfg = request_decoding(req, translator.decoding, limits, limits.max_new_tokens)
     try:
         translator.check(cfg)
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
-    return cfg
+    return cfg.replace(strategy=translator.strategy(cfg))
+
+
+async def _translate(batcher: Scheduler, translator: Translator, texts: list[str],
+                     decoding: DecodingConfig) -> list[str]:
+    """Each non-empty text is one request to the scheduler (its rows join the running batch); "" stays ""."""
+    jobs = [TranslationRequest(ids, decoding) if (ids := translator.source_ids(t)) else None for t in texts]
+    for job in jobs:
+        if job is not None:
+            batcher.submit(job)
+    try:
+        outputs = [[] if job is None else await asyncio.wrap_future(job.future) for job in jobs]
+    finally:
+        for job in jobs:
+            if job is not None:
+                job.cancel()  # a client that went away frees its rows at the next step
+    return [translator.tokenizers.tgt.decode(ids) if ids else "" for ids in outputs]
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
                info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
                api_key: str | None = None, batching: str = "continuous") -> FastAPI:
-    """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate,
-    with continuous batching) or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too). Its batcher
-    starts and stops with the app; all its computing runs on one thread with ``threads`` compute threads
-    (``serve/threads.py``)."""
+    """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate)
+    or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too). Its scheduler (``serve/scheduler.py``:
+    continuous batching, or ``batching="static"``) starts and stops with the app; all its computing runs on
+    one thread with ``threads`` compute threads (``serve/threads.py``)."""
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
 
     if isinstance(translator, (TextGenerator, MaskFiller)):
         return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key, batching, wait_ms)
 
-    def translate(texts: list[str], decoding: DecodingConfig) -> list[str]:
-        return translator.translate(texts, max_batch, decoding)
-
-    batcher = DynamicBatcher(translate, max_batch, wait_ms, threads)
+    capacity = max(translator.model.config.max_len, limits.max_new_tokens) + 1  # BOS + the longest output
+    batcher = Scheduler(translator.model, max_batch, capacity, static=batching == "static", threads=threads)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        await batcher.start()
+        batcher.start()
         yield
-        await batcher.stop()
+        batcher.stop()
 
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
-    add_metrics(app)
+    add_metrics(app, batcher)
     add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
     return app
 
 
-def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, limits: Limits,
+def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits: Limits,
                 info: dict) -> None:
     cfg = translator.model.config
 
@@ -114,8 +130,8 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
 
     @app.get("/health")
     async def health() -> dict:
-        """Liveness, the model's dimensions, the limits and how many batches were decoded."""
-        return health_body(cfg, limits, batches=batcher.batches, beam_size=translator.decoding.beam_size,
+        """Liveness, the model's dimensions, the limits and the scheduler's counts."""
+        return health_body(cfg, limits, **batcher.stats(), beam_size=translator.decoding.beam_size,
                            decoding=translator.decoding.to_dict(), **info)
 
     @app.post("/translate")
@@ -125,14 +141,14 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
         if not texts:
             raise HTTPException(422, "texts: give at least one text")
         check_size(texts, limits)
-        results = await batcher.submit(texts, _decoding(req, translator, limits))
+        results = await _translate(batcher, translator, texts, _decoding(req, translator, limits))
         return {"translation": results[0]} if req.text is not None else {"translations": results}
 
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
         _check_attention(req, translator, limits)
-        maps = await batcher.run_alone(attention_for, translator, req.source, req.target)
+        maps = await asyncio.wrap_future(batcher.run_alone(attention_for, translator, req.source, req.target))
         return {**maps.to_dict(), "heads": cfg.n_heads}
 
     @app.post("/attention/head")
@@ -141,8 +157,8 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: DynamicBatcher, l
         keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
         _check_attention(req, translator, limits)
         try:
-            found = await batcher.run_alone(inside_for, translator, req.source, req.target, req.kind, req.layer,
-                                            req.head, req.query)
+            found = await asyncio.wrap_future(batcher.run_alone(inside_for, translator, req.source, req.target,
+                                                                req.kind, req.layer, req.head, req.query))
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         return found.to_dict()

@@ -1,6 +1,6 @@
 """The server for the other family members: POST /generate (decoder-only, continuous batching, optional
-Server-Sent Events), POST /fill-mask and POST /embed (encoder-only). The translation routes live in
-``serve/app.py``."""
+Server-Sent Events), POST /fill-mask and POST /embed (encoder-only), all through the one scheduler
+(``serve/scheduler.py``). The translation routes live in ``serve/app.py``."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
-from aiayn.serve.batcher import DynamicBatcher
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
+from aiayn.serve.scheduler import GenerationRequest, Scheduler
 from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
 
@@ -69,33 +68,26 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
                       threads: int | None = None, embedder: Embedder | None = None, name: str = "aiayn",
                       api_key: str | None = None, batching: str = "continuous", wait_ms: float = 5.0) -> FastAPI:
     """The app for a decoder-only (``TextGenerator``) or encoder-only (``MaskFiller``, and an ``Embedder`` for
-    /embed) checkpoint; all its computing runs on one thread: the generation batcher's, or the encoder queue's
-    (fill-mask and embedding requests that arrive together are computed as one batch).
+    /embed) checkpoint; all its computing runs on the scheduler's one thread (generation rows join and leave the
+    running batch; fill-mask and embedding requests that arrive together are computed as one batch).
     The OpenAI-compatible routes (``serve/openai.py``) serve it as model ``name``; with ``api_key`` every route
     but /health needs ``Authorization: Bearer KEY``. ``batching="static"``: wait-and-batch generation (a
     batch forms when none runs and ends with its last row), to compare with continuous batching. ``wait_ms``:
     how long the encoder queue waits for requests to batch with."""
-    batcher = queue = None
     if isinstance(engine, TextGenerator):
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
         prefix = PromptCache(engine.model, max_bytes=limits.prefix_cache_bytes)
-        batcher = ContinuousBatcher(engine.model, max_batch, capacity, prefix, static=batching == "static",
-                                    threads=threads)
+        batcher = Scheduler(engine.model, max_batch, capacity, prefix, static=batching == "static", threads=threads)
     else:
-        queue = DynamicBatcher(_encoder_work(engine, embedder), max_batch, wait_ms, threads=threads)
+        batcher = Scheduler(engine.model, max_batch, threads=threads, encode=_encoder_work(engine, embedder),
+                            wait_ms=wait_ms)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        if batcher is not None:
-            batcher.start()
-        else:
-            await queue.start()
+        batcher.start()
         yield
-        if batcher is not None:
-            batcher.stop()
-        else:
-            await queue.stop()
+        batcher.stop()
 
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
@@ -110,19 +102,19 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
-        return health_body(cfg, limits, **({"batches": queue.batches} if batcher is None else batcher.stats()))
+        return health_body(cfg, limits, **batcher.stats())
 
-    if batcher is not None:
+    if isinstance(engine, TextGenerator):
         _add_generate(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
-        _add_encoder_routes(app, name, limits, queue, embedder)
+        _add_encoder_routes(app, name, limits, batcher, embedder)
     return app
 
 
-def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: DynamicBatcher,
+def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: Scheduler,
                         embedder: Embedder | None) -> None:
-    """/fill-mask; with an ``embedder``, /embed and /v1/embeddings; all through the encoder ``queue``."""
+    """/fill-mask; with an ``embedder``, /embed and /v1/embeddings; all through the scheduler's queue."""
     _add_fill_mask(app, limits, queue)
     if embedder is None:
         add_openai_routes(app, name, limits)
@@ -130,13 +122,13 @@ def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: DynamicB
     _add_embed(app, embedder, limits, queue)
 
     async def embed(texts: list[str]):
-        vectors = torch.stack(await queue.submit(texts, "embed"))  # (N, D)
+        vectors = torch.stack(await asyncio.wrap_future(queue.submit_encoder(texts, "embed")))  # (N, D)
         return vectors, sum(len(embedder.ids(t)) for t in texts)
 
     add_openai_routes(app, name, limits, embed=embed)
 
 
-def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBatcher, limits: Limits) -> None:
+def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
     @app.post("/generate")
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
@@ -158,6 +150,8 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: ContinuousBat
             final, _ = await _collect(events)
         finally:
             job.cancelled = True  # a client that went away frees its row at the next step
+        if final["finish_reason"] == "error":
+            raise HTTPException(500, final["detail"])
         return {"text": generator.tokenizer.decode(job.generated), **final}
 
     @app.post("/attention")
@@ -203,7 +197,7 @@ def _generation_decoding(req: GenerateRequest, generator: TextGenerator, limits:
     return decoding
 
 
-def _checked_prompt(text: str, max_new_tokens: int, generator: TextGenerator, batcher: ContinuousBatcher,
+def _checked_prompt(text: str, max_new_tokens: int, generator: TextGenerator, batcher: Scheduler,
                     limits: Limits) -> list[int]:
     """The prompt's ids, or 413/422 naming the field over its limit."""
     check_size([text], limits)
@@ -240,7 +234,7 @@ async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGen
 
 
 def _encoder_work(filler: MaskFiller, embedder: Embedder | None):
-    """What the encoder queue computes for a batch of texts with the same options: ``"embed"`` -> one vector
+    """What the scheduler computes for a batch of texts with the same options: ``"embed"`` -> one vector
     (D,) per text; ``("fill", top_k)`` -> each text's candidates, or the ValueError its text raised (a text
     without <mask> is its own request's 422, not its batch-mates')."""
 
@@ -258,24 +252,24 @@ def _encoder_work(filler: MaskFiller, embedder: Embedder | None):
     return work
 
 
-def _add_fill_mask(app: FastAPI, limits: Limits, queue: DynamicBatcher) -> None:
+def _add_fill_mask(app: FastAPI, limits: Limits, queue: Scheduler) -> None:
     @app.post("/fill-mask")
     async def fill_mask(req: FillMaskRequest) -> dict:
         """{"masks": [[{"token", "id", "probability"}, ...] per <mask>]}; a text without <mask> is 422."""
         check_size([req.text], limits)
-        (masks,) = await queue.submit([req.text], ("fill", req.top_k))
+        (masks,) = await asyncio.wrap_future(queue.submit_encoder([req.text], ("fill", req.top_k)))
         if isinstance(masks, ValueError):  # a text without <mask>, or too long: the client's mistake
             raise HTTPException(422, str(masks))
         return {"masks": [[{"token": c.token, "id": c.token_id, "probability": round(c.probability, 4)}
                            for c in cands] for cands in masks]}
 
 
-def _add_embed(app: FastAPI, embedder: Embedder, limits: Limits, queue: DynamicBatcher) -> None:
+def _add_embed(app: FastAPI, embedder: Embedder, limits: Limits, queue: Scheduler) -> None:
     @app.post("/embed")
     async def embed(req: EmbedRequest) -> dict:
         """{"embeddings": [[float] per text], "dimension", "pooling", "normalized"}: one vector per text, pooled
         as the checkpoint says (an imported sentence-transformers folder's pooling, else mean)."""
         check_size(req.texts, limits)
-        vectors = torch.stack(await queue.submit(req.texts, "embed"))  # (N, D)
+        vectors = torch.stack(await asyncio.wrap_future(queue.submit_encoder(req.texts, "embed")))  # (N, D)
         return {"embeddings": vectors.tolist(), "dimension": vectors.size(1), "pooling": embedder.pooling.mode,
                 "normalized": embedder.pooling.normalize}

@@ -1,7 +1,7 @@
 """GET /metrics in Prometheus' text format (``prometheus_client``): requests by endpoint and status, tokens in
 and out, time to first token and inter-token latency, the generation queue, running rows and the prefix cache.
 
-Each app has its own registry (two servers in one process never share counts). The generation batcher reports
+Each app has its own registry (two servers in one process never share counts). The scheduler reports
 a request when it finishes (its timestamps ride on the request); the rest is read when /metrics is scraped.
 """
 
@@ -32,9 +32,9 @@ class Metrics:
                              buckets=LATENCY_BUCKETS, registry=registry)
 
     def watch(self, batcher) -> None:
-        """Gauges read from a continuous batcher when scraped."""
-        gauges = {"aiayn_queue_length": ("generations waiting to join the batch", lambda: batcher.waiting.qsize()),
-                  "aiayn_running_rows": ("rows in the running batch", lambda: len(batcher.rows))}
+        """Gauges read from the scheduler when scraped."""
+        gauges = {"aiayn_queue_length": ("requests waiting to join the batch", lambda: batcher.waiting.qsize()),
+                  "aiayn_running_rows": ("rows in the running batch", lambda: batcher.engine.rows)}
         if batcher.prefix_cache is not None:
             cache = batcher.prefix_cache
             gauges.update({
@@ -45,9 +45,10 @@ class Metrics:
             Gauge(name, doc, registry=self.registry).set_function(read)
 
     def finished(self, request) -> None:
-        """Record a finished generation (``GenerationRequest``: its prompt, and when each token came)."""
+        """Record a finished request (a generation or translation: its prompt or source, its tokens, and
+        when each token came)."""
         self.prompt_tokens.inc(len(request.prompt))
-        self.generated_tokens.inc(len(request.token_times))
+        self.generated_tokens.inc(len(request.generated))
         if request.token_times:
             self.ttft.observe(request.token_times[0] - request.submitted_at)
         for earlier, later in pairwise(request.token_times):
@@ -77,7 +78,7 @@ class CountRequests:
 
 
 def add_metrics(app: FastAPI, batcher=None) -> Metrics:
-    """GET /metrics on ``app`` (and the request counts); with a continuous ``batcher``, its tokens, latencies,
+    """GET /metrics on ``app`` (and the request counts); with the ``batcher`` (scheduler), its tokens, latencies,
     queue and prefix cache."""
     metrics = Metrics()
     app.add_middleware(CountRequests, metrics=metrics, routes=app)

@@ -1,7 +1,7 @@
 """The OpenAI-compatible entry point: GET /v1/models, POST /v1/completions, /v1/chat/completions (decoder-only
 models) and /v1/embeddings (encoder-only models), as the official client libraries call them.
 
-It is kept apart from the engine: a request becomes one continuous-batching job per choice (``n``), whose
+It is kept apart from the engine: a request becomes one scheduler job per choice (``n``), whose
 token events this module turns into OpenAI's JSON or its Server-Sent Events (``data: {chunk}`` ... ``data:
 [DONE]``). Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: a field aiayn does
 not implement is refused by name (400), never ignored.
@@ -17,9 +17,9 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.continuous import ContinuousBatcher
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai_text import OpenAIError, TextRoutes
+from aiayn.serve.scheduler import Scheduler
 
 
 class Sampling(BaseModel):
@@ -82,7 +82,7 @@ async def parse(request: Request, schema: type[BaseModel]) -> BaseModel:
 
 
 def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGenerator | None = None,
-                      batcher: ContinuousBatcher | None = None, embed=None) -> None:
+                      batcher: Scheduler | None = None, embed=None) -> None:
     """Mount /v1 on ``app`` for the model served as ``name``: the text routes with a ``generator`` and its
     ``batcher``, /v1/embeddings with ``embed`` (an async function from texts to a (N, D) tensor)."""
 

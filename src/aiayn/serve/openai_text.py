@@ -1,4 +1,4 @@
-"""/v1/completions and /v1/chat/completions over the continuous batcher: one job per choice, stop strings cut
+"""/v1/completions and /v1/chat/completions over the scheduler: one job per choice, stop strings cut
 in the text, log-probabilities in OpenAI's two layouts, answers whole or as Server-Sent Events."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from aiayn.inference.generator import TextGenerator, TextStream
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import GenerationRequest, Scheduler
 
 
 class OpenAIError(Exception):
@@ -81,7 +81,7 @@ class Choice:
 class TextRoutes:
     """What the two text endpoints share: jobs in, OpenAI's answer out."""
 
-    def __init__(self, name: str, generator: TextGenerator, batcher: ContinuousBatcher, limits: Limits) -> None:
+    def __init__(self, name: str, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
         self.name, self.generator, self.batcher, self.limits = name, generator, batcher, limits
 
     def _jobs(self, req, prompts: list[str], logprobs: int | None, emit) -> list[Choice]:
