@@ -26,8 +26,8 @@ import torch
 
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
 from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import GenerationRequest, Scheduler
 from aiayn.serve.threads import single_threaded_main
 
 
@@ -35,7 +35,7 @@ def emit(config: str, metric: str, value: float, unit: str) -> None:
     print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
-def run_one(batcher: ContinuousBatcher, prompt: list[int], new: int, seed: int) -> tuple[float, float, int]:
+def run_one(batcher: Scheduler, prompt: list[int], new: int, seed: int) -> tuple[float, float, int]:
     """Submit and wait: (latency s, time to first token s, tokens generated)."""
     done, first = threading.Event(), []
     started = time.perf_counter()
@@ -52,7 +52,7 @@ def run_one(batcher: ContinuousBatcher, prompt: list[int], new: int, seed: int) 
     return time.perf_counter() - started, first[0], len(job.generated)
 
 
-def load(batcher: ContinuousBatcher, work: list[tuple[list[int], int]], clients: int) -> dict:
+def load(batcher: Scheduler, work: list[tuple[list[int], int]], clients: int) -> dict:
     latencies, tokens, lock, queue = [], [0], threading.Lock(), list(enumerate(work))
 
     def client() -> None:
@@ -86,7 +86,7 @@ def batching(gen: TextGenerator, args) -> None:
     tag = f"{args.requests}req/{args.clients}clients/max_batch{args.max_batch}"
     rates = {}
     for name, static in (("continuous", False), ("static", True)):
-        batcher = ContinuousBatcher(gen.model, args.max_batch, Limits().max_context, static=static,  # as served
+        batcher = Scheduler(gen.model, args.max_batch, Limits().max_context, static=static,  # as served
                                     threads=args.threads)
         batcher.start()
         try:
@@ -111,7 +111,7 @@ def prefix_caching(gen: TextGenerator, threads: int) -> None:
     suffix = lambda: [rng.randrange(5, 60) for _ in range(16)]  # noqa: E731
     ttft = {}
     for name, store in (("off", None), ("warm", PromptCache(gen.model))):
-        batcher = ContinuousBatcher(gen.model, 4, 1024, prefix_cache=store, threads=threads)
+        batcher = Scheduler(gen.model, 4, 1024, prefix_cache=store, threads=threads)
         batcher.start()
         try:
             run_one(batcher, prefixes[0] + suffix(), 1, 0)  # warms the cache (and the kernels)

@@ -34,19 +34,21 @@ def child(args) -> None:
     result = {}
 
     def decode() -> None:
-        from aiayn.serve.continuous import ContinuousBatcher, GenerationRequest
+        from aiayn.decoding.engine import Engine
+        from aiayn.serve.scheduler import GenerationRequest
 
-        batcher = ContinuousBatcher(model, args.batch, 64 + 2 * args.steps + 8)
+        engine = Engine(model, capacity=64 + 2 * args.steps + 8)
         if threads is not None:
             torch.set_num_threads(threads)
         with torch.no_grad():
             for i in range(args.batch):
-                batcher._join(GenerationRequest(list(range(5, 37)), 2 * args.steps, lambda e: None, 1.0, seed=i))
+                job = GenerationRequest(list(range(5, 37)), 2 * args.steps, lambda e: None, 1.0, seed=i)
+                engine.admit(*job.group(model))
             for i in range(20 + args.steps):  # the model's step on the running batch, a fixed next token
                 if i == 20:
                     started = time.perf_counter()
-                model.step(batcher.tokens, batcher.state)
-                batcher.tokens = torch.cat([batcher.tokens, batcher.tokens[:, -1:]], dim=1)  # (B, W+1)
+                model.step(engine.tokens, engine.state)
+                engine.tokens = torch.cat([engine.tokens, engine.tokens[:, -1:]], dim=1)  # (B, W+1)
             result["ms"] = (time.perf_counter() - started) / args.steps * 1000
 
     thread = threading.Thread(target=decode)

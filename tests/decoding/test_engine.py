@@ -1,0 +1,107 @@
+"""The step-level engine: groups that join a running batch at different steps (encoder-decoder and decoder-only,
+greedy, beam and seeded sampling) decode exactly what each decodes alone; rows leave; padding is trimmed."""
+
+import pytest
+import torch
+
+from aiayn import DecoderOnly, generate
+from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.engine import Engine
+from aiayn.decoding.generation import rows_for
+
+from conftest import random_ids, tiny
+
+CONFIGS = [DecodingConfig(strategy="greedy", max_new_tokens=9, max_len_b=None),
+           DecodingConfig(strategy="beam", beam_size=3, length_penalty=0.6, max_new_tokens=7, max_len_b=None),
+           DecodingConfig(strategy="sample", seed=11, temperature=1.3, max_new_tokens=12, max_len_b=None),
+           DecodingConfig(strategy="greedy", min_new_tokens=5, max_new_tokens=6, max_len_b=None),
+           DecodingConfig(strategy="beam", beam_size=2, max_new_tokens=4, max_len_b=None)]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    torch.manual_seed(5)
+    return DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+
+
+def outputs(group, cfg: DecodingConfig) -> list[list[int]]:
+    if cfg.strategy == "beam":
+        return [hyps[0].tokens for hyps in group.nbest()]
+    return group.results()
+
+
+def staggered(model, inputs: list[torch.Tensor], capacity: int = 60) -> tuple[list, Engine, list[int]]:
+    """Admit request i after i steps of the running batch; run to the end. Returns outputs per request."""
+    engine, groups, widths = Engine(model, capacity=capacity), [], []
+    for i, (src, cfg) in enumerate(zip(inputs, CONFIGS, strict=True)):
+        group, rows, beams = rows_for(model, src, cfg)
+        engine.admit(group, rows, beams)
+        groups.append((group, cfg))
+        widths.append(engine.tokens.size(1))
+        engine.step()
+        engine.remove_done()
+        for _ in range(i % 2):  # some join after two steps
+            if engine.groups:
+                engine.step()
+                engine.remove_done()
+    engine.run()
+    return [outputs(g, cfg) for g, cfg in groups], engine, widths
+
+
+def test_translation_rows_join_and_leave_and_equal_each_request_alone(model):
+    torch.manual_seed(0)
+    sources = [random_ids(1, n, vocab=30) for n in (5, 9, 3, 7, 6)]  # sources of different lengths
+    together, engine, _ = staggered(model, sources)
+    for src, cfg, out in zip(sources, CONFIGS, together, strict=True):
+        assert out == generate(model, src, config=cfg), cfg
+    assert not engine.groups and engine.tokens is None and engine.steps < sum(len(o[0]) + 1 for o in together)
+
+
+def test_language_model_rows_join_with_prompts_of_different_lengths(lm):
+    torch.manual_seed(1)
+    prompts = [random_ids(1, n, vocab=30) for n in (4, 11, 2, 6, 8)]
+    together, _, widths = staggered(lm, prompts)
+    for prompt, cfg, out in zip(prompts, CONFIGS, together, strict=True):
+        assert out == generate(lm, prompt, config=cfg), cfg
+    assert max(widths) >= 11  # a longer prompt widened the running batch
+
+
+def test_a_group_of_several_inputs_joins_as_one(model):
+    src = random_ids(3, 6, vocab=30)
+    cfg = CONFIGS[1]
+    engine = Engine(model, capacity=40)
+    first, rows, beams = rows_for(model, random_ids(1, 4, vocab=30), CONFIGS[0])
+    engine.admit(first, rows, beams)
+    engine.step()
+    group, rows, beams = rows_for(model, src, cfg)
+    engine.admit(group, rows, beams)
+    assert engine.rows == 1 + 3 * 3  # a beam request takes beam-size rows per input
+    engine.run()
+    assert outputs(group, cfg) == generate(model, src, config=cfg)
+
+
+def test_rows_that_leave_take_their_padding_with_them(lm):
+    engine = Engine(lm, capacity=40)
+    short = DecodingConfig(strategy="greedy", max_new_tokens=2)
+    long = DecodingConfig(strategy="greedy", max_new_tokens=8)
+    long_group, rows, beams = rows_for(lm, random_ids(1, 3, vocab=30), long)
+    engine.admit(long_group, rows, beams)
+    engine.step()
+    short_group, rows, beams = rows_for(lm, random_ids(1, 10, vocab=30), short)
+    engine.admit(short_group, rows, beams)  # a longer prompt: the running row gets padding in front
+    assert int(engine.state.left_pad[0]) > 0
+    while not short_group.done:
+        engine.step()
+    engine.remove_done()
+    assert engine.rows == 1 and int(engine.state.left_pad.min()) == 0  # the padding every row had is gone
+    assert engine.tokens.size(1) == engine.state.cache.position + 1
+
+
+def test_joining_without_a_cache_is_a_clear_error(model):
+    engine = Engine(model, use_cache=False)
+    group, rows, beams = rows_for(model, random_ids(1, 4, vocab=30), CONFIGS[0])
+    engine.admit(group, rows, beams)
+    engine.step()
+    other, rows, beams = rows_for(model, random_ids(1, 4, vocab=30), CONFIGS[0])
+    with pytest.raises(ValueError, match="KV cache"):
+        engine.admit(other, rows, beams)
