@@ -1,8 +1,9 @@
 """Server load: 500 requests from 50 concurrent clients against a live local `aiayn serve`.
 
 Prints JSON lines {"config", "metric", "value", "unit"}: requests/s, p50 and p99 latency, and the error count
-(must be 0). With ``--checkpoint`` it starts the server itself, once with dynamic batching (``--max-batch
-32``) and once without (``--max-batch 1``), and prints the ratio; with ``--url`` it loads a running server.
+(must be 0). With ``--checkpoint`` it starts the server itself three times: continuous batching
+(``--max-batch`` rows; a beam request takes beam-size rows), wait-and-batch (``--batching static``) and one
+request at a time (``--max-batch 1``), and prints the ratios; with ``--url`` it loads a running server.
 
     python benchmarks/bench_serve.py --checkpoint RUN [--input FILE] [--requests 500] [--clients 50]
     python benchmarks/bench_serve.py --url http://127.0.0.1:8000
@@ -224,7 +225,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--checkpoint", help="start `aiayn serve` on this checkpoint (with and without batching)")
+    target.add_argument("--checkpoint", help="start `aiayn serve` on this checkpoint (each way of batching)")
     target.add_argument("--url", help="load a server that is already running")
     parser.add_argument("--input", help="sentences to send, one a line (default: five built-in ones)")
     parser.add_argument("--requests", type=int, default=500)
@@ -250,17 +251,17 @@ def main() -> None:
     if args.url:
         report(tag, *asyncio.run(load(args.url, texts, args.clients, args.beam_size)))
         return
-    rates = {}
-    for max_batch in (32, 1):
-        proc, url = start_server(args.checkpoint, max_batch)
+    rows, rates = args.max_batch, {}
+    servers = {"continuous": (rows, []), "static": (rows, ["--batching", "static"]), "one-at-a-time": (1, [])}
+    for name, (max_batch, flags) in servers.items():
+        proc, url = start_server(args.checkpoint, max_batch, *flags)
         try:
-            rates[max_batch] = report(f"{tag}/max_batch{max_batch}",
-                                      *asyncio.run(load(url, texts, args.clients, args.beam_size)))
+            rates[name] = report(f"{tag}/{name}", *asyncio.run(load(url, texts, args.clients, args.beam_size)))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    emit(tag, "speedup_dynamic_batching", rates[32] / rates[1], "x")
-
+    emit(tag, "speedup_continuous_vs_static", rates["continuous"] / rates["static"], "x")
+    emit(tag, "speedup_continuous_vs_one_at_a_time", rates["continuous"] / rates["one-at-a-time"], "x")
 
 if __name__ == "__main__":
     main()

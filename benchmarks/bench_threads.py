@@ -44,6 +44,7 @@ def child(args) -> None:
             for i in range(args.batch):
                 job = GenerationRequest(list(range(5, 37)), 2 * args.steps, lambda e: None, 1.0, seed=i)
                 engine.admit(*job.group(model))
+            engine.join()
             for i in range(20 + args.steps):  # the model's step on the running batch, a fixed next token
                 if i == 20:
                     started = time.perf_counter()

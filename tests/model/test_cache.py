@@ -43,14 +43,21 @@ def test_decode_state_reorders_memory_only_across_groups():
     assert state.position == 0 and DecodeState(None).position == 0
 
 
-def test_a_shift_past_the_filled_length_leaves_zeros_in_front_never_old_memory():
+def test_assembled_rows_get_zeros_in_front_never_old_memory_and_drop_front_columns():
     """A longer prompt joining a batch shifts its rows right by more than they hold: the new padding columns
     are masked keys, but a masked key still multiplies its value by 0, and 0 * NaN is NaN."""
     cache = DecoderCache.allocate(1, 2, 2, 16, 4)
-    cache.layers[0].self_kv.update(torch.ones(2, 2, 3, 4), torch.ones(2, 2, 3, 4))
-    cache = cache.select(torch.tensor([1, 0]))
-    kv = cache.layers[0].self_kv
-    kv.k[:, :, 3:], kv.v[:, :, 3:] = float("nan"), float("nan")  # what unwritten memory may hold
-    cache.shift(8)  # 3 filled positions move to 8..10; columns 0..7 are the new padding
-    assert kv.length == 11 and (kv.k[:, :, :8] == 0).all() and (kv.v[:, :, :8] == 0).all()
-    assert (kv.k[:, :, 8:11] == 1).all()
+    cache.layers[0].self_kv.update(torch.arange(2.0)[:, None, None, None].expand(2, 2, 3, 4), torch.ones(2, 2, 3, 4))
+    old = cache.layers[0].self_kv
+    old.k[:, :, 3:], old.v[:, :, 3:] = float("nan"), float("nan")  # what unwritten memory may hold
+    other = DecoderCache.allocate(1, 1, 2, 16, 4)
+    other.layers[0].self_kv.update(torch.full((1, 2, 11, 4), 7.0), torch.full((1, 2, 11, 4), 7.0))
+    joined = DecoderCache.assemble([(cache, torch.tensor([1, 0]), 8), (other, None, 0)], capacity=12)
+    kv = joined.layers[0].self_kv
+    assert kv.length == 11 and kv.k.shape == (3, 2, 12, 4)  # 3 filled positions moved to 8..10; 0..7 padding
+    assert (kv.k[:2, :, :8] == 0).all() and (kv.v[:2, :, :8] == 0).all()
+    assert (kv.k[0, :, 8:11] == 1).all() and (kv.k[1, :, 8:11] == 0).all() and (kv.k[2, :, :11] == 7).all()
+    kept = DecoderCache.assemble([(joined, torch.tensor([2, 0]), -8)], capacity=5).layers[0].self_kv
+    assert kept.length == 3 and (kept.k[0, :, :3] == 7).all() and (kept.k[1, :, :3] == 1).all()
+    with pytest.raises(ValueError, match="cannot share"):
+        DecoderCache.assemble([(cache, None, 0), (other, None, 0)], capacity=20)  # ends at 3 and 11

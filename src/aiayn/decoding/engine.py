@@ -49,8 +49,9 @@ class Engine:
     Args:
         use_cache: keep keys/values between steps (rows can only join a running batch with a cache).
         candidates: (C,) the only token ids that may be generated (a vocabulary shortlist, for every group).
-        capacity: columns of the KV cache (a server's: the longest prompt + continuation a row may reach);
-            None: each start sizes it to its own group (the library's single group).
+        capacity: the most positions the batch's KV cache may take (a server's bound: the longest prompt +
+            continuation a row may reach); :meth:`fits` says whether a newcomer keeps within it. Each join or
+            leave sizes the cache to what the rows still need. None: no bound (the library's single group).
         prompt_cache: decoder-only: one-row prompts reuse the stored keys/values of their longest cached prefix
             and store their whole blocks (``aiayn.decoding.prefix``).
     """
@@ -60,39 +61,32 @@ class Engine:
         self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
         self.columns = Columns(model.config, candidates)
         self.groups: list[Rows] = []
+        self.joining: list[tuple[Rows, Tensor, DecodeState]] = []  # admitted, joining at the next step
         self.tokens: Tensor | None = None  # (B, W)
         self.state: DecodeState | None = None
         self.steps = 0
 
     @property
     def rows(self) -> int:
-        return sum(group.size for group in self.groups)
+        return sum(group.size for group in self.groups) + sum(g.size for g, _, _ in self.joining)
 
     def fits(self, width: int, group: Rows) -> bool:
-        """Whether every row, a newcomer of ``width`` start columns included, can reach its limit in the cache."""
-        if self.capacity is None or not self.groups:
+        """Whether every row, a newcomer of ``width`` start columns included, can reach its limit within
+        ``capacity`` cache positions."""
+        if self.capacity is None or not (self.groups or self.joining):
             return True
-        wide = max(width, self.tokens.size(1))
-        longest = max([g.longest - g.steps for g in self.groups] + [group.longest])
-        return wide - 1 + longest <= self.capacity
+        widths = [width] + [t.size(1) for _, t, _ in self.joining] + ([] if self.tokens is None else
+                                                                         [self.tokens.size(1)])
+        return self._room(max(widths), [*self.groups, *(g for g, _, _ in self.joining), group]) <= self.capacity
 
     @torch.no_grad()
     def admit(self, group: Rows, inputs: Tensor, beams: int = 1) -> None:
         """Start ``group`` on ``inputs`` (B, S): sources, or right-padded prompts (each stands for ``beams`` rows).
-        A joining group's start columns are computed alone (from the prompt cache where it can), then its rows
-        are appended to the running batch."""
+        Its start columns are computed alone (from the prompt cache where it can); its rows join the running
+        batch at the next step, with every group admitted since (one copy of the batch for all of them)."""
         if group.done:
             return
-        tokens, state = self._start(group, inputs, beams)
-        if not self.groups:
-            self.tokens, self.state = tokens, state
-        else:
-            self._join(tokens, state)
-        self.groups.append(group)
-
-    def _start(self, group: Rows, inputs: Tensor, beams: int) -> tuple[Tensor, DecodeState]:
-        room = group.longest if self.capacity is None else self.capacity - self.start_width(inputs)
-        tokens, state = self.model.start(inputs, max(room, group.longest), self.use_cache, beams)  # (b, t0)
+        tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams)  # (b, t0)
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
         if self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
@@ -100,9 +94,7 @@ class Engine:
             self.prompt_cache.load(prompt, state.cache, 0)
             self._settle(tokens, state)
             self.prompt_cache.store(prompt, state.cache, 0, len(prompt) - 1)
-        elif self.groups:
-            self._settle(tokens, state)
-        return tokens, state
+        self.joining.append((group, tokens, state))
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
@@ -115,18 +107,33 @@ class Engine:
         if state.position < tokens.size(1) - 1:
             self.model.step(tokens[:, :-1], state)
 
-    def _join(self, tokens: Tensor, state: DecodeState) -> None:
-        """Append rows (b, t) to the batch (B, W), left-padding whichever is narrower."""
-        self._settle(self.tokens, self.state)
-        width = max(tokens.size(1), self.tokens.size(1))
-        self.tokens, self.state = _widen(self.tokens, self.state, width, self.model.config.pad_id)
-        tokens, state = _widen(tokens, state, width, self.model.config.pad_id)
-        self.tokens = torch.cat([self.tokens, tokens])  # (B+b, W)
-        self.state = self.state.append_rows(state)
+    def join(self) -> None:
+        """Append the joining groups' rows to the batch, each left-padded to the widest, into one cache sized to
+        what the rows still need. A lone group is adopted as it is (the library's decode: no copy)."""
+        joining, self.joining = self.joining, []
+        if not self.groups and len(joining) == 1:
+            group, self.tokens, self.state = joining[0]
+            self.groups.append(group)
+            return
+        parts = ([] if self.tokens is None else [(self.tokens, self.state)]) + [(t, st) for _, t, st in joining]
+        for tokens, state in parts:
+            self._settle(tokens, state)
+        width = max(tokens.size(1) for tokens, _ in parts)
+        self.groups.extend(group for group, _, _ in joining)
+        self.state = DecodeState.assemble([(st, None, width - t.size(1)) for t, st in parts],
+                                          self._room(width, self.groups))
+        self.tokens = torch.cat([_pad_front(t, width, self.model.config.pad_id) for t, _ in parts])  # (B, W)
+
+    def _room(self, width: int, groups: list[Rows]) -> int:
+        """Cache positions that rows ``width`` wide need to reach every group's limit."""
+        return width - 1 + max([0] + [g.longest - g.steps for g in groups])
 
     @torch.no_grad()
     def step(self) -> None:
-        """One decoding step for every row: each group chooses its rows' next tokens."""
+        """One decoding step for every row (the groups admitted since the last step join first): each group
+        chooses its rows' next tokens."""
+        if self.joining:
+            self.join()
         scores = self.model.step(self.tokens, self.state)[:, -1].float()  # (B, V), or (B, C) with candidates
         nexts, orders, start = [], [], 0
         for group in self.groups:
@@ -151,6 +158,10 @@ class Engine:
 
     def remove(self, leaving: list[Rows]) -> None:
         """Take these groups' rows out of the batch, then the padding columns every remaining row has in front."""
+        self.joining = [j for j in self.joining if j[0] not in leaving]
+        leaving = [group for group in leaving if group in self.groups]
+        if not leaving:
+            return
         keep, start = [], 0
         for group in self.groups:
             if group not in leaving:
@@ -161,14 +172,15 @@ class Engine:
             self.tokens = self.state = None
             return
         index = torch.tensor(keep, device=self.tokens.device)
-        self.tokens, self.state = self.tokens.index_select(0, index), self.state.select(index)
-        if self.state.left_pad is not None and (common := int(self.state.left_pad.min())):
-            self.tokens = self.tokens[:, common:]  # (B', W - common)
-            self.state.shift(-common)
+        left = self.state.left_pad
+        common = 0 if left is None else int(left.index_select(0, index).min())  # padding every row has in front
+        width = self.tokens.size(1) - common
+        self.tokens = self.tokens.index_select(0, index)[:, common:]  # (B', W - common)
+        self.state = DecodeState.assemble([(self.state, index, -common)], self._room(width, self.groups))
 
     def run(self) -> None:
         """Step until every group is done (the library's decode: one group, no newcomers)."""
-        while self.groups:
+        while self.groups or self.joining:
             self.step()
             self.remove_done()
 
@@ -182,10 +194,8 @@ def run(model: TransformerModel, group: Rows, inputs: Tensor, beams: int = 1, us
     return group
 
 
-def _widen(tokens: Tensor, state: DecodeState, width: int, pad_id: int) -> tuple[Tensor, DecodeState]:
-    """Rows (b, t) left-padded to ``width`` columns, their cache shifted to match."""
-    extra = width - tokens.size(1)
-    if extra:
-        tokens = torch.cat([tokens.new_full((tokens.size(0), extra), pad_id), tokens], dim=1)  # (b, width)
-        state.shift(extra)
-    return tokens, state
+def _pad_front(tokens: Tensor, width: int, pad_id: int) -> Tensor:
+    """Rows (b, t) left-padded with ``pad_id`` to ``width`` columns."""
+    if tokens.size(1) == width:
+        return tokens
+    return torch.cat([tokens.new_full((tokens.size(0), width - tokens.size(1)), pad_id), tokens], dim=1)

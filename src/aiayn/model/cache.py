@@ -54,26 +54,29 @@ class KVCache:
         cache.k, cache.v, cache.length = k, v, length
         return cache
 
-    def select(self, index: Tensor) -> KVCache:
-        """A new cache of rows ``index`` only (any number of rows); only the filled positions are copied."""
-        n = self.length
-        return self._filled_with(self.k[:, :, :n].index_select(0, index), self.v[:, :, :n].index_select(0, index))
-
-    def append_rows(self, other: KVCache) -> KVCache:
-        """A new cache of this cache's rows followed by ``other``'s (same capacity and filled length)."""
-        if self.length != other.length:
-            raise ValueError(f"KV cache: rows of {self.length} and {other.length} positions cannot share a batch")
-        n = self.length
-        return self._filled_with(torch.cat([self.k[:, :, :n], other.k[:, :, :n]]),
-                                 torch.cat([self.v[:, :, :n], other.v[:, :, :n]]))
-
-    def _filled_with(self, k: Tensor, v: Tensor) -> KVCache:
-        """A cache of this one's capacity whose filled positions are k, v (B', H, length, D); the rest is
-        zeros, never uninitialised memory (a masked key still multiplies its value by 0, and 0 * NaN is NaN)."""
-        shape = (k.size(0), k.size(1), self.k.size(2), k.size(3))  # (B', H, max_len, D)
-        big_k, big_v = self.k.new_zeros(shape), self.v.new_zeros(shape)
-        big_k[:, :, : self.length], big_v[:, :, : self.length] = k, v
-        return KVCache.holding(big_k, big_v, self.length)
+    @classmethod
+    def assemble(cls, parts: list[tuple[KVCache, Tensor | None, int]], capacity: int) -> KVCache:
+        """A new cache of ``capacity`` positions holding, one part after the other, the rows ``index`` (None: all)
+        of each part's cache with their filled positions moved by ``shift``: right (zeros in front: padding
+        columns, never uninitialised memory, for a masked key still multiplies its value by 0 and 0 * NaN is
+        NaN) or left (< 0: that many front positions dropped). Every part must then end at the same position;
+        only filled positions are copied (the rest is never read before it is written)."""
+        ends = {kv.length + shift for kv, _, shift in parts}
+        if len(ends) != 1 or max(ends) > capacity:
+            raise ValueError(f"KV cache: parts ending at {sorted(ends)} cannot share {capacity} positions")
+        n, first = ends.pop(), parts[0][0]
+        sizes = [kv.k.size(0) if index is None else index.numel() for kv, index, _ in parts]
+        shape = (sum(sizes), first.k.size(1), capacity, first.k.size(3))  # (B, H, capacity, D)
+        k, v = first.k.new_empty(shape), first.v.new_empty(shape)
+        row = 0
+        for (kv, index, shift), size in zip(parts, sizes, strict=True):
+            rows, front = slice(row, row + size), max(0, shift)
+            for big, t in ((k, kv.k), (v, kv.v)):
+                filled = t[:, :, max(0, -shift): kv.length]  # (b, H, n - front, D)
+                big[rows, :, front:n] = filled if index is None else filled.index_select(0, index)
+                big[rows, :, :front] = 0
+            row += size
+        return cls.holding(k, v, n)
 
     def copy_prefix(self, other: KVCache, length: int) -> None:
         """Fill the first ``length`` positions from ``other`` (prompt caching)."""
@@ -126,35 +129,17 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_kv.truncate(length)
 
-    # Continuous batching (aiayn.decoding.engine): rows join, leave, and share columns.
-
-    def select(self, index: Tensor) -> DecoderCache:
-        """A cache of rows ``index`` only (any number of rows), the same filled length."""
-        return DecoderCache([LayerCache(layer.self_kv.select(index), None if layer.cross_kv is None else
-                                        tuple(t.index_select(0, index) for t in layer.cross_kv))
-                             for layer in self.layers])
-
-    def append_rows(self, other: DecoderCache) -> DecoderCache:
-        """This cache's rows followed by ``other``'s (same layers and filled length); cross-attention keys and
-        values of sources of different lengths are zero-padded to the longer (the source mask hides them)."""
-        return DecoderCache([LayerCache(mine.self_kv.append_rows(theirs.self_kv), _cat_cross(mine, theirs))
-                             for mine, theirs in zip(self.layers, other.layers, strict=True)])
-
-    def shift(self, columns: int) -> None:
-        """Move the filled positions ``columns`` to the right (> 0: new empty columns in front, for a
-        longer prompt to join) or to the left (< 0: drop columns of padding every row has)."""
-        for layer in self.layers:
-            kv = layer.self_kv
-            n, new = kv.length, kv.length + columns
-            if new > kv.k.size(2) or new < 0:
-                raise ValueError(f"KV cache: cannot shift {n} positions by {columns} in {kv.k.size(2)}")
-            start = max(0, -columns)
-            for t in (kv.k, kv.v):
-                t[:, :, start + columns: n + columns] = t[:, :, start:n].clone()
-                if columns > 0:  # the new front columns are padding: zeros, whatever was there (0 * NaN is NaN)
-                    t[:, :, :columns] = 0
-            kv.length = new
-
+    @classmethod
+    def assemble(cls, parts: list[tuple[DecoderCache, Tensor | None, int]], capacity: int) -> DecoderCache:
+        """Continuous batching (``aiayn.decoding.engine``): rows of several caches in one, see
+        :meth:`KVCache.assemble`; cross-attention keys/values of sources of different lengths are zero-padded
+        to the longest (the source mask hides them)."""
+        layers = []
+        for i in range(len(parts[0][0].layers)):
+            self_kv = KVCache.assemble([(c.layers[i].self_kv, index, shift) for c, index, shift in parts], capacity)
+            crosses = [(c.layers[i].cross_kv, index) for c, index, _ in parts]
+            layers.append(LayerCache(self_kv, _cross(crosses)))
+        return cls(layers)
 
     def copy_prefix(self, other: DecoderCache, length: int) -> None:
         """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
@@ -162,15 +147,16 @@ class DecoderCache:
             mine.self_kv.copy_prefix(theirs.self_kv, length)
 
 
-def _cat_cross(mine: LayerCache, theirs: LayerCache) -> tuple[Tensor, Tensor] | None:
-    """Both layers' cross-attention keys/values (B, H, S, D), one after the other, padded to one S."""
-    if (mine.cross_kv is None) != (theirs.cross_kv is None):
-        raise ValueError("KV cache: rows with and without cross-attention keys cannot share a batch")
-    if mine.cross_kv is None:
+def _cross(parts: list[tuple[tuple[Tensor, Tensor] | None, Tensor | None]]) -> tuple[Tensor, Tensor] | None:
+    """Cross-attention keys and values (B, H, S, D) of each part's rows ``index``, one after the other, padded
+    to one S."""
+    if any(kv is None for kv, _ in parts):
+        if not all(kv is None for kv, _ in parts):
+            raise ValueError("KV cache: rows with and without cross-attention keys cannot share a batch")
         return None
-    s = max(mine.cross_kv[0].size(2), theirs.cross_kv[0].size(2))
-    return tuple(torch.cat([pad_to(a, s, 2), pad_to(b, s, 2)])
-                 for a, b in zip(mine.cross_kv, theirs.cross_kv, strict=True))
+    s = max(kv[0].size(2) for kv, _ in parts)
+    pick = lambda t, index: t if index is None else t.index_select(0, index)  # noqa: E731
+    return tuple(torch.cat([pad_to(pick(kv[j], index), s, 2) for kv, index in parts]) for j in range(2))
 
 
 def pad_to(t: Tensor, size: int, dim: int, value: float | bool = 0) -> Tensor:
@@ -216,33 +202,22 @@ class DecodeState:
         if self.cache is not None:
             self.cache.reorder(index, within_groups)
 
-    # Continuous batching (aiayn.decoding.engine): rows join and leave between steps.
-
-    def select(self, index: Tensor) -> DecodeState:
-        """The state of rows ``index`` only (any number of rows)."""
-        pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
-        return DecodeState(self.cache.select(index), pick(self.memory), pick(self.src_mask), pick(self.left_pad),
-                           self.output)
-
-    def append_rows(self, other: DecodeState) -> DecodeState:
-        """This state's rows followed by ``other``'s; both caches hold the same columns (see :meth:`shift`).
-        Sources of different lengths are padded to the longer one (masked: the source mask is False there)."""
+    @classmethod
+    def assemble(cls, parts: list[tuple[DecodeState, Tensor | None, int]], capacity: int) -> DecodeState:
+        """Continuous batching (``aiayn.decoding.engine``): one state holding, part after part, the rows
+        ``index`` (None: all) of each state with ``shift`` more (or, < 0, fewer) padding columns in front of
+        them; its cache has ``capacity`` positions. Sources of different lengths are padded to the longest
+        (masked: the source mask is False there)."""
+        pick = lambda t, index: t if index is None else t.index_select(0, index)  # noqa: E731
         memory = src_mask = None
-        if self.memory is not None:
-            s = max(self.memory.size(1), other.memory.size(1))
-            memory = torch.cat([pad_to(self.memory, s, 1), pad_to(other.memory, s, 1)])  # (B1+B2, S, D)
-            if self.src_mask is not None or other.src_mask is not None or self.memory.size(1) != s \
-                    or other.memory.size(1) != s:
-                src_mask = torch.cat([pad_to(_real(self), s, 1, False), pad_to(_real(other), s, 1, False)])
-        left_pad = None
-        if self.left_pad is not None or other.left_pad is not None:
-            left_pad = torch.cat([_left_pad(self), _left_pad(other)])  # (B1+B2,)
-        return DecodeState(self.cache.append_rows(other.cache), memory, src_mask, left_pad, self.output)
-
-    def shift(self, columns: int) -> None:
-        """``columns`` more (> 0) or fewer (< 0) padding columns in front of every row, in the cache too."""
-        self.left_pad = _left_pad(self) + columns
-        self.cache.shift(columns)
+        if parts[0][0].memory is not None:
+            s = max(st.memory.size(1) for st, _, _ in parts)
+            memory = torch.cat([pad_to(pick(st.memory, index), s, 1) for st, index, _ in parts])  # (B, S, D)
+            if any(st.src_mask is not None or st.memory.size(1) != s for st, _, _ in parts):
+                src_mask = torch.cat([pad_to(pick(_real(st), index), s, 1, False) for st, index, _ in parts])
+        left_pad = torch.cat([pick(_left_pad(st), index) + shift for st, index, shift in parts])  # (B,)
+        cache = DecoderCache.assemble([(st.cache, index, shift) for st, index, shift in parts], capacity)
+        return DecodeState(cache, memory, src_mask, left_pad if bool(left_pad.any()) else None, parts[0][0].output)
 
     @property
     def rows(self) -> int:

@@ -228,8 +228,9 @@ class Scheduler:
             self._done(r.job, reason or ("cancelled" if r.job.cancelled else None), r.group)
 
     def _done(self, job: Job, reason: str | None, group=None) -> None:
-        job.finish(group, reason)
+        """Count the request finished, then tell it (its answer may go out at once)."""
+        self.finished += 1
+        self.cancelled += reason == "cancelled"
         if self.on_finish is not None and reason != "error":
             self.on_finish(job)
-        self.finished += 1
-        self.cancelled += job.finish_reason == "cancelled"
+        job.finish(group, reason)
