@@ -189,9 +189,9 @@ def stream_main(args: argparse.Namespace) -> None:
                {"continuous": ["--batching", "continuous"], "static": ["--batching", "static"]})
     figures = {}
     for variant, flags in servers.items():
-        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--device", args.device, "--model-name",
-                                 "bench", "--max-streams",
-                                 str(args.requests), "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
+        flags = [*flags, *(["--int8"] if args.int8 else []), "--device", args.device, "--model-name", "bench"]
+        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--max-streams", str(args.requests),
+                                 "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
         try:
             for rate in args.rates:
                 figures[variant, rate] = found = asyncio.run(poisson(url, jobs, rate))
@@ -239,6 +239,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="with --stream: the servers' device (cpu or cuda)")
     parser.add_argument("--peer", help="with --stream: also load this OpenAI-compatible server (e.g. llama.cpp's, "
                         "started on the same weights) with the same workload, and give aiayn's ratios to it")
+    parser.add_argument("--int8", action="store_true", help="with --stream: the aiayn servers run with --int8 "
+                        "(to compare with a Q8_0 peer)")
     parser.add_argument("--shared-prefix", type=int, default=0, dest="shared_prefix",
                         help="characters of a system prompt every request shares (with --stream)")
     args = parser.parse_args()

@@ -302,3 +302,17 @@ def test_encoder_requests_that_arrive_together_are_one_batch_and_a_bad_one_fails
         bodies = [{"text": "the cat <mask> on the mat ."}, {"text": "no mask here"}] * 3
         codes = list(pool.map(lambda b: client.post("/fill-mask", json=b).status_code, bodies))
         assert codes == [200, 422] * 3
+
+
+def test_a_language_model_serves_in_int8(lm_run):
+    """``aiayn serve --int8`` on a language model: dynamic int8 linear layers (for the comparison with
+    llama.cpp's Q8_0), the routes as in float32; its greedy text stays close to float32's."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    int8 = TextGenerator.from_checkpoint(lm_run, int8=True)
+    assert any(isinstance(m, DynamicInt8Linear) for m in int8.model.modules())
+    with TestClient(create_app(int8, Limits(max_new_tokens=64))) as client:
+        answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0})
+    assert answer.status_code == 200 and answer.json()["completion_tokens"] == 12
+    fp32 = TextGenerator.from_checkpoint(lm_run).generate("the cat ", 12, temperature=0)[0]
+    assert sum(a == b for a, b in zip(answer.json()["text"], fp32, strict=False)) >= 6  # a trained text, not noise

@@ -15,7 +15,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU; "
+                   "translation and language models)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "instructions; small BLEU cost, see docs/decoding.md)")
     p.add_argument("--device", default="cpu")

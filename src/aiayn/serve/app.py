@@ -195,7 +195,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
     embedder = None
     if model.config.arch == "decoder-only":
-        engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults)
+        engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults, int8=int8)
     elif model.config.arch == "encoder-only":
         engine = MaskFiller(model, tokenizers, device)
         embedder = Embedder(model, tokenizers, Pooling.load(folder), device)
