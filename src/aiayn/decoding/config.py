@@ -13,7 +13,7 @@ from pathlib import Path
 from aiayn.io.checkpoint import GENERATION
 from aiayn.io.files import read_json
 
-STRATEGIES = ("greedy", "beam", "sample")
+STRATEGIES = ("greedy", "beam", "sample", "mask-predict")
 TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
 
 
@@ -29,8 +29,9 @@ class DecodingConfig:
     naming the field (exit 2 on the command line, 422 over HTTP).
     """
 
-    strategy: str | None = _option(None, "greedy | beam | sample (default: beam when --beam-size > 1 for "
-                                         "translation, sample when --temperature > 0 for text, else greedy)",
+    strategy: str | None = _option(None, "greedy | beam | sample | mask-predict (default: mask-predict for a "
+                                         "CMLM, beam when --beam-size > 1 for translation, sample when "
+                                         "--temperature > 0 for text, else greedy)",
                                    choices=STRATEGIES)
     beam_size: int = _option(4, "beam size; 1 = greedy")
     length_penalty: float = _option(1.0, "beam search: GNMT length penalty alpha, scores / ((5 + length) / 6) "
@@ -44,6 +45,9 @@ class DecodingConfig:
     top_k: int = _option(0, "sample from the k most likely tokens only; 0 = all")
     top_p: float = _option(1.0, "nucleus sampling: from the fewest tokens holding this probability; 1 = all")
     seed: int | None = _option(None, "sampling seed: the same seed gives the same output")
+    iterations: int = _option(10, "mask-predict: parallel passes T (re-masking the least sure tokens); 1 = one "
+                                  "pass")
+    length_beam: int = _option(5, "mask-predict: target lengths tried per sentence l (the likeliest l)")
     num_return_sequences: int = _option(1, "sequences per input: the n best of the beam, or n samples",
                                         aliases=("--num-samples",))
 
@@ -107,6 +111,8 @@ _RULES = {  # field -> (test, what it must be)
     "top_p": (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]"),
     "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**63), "a whole number in [0, 2^63)"),
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
+    "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
+    "length_beam": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
 }
 
 

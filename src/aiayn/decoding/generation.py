@@ -1,4 +1,5 @@
-"""``aiayn.generate``: the one entry to every decoding strategy (greedy, speculative greedy, beam, sample), and
+"""``aiayn.generate``: the one entry to every decoding strategy (greedy, speculative greedy, beam, sample,
+mask-predict), and
 ``rows_for``: the engine group a :class:`DecodingConfig` decodes with, for the library and the server alike.
 
 The Translator, the text generator, the server and the validation loop decode through it; so does the
@@ -16,6 +17,7 @@ from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.core import length_limits
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
+from aiayn.decoding.mask_predict import mask_predict
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.sampling import sampled_rows
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
@@ -57,6 +59,10 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
     chosen = strategy_of(cfg)
     if candidates is not None and (draft_model is not None or chosen == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
+    if chosen == "mask-predict":
+        if candidates is not None or draft_model is not None or cfg.num_return_sequences != 1:
+            raise ValueError("strategy mask-predict: one translation per input, without a shortlist or a draft")
+        return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft_model is not None:
         if chosen != "greedy" or cfg.num_return_sequences != 1:
             raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
@@ -83,6 +89,8 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     ``cfg.max_new_tokens``. The library's :func:`generate` and the server both build their groups here."""
     chosen, limits, eos, pad = strategy_of(cfg), _limits(model, src_ids, cfg, per_row), model.config.eos_id, \
         model.config.pad_id
+    if chosen == "mask-predict":
+        raise ValueError("strategy mask-predict: decodes every position at once, not token by token; use generate")
     if chosen == "greedy":
         if cfg.num_return_sequences != 1:
             raise ValueError("num_return_sequences: greedy search returns one sequence; use beam or sample")

@@ -60,10 +60,17 @@ class Translator:
                              "aiayn.generate for n-best lists")
         if self.draft is not None and self.strategy(decoding) != "greedy":
             raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
+        chosen = self.strategy(decoding)
+        if self.model.config.cmlm and chosen != "mask-predict":
+            raise ValueError(f"--strategy {chosen}: a CMLM checkpoint decodes non-autoregressively; use --strategy "
+                             "mask-predict")
+        if chosen == "mask-predict" and not self.model.config.cmlm:
+            raise ValueError("--strategy mask-predict: needs a CMLM checkpoint (aiayn train --task cmlm)")
 
-    @staticmethod
-    def strategy(decoding: DecodingConfig) -> str:
-        """The strategy named, else beam search for a beam of more than one, else greedy."""
+    def strategy(self, decoding: DecodingConfig) -> str:
+        """The strategy named, else mask-predict for a CMLM, beam search for a beam of more than one, else greedy."""
+        if self.model.config.cmlm:
+            return decoding.chosen_strategy("mask-predict")
         return decoding.chosen_strategy("beam" if decoding.beam_size > 1 else "greedy")
 
     @classmethod

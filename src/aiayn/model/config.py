@@ -83,7 +83,10 @@ class ModelConfig:
             head; the paper has none).
         output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
             ``final_logits_bias``).
-        mask_id: the id that stands for a masked token (masked-LM training, fill-mask).
+        mask_id: the id that stands for a masked token (masked-LM training, fill-mask, CMLM).
+        cmlm: an encoder-decoder trained as Mask-Predict's conditional masked language model
+            (``aiayn.model.cmlm``): its decoder attends over the whole target, and a length predictor reads the
+            encoder output. Decoded with ``strategy="mask-predict"``.
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
@@ -128,6 +131,7 @@ class ModelConfig:
     eos_id: int = SPECIAL_IDS["eos_id"]
     unk_id: int = SPECIAL_IDS["unk_id"]
     mask_id: int = MASK_ID
+    cmlm: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -262,6 +266,8 @@ def _validate(cfg: ModelConfig) -> None:
     if cfg.n_heads % cfg.kv_heads:
         raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
     _check_rope_scaling(cfg.rope_scaling)
+    if cfg.cmlm and cfg.arch != "encoder-decoder":
+        raise ValueError(f"cmlm: a conditional masked LM is an encoder-decoder, not {cfg.arch}")
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
                          f"{cfg.pad_id}")

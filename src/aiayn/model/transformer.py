@@ -260,5 +260,9 @@ MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderO
 
 
 def build_model(config: ModelConfig) -> TransformerModel:
-    """The model class that ``config.arch`` names, freshly initialised."""
+    """The model class that ``config.arch`` names (a ``CMLM`` for ``config.cmlm``), freshly initialised."""
+    if config.cmlm:
+        from aiayn.model.cmlm import CMLM  # it builds on EncoderDecoder, defined here
+
+        return CMLM(config)
     return MODEL_CLASSES[config.arch](config)

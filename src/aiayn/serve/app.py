@@ -76,7 +76,10 @@ def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> 
 
 async def _translate(batcher: Scheduler, translator: Translator, texts: list[str],
                      decoding: DecodingConfig) -> list[str]:
-    """Each non-empty text is one request to the scheduler (its rows join the running batch); "" stays ""."""
+    """Each non-empty text is one request to the scheduler (its rows join the running batch); "" stays "".
+    Mask-Predict decodes every position at once, not step by step: its texts run alone between two steps."""
+    if decoding.strategy == "mask-predict":
+        return await asyncio.wrap_future(batcher.run_alone(translator.translate, texts, len(texts), decoding))
     jobs = [TranslationRequest(ids, decoding) if (ids := translator.source_ids(t)) else None for t in texts]
     for job in jobs:
         if job is not None:

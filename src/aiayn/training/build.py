@@ -12,7 +12,10 @@ from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
 from aiayn.training.config import TrainConfig
-from aiayn.training.tasks import BlockTask, ShardedTranslationTask, TranslationTask
+from aiayn.training.finetune import ARCH_OF_TASK
+from aiayn.training.tasks import BlockTask, CMLMTask, ShardedTranslationTask, TranslationTask
+
+PAIRED = ("translation", "cmlm")  # the tasks that learn from source -> target pairs
 
 
 def pick_device(name: str) -> torch.device:
@@ -52,11 +55,11 @@ def load_data(cfg: TrainConfig) -> Splits:
     trains, the last 10% validates (the usual language-modelling split); newlines stay in the text."""
     if is_shards(cfg.data):
         if cfg.task != "translation":
-            raise ValueError(f"data: {cfg.data} holds preprocessed translation pairs; task {cfg.task} needs a "
+            raise ValueError(f"data: {cfg.data} holds preprocessed translation pairs; task {cfg.task} needs "
                              "text file")
         empty = read_manifest(cfg.data).get("empty", 0)  # the pairs are in the shards: nothing to hold here
         return Splits(Parallel([], [], {"empty": empty}), clean(read_tsv(Path(cfg.data) / "valid.tsv")))
-    if cfg.task == "translation":
+    if cfg.task in PAIRED:
         return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
                            cfg.synthetic_size)
     text = "\n".join(read_lines(text_corpus(cfg.data, cfg.data_dir))) + "\n"
@@ -71,7 +74,7 @@ def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
         return load_tokenizers(Path(cfg.data) / "tokenizer")
     if cfg.tokenizer is not None:
         return load_tokenizers(cfg.tokenizer)
-    if cfg.task != "translation":  # SentencePiece learns from lines; the text is encoded whole
+    if cfg.task not in PAIRED:  # SentencePiece learns from lines; the text is encoded whole
         lines = [line for text in splits.train.sources for line in text.splitlines()]
         return SentencePiecePair.train(lines, [], cfg.vocab_size, True, cfg.tokenizer_type)
     return SentencePiecePair.train(splits.train.sources, splits.train.targets, cfg.vocab_size, cfg.joint_vocab,
@@ -79,9 +82,9 @@ def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
 
 
 def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
-    arch = {"translation": "encoder-decoder", "lm": "decoder-only", "mlm": "encoder-only"}[cfg.task]
+    arch = ARCH_OF_TASK[cfg.task]
     share = "all" if tokenizers.joint else "decoder"
-    base = {"arch": arch, "vocab_size": len(tokenizers.src), "share_embeddings": share,
+    base = {"arch": arch, "cmlm": cfg.task == "cmlm", "vocab_size": len(tokenizers.src), "share_embeddings": share,
             "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
             "max_len": max(cfg.max_len, cfg.block_size) + 2}
     return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
@@ -104,8 +107,8 @@ def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, mod
     """A task over ``pairs``; only the training task passes ``subword_dropout`` and ``rdrop`` (validation
     never samples, and scores one pass)."""
     seed = cfg.seed if shuffle_seed is None else shuffle_seed
-    if cfg.task == "translation":
-        return TranslationTask(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout,
-                               rdrop)
+    if cfg.task in PAIRED:
+        kind = CMLMTask if cfg.task == "cmlm" else TranslationTask
+        return kind(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout, rdrop)
     return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
                      masked=cfg.task == "mlm")

@@ -15,7 +15,7 @@ from aiayn.decoding.config import DecodingConfig
 from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig, typed_fields
 
-TASKS = ("translation", "lm", "mlm")
+TASKS = ("translation", "cmlm", "lm", "mlm")
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizers.MODEL_TYPES (no torch here)
@@ -34,8 +34,8 @@ class TrainConfig:
     """Everything ``aiayn train`` needs. Unknown YAML keys are errors naming the key."""
 
     data: str = _f("numbers", "dataset name (multi30k, tatoeba-cmn, copy, reverse, numbers) or path")
-    task: str = _f("translation", "what to train: translation (encoder-decoder), lm (decoder-only), "
-                   "mlm (encoder-only)", TASKS)
+    task: str = _f("translation", "what to train: translation (encoder-decoder), cmlm (Mask-Predict's "
+                   "non-autoregressive encoder-decoder), lm (decoder-only), mlm (encoder-only)", TASKS)
     src_lang: str | None = _f(None, "source language (file suffix for PREFIX.SRC files)")
     tgt_lang: str | None = _f(None, "target language")
     data_dir: str | None = _f(None, "local folder with the dataset's files (no download)")

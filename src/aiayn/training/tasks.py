@@ -1,4 +1,5 @@
-"""The three training tasks over one loop: translation, next-token LM, and masked-token MLM.
+"""The training tasks over one loop: translation, Mask-Predict's conditional masked LM (CMLM), next-token LM,
+and masked-token MLM.
 
 A task turns data into batches (``batches(epoch)`` -> index lists, ``collate(indices)`` -> tensors) and a
 batch into a summed loss and its number of predicted tokens (``loss``); the trainer normalises.
@@ -98,6 +99,41 @@ class TranslationTask:
             logits = model(src.repeat(2, 1), tgt_in.repeat(2, 1))  # (2B, T, V)
             return rdrop_loss(logits, labels, self.cfg.pad_id, smoothing, self.rdrop)
         return summed_loss(model(src, tgt_in), labels, self.cfg.pad_id, smoothing, self.cfg.padding_row)
+
+
+class CMLMTask(TranslationTask):
+    """Translation pairs for a conditional masked LM (Mask-Predict, Ghazvininejad et al., 2019, section 3): for
+    each target of L tokens, k drawn uniformly from 1..L of them become ``<mask>`` and are predicted from the
+    source and the rest of the target; the loss is over the masked tokens, plus ``length_weight`` times the
+    length predictor's cross-entropy (the paper's length loss; fairseq weighs it 0.1). Targets carry no BOS or
+    EOS. The masks are seeded by the batch's content, so a resumed run masks as the uninterrupted one."""
+
+    length_weight = 0.1
+
+    def collate(self, indices: list[int]) -> tuple[Tensor, Tensor]:
+        return (pad_batch([self.src[i] for i in indices], self.cfg.pad_id),
+                pad_batch([self.tgt[i][1:-1] for i in indices], self.cfg.pad_id))  # (B, T): no BOS, no EOS
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
+        src, tgt = batch
+        masked, labels = self.mask_targets(tgt, int(tgt.sum()))
+        logits, length_logits = model(src, masked, with_length=True)  # (B, T, V), (B, max_len + 1)
+        loss, n = summed_loss(logits, labels, self.cfg.pad_id, smoothing)
+        lengths = (tgt != self.cfg.pad_id).sum(dim=1)  # (B,)
+        return loss + self.length_weight * nn.functional.cross_entropy(length_logits.float(), lengths,
+                                                                       reduction="sum"), n
+
+    def mask_targets(self, tgt: Tensor, salt: int) -> tuple[Tensor, Tensor]:
+        """(masked targets, labels): k ~ U{1..L} positions of each row become ``<mask>``; labels hold the
+        original tokens there and PAD elsewhere."""
+        gen = torch.Generator().manual_seed(self.seed * 7919 + salt)
+        real = tgt != self.cfg.pad_id  # (B, T)
+        lengths = real.sum(dim=1)  # (B,)
+        k = (torch.rand(lengths.shape, generator=gen) * lengths).long() + 1  # (B,) in 1..L
+        scores = torch.rand(tgt.shape, generator=gen).masked_fill(~real, 2.0)  # padding ranks last
+        ranks = scores.argsort(dim=1).argsort(dim=1)  # (B, T): each position's rank
+        chosen = (ranks < k[:, None].to(ranks.device)) & real
+        return tgt.masked_fill(chosen, self.cfg.mask_id), tgt.masked_fill(~chosen, self.cfg.pad_id)
 
 
 class ShardedTranslationTask(TranslationTask):

@@ -1,0 +1,87 @@
+"""Training a conditional masked LM (``--task cmlm``): the masking, the loss with its length term, and a tiny
+model trained by the CLI that Mask-Predict decodes the same through the library, the CLI and the server."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from aiayn import generate
+from aiayn.data.corpus import Parallel
+from aiayn.inference.translator import Translator
+from aiayn.model.cmlm import CMLM
+from aiayn.serve.app import create_app
+from aiayn.tokenizers import SentencePiecePair
+from aiayn.training.tasks import CMLMTask
+
+from conftest import tiny
+
+
+@pytest.fixture(scope="module")
+def task():
+    pairs = Parallel([f"a b c {w}" for w in "defghij" * 20], [f"x y {w} z w" for w in "defghij" * 20])
+    tokenizers = SentencePiecePair.train(pairs.sources, pairs.targets, 300, True, "bpe")
+    return CMLMTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), cmlm=True), 32, 512, seed=3)
+
+
+def test_each_target_masks_between_one_and_all_its_tokens_and_only_those_are_predicted(task):
+    _, tgt = task.collate(list(range(40)))
+    cfg = task.cfg
+    assert not ((tgt == cfg.bos_id) | (tgt == cfg.eos_id)).any()  # targets carry no BOS or EOS
+    masked, labels = task.mask_targets(tgt, 7)
+    real, chosen = tgt != cfg.pad_id, masked == cfg.mask_id
+    counts = chosen.sum(dim=1)
+    assert (counts >= 1).all() and (counts <= real.sum(dim=1)).all() and not (chosen & ~real).any()
+    assert torch.equal(labels != cfg.pad_id, chosen) and torch.equal(labels[chosen], tgt[chosen])
+    assert torch.equal(masked[~chosen], tgt[~chosen])
+    again, _ = task.mask_targets(tgt, 7)
+    assert torch.equal(again, masked) and len(set(counts.tolist())) > 1  # seeded; k varies by row
+
+
+def test_the_loss_trains_the_length_predictor_too(task):
+    torch.manual_seed(0)
+    model = CMLM(task.cfg)
+    loss, n = task.loss(model, task.collate(list(range(16))), 0.1)
+    loss.backward()
+    assert n > 0 and model.length_head.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        task.length_weight = 0.0
+        plain, _ = task.loss(model, task.collate(list(range(16))), 0.1)
+        task.length_weight = CMLMTask.length_weight
+    assert loss.item() > plain.item()  # the length term is part of the loss
+
+
+@pytest.fixture(scope="module")
+def cmlm_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmlm") / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--task", "cmlm", "--preset", "tiny",
+         "--max-steps", "400", "--output", str(out), "--vocab-size", "300", "--max-tokens", "1024",
+         "--eval-every", "300", "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+def test_a_trained_cmlm_decodes_the_same_through_library_cli_and_server(cmlm_run):
+    translator = Translator.from_checkpoint(cmlm_run, iterations=4, length_beam=3)
+    assert isinstance(translator.model, CMLM) and translator.strategy(translator.decoding) == "mask-predict"
+    texts = ["a b c d e f", "g h i", "j k l m n"]
+    ours = translator.translate(texts)
+    assert sum(a == b for a, b in zip(ours[0].split(), "fedcba", strict=False)) >= 4  # it learned to reverse
+    src = torch.tensor([translator.source_ids(texts[0])])
+    ids = generate(translator.model, src, "mask-predict", iterations=4, length_beam=3, config=translator.decoding)
+    assert translator.tokenizers.tgt.decode(ids[0]) == ours[0]
+    cli = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(cmlm_run), "--iterations",
+                          "4", "--length-beam", "3"], input="\n".join(texts) + "\n", capture_output=True, text=True)
+    assert cli.returncode == 0 and cli.stdout.splitlines() == ours
+    with TestClient(create_app(translator)) as client:
+        answer = client.post("/translate", json={"texts": texts, "iterations": 4, "length_beam": 3})
+        assert answer.json()["translations"] == ours
+        refused = client.post("/translate", json={"text": "a b", "strategy": "beam"})
+        assert refused.status_code == 422 and "mask-predict" in refused.json()["detail"]
+    bad = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(cmlm_run), "--strategy",
+                          "greedy"], input="a b\n", capture_output=True, text=True)
+    assert bad.returncode == 2 and "mask-predict" in bad.stderr and "Traceback" not in bad.stderr
