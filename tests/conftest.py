@@ -120,6 +120,19 @@ def trained_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def cmlm_run(tmp_path_factory) -> Path:
+    """A tiny conditional masked LM (Mask-Predict) trained on the reverse task by the CLI."""
+    out = tmp_path_factory.mktemp("cmlm") / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--task", "cmlm", "--preset", "tiny",
+         "--max-steps", "400", "--output", str(out), "--vocab-size", "300", "--max-tokens", "1024",
+         "--eval-every", "400", "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
 
 

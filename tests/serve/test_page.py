@@ -115,6 +115,43 @@ def test_the_language_toggle_switches_labels_and_help(browser, live_server):
 
 
 @pytest.fixture(scope="module")
+def cmlm_server(cmlm_run):
+    """A live server for the tiny CMLM (Mask-Predict)."""
+    from aiayn.inference.translator import Translator
+    from aiayn.serve.app import create_app
+    from aiayn.serve.limits import Limits
+
+    limits = Limits()
+    with serving(create_app(Translator.from_checkpoint(cmlm_run), limits), limits) as url:
+        yield url
+
+
+def test_a_cmlm_page_shows_mask_predict_iteration_by_iteration(browser, cmlm_server):
+    page = browser.new_page()
+    page.goto(cmlm_server)
+    page.wait_for_function("document.querySelector('#beam').options[0].value === '10'")
+    page.select_option("#beam", "4")
+    page.fill("#source", "a b c d e f")
+    page.click("#translate")
+    page.wait_for_selector("#refinement:not([hidden])", timeout=30_000)
+    expected = httpx.post(f"{cmlm_server}/translate", json={"text": "a b c d e f", "iterations": 4}).json()
+    found = httpx.post(f"{cmlm_server}/refinement", json={"source": "a b c d e f", "iterations": 4}).json()
+    assert page.locator("#translation").inner_text() == expected["translation"] == found["translation"]
+    rows = page.locator("#refinement-table tr")
+    assert rows.count() == 4 and page.locator("#explorer").is_hidden()
+    for i, step in enumerate(found["steps"]):
+        shown = rows.nth(i).locator("td:not(:first-child)")
+        assert shown.all_inner_texts() == step["tokens"]
+        framed = [c == "predicted" for c in shown.evaluate_all("cells => cells.map(c => c.className)")]
+        assert framed == step["predicted"]
+    assert all(found["steps"][0]["predicted"]) and not all(found["steps"][-1]["predicted"])
+    page.click("#lang")
+    assert page.locator("#refinement-title").inner_text() == "Mask-Predict：逐轮迭代"
+    page.click("#lang")
+    page.close()
+
+
+@pytest.fixture(scope="module")
 def lm_server(lm_run):
     """A live server for the tiny language model."""
     from aiayn.inference.generator import TextGenerator

@@ -30,13 +30,13 @@ def test_each_target_masks_between_one_and_all_its_tokens_and_only_those_are_pre
     _, tgt = task.collate(list(range(40)))
     cfg = task.cfg
     assert not ((tgt == cfg.bos_id) | (tgt == cfg.eos_id)).any()  # targets carry no BOS or EOS
-    masked, labels = task.mask_targets(tgt, 7)
+    masked, labels = task.mask_targets(tgt)
     real, chosen = tgt != cfg.pad_id, masked == cfg.mask_id
     counts = chosen.sum(dim=1)
     assert (counts >= 1).all() and (counts <= real.sum(dim=1)).all() and not (chosen & ~real).any()
     assert torch.equal(labels != cfg.pad_id, chosen) and torch.equal(labels[chosen], tgt[chosen])
     assert torch.equal(masked[~chosen], tgt[~chosen])
-    again, _ = task.mask_targets(tgt, 7)
+    again, _ = task.mask_targets(tgt)
     assert torch.equal(again, masked) and len(set(counts.tolist())) > 1  # seeded; k varies by row
 
 
@@ -51,18 +51,6 @@ def test_the_loss_trains_the_length_predictor_too(task):
         plain, _ = task.loss(model, task.collate(list(range(16))), 0.1)
         task.length_weight = CMLMTask.length_weight
     assert loss.item() > plain.item()  # the length term is part of the loss
-
-
-@pytest.fixture(scope="module")
-def cmlm_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cmlm") / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--task", "cmlm", "--preset", "tiny",
-         "--max-steps", "400", "--output", str(out), "--vocab-size", "300", "--max-tokens", "1024",
-         "--eval-every", "300", "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50"],
-        capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out
 
 
 def test_a_trained_cmlm_decodes_the_same_through_library_cli_and_server(cmlm_run):
@@ -85,3 +73,23 @@ def test_a_trained_cmlm_decodes_the_same_through_library_cli_and_server(cmlm_run
     bad = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(cmlm_run), "--strategy",
                           "greedy"], input="a b\n", capture_output=True, text=True)
     assert bad.returncode == 2 and "mask-predict" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_show_refinement_prints_each_iteration_and_draws_it(cmlm_run, tmp_path):
+    picture = tmp_path / "refinement.png"
+    shown = subprocess.run([sys.executable, "-m", "aiayn", "show", "refinement", "--checkpoint", str(cmlm_run),
+                            "a b c d e f", "--iterations", "3", "--length-beam", "2", "--output", str(picture)],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    steps = [line for line in lines if line.startswith("iteration ")]
+    assert len(steps) == 3 and steps[0].count("*") == len(steps[0].split()) - 2  # the first predicts everything
+    assert lines[-2].startswith("translation: ") and picture.read_bytes()[:4] == b"\x89PNG"
+    translator = Translator.from_checkpoint(cmlm_run, iterations=3, length_beam=2)
+    assert lines[-2] == "translation: " + translator.translate(["a b c d e f"])[0]
+
+
+def test_show_refinement_of_an_autoregressive_checkpoint_is_a_one_line_error(trained_run):
+    shown = subprocess.run([sys.executable, "-m", "aiayn", "show", "refinement", "--checkpoint", str(trained_run),
+                            "a b c"], capture_output=True, text=True)
+    assert shown.returncode == 2 and "CMLM" in shown.stderr and "Traceback" not in shown.stderr

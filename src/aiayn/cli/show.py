@@ -1,4 +1,5 @@
-"""``aiayn plot`` (a run's curves) and ``aiayn show`` (attention per head, positions, masks, tensor shapes)."""
+"""``aiayn plot`` (a run's curves) and ``aiayn show`` (attention per head, positions, masks, tensor shapes,
+Mask-Predict's refinement)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,16 @@ def _add_show(sub) -> None:
     s.add_argument("--preset", choices=list(PRESETS), default="tiny")
     s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
     s.add_argument("--output", help="also write the table to this text file")
-    for picture in (a, p, m, s):
+    r = what.add_parser("refinement", help="Mask-Predict's iterations for one sentence (a CMLM checkpoint)",
+                        description="Translate SENTENCE with Mask-Predict and show each iteration: the tokens, "
+                                    "their probabilities, and the positions it predicted again (marked *).")
+    r.add_argument("--checkpoint", required=True, help="a CMLM checkpoint or run folder (aiayn train --task cmlm)")
+    r.add_argument("sentence", help="the source sentence")
+    r.add_argument("--iterations", type=int, help="T (default: the checkpoint's decoding)")
+    r.add_argument("--length-beam", type=int, dest="length_beam", help="l (default: the checkpoint's decoding)")
+    r.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
+    r.add_argument("--device", default="cpu")
+    for picture in (a, p, m, s, r):
         add_overwrite(picture)
 
 
@@ -87,9 +97,28 @@ def show(args: argparse.Namespace) -> int:
         sys.stdout.write(table)
         if args.output:
             atomic_write_text(Path(args.output), table)
+    elif args.what == "refinement":
+        _show_refinement(args)
     else:
         _show_attention(args)
     return 0
+
+
+def _show_refinement(args: argparse.Namespace) -> None:
+    from aiayn.inference.translator import Translator
+    from aiayn.visual.figures import check_output
+    from aiayn.visual.refinement import format_refinement, plot_refinement, refinement_for
+
+    if args.output:
+        check_output(args.output)
+    translator = Translator.from_checkpoint(args.checkpoint, args.device)
+    if not translator.model.config.cmlm:
+        raise UserError(f"--checkpoint: {args.checkpoint} is autoregressive; refinement is Mask-Predict's (a CMLM "
+                        "checkpoint, aiayn train --task cmlm)")
+    found = refinement_for(translator, args.sentence, args.iterations, args.length_beam)
+    sys.stdout.write(format_refinement(found))
+    if args.output:
+        print(plot_refinement(found, args.output))
 
 
 def _show_attention(args: argparse.Namespace) -> None:

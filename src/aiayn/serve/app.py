@@ -31,6 +31,7 @@ from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler, TranslationRequest
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
+from aiayn.visual.refinement import refinement_for
 
 
 class TranslateRequest(DecodingOptions):
@@ -53,6 +54,15 @@ class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     source: str
     target: str | None = None
+
+
+class RefinementRequest(BaseModel):
+    """A source sentence for Mask-Predict, and optionally T and l (default: the server's decoding)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    iterations: int | None = Field(None, ge=1, le=100)
+    length_beam: int | None = Field(None, ge=1, le=100)
 
 
 class HeadRequest(AttentionRequest):
@@ -154,6 +164,17 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         maps = await asyncio.wrap_future(batcher.run_alone(attention_for, translator, req.source, req.target))
         return {**maps.to_dict(), "heads": cfg.n_heads}
 
+    @app.post("/refinement")
+    async def refinement(req: RefinementRequest) -> dict:
+        """A CMLM's Mask-Predict on ``source``: {"source_tokens", "steps": [{"tokens", "probabilities",
+        "predicted"}] per iteration, "translation"}."""
+        if not cfg.cmlm:
+            raise HTTPException(422, "refinement: this checkpoint is autoregressive; Mask-Predict needs a CMLM")
+        _check_attention(AttentionRequest(source=req.source), translator, limits, maps=False)
+        found = await asyncio.wrap_future(batcher.run_alone(refinement_for, translator, req.source, req.iterations,
+                                                            req.length_beam))
+        return found.to_dict()
+
     @app.post("/attention/head")
     async def attention_head(req: HeadRequest) -> dict:
         """Inside one head: for row ``query`` of ``kind`` in ``layer``/``head`` (0-based), the query vector,
@@ -167,8 +188,10 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         return found.to_dict()
 
 
-def _check_attention(req: AttentionRequest, translator: Translator, limits: Limits) -> None:
-    """413/422 for a pair /attention cannot take."""
+def _check_attention(req: AttentionRequest, translator: Translator, limits: Limits, maps: bool = True) -> None:
+    """413/422 for a pair /attention cannot take; ``maps``: attention pictures (a CMLM has none: 422)."""
+    if maps and translator.model.config.cmlm:
+        raise HTTPException(422, "attention: drawn for autoregressive models; a CMLM's refinement is POST /refinement")
     check_size([req.source] + ([req.target] if req.target else []), limits)
     if not req.source.strip():
         raise HTTPException(422, "source: give a sentence to attend over")

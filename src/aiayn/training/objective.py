@@ -97,3 +97,30 @@ def shift_target(tgt: Tensor, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]
     ``y1 .. yn </s>``, both (B, T). The input's EOS (of the longest rows) becomes PAD."""
     tgt_in = tgt[:, :-1].masked_fill(tgt[:, :-1] == eos_id, pad_id)  # (B, T)
     return tgt_in, tgt[:, 1:]
+
+
+def mask_targets(tgt: Tensor, pad_id: int, mask_id: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Mask-Predict's training masks (Ghazvininejad et al., 2019, section 3): for a target row of L tokens (B, T),
+    k drawn uniformly from 1..L of them become ``mask_id``. Returns (masked targets, labels): the labels hold the
+    original tokens at the masked positions and ``pad_id`` elsewhere (ignored by the loss)."""
+    real = tgt != pad_id  # (B, T)
+    lengths = real.sum(dim=1)  # (B,)
+    k = (torch.rand(lengths.shape, generator=gen) * lengths).long() + 1  # (B,) in 1..L
+    scores = torch.rand(tgt.shape, generator=gen).masked_fill(~real, 2.0)  # padding ranks last
+    ranks = scores.argsort(dim=1).argsort(dim=1)  # (B, T): each position's rank
+    chosen = (ranks < k[:, None]) & real
+    return tgt.masked_fill(chosen, mask_id), tgt.masked_fill(~chosen, pad_id)
+
+
+def cmlm_loss(model: nn.Module, src: Tensor, tgt: Tensor, gen: torch.Generator, smoothing: float = 0.0,
+              length_weight: float = 0.1) -> tuple[Tensor, int]:
+    """A CMLM's summed loss on a batch (targets without BOS/EOS): label-smoothed cross-entropy at the masked
+    positions plus ``length_weight`` times the length predictor's summed cross-entropy; and the number of
+    masked tokens."""
+    cfg = model.config if hasattr(model, "config") else model.module.config
+    masked, labels = mask_targets(tgt, cfg.pad_id, cfg.mask_id, gen)
+    logits, length_logits = model(src, masked, with_length=True)  # (B, T, V), (B, max_len + 1)
+    loss = label_smoothed_cross_entropy(logits, labels, cfg.pad_id, smoothing, reduction="sum")
+    lengths = (tgt != cfg.pad_id).sum(dim=1)  # (B,)
+    length_loss = F.cross_entropy(length_logits.float(), lengths, reduction="sum")
+    return loss + length_weight * length_loss, int((labels != cfg.pad_id).sum())

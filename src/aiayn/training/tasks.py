@@ -17,7 +17,13 @@ from aiayn.data.corpus import Parallel
 from aiayn.data.shards import ShardedPairs
 from aiayn.model.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.tokenizers import TokenizerPair
-from aiayn.training.objective import label_smoothed_cross_entropy, shift_target, symmetric_kl
+from aiayn.training.objective import (
+    cmlm_loss,
+    label_smoothed_cross_entropy,
+    mask_targets,
+    shift_target,
+    symmetric_kl,
+)
 
 
 def summed_loss(logits: Tensor, labels: Tensor, pad_id: int, smoothing: float,
@@ -116,24 +122,14 @@ class CMLMTask(TranslationTask):
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
         src, tgt = batch
-        masked, labels = self.mask_targets(tgt, int(tgt.sum()))
-        logits, length_logits = model(src, masked, with_length=True)  # (B, T, V), (B, max_len + 1)
-        loss, n = summed_loss(logits, labels, self.cfg.pad_id, smoothing)
-        lengths = (tgt != self.cfg.pad_id).sum(dim=1)  # (B,)
-        return loss + self.length_weight * nn.functional.cross_entropy(length_logits.float(), lengths,
-                                                                       reduction="sum"), n
+        return cmlm_loss(model, src, tgt, self._generator(tgt), smoothing, self.length_weight)
 
-    def mask_targets(self, tgt: Tensor, salt: int) -> tuple[Tensor, Tensor]:
-        """(masked targets, labels): k ~ U{1..L} positions of each row become ``<mask>``; labels hold the
-        original tokens there and PAD elsewhere."""
-        gen = torch.Generator().manual_seed(self.seed * 7919 + salt)
-        real = tgt != self.cfg.pad_id  # (B, T)
-        lengths = real.sum(dim=1)  # (B,)
-        k = (torch.rand(lengths.shape, generator=gen) * lengths).long() + 1  # (B,) in 1..L
-        scores = torch.rand(tgt.shape, generator=gen).masked_fill(~real, 2.0)  # padding ranks last
-        ranks = scores.argsort(dim=1).argsort(dim=1)  # (B, T): each position's rank
-        chosen = (ranks < k[:, None].to(ranks.device)) & real
-        return tgt.masked_fill(chosen, self.cfg.mask_id), tgt.masked_fill(~chosen, self.cfg.pad_id)
+    def mask_targets(self, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """This batch's masks (:func:`aiayn.training.objective.mask_targets`), as :meth:`loss` draws them."""
+        return mask_targets(tgt, self.cfg.pad_id, self.cfg.mask_id, self._generator(tgt))
+
+    def _generator(self, tgt: Tensor) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 7919 + int(tgt.sum()))
 
 
 class ShardedTranslationTask(TranslationTask):

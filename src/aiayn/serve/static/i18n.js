@@ -38,6 +38,10 @@ const STRINGS = {
     lm_attention: "Attention over prompt + continuation", fill_title: "Fill the mask",
     masked_label: "Text with one or more <mask>", fill: "Fill", generating: "Generating…",
     predicting: "Predicting…", tokens_done: "{n} tokens ({reason})",
+    refinement: "Mask-Predict, iteration by iteration", iteration_n: "iteration {n}",
+    mask_predict_n: "Mask-Predict, {n} iterations",
+    hint_refinement: "A non-autoregressive model writes every position at once, then re-masks its least sure "
+      + "tokens and predicts them again. Darker = more probable; framed = predicted at this iteration.",
   },
   zh: {
     lang_toggle: "English", tagline: "《Attention Is All You Need》中的 Transformer：翻译一个句子，看看每个注意力头"
@@ -68,6 +72,9 @@ const STRINGS = {
     continuation: "续写（边生成边显示）", lm_attention: "提示词与续写上的注意力", fill_title: "填充掩码",
     masked_label: "含一个或多个 <mask> 的文本", fill: "填充", generating: "正在生成…", predicting: "正在预测…",
     tokens_done: "{n} 个词元（{reason}）",
+    refinement: "Mask-Predict：逐轮迭代", iteration_n: "第 {n} 轮", mask_predict_n: "Mask-Predict，{n} 轮迭代",
+    hint_refinement: "非自回归模型一次写出所有位置，再把最没把握的词元重新遮蔽并再次预测。颜色越深概率越高；"
+      + "带框的是本轮预测的位置。",
   },
 };
 

@@ -1,0 +1,71 @@
+"""Non-autoregressive against autoregressive translation, measured the same way: sacreBLEU, latency at batch 1,
+sentences/s at batch 16 and 64, for each system on the same test sets, one after the other in one run.
+
+A system is ``NAME=CHECKPOINT[:option=value,...]`` with decoding options of ``DecodingConfig``, e.g.
+``teacher-greedy=runs/teacher:beam_size=1`` or ``cmlm-T4-l3=runs/cmlm:iterations=4,length_beam=3``
+(a CMLM checkpoint decodes with Mask-Predict). Prints JSON lines {"config", "metric", "value", "unit"}.
+
+    python benchmarks/bench_nat.py --source test.de.gz --reference test.en.gz --system A=RUN:beam_size=4 \\
+        --system B=CMLM_RUN:iterations=10,length_beam=5 [--latency-sentences 100] [--batches 16 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from aiayn.data.corpus import read_lines
+from aiayn.evaluation import score
+from aiayn.inference.translator import Translator
+
+
+def emit(config: str, metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+
+
+def parse_system(text: str) -> tuple[str, str, dict]:
+    """NAME=CHECKPOINT[:k=v,...] -> (name, checkpoint, options) with ints and floats read as numbers."""
+    name, _, rest = text.partition("=")
+    checkpoint, _, given = rest.partition(":")
+    options = {}
+    for pair in filter(None, given.split(",")):
+        key, _, value = pair.partition("=")
+        options[key] = int(value) if value.lstrip("-").isdigit() else float(value) if "." in value else value
+    return name, checkpoint, options
+
+
+def measure(name: str, translator: Translator, sources: list[str], references: list[str], args) -> None:
+    start = time.perf_counter()
+    hyps = translator.translate(sources, batch_size=64)
+    emit(name, "translate_all_s", time.perf_counter() - start, "s")
+    found = score(hyps, references)
+    emit(name, "sacrebleu", found.bleu, "BLEU")
+    emit(name, "chrf", found.chrf, "chrF")
+    few = sources[: args.latency_sentences]
+    translator.translate(few[:5], batch_size=1)  # warm-up
+    start = time.perf_counter()
+    translator.translate(few, batch_size=1)
+    emit(name, "latency_batch1", (time.perf_counter() - start) / len(few) * 1000, "ms/sentence")
+    for batch in args.batches:
+        start = time.perf_counter()
+        translator.translate(sources, batch_size=batch)
+        emit(f"{name}/batch{batch}", "sentences_per_s", len(sources) / (time.perf_counter() - start), "sentences/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", required=True, help="source sentences (plain or .gz)")
+    parser.add_argument("--reference", required=True, help="their references")
+    parser.add_argument("--system", action="append", required=True, help="NAME=CHECKPOINT[:option=value,...]")
+    parser.add_argument("--latency-sentences", type=int, default=100, dest="latency_sentences")
+    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    args = parser.parse_args()
+    sources, references = read_lines(args.source), read_lines(args.reference)
+    for text in args.system:
+        name, checkpoint, options = parse_system(text)
+        measure(name, Translator.from_checkpoint(checkpoint, decoding=options), sources, references, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Mask-Predict seen from inside: each iteration's tokens, their probabilities, and which positions it predicted
+(``aiayn show refinement``, and the web page for a CMLM checkpoint)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from aiayn.decoding.mask_predict import Iteration, mask_predict
+from aiayn.visual.figures import pyplot, save_figure
+
+
+@dataclass
+class Refinement:
+    """One sentence's Mask-Predict: the source pieces, then per iteration the target pieces, each piece's
+    probability and whether the iteration predicted it (the first predicts all; later ones the re-masked)."""
+
+    source_tokens: list[str]
+    steps: list[dict]
+    translation: str
+
+    def to_dict(self) -> dict:
+        return {"source_tokens": self.source_tokens, "steps": self.steps, "translation": self.translation}
+
+
+@torch.no_grad()
+def refinement_for(translator, sentence: str, iterations: int | None = None,
+                   length_beam: int | None = None) -> Refinement:
+    """Mask-Predict on ``sentence`` with the translator's CMLM (its decoding defaults unless given)."""
+    ids = translator.source_ids(sentence)
+    if not ids:
+        raise ValueError("sentence: empty; give a sentence to refine")
+    decoding = translator.decoding.replace(**{k: v for k, v in (("iterations", iterations),
+                                                                ("length_beam", length_beam)) if v is not None})
+    history: list[list[Iteration]] = []
+    (out,) = mask_predict(translator.model, torch.tensor([ids], device=translator.device), decoding.iterations,
+                          decoding.length_beam, history=history)
+    tgt = translator.tokenizers.tgt
+    steps = [{"tokens": tgt.pieces(it.tokens), "probabilities": [round(p, 4) for p in it.probabilities],
+              "predicted": it.predicted} for it in history[0]]
+    return Refinement(translator.tokenizers.src.pieces(ids), steps, tgt.decode(out))
+
+
+def format_refinement(refinement: Refinement) -> str:
+    """A text table: one line per iteration; a predicted token is marked ``*`` with its probability."""
+    lines = [f"source: {' '.join(refinement.source_tokens)}"]
+    for t, step in enumerate(refinement.steps, start=1):
+        cells = [f"{'*' if new else ' '}{tok}({p:.2f})" for tok, p, new in
+                 zip(step["tokens"], step["probabilities"], step["predicted"], strict=True)]
+        lines.append(f"iteration {t}: " + " ".join(cells))
+    lines.append(f"translation: {refinement.translation}")
+    return "\n".join(lines) + "\n"
+
+
+def plot_refinement(refinement: Refinement, output: str | Path) -> Path:
+    """One row per iteration, one column per target position: the token written in its cell, the cell's colour
+    its probability; positions the iteration predicted are framed."""
+    plt = pyplot()
+    rows, cols = len(refinement.steps), len(refinement.steps[0]["tokens"])
+    probs = [[p for p in step["probabilities"]] for step in refinement.steps]  # (iterations, L)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * cols, 1.0 + 0.55 * rows), layout="constrained")
+    image = ax.imshow(probs, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    for r, step in enumerate(refinement.steps):
+        for c, (tok, p, new) in enumerate(zip(step["tokens"], step["probabilities"], step["predicted"], strict=True)):
+            ax.text(c, r, tok, ha="center", va="center", fontsize=8, color="white" if p < 0.6 else "black")
+            if new:
+                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+    ax.set_yticks(range(rows), [f"iteration {t}" for t in range(1, rows + 1)], fontsize=8)
+    ax.set_xticks(range(cols), [str(c + 1) for c in range(cols)], fontsize=7)
+    ax.set_xlabel("target position (red frame: predicted at this iteration)")
+    ax.set_title(f"Mask-Predict: {refinement.translation}", fontsize=9)
+    fig.colorbar(image, ax=ax, shrink=0.8, label="probability")
+    return save_figure(fig, output)
