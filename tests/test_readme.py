@@ -11,7 +11,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_readme_python_tour_runs(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     assert blocks, "README has a python block"
-    check = "\nassert logits.shape == (2, 7, 8000)\n"
+    check = ("\nassert logits.shape == (2, 7, 8000)\n"
+             "assert torch.allclose(two_steps, logits, atol=1e-5), 'encode + decode give the same logits'\n")
     result = subprocess.run([sys.executable, "-c", blocks[0] + check], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
