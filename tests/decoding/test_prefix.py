@@ -44,3 +44,20 @@ def test_the_byte_cap_evicts_the_least_recently_used_blocks():
     store.add(first)
     store.add(second)  # two more blocks: the first prompt's two go
     assert store.bytes <= 2 * per_block and set(store.blocks) == {tuple(second[:4]), tuple(second)}
+
+
+def test_eviction_takes_the_least_recently_used_block_first():
+    """Under the byte cap the block read longest ago goes first: a block just reused survives an older one that
+    was not (first-in-first-out would drop it)."""
+    from aiayn.decoding import PromptCache
+
+    lm = _lm()
+    first, second, third = ([t] * 4 for t in (5, 6, 7))
+    one = PromptCache(lm, block_size=4)
+    one.add(first)
+    store = PromptCache(lm, block_size=4, max_bytes=2 * one.bytes)  # room for two blocks
+    store.add(first)
+    store.add(second)
+    assert store.lookup([*first, 9], 5)  # first is read again: now the most recently used
+    store.add(third)
+    assert tuple(first) in store.blocks and tuple(third) in store.blocks and tuple(second) not in store.blocks

@@ -174,3 +174,14 @@ def test_every_member_takes_any_preset(preset):
         model = cls(config).eval()
         assert model.config.arch == cls.arch and model.config.d_model == config.d_model
         assert model(ids).shape == (2, 5, 100)
+
+
+def test_token_embeddings_are_scaled_by_sqrt_d_model():
+    """Section 3.4: the embedding weights are multiplied by sqrt(d_model) (and not without ``scale_embeddings``)."""
+    from aiayn.model.embeddings import TokenEmbedding
+
+    ids = torch.tensor([[5, 9, 0]])
+    scaled, plain = TokenEmbedding(40, 64, True, 0), TokenEmbedding(40, 64, False, 0)
+    plain.load_state_dict(scaled.state_dict())
+    weight = next(scaled.parameters())
+    assert torch.allclose(scaled(ids), weight[ids] * 8.0) and torch.allclose(plain(ids), weight[ids])

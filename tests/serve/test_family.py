@@ -86,13 +86,23 @@ def test_generate_streams_server_sent_events(lm_client):
     assert "".join(e["text"] for e in tokens) == final["text"]
 
 
-@pytest.mark.parametrize("body, words", [({"prompt": ""}, "empty"), ({"prompt": "a", "max_new_tokens": 65}, "limit"),
-                                         ({"prompt": "a", "colour": 1}, "colour"),
-                                         ({"prompt": "a", "temperature": -1}, "temperature"),
-                                         ({"prompt": "a " * 150}, "characters")])
-def test_generate_bad_requests(lm_client, body, words):
+@pytest.mark.parametrize("body, status, words", [
+    ({"prompt": ""}, 422, "empty"), ({"prompt": "a", "max_new_tokens": 65}, 422, "limit"),
+    ({"prompt": "a", "colour": 1}, 422, "colour"), ({"prompt": "a", "temperature": -1}, 422, "temperature"),
+    ({"prompt": "a " * 150}, 413, "characters")])
+def test_generate_bad_requests(lm_client, body, status, words):
     response = lm_client.post("/generate", json=body)
-    assert 400 <= response.status_code < 500 and words in str(response.json()["detail"])
+    assert response.status_code == status and words in str(response.json()["detail"])
+
+
+def test_a_prompt_and_continuation_over_the_context_is_422(generator):
+    """The server's cache holds the prompt and its continuation (``capacity`` positions), or the request is 422."""
+    with TestClient(create_app(generator, Limits(max_chars=5000, max_new_tokens=8192))) as client:
+        capacity = client.app.state.batcher.capacity
+        answer = client.post("/generate", json={"prompt": "the cat sat", "max_new_tokens": capacity})
+        fits = client.post("/generate", json={"prompt": "the cat sat", "max_new_tokens": 4})
+    assert answer.status_code == 422 and f"exceed the model's {capacity}" in answer.json()["detail"]
+    assert fits.status_code == 200
 
 
 def test_fill_mask_endpoint(mlm_run):

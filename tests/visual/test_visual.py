@@ -20,9 +20,9 @@ def aiayn(*args: str) -> subprocess.CompletedProcess:
 def test_position_dot_products_depend_on_offset_only():
     sim = position_similarity(60, 32)
     for k in (1, 5, 17):
-        assert torch.allclose(sim.diagonal(k)[:-1], sim.diagonal(k)[1:], atol=1e-9)  # constant along diagonals
-    assert torch.allclose(sim, sim.T)
-    assert torch.allclose(sim.diagonal(), torch.full((60,), 16.0, dtype=torch.float64))  # |PE(p)|^2 = d_model / 2
+        assert torch.allclose(sim.diagonal(k)[:-1], sim.diagonal(k)[1:], rtol=0, atol=1e-9)  # constant diagonals
+    assert torch.allclose(sim, sim.T, rtol=0, atol=1e-9)
+    assert torch.allclose(sim.diagonal(), torch.full((60,), 16.0, dtype=torch.float64), rtol=0, atol=1e-9)  # d/2
 
 
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
