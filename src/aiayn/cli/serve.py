@@ -26,13 +26,13 @@ def _add_serve(sub) -> None:
                    help="every route but /health then needs the header Authorization: Bearer KEY (default: the "
                         "environment variable AIAYN_API_KEY; unset: no key)")
     _add_limits(p)
-    p.add_argument("--max-batch", type=int, default=32, dest="max_batch",
-                   help="texts decoded together by the dynamic batcher")
+    p.add_argument("--max-batch", type=int, default=64, dest="max_batch",
+                   help="rows decoded together (a beam request takes beam-size rows); encoder-only: texts per batch")
     p.add_argument("--batching", choices=["continuous", "static"], default="continuous",
-                   help="language models: rows join and leave the running batch between steps (continuous), or "
-                        "wait-and-batch (static: for comparison)")
+                   help="requests join and leave the running batch between steps (continuous), or wait-and-batch "
+                        "(static: for comparison)")
     p.add_argument("--batch-wait-ms", type=float, default=5.0, dest="batch_wait_ms",
-                   help="how long the batcher waits for more requests")
+                   help="encoder-only: how long a request waits for others to batch with")
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
     add_adapter(p)
 

@@ -1,1 +1,1 @@
-"""The HTTP server: a FastAPI app with dynamic batching, and the web page it serves (SPEC section 4)."""
+"""The HTTP server: a FastAPI app over one scheduler (continuous batching), and the web page it serves."""

@@ -103,7 +103,7 @@ async def _translate(batcher: Scheduler, translator: Translator, texts: list[str
     return [translator.tokenizers.tgt.decode(ids) if ids else "" for ids in outputs]
 
 
-def create_app(translator, limits: Limits = Limits(), max_batch: int = 32, wait_ms: float = 5.0,
+def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
                info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
                api_key: str | None = None, batching: str = "continuous") -> FastAPI:
     """The app around an engine: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate)
@@ -201,7 +201,7 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 
 
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
-               decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 32,
+               decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous") -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
