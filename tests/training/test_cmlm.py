@@ -93,3 +93,18 @@ def test_show_refinement_of_an_autoregressive_checkpoint_is_a_one_line_error(tra
     shown = subprocess.run([sys.executable, "-m", "aiayn", "show", "refinement", "--checkpoint", str(trained_run),
                             "a b c"], capture_output=True, text=True)
     assert shown.returncode == 2 and "CMLM" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_a_cmlm_needs_absolute_positions():
+    """Rotary positions act inside attention only: an all-<mask> target would give every position the same input
+    and so the same first prediction. A CMLM with them is refused by name."""
+    from aiayn.model.config import ModelConfig
+
+    with pytest.raises(ValueError, match="absolute positions"):
+        tiny(cmlm=True, positions="rope")
+    absolute = CMLM(tiny(vocab_size=30, cmlm=True)).eval()  # sinusoidal
+    masks = torch.full((1, 6), absolute.config.mask_id)
+    with torch.no_grad():
+        logits = absolute(torch.tensor([[7, 8, 9]]), masks)
+    assert not torch.allclose(logits[0, 0], logits[0, 1])  # each position its own first prediction
+    assert isinstance(ModelConfig.preset("tiny", cmlm=True), ModelConfig)

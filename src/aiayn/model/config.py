@@ -268,6 +268,10 @@ def _validate(cfg: ModelConfig) -> None:
     _check_rope_scaling(cfg.rope_scaling)
     if cfg.cmlm and cfg.arch != "encoder-decoder":
         raise ValueError(f"cmlm: a conditional masked LM is an encoder-decoder, not {cfg.arch}")
+    if cfg.cmlm and cfg.positions not in ("sinusoidal", "learned"):
+        raise ValueError(f"positions: a CMLM needs absolute positions (sinusoidal or learned), not {cfg.positions}: "
+                         "with them alone an all-<mask> target gives every position the same input and the same "
+                         "prediction")
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
                          f"{cfg.pad_id}")
