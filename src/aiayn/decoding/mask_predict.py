@@ -53,14 +53,15 @@ def mask_predict(model: CMLM, src_ids: Tensor, iterations: int = 10, length_beam
     memory, src_mask = memory.repeat_interleave(beam, dim=0), src_mask.repeat_interleave(beam, dim=0)
     real = torch.arange(int(lengths.max()), device=src_ids.device) < lengths[:, None]  # (N, W)
     tokens = torch.full(real.shape, cfg.mask_id, device=src_ids.device).masked_fill(~real, cfg.pad_id)
-    logp, predicted, steps = torch.zeros(real.shape, device=src_ids.device), real, []
+    logp, predicted, steps = torch.zeros(real.shape, device=src_ids.device), real, []  # steps: kept if asked
     for t in range(iterations):
         if t:
             predicted = lowest(logp, real, lengths * (iterations - t) // iterations)  # (N, W)
             tokens = tokens.masked_fill(predicted, cfg.mask_id)
         best, ids = _predict(model, tokens, memory, src_mask)  # (N, W) each
         tokens, logp = torch.where(predicted, ids, tokens), torch.where(predicted, best, logp)
-        steps.append((tokens, logp, predicted))
+        if history is not None:
+            steps.append((tokens, logp, predicted))
     average = (logp * real).sum(dim=1) / lengths  # (N,)
     kept = torch.arange(batch, device=src_ids.device) * beam + average.view(batch, beam).argmax(dim=1)  # (B,)
     if history is not None:

@@ -15,12 +15,7 @@ from torch import Tensor
 
 from aiayn.model.transformer import CMLM
 
-__all__ = ["CMLM", "length_targets", "predicted_lengths"]
-
-
-def length_targets(tgt: Tensor, pad_id: int) -> Tensor:
-    """(B,) the number of real tokens of each target row (B, T)."""
-    return (tgt != pad_id).sum(dim=1)
+__all__ = ["CMLM", "predicted_lengths"]
 
 
 @torch.no_grad()

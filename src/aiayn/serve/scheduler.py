@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -32,12 +32,10 @@ Job = GenerationRequest | TranslationRequest
 
 @dataclass
 class _Running:
+    """A request in the running batch and its engine group."""
+
     job: Job
     group: object
-    rows: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rows = self.group.size
 
 
 class Scheduler:

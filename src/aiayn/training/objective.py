@@ -112,12 +112,11 @@ def mask_targets(tgt: Tensor, pad_id: int, mask_id: int, gen: torch.Generator) -
     return tgt.masked_fill(chosen, mask_id), tgt.masked_fill(~chosen, pad_id)
 
 
-def cmlm_loss(model: nn.Module, src: Tensor, tgt: Tensor, gen: torch.Generator, smoothing: float = 0.0,
+def cmlm_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Generator, smoothing: float = 0.0,
               length_weight: float = 0.1) -> tuple[Tensor, int]:
-    """A CMLM's summed loss on a batch (targets without BOS/EOS): label-smoothed cross-entropy at the masked
-    positions plus ``length_weight`` times the length predictor's summed cross-entropy; and the number of
-    masked tokens."""
-    cfg = model.config if hasattr(model, "config") else model.module.config
+    """A CMLM's summed loss on a batch (targets without BOS/EOS; ``cfg`` its ModelConfig, ``model`` it or its
+    DDP wrapper): label-smoothed cross-entropy at the masked positions plus ``length_weight`` times the length
+    predictor's summed cross-entropy; and the number of masked tokens."""
     masked, labels = mask_targets(tgt, cfg.pad_id, cfg.mask_id, gen)
     logits, length_logits = model(src, masked, with_length=True)  # (B, T, V), (B, max_len + 1)
     loss = label_smoothed_cross_entropy(logits, labels, cfg.pad_id, smoothing, reduction="sum")

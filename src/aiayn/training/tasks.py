@@ -122,7 +122,7 @@ class CMLMTask(TranslationTask):
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
         src, tgt = batch
-        return cmlm_loss(model, src, tgt, self._generator(tgt), smoothing, self.length_weight)
+        return cmlm_loss(model, self.cfg, src, tgt, self._generator(tgt), smoothing, self.length_weight)
 
     def mask_targets(self, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """This batch's masks (:func:`aiayn.training.objective.mask_targets`), as :meth:`loss` draws them."""
