@@ -31,8 +31,10 @@ test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q -n 2
 
-# The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync).
+# The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync),
+# after writing each block's output under it in both tours (scripts/tour_outputs.py).
 notebook: $(STAMP)
+	$(PY) scripts/tour_outputs.py docs/tour.md docs/tour.zh.md
 	$(VENV)/bin/jupytext --to ipynb --set-kernel python3 -o notebooks/tour.ipynb docs/tour.md
 
 lint: $(STAMP)

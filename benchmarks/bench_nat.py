@@ -3,10 +3,13 @@ sentences/s at batch 16 and 64, for each system on the same test sets, one after
 
 A system is ``NAME=CHECKPOINT[:option=value,...]`` with decoding options of ``DecodingConfig``, e.g.
 ``teacher-greedy=runs/teacher:beam_size=1`` or ``cmlm-T4-l3=runs/cmlm:iterations=4,length_beam=3``
-(a CMLM checkpoint decodes with Mask-Predict). Prints JSON lines {"config", "metric", "value", "unit"}.
+(a CMLM checkpoint decodes with Mask-Predict), and ``draft=RUN`` for speculative decoding with that draft model.
+``--valid-source/--valid-reference``: a second set scored too (sacreBLEU and chrF at the largest batch, not timed).
+Prints JSON lines {"config", "metric", "value", "unit"}.
 
     python benchmarks/bench_nat.py --source test.de.gz --reference test.en.gz --system A=RUN:beam_size=4 \\
-        --system B=CMLM_RUN:iterations=10,length_beam=5 [--latency-sentences 100] [--batches 16 64]
+        --system B=CMLM_RUN:iterations=10,length_beam=5 [--valid-source val.de.gz --valid-reference val.en.gz] \\
+        [--latency-sentences 100] [--batches 16 64]
 """
 
 from __future__ import annotations
@@ -36,22 +39,30 @@ def parse_system(text: str) -> tuple[str, str, dict]:
 
 
 def measure(name: str, translator: Translator, sources: list[str], references: list[str], args) -> None:
-    """sacreBLEU and chrF of the translations at the largest batch, its sentences/s and the other batches', then
-    the latency per sentence at batch 1 over the first sentences (after a warm-up)."""
+    """sacreBLEU and chrF of the translations at the largest batch, its sentences/s and the other batches' (and
+    the validation set's scores), then the latency per sentence at batch 1 over the first sentences (after a
+    warm-up)."""
     batches = sorted(args.batches, reverse=True)
     for i, batch in enumerate(batches):
         start = time.perf_counter()
         hyps = translator.translate(sources, batch_size=batch)
         emit(f"{name}/batch{batch}", "sentences_per_s", len(sources) / (time.perf_counter() - start), "sentences/s")
         if i == 0:
-            found = score(hyps, references)
-            emit(name, "sacrebleu", found.bleu, "BLEU")
-            emit(name, "chrf", found.chrf, "chrF")
+            emit_scores(name, hyps, references)
+    if args.valid_source:
+        valid = translator.translate(read_lines(args.valid_source), batch_size=batches[0])
+        emit_scores(f"{name}/valid", valid, read_lines(args.valid_reference))
     few = sources[: args.latency_sentences]
     translator.translate(few[:5], batch_size=1)  # warm-up
     start = time.perf_counter()
     translator.translate(few, batch_size=1)
     emit(name, "latency_batch1", (time.perf_counter() - start) / len(few) * 1000, "ms/sentence")
+
+
+def emit_scores(name: str, hyps: list[str], references: list[str]) -> None:
+    found = score(hyps, references)
+    emit(name, "sacrebleu", found.bleu, "BLEU")
+    emit(name, "chrf", found.chrf, "chrF")
 
 
 def main() -> None:
@@ -61,11 +72,15 @@ def main() -> None:
     parser.add_argument("--system", action="append", required=True, help="NAME=CHECKPOINT[:option=value,...]")
     parser.add_argument("--latency-sentences", type=int, default=100, dest="latency_sentences")
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--valid-source", dest="valid_source", help="a second set, scored only")
+    parser.add_argument("--valid-reference", dest="valid_reference", help="its references")
     args = parser.parse_args()
     sources, references = read_lines(args.source), read_lines(args.reference)
     for text in args.system:
         name, checkpoint, options = parse_system(text)
-        measure(name, Translator.from_checkpoint(checkpoint, decoding=options), sources, references, args)
+        draft = options.pop("draft", None)
+        translator = Translator.from_checkpoint(checkpoint, draft=draft, decoding=options)
+        measure(name, translator, sources, references, args)
 
 
 if __name__ == "__main__":

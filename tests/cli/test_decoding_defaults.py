@@ -69,3 +69,31 @@ def test_the_server_uses_it_and_a_request_may_change_it(run):
             answer = client.post("/translate", json={"text": "a b c", **bad})
             assert answer.status_code == 422, (bad, answer.text)
         assert "length_penalty: must be" in client.post("/translate", json={"text": "a", "length_penalty": -1}).text
+
+
+def test_the_default_length_policy_caps_each_translation_at_1_5_times_its_source_plus_10(trained_run, tmp_path):
+    """docs/decoding.md: without generation.json a translator decodes with beam 4, length penalty 1.0 and at
+    most int(1.5 * source tokens + 10) new tokens per sentence (a model that never ends shows the cap)."""
+    import torch
+
+    from aiayn import generate
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.transformer import EncoderDecoder
+
+    trained, tokenizers = load_checkpoint(trained_run)
+    torch.manual_seed(0)
+    model = EncoderDecoder(trained.config.replace(output_bias=True)).eval()
+    with torch.no_grad():
+        model.output.bias[model.config.eos_id] = float("-inf")  # never ends by itself: only the cap stops it
+    write_checkpoint(tmp_path / "never-ends", model, tokenizers)
+    translator = Translator.from_checkpoint(tmp_path / "never-ends")
+    texts = ["a b", "c d e f g h i", "j"]
+    rows = [tokenizers.src.encode(t) for t in texts]
+    expected = []
+    for row in rows:
+        ids = generate(model, torch.tensor([row]), "beam", beam_size=4, length_penalty=1.0, max_len_a=1.5,
+                       max_len_b=10)[0]
+        assert len(ids) == int(1.5 * len(row) + 10)
+        expected.append(tokenizers.tgt.decode(ids))
+    assert translator.translate(texts) == expected

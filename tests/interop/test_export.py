@@ -73,6 +73,52 @@ def test_ctranslate2_gives_the_same_greedy_output(trained_run, tmp_path):
         assert result[0].hypotheses[0] == tokenizers.tgt.pieces(mine), text
 
 
+@pytest.mark.parametrize("norm, positions", [("pre", "sinusoidal"), ("post", "learned"), ("pre", "learned")])
+def test_ctranslate2_scores_pre_norm_and_learned_positions_as_aiayn(trained_run, tmp_path, norm, positions):
+    """Pre-norm (with its final LayerNorms) and a learned position table convert too: CTranslate2 gives each
+    target token the log-probability aiayn gives it, and the same greedy output."""
+    import ctranslate2
+
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.transformer import EncoderDecoder
+
+    trained, tokenizers = load_checkpoint(trained_run)
+    torch.manual_seed(0)
+    model = EncoderDecoder(trained.config.replace(norm=norm, positions=positions)).eval()
+    write_checkpoint(tmp_path / "m", model, tokenizers)
+    out = tmp_path / "ct2"
+    assert main(["export", "--checkpoint", str(tmp_path / "m"), "--format", "ctranslate2", "--output", str(out)]) == 0
+    translator, cfg = ctranslate2.Translator(str(out), device="cpu"), model.config
+    for text, target in zip(SOURCES, ([7, 8, 9], [9, 9, 5, 6], [6, 10]), strict=True):
+        ids = tokenizers.src.encode(text)
+        scored = translator.score_batch([tokenizers.src.pieces(ids)], [tokenizers.tgt.pieces(target)])[0]
+        with torch.no_grad():
+            logp = model(torch.tensor([ids]), torch.tensor([[cfg.bos_id, *target]])).log_softmax(-1)[0]
+        mine = logp.gather(1, torch.tensor([*target, cfg.eos_id])[:, None])[:, 0]  # (T+1,): each token, then </s>
+        assert torch.allclose(torch.tensor(scored.log_probs), mine, atol=1e-3), (norm, positions, text)
+        result = translator.translate_batch([tokenizers.src.pieces(ids)], beam_size=1, max_decoding_length=12)
+        greedy = generate(model, torch.tensor([ids]), "greedy", max_new_tokens=12, max_len_b=None)[0]
+        assert result[0].hypotheses[0] == tokenizers.tgt.pieces(greedy), text
+
+
+def test_export_refuses_separate_vocabularies_and_writes_nothing(trained_run, tmp_path, capsys):
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.transformer import EncoderDecoder
+    from aiayn.tokenizers.sentencepiece import SentencePiecePair
+
+    words = [" ".join(f"w{(i * 7 + j) % 90}" for j in range(8)) for i in range(300)]
+    pair = SentencePiecePair.train(words, [w.upper() for w in words], vocab_size=300, joint=False)
+    trained, _ = load_checkpoint(trained_run)
+    cfg = trained.config.replace(vocab_size=len(pair.src), tgt_vocab_size=len(pair.tgt),
+                                 share_embeddings="none")
+    write_checkpoint(tmp_path / "sep", EncoderDecoder(cfg), pair)
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(tmp_path / "sep"), "--format", "hf", "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "separate source and target vocabularies" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_what_marian_cannot_express_is_named(trained_run, lm_run, tmp_path, capsys):
     from aiayn.io.checkpoint import write_checkpoint
     from aiayn.model.transformer import EncoderDecoder

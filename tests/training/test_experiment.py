@@ -60,6 +60,28 @@ def test_an_experiment_trains_every_variant_writes_the_table_and_resumes(experim
     assert "warmup: run has 1, asked 3" in capsys.readouterr().err
 
 
+def test_a_variant_stopped_midway_resumes_from_its_last_checkpoint(experiment, tmp_path):
+    """docs/experiments.md: a variant with a ``last/`` checkpoint resumes (from that step, not from scratch)."""
+    import shutil
+
+    import yaml
+
+    spec = yaml.safe_load(experiment.read_text())
+    spec["changes"]["keep_last"] = 2
+    experiment.write_text(yaml.safe_dump(spec))
+    assert main(["experiment", str(experiment), "--only", "base"]) == 0
+    run = tmp_path / "out" / "base"
+    shutil.rmtree(run / "last")  # as if killed after step 5: last/ is the step-5 checkpoint, no result yet
+    shutil.copytree(run / "checkpoints" / "step_00000005", run / "last")
+    (run / "result.json").unlink()
+    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "valid_loss" in x]
+    assert [e["step"] for e in evals] == [5, 10]
+    assert main(["experiment", str(experiment), "--only", "base"]) == 0
+    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "valid_loss" in x]
+    assert [e["step"] for e in evals] == [5, 10, 10]  # kept, and steps 6-10 again (a fresh start: [5, 10])
+    assert json.loads((run / "result.json").read_text())["steps"] == 10
+
+
 @pytest.mark.parametrize("content, words", [("variants: {}\nrecipe: r\noutput: o\n", "give at least one"),
                                             ("colour: red\n", "unknown key(s) colour"),
                                             ("variants: {a: {}}\noutput: o\n", "recipe: missing"),

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -137,3 +138,29 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(tmp_path):
     assert killed_at < 60 and step_of(tmp_path / "run") == 60
     steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps), "the restarted job carries on from the checkpoint, never logging a step twice"
+
+
+def _rank(pid: int) -> int:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in environ if v.startswith(b"RANK=")).split(b"=")[1])
+
+
+def test_sigterm_to_one_worker_stops_every_worker_after_the_same_step(tmp_path):
+    """docs/scaling.md: under torchrun every process stops after the same step, even when only one of them
+    (here rank 1, which writes nothing) got SIGTERM; rank 0 saves that step, and --resume carries on."""
+    import re
+
+    recipe = write_recipe(tmp_path, "run", max_steps=60, eval_every=10, bleu_sentences=0, model={"dropout": 0.0})
+    job = subprocess.Popen(_torchrun("--standalone", "--nproc-per-node", "2", "-m", "aiayn", "train", "--config",
+                                     str(recipe)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    wait_for_step(tmp_path / "run", 20, job)
+    rank1 = next(pid for pid in _workers(job.pid) if _rank(pid) == 1)
+    os.kill(rank1, signal.SIGTERM)
+    output = _communicate_all([job], timeout=120)[0]
+    stopped = [int(n) for n in re.findall(r"stopped by SIGTERM at step (\d+)", output)]
+    assert len(stopped) == 2 and stopped[0] == stopped[1] == step_of(tmp_path / "run"), output[-3000:]
+    assert 20 <= stopped[0] < 60
+    result = subprocess.run(_torchrun("--standalone", "--nproc-per-node", "2", "-m", "aiayn", "train", "--config",
+                                      str(recipe), "--resume"), capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert step_of(tmp_path / "run") == 60

@@ -41,6 +41,33 @@ def test_a_bpe_dropout_run_trains_resumes_and_refuses_several_processes(tmp_path
     assert result.returncode != 0 and "subword_dropout: one process only" in result.stderr
 
 
+def test_bpe_dropout_samples_the_training_pairs_only(tmp_path, monkeypatch):
+    """Validation (its loss and its BLEU), ``aiayn evaluate`` and ``aiayn translate`` (the Translator) segment
+    plainly: every SentencePiece call that samples comes from the training task's segmentation."""
+    import sentencepiece
+
+    from aiayn.inference.translator import Translator
+
+    calls, phase, original = [], ["build"], sentencepiece.SentencePieceProcessor.encode
+
+    def spy(self, *args, **kwargs):
+        calls.append((phase[0], bool(kwargs.get("enable_sampling"))))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sentencepiece.SentencePieceProcessor, "encode", spy)
+    trainer = Trainer(TrainConfig(**{**TINY, "output": str(tmp_path / "bd"), "subword_dropout": 0.5,
+                                     "max_steps": 4, "eval_every": 4}))
+    phase[0] = "train"
+    trainer.task.batches(1)  # an epoch's segmentation of the training pairs
+    assert ("train", True) in calls
+    phase[0] = "validate"
+    trainer.validate()
+    phase[0] = "translate"
+    Translator(trainer.plain.eval(), trainer.tokenizers).translate(trainer.splits.valid.sources[:8])
+    assert [c for c in calls if c[0] != "train" and c[1]] == [], "building, validation or translation sampled"
+    assert {c[0] for c in calls} == {"build", "train", "validate", "translate"}
+
+
 def test_an_rdrop_run_trains_and_resumes_only_with_its_alpha(tmp_path):
     recipe = write_recipe(tmp_path, "rd", max_steps=20, eval_every=10, rdrop=1.0, model={"dropout": 0.1})
     first = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, timeout=300)

@@ -10,9 +10,10 @@ from tqdm import tqdm
 
 from aiayn.data.synthetic import copy_batch
 from aiayn.decoding import greedy_search
+from aiayn.decoding.mask_predict import mask_predict
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import EncoderDecoder
-from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer, noam_lr, shift_target
+from aiayn.model.transformer import CMLM, EncoderDecoder, build_model
+from aiayn.training.objective import cmlm_loss, label_smoothed_cross_entropy, make_optimizer, noam_lr, shift_target
 
 
 @dataclass(frozen=True)
@@ -26,26 +27,27 @@ class CopyRecipe:
     lr_factor: float = 0.5
     label_smoothing: float = 0.0
     seed: int = 0
+    cmlm: bool = False  # Mask-Predict's conditional masked LM instead of the autoregressive decoder
 
 
 def copy_config(recipe: CopyRecipe) -> ModelConfig:
-    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64)
+    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64, cmlm=recipe.cmlm)
 
 
 def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> EncoderDecoder:
-    """Train a tiny encoder-decoder to copy random id sequences of length 5-10."""
+    """Train a tiny encoder-decoder (or, with ``recipe.cmlm``, a CMLM) to copy random id sequences of length
+    5-10."""
     torch.manual_seed(recipe.seed)
     gen = torch.Generator().manual_seed(recipe.seed)
     cfg = copy_config(recipe)
-    model = EncoderDecoder(cfg).train()
+    model = build_model(cfg).train()
     opt = make_optimizer(model)
     bar = tqdm(range(1, recipe.steps + 1), desc="copy task", disable=not progress, unit="step")
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = noam_lr(step, cfg.d_model, recipe.warmup, recipe.lr_factor)
         src, tgt = copy_batch(cfg, recipe.batch, gen)
-        tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
-        loss = label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
+        loss = copy_loss(model, src, tgt, recipe, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -53,11 +55,29 @@ def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> Enco
     return model.eval()
 
 
-def exact_match(model: EncoderDecoder, n: int = 1000, seed: int = 1234) -> tuple[float, list]:
-    """Greedy-decode ``n`` fresh copy examples; return the exact-match rate and a few (src, out) pairs."""
+def copy_loss(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor, recipe: CopyRecipe,
+              gen: torch.Generator) -> torch.Tensor:
+    """Teacher forcing's mean cross-entropy (section 5), or a CMLM's masked-token loss per masked token (its
+    target without ``<s>`` and ``</s>``)."""
+    cfg = model.config
+    if isinstance(model, CMLM):
+        plain = tgt[:, 1:].masked_fill(tgt[:, 1:] == cfg.eos_id, cfg.pad_id)  # (B, S+1): no <s>, no </s>
+        loss, masked = cmlm_loss(model, cfg, src, plain, gen, recipe.label_smoothing)
+        return loss / masked
+    tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
+    return label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
+
+
+def exact_match(model: EncoderDecoder, n: int = 1000, seed: int = 1234, iterations: int = 4,
+                length_beam: int = 1) -> tuple[float, list]:
+    """Decode ``n`` fresh copy examples (greedy; a CMLM with Mask-Predict: ``iterations`` passes over the
+    ``length_beam`` likeliest lengths); return the exact-match rate and the (src, out) pairs."""
     gen = torch.Generator().manual_seed(seed)
     src, _ = copy_batch(model.config, n, gen)
-    outputs = greedy_search(model, src, max_new_tokens=src.size(1) + 2)
+    if isinstance(model, CMLM):
+        outputs = mask_predict(model, src, iterations, length_beam)
+    else:
+        outputs = greedy_search(model, src, max_new_tokens=src.size(1) + 2)
     sources = [[t for t in row if t != model.config.pad_id] for row in src.tolist()]
     hits = sum(out == s for out, s in zip(outputs, sources, strict=True))
     return hits / n, list(zip(sources, outputs, strict=True))
