@@ -88,3 +88,32 @@ def test_multihead_equals_per_head_formula(device):
         heads.append(scores.softmax(-1) @ v[..., sl])
     expected = mha.out_proj(torch.cat(heads, dim=-1))
     torch.testing.assert_close(mha(x, x)[0], expected)
+
+
+def test_unscaled_attention_is_plain_dot_products_on_both_paths():
+    """scale_attention False (section 3.2.1's ablation): softmax(Q K^T) V, on the fast and the reference path,
+    and the weights saturate: with d_k 256 nearly every row is almost one-hot, unlike the scaled ones."""
+    torch.manual_seed(1)
+    plain = MultiHeadAttention(d_model=12, n_heads=3, scaled=False).double().eval()
+    x = torch.randn(1, 4, 12, dtype=torch.float64)
+    q, k, v = plain.q_proj(x), plain.k_proj(x), plain.v_proj(x)
+    heads = [(q[..., s] @ k[..., s].transpose(-1, -2)).softmax(-1) @ v[..., s]
+             for s in (slice(0, 4), slice(4, 8), slice(8, 12))]
+    expected = plain.out_proj(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(plain(x, x)[0], expected)
+    torch.testing.assert_close(plain(x, x, need_weights=True)[0], expected)
+    wide, unscaled = (MultiHeadAttention(d_model=256, n_heads=1, scaled=s).eval() for s in (True, False))
+    unscaled.load_state_dict(wide.state_dict())
+    h = torch.randn(1, 50, 256) * 4
+    peak = [m(h, h, need_weights=True)[1].amax(-1) for m in (wide, unscaled)]  # (1, 1, T) largest weight per row
+    assert (peak[1] > 0.99).float().mean() > 0.5 > (peak[0] > 0.99).float().mean()
+
+
+def test_a_model_without_the_scale_builds_and_exports_refuse_it():
+    from aiayn.interop.ctranslate2 import ctranslate2_problems
+    from aiayn.model.config import ModelConfig
+    from aiayn.model.transformer import EncoderDecoder
+
+    model = EncoderDecoder(ModelConfig.preset("tiny", vocab_size=50, scale_attention=False))
+    assert all(m.unscale == 4.0 for m in model.modules() if isinstance(m, MultiHeadAttention))  # sqrt(16)
+    assert "scale_attention false (unscaled dot products)" in ctranslate2_problems(model)

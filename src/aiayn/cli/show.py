@@ -1,5 +1,5 @@
 """``aiayn plot`` (a run's curves) and ``aiayn show`` (attention per head, positions, masks, tensor shapes,
-Mask-Predict's refinement)."""
+Mask-Predict's refinement, the softmax's saturation)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,15 @@ def _add_show(sub) -> None:
     r.add_argument("--length-beam", type=int, dest="length_beam", help="l (default: the checkpoint's decoding)")
     r.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
     r.add_argument("--device", default="cpu")
-    for picture in (a, p, m, s, r):
+    t = what.add_parser("saturation", help="how saturated each layer's softmax is (why scale by sqrt(d_k))",
+                        description="Teacher-force SRC -> REF through each checkpoint and draw, per layer, the share "
+                                    "of attention rows whose largest weight exceeds 0.99.")
+    t.add_argument("--checkpoint", action="append", required=True, help="NAME=CHECKPOINT (repeat to compare)")
+    t.add_argument("--src", required=True, help="source sentences (plain or .gz)")
+    t.add_argument("--ref", required=True, help="their references")
+    t.add_argument("--sentences", type=int, default=100, help="the first N pairs (default 100)")
+    t.add_argument("--output", required=True, help="PNG, SVG or PDF file")
+    for picture in (a, p, m, s, r, t):
         add_overwrite(picture)
 
 
@@ -99,9 +107,29 @@ def show(args: argparse.Namespace) -> int:
             atomic_write_text(Path(args.output), table)
     elif args.what == "refinement":
         _show_refinement(args)
+    elif args.what == "saturation":
+        _show_saturation(args)
     else:
         _show_attention(args)
     return 0
+
+
+def _show_saturation(args: argparse.Namespace) -> None:
+    from aiayn.data.corpus import read_lines
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.visual.figures import check_output
+    from aiayn.visual.saturation import plot_saturation, saturation
+
+    check_output(args.output)
+    texts = list(zip(read_lines(args.src), read_lines(args.ref), strict=False))[: args.sentences]
+    found = {}
+    for given in args.checkpoint:
+        name, _, path = given.rpartition("=")
+        model, tokenizers = load_checkpoint(path or name, "encoder-decoder")
+        pairs = [(tokenizers.src.encode(s), tokenizers.tgt.encode(t)) for s, t in texts]
+        found[name or Path(path).name] = shares = saturation(model, [(s, t) for s, t in pairs if s and t])
+        print(name or path, {kind: [round(x, 3) for x in layers] for kind, layers in shares.items()})
+    print(plot_saturation(found, args.output))
 
 
 def _show_refinement(args: argparse.Namespace) -> None:

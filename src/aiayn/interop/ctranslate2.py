@@ -26,7 +26,8 @@ def ctranslate2_problems(model) -> list[str]:
     cfg = model.config
     checks = [(cfg.arch == "encoder-decoder", f"arch {cfg.arch} (an encoder-decoder is needed)"),
               (cfg.positions in ("sinusoidal", "learned"), f"positions {cfg.positions}"),
-              (not cfg.embedding_norm, "embedding_norm"), (not cfg.output_transform, "output_transform")]
+              (not cfg.embedding_norm, "embedding_norm"), (not cfg.output_transform, "output_transform"),
+              (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
     return [problem for ok, problem in checks if not ok]
 
 

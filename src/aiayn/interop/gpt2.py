@@ -87,7 +87,8 @@ def gpt2_problems(cfg: ModelConfig) -> list[str]:
                "n_kv_heads / head_dim"), (cfg.sliding_window is None, "sliding_window"),
               (cfg.activation in HF_ACTIVATIONS, f"activation {cfg.activation}"),
               (not cfg.output_bias and not cfg.embedding_norm and not cfg.output_transform,
-               "output_bias / embedding_norm / output_transform")]
+               "output_bias / embedding_norm / output_transform"),
+              (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
     return [problem for ok, problem in checks if not ok]
 
 

@@ -34,7 +34,8 @@ def marian_problems(cfg: ModelConfig) -> list[str]:
               (cfg.position_base == 10000.0, f"position_base {cfg.position_base} (Marian's is 10000)"),
               (cfg.layer_norm_eps == 1e-5, f"layer_norm_eps {cfg.layer_norm_eps} (Marian's is 1e-5)"),
               (not cfg.embedding_norm, "embedding_norm (Marian has none)"),
-              (not cfg.output_transform, "output_transform (Marian has none)")]
+              (not cfg.output_transform, "output_transform (Marian has none)"),
+              (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
     return [problem for ok, problem in checks if not ok]
 
 

@@ -156,7 +156,8 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (not cfg.ffn_bias or cfg.qkv_bias == cfg.out_bias, "ffn_bias with Qwen2's attention biases"),
               (cfg.sliding_window is None or not (cfg.qkv_bias or cfg.ffn_bias), "sliding_window with biases"),
               (not cfg.output_bias, "output_bias"), (cfg.activation in HF_ACTIVATIONS, f"activation {cfg.activation}"),
-              (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform")]
+              (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform"),
+              (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
     return [problem for ok, problem in checks if not ok]
 
 

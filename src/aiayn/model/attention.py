@@ -70,11 +70,13 @@ class MultiHeadAttention(nn.Module):
             1 = multi-query); None = n_heads, the paper's.
         d_head: size of each head; None = d_model / n_heads.
         qkv_bias, out_bias: biases on the Q/K/V projections and on W^O (the paper: both).
+        scaled: scores divided by sqrt(d_k) (equation 1); False: plain dot products (section 3.2.1's ablation:
+            the queries are multiplied by sqrt(d_k), which cancels the division on both paths).
     """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, dropout: float = 0.0,
                  rope: RotaryEmbedding | None = None, *, n_kv_heads: int | None = None, d_head: int | None = None,
-                 qkv_bias: bool = True, out_bias: bool = True) -> None:
+                 qkv_bias: bool = True, out_bias: bool = True, scaled: bool = True) -> None:
         super().__init__()
         self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -84,8 +86,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head, bias=qkv_bias)
         self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head, bias=qkv_bias)
         self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=out_bias)
-        self.dropout = dropout
-        self.rope = rope
+        self.dropout, self.rope = dropout, rope
+        self.unscale = 1.0 if scaled else math.sqrt(self.d_head)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, H*D) -> (B, H, T, D), for any number of heads H (queries' or keys')."""
@@ -103,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         k, v = static_kv if static_kv is not None else self.project_kv(key_value)
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
-        return q, k, v
+        return (q if self.unscale == 1.0 else q * self.unscale), k, v
 
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
                 cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,

@@ -40,10 +40,11 @@ def _final_norm(cfg: ModelConfig) -> nn.Module | None:
 
 
 def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> MultiHeadAttention:
-    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases."""
+    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases, scaling."""
     dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, dropout, rope, n_kv_heads=cfg.n_kv_heads,
-                              d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias)
+                              d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias,
+                              scaled=cfg.scale_attention)
 
 
 def build_feed_forward(cfg: ModelConfig) -> nn.Module:

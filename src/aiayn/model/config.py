@@ -67,6 +67,8 @@ class ModelConfig:
             "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
         qkv_bias, out_bias, ffn_bias: biases on the query/key/value projections, the attention output
             projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
+        scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
+            ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
         sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
             ``None`` = all earlier tokens (causal self-attention of decoders only).
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
@@ -119,6 +121,7 @@ class ModelConfig:
     qkv_bias: bool = True
     out_bias: bool = True
     ffn_bias: bool = True
+    scale_attention: bool = True
     sliding_window: int | None = None
     padding_row: bool = False
     scale_embeddings: bool = True

@@ -71,6 +71,9 @@ class TrainConfig:
                     "(PyTorch's FSDP2 fully_shard) instead of a whole copy on each (DDP)")
     max_steps: int = _f(1000, "optimizer steps to train")
     time_limit_min: float = _f(0.0, "stop after this many minutes of training (0 = no limit)")
+    auto_steps: bool = _f(False, "set max_steps to what time_limit_min holds, timed on the run's first steps "
+                                 "(within the warm-up); the run then trains exactly that many steps (logged as "
+                                 "max_steps in metrics.jsonl)")
     schedule: str = _f("noam", "learning rate schedule: noam (paper, eq. 3), inverse_sqrt (peak lr, then 1/sqrt "
                        "decay), cosine (peak lr, then a half cosine to lr/10 at max_steps) or constant (peak lr after "
                        "the warm-up)", SCHEDULES)
@@ -114,6 +117,8 @@ class TrainConfig:
         if self.fsdp and self.lora_r:  # FSDP2 gave LoRA's B gradients unlike DDP's (2 gloo ranks, torch 2.13)
             raise ValueError("fsdp: not with lora_r: a LoRA run's training state is a few MB, train it with DDP "
                              "(torchrun without --fsdp)")
+        if self.auto_steps and not self.time_limit_min:
+            raise ValueError("auto_steps: needs time_limit_min, the minutes the steps must fill")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:

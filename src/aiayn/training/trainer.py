@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import threading
@@ -31,6 +32,7 @@ from aiayn.training.build import (
 )
 from aiayn.training.config import TrainConfig
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.pace import AutoSteps, pace_window, steps_held
 from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
 from aiayn.training.validation import to_device, validate
@@ -78,6 +80,7 @@ class Trainer:
         self.stopped_by_signal = False
         if resume:
             self._restore()
+        self.auto = AutoSteps(cfg.warmup, self.step, self.train_seconds) if cfg.auto_steps else None
         self.net = DistributedDataParallel(self.model) if self.dist.enabled and not cfg.fsdp else self.model
         if not resume:
             self._log_data()
@@ -119,6 +122,9 @@ class Trainer:
         self.best, self.bad_evals = meta["best"], meta["bad_evals"]
         self.train_seconds = meta["train_seconds"]
         self.runlog.truncate(self.step)
+        chose = meta["recipe"].get("auto_steps") and self.step >= pace_window(self.cfg.warmup)[1]
+        if self.cfg.auto_steps and chose:  # the step count an auto_steps run chose is part of its state
+            self.cfg = dataclasses.replace(self.cfg, max_steps=meta["recipe"]["max_steps"])
 
     def _log_data(self) -> None:
         """Report what the data cleaning dropped (metrics.jsonl and the console)."""
@@ -208,7 +214,7 @@ class Trainer:
     def _loop(self, bar: tqdm, batches: Iterator[list[int]], sigterm: threading.Event) -> dict:
         cfg = self.cfg
         last_eval, window_tokens, window_start = {}, 0, time.perf_counter()
-        while self.step < cfg.max_steps and not self._out_of_time():
+        while self.step < self.cfg.max_steps and not self._out_of_time():
             started = time.perf_counter()
             window, batches = self._next_window(batches)
             self.step += 1
@@ -216,6 +222,8 @@ class Trainer:
                 group["lr"] = self.lr(self.step)
             loss, tokens = self.train_step(window)
             self.train_seconds += time.perf_counter() - started
+            if self.auto is not None:
+                self._fit_steps(bar)
             window_tokens += tokens
             bar.update(1)
             if self.step % cfg.log_every == 0:
@@ -245,7 +253,21 @@ class Trainer:
         return distributed.all_sum(float(sigterm.is_set()), self.dist, self.device) > 0
 
     def _out_of_time(self) -> bool:
+        if self.auto is not None and self.auto.fixed(self.step):
+            return False  # auto_steps: the chosen count rules, so that a rerun with it takes the same steps
         return bool(self.cfg.time_limit_min) and self.train_seconds >= self.cfg.time_limit_min * 60
+
+    def _fit_steps(self, bar: tqdm) -> None:
+        """auto_steps: when the pace window closes, max_steps becomes what time_limit_min holds (on every rank)."""
+        pace = self.auto.observe(self.step, self.train_seconds)
+        if pace is None:
+            return
+        pace = distributed.all_sum(pace, self.dist, self.device) / self.dist.world
+        chosen = steps_held(self.step, self.train_seconds, pace, self.cfg.time_limit_min)
+        self.cfg = dataclasses.replace(self.cfg, max_steps=chosen)
+        bar.total = chosen
+        bar.write(f"auto_steps: {pace:.3f} s a step, {self.cfg.time_limit_min:g} minutes hold {chosen} steps")
+        self.runlog.write({"step": self.step, "max_steps": chosen, "seconds_per_step": round(pace, 4)})
 
     def evaluate_and_save(self) -> dict:
         """Validation metrics, then last/ (resumable), checkpoints/step_N/ and best/ (rank 0 writes)."""

@@ -1,0 +1,75 @@
+"""Resident memory of a training run over time: runs ``aiayn train`` on a recipe (the de->en recipe by default)
+for ``--minutes`` of training and samples the process's RSS (and its children's) every ``--every`` seconds.
+Prints JSON lines {"config", "metric", "value", "unit"}: one ``rss`` line per sample, then the growth after
+``--settle`` minutes (the largest sample over the one taken then) as a ratio.
+
+    python benchmarks/bench_rss.py [--recipe configs/multi30k-de-en.yaml] [--minutes 20] [--settle 3] \\
+        [--data-dir ../shared/data/multi30k] [-- extra aiayn train flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def emit(config: str, metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of ``pid`` and of its children, in MB (0 once it has ended)."""
+    total = 0.0
+    for p in [pid, *_children(pid)]:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0) / 1024
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="configs/multi30k-de-en.yaml")
+    parser.add_argument("--minutes", type=float, default=20.0, help="minutes of training (time_limit_min)")
+    parser.add_argument("--settle", type=float, default=3.0, help="minutes after which memory should stay flat")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--data-dir", dest="data_dir", default=None)
+    parser.add_argument("extra", nargs="*", help="more aiayn train flags (after --)")
+    args = parser.parse_args()
+    name = f"{Path(args.recipe).stem}/{args.minutes:g}min"
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "aiayn", "train", "--config", args.recipe, "--output", f"{out}/run",
+                   "--time-limit-min", str(args.minutes), "--no-auto-steps", "--max-steps", "1000000", *args.extra]
+        if args.data_dir:
+            command += ["--data-dir", args.data_dir]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start, samples = time.monotonic(), []
+        while proc.poll() is None:
+            minute = (time.monotonic() - start) / 60
+            samples.append((minute, rss_mb(proc.pid)))
+            emit(f"{name}/minute{minute:.2f}", "rss", samples[-1][1], "MB")
+            time.sleep(args.every)
+    settled = [mb for minute, mb in samples if minute >= args.settle and mb > 0]
+    if settled:
+        emit(name, "rss_growth_after_settle", max(settled) / settled[0], "ratio")
+        emit(name, "rss_max", max(mb for _, mb in samples), "MB")
+    if proc.returncode:
+        raise SystemExit(f"aiayn train exited with {proc.returncode}")
+
+
+if __name__ == "__main__":
+    main()
