@@ -75,8 +75,9 @@ def test_ctranslate2_gives_the_same_greedy_output(trained_run, tmp_path):
 
 @pytest.mark.parametrize("norm, positions", [("pre", "sinusoidal"), ("post", "learned"), ("pre", "learned")])
 def test_ctranslate2_scores_pre_norm_and_learned_positions_as_aiayn(trained_run, tmp_path, norm, positions):
-    """Pre-norm (with its final LayerNorms) and a learned position table convert too: CTranslate2 gives each
-    target token the log-probability aiayn gives it, and the same greedy output."""
+    """Pre-norm (with its final LayerNorms) and learned position tables (each side its own) convert too:
+    CTranslate2 gives each target token the log-probability aiayn gives it. (An untrained model: its greedy
+    output may be <s>, which aiayn never generates and CTranslate2 does, so only the scores are compared.)"""
     import ctranslate2
 
     from aiayn.io.checkpoint import write_checkpoint
@@ -96,9 +97,6 @@ def test_ctranslate2_scores_pre_norm_and_learned_positions_as_aiayn(trained_run,
             logp = model(torch.tensor([ids]), torch.tensor([[cfg.bos_id, *target]])).log_softmax(-1)[0]
         mine = logp.gather(1, torch.tensor([*target, cfg.eos_id])[:, None])[:, 0]  # (T+1,): each token, then </s>
         assert torch.allclose(torch.tensor(scored.log_probs), mine, atol=1e-3), (norm, positions, text)
-        result = translator.translate_batch([tokenizers.src.pieces(ids)], beam_size=1, max_decoding_length=12)
-        greedy = generate(model, torch.tensor([ids]), "greedy", max_new_tokens=12, max_len_b=None)[0]
-        assert result[0].hypotheses[0] == tokenizers.tgt.pieces(greedy), text
 
 
 def test_export_refuses_separate_vocabularies_and_writes_nothing(trained_run, tmp_path, capsys):

@@ -49,7 +49,7 @@ def test_an_auto_run_trains_the_count_it_chose_and_a_rerun_with_that_count_match
     result = subprocess.run(train_command("--config", str(auto)), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     chosen = _chosen(tmp_path / "auto")
-    assert chosen > 100 and f"hold {chosen} steps" in result.stderr
+    assert chosen > 100 and f"hold {chosen} steps" in result.stdout + result.stderr
     assert step_of(tmp_path / "auto") == chosen
     again = write_recipe(tmp_path, "again", **recipe, max_steps=chosen)
     assert subprocess.run(train_command("--config", str(again)), capture_output=True, timeout=300).returncode == 0

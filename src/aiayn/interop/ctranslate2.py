@@ -85,10 +85,9 @@ class AiaynConverter(Converter):
         spec = transformer_spec.TransformerSpec.from_config(
             (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=pre, no_final_norm=not pre,
             activation=ACTIVATIONS[cfg.activation])
-        positions = _np(m.src_embed.positions(self.max_len, 0))  # (L, D), the model's own table
-        for side in (spec.encoder, spec.decoder):
+        for side, embed in ((spec.encoder, m.src_embed), (spec.decoder, m.tgt_embed)):
             side.scale_embeddings = cfg.scale_embeddings
-            side.position_encodings.encodings = positions
+            side.position_encodings.encodings = _np(embed.positions(self.max_len, 0))  # (L, D): each side's own
         spec.encoder.embeddings[0].weight = _np(m.src_embed.tokens.weight)
         spec.decoder.embeddings.weight = _np(m.tgt_embed.tokens.weight)
         for layer_spec, layer in zip(spec.encoder.layer, m.encoder.layers, strict=True):

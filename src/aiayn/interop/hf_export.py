@@ -35,6 +35,8 @@ def marian_problems(cfg: ModelConfig) -> list[str]:
               (cfg.layer_norm_eps == 1e-5, f"layer_norm_eps {cfg.layer_norm_eps} (Marian's is 1e-5)"),
               (not cfg.embedding_norm, "embedding_norm (Marian has none)"),
               (not cfg.output_transform, "output_transform (Marian has none)"),
+              (cfg.share_embeddings == "all", f"separate source and target vocabularies (share_embeddings "
+                                              f"{cfg.share_embeddings}; not supported yet)"),
               (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
     return [problem for ok, problem in checks if not ok]
 
