@@ -1,16 +1,19 @@
 """Resident memory of a training run over time: runs ``aiayn train`` on a recipe (the de->en recipe by default)
-for ``--minutes`` of training and samples the process's RSS (and its children's) every ``--every`` seconds.
-Prints JSON lines {"config", "metric", "value", "unit"}: one ``rss`` line per sample, then the growth after
-``--settle`` minutes (the largest sample over the one taken then) as a ratio.
+for ``--minutes`` of training and samples the process's RSS (and its children's) every ``--every`` seconds,
+once per ``--malloc`` setting, one after the other: ``tuned`` (aiayn's, training/memory.py) and ``default``
+(glibc's, AIAYN_MALLOC=default). Prints JSON lines {"config", "metric", "value", "unit"}: one ``rss`` line per
+sample; then per setting the growth after ``--settle`` minutes (the mean of the last quarter of the samples
+over the mean of the first quarter after settling), the largest RSS, the steps trained and tokens/s.
 
     python benchmarks/bench_rss.py [--recipe configs/multi30k-de-en.yaml] [--minutes 20] [--settle 3] \\
-        [--data-dir ../shared/data/multi30k] [-- extra aiayn train flags]
+        [--malloc tuned default] [--data-dir ../shared/data/multi30k] [-- extra aiayn train flags]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,34 +44,47 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="configs/multi30k-de-en.yaml")
-    parser.add_argument("--minutes", type=float, default=20.0, help="minutes of training (time_limit_min)")
-    parser.add_argument("--settle", type=float, default=3.0, help="minutes after which memory should stay flat")
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
-    parser.add_argument("--data-dir", dest="data_dir", default=None)
-    parser.add_argument("extra", nargs="*", help="more aiayn train flags (after --)")
-    args = parser.parse_args()
-    name = f"{Path(args.recipe).stem}/{args.minutes:g}min"
+def run_once(args, malloc: str) -> None:
+    """One training run under ``malloc``, sampled; its summary lines."""
+    name = f"{Path(args.recipe).stem}/{args.minutes:g}min/{malloc}"
+    env = {**os.environ, **({"AIAYN_MALLOC": "default"} if malloc == "default" else {})}
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "aiayn", "train", "--config", args.recipe, "--output", f"{out}/run",
                    "--time-limit-min", str(args.minutes), "--no-auto-steps", "--max-steps", "1000000", *args.extra]
         if args.data_dir:
             command += ["--data-dir", args.data_dir]
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         start, samples = time.monotonic(), []
         while proc.poll() is None:
             minute = (time.monotonic() - start) / 60
             samples.append((minute, rss_mb(proc.pid)))
             emit(f"{name}/minute{minute:.2f}", "rss", samples[-1][1], "MB")
             time.sleep(args.every)
-    settled = [mb for minute, mb in samples if minute >= args.settle and mb > 0]
-    if settled:
-        emit(name, "rss_growth_after_settle", max(settled) / settled[0], "ratio")
-        emit(name, "rss_max", max(mb for _, mb in samples), "MB")
+        logged = [json.loads(x) for x in Path(f"{out}/run/metrics.jsonl").read_text().splitlines()]
     if proc.returncode:
         raise SystemExit(f"aiayn train exited with {proc.returncode}")
+    settled = [mb for minute, mb in samples if minute >= args.settle and mb > 0]
+    quarter = max(len(settled) // 4, 1)
+    if settled:
+        emit(name, "rss_growth_after_settle", sum(settled[-quarter:]) / sum(settled[:quarter]), "ratio")
+    emit(name, "rss_max", max(mb for _, mb in samples), "MB")
+    rates = [x["tokens_per_s"] for x in logged if "tokens_per_s" in x]
+    emit(name, "steps", max(x.get("step", 0) for x in logged), "steps")
+    emit(name, "tokens_per_s", sum(rates) / max(len(rates), 1), "tokens/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="configs/multi30k-de-en.yaml")
+    parser.add_argument("--minutes", type=float, default=20.0, help="minutes of training (time_limit_min)")
+    parser.add_argument("--settle", type=float, default=3.0, help="minutes after which memory should stay flat")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--malloc", nargs="+", choices=["tuned", "default"], default=["tuned", "default"])
+    parser.add_argument("--data-dir", dest="data_dir", default=None)
+    parser.add_argument("extra", nargs="*", help="more aiayn train flags (after --)")
+    args = parser.parse_args()
+    for malloc in args.malloc:
+        run_once(args, malloc)
 
 
 if __name__ == "__main__":

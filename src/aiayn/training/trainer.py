@@ -20,7 +20,7 @@ from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
 from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
-from aiayn.training import distributed, finetune, fsdp
+from aiayn.training import distributed, finetune, fsdp, memory
 from aiayn.training.build import (
     autocast_dtype,
     build_task,
@@ -221,6 +221,8 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr(self.step)
             loss, tokens = self.train_step(window)
+            if self.step % memory.EVERY == 0:
+                memory.release_free_memory()  # resident memory stays flat over ever-new batch shapes
             self.train_seconds += time.perf_counter() - started
             if self.auto is not None:
                 self._fit_steps(bar)

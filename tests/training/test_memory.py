@@ -1,0 +1,40 @@
+"""training/memory.py: free pages inside the heap go back to the system (so a training process's resident
+memory stays flat over ever-new batch shapes; measured by benchmarks/bench_rss.py); AIAYN_MALLOC=default
+leaves glibc alone, for measuring the difference."""
+
+import os
+import subprocess
+import sys
+
+CHECK = """
+import ctypes, ctypes.util
+from aiayn.training.memory import release_free_memory
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+def rss_mb():
+    return int(next(x for x in open("/proc/self/status") if x.startswith("VmRSS")).split()[1]) / 1024
+
+blocks = [libc.malloc(64 << 10) for _ in range(3000)]  # 64 KB each: heap blocks, 190 MB in all, touched
+for block in blocks:
+    libc.memset(block, 1, 64 << 10)
+for block in blocks[:-1]:  # the last one keeps the freed space inside the heap (not at its top)
+    libc.free(block)
+before = rss_mb()
+print(release_free_memory(), round(before - rss_mb()))
+"""
+
+
+def _run(env: dict) -> tuple[str, int]:
+    result = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    done, released = result.stdout.split()
+    return done, int(released)
+
+
+def test_free_heap_pages_go_back_to_the_system_unless_asked_not_to():
+    done, released = _run(dict(os.environ))
+    assert done == "True" and released > 100, released  # MB given back of the ~190 freed
+    done, released = _run({**os.environ, "AIAYN_MALLOC": "default"})
+    assert done == "False" and released < 20, released
