@@ -268,7 +268,8 @@ class Trainer:
         chosen = steps_held(self.step, self.train_seconds, pace, self.cfg.time_limit_min)
         self.cfg = dataclasses.replace(self.cfg, max_steps=chosen)
         bar.total = chosen
-        bar.write(f"auto_steps: {pace:.3f} s a step, {self.cfg.time_limit_min:g} minutes hold {chosen} steps")
+        if self.dist.main:
+            bar.write(f"auto_steps: {pace:.3f} s a step, {self.cfg.time_limit_min:g} minutes hold {chosen} steps")
         self.runlog.write({"step": self.step, "max_steps": chosen, "seconds_per_step": round(pace, 4)})
 
     def evaluate_and_save(self) -> dict:
