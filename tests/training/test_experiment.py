@@ -123,3 +123,17 @@ def test_the_table3_base_is_the_papers_model_whatever_the_recipe_has_become():
     pre, rope = variant_config(spec, "pre-norm"), variant_config(spec, "rope")
     assert pre.model["norm"] == "pre" and pre.model["positions"] == "sinusoidal"
     assert rope.model["positions"] == "rope" and rope.model["norm"] == "post"
+
+
+def test_a_question_is_drawn_once_two_of_its_variants_are_done(tmp_path, monkeypatch):
+    """questions.png: one panel per group with two or more variants done; a lone curve answers nothing."""
+    from aiayn.training import experiment as module
+
+    drawn = []
+    monkeypatch.setattr("aiayn.visual.figures.save_figure", lambda fig, path: drawn.append(
+        {ax.get_title(): [line.get_label() for line in ax.get_lines()] for ax in fig.axes if ax.get_visible()}))
+    rows = [{"variant": v, "curve": [[5, 1.0, 3.0], [10, 2.0, 2.5]]} for v in ("base", "one-head", "key")]
+    groups = {"heads": ["base", "one-head", "eight"], "keys": ["base", "key"], "norm": ["base", "pre"]}
+    module.plot_groups(rows, groups, tmp_path / "q.png")
+    assert drawn == [{"heads": ["base", "one-head"], "keys": ["base", "key"]}]
+    assert module.plot_groups(rows[:1], groups, tmp_path / "q.png") is None and len(drawn) == 1

@@ -38,3 +38,14 @@ def test_free_heap_pages_go_back_to_the_system_unless_asked_not_to():
     assert done == "True" and released > 100, released  # MB given back of the ~190 freed
     done, released = _run({**os.environ, "AIAYN_MALLOC": "default"})
     assert done == "False" and released < 20, released
+
+
+def test_resident_memory_is_read_in_mb_and_follows_what_the_process_touches():
+    import torch
+
+    from aiayn.training.memory import resident_mb
+
+    before = resident_mb()
+    block = torch.ones(200 << 20, dtype=torch.uint8)  # 200 MB, written
+    assert before is not None and resident_mb() - before > 150, (before, resident_mb())
+    del block

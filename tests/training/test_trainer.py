@@ -123,6 +123,7 @@ def test_language_model_tasks_train_and_lower_the_loss(tmp_path, task):
     assert losses[-1] < (0.5 if task == "lm" else 0.75) * losses[0], losses
     assert result["valid_loss"] < losses[0]
     assert (tmp_path / task / "best" / "model.safetensors").is_file()
+    assert all(100 < r["rss_mb"] < 24_000 for r in records if "loss" in r)  # resident memory, logged with the loss
 
 
 def test_early_stopping_on_patience(tmp_path):

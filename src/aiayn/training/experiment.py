@@ -16,7 +16,7 @@ An experiment file (YAML)::
 Each variant trains into ``output/NAME``; a variant with ``result.json`` is done and skipped, one with a
 ``last/`` checkpoint resumes, so an interrupted experiment continues where it stopped. ``output`` gets
 ``results.json``, ``results.md`` (the table), ``curves.png`` (validation curves) and, with ``groups``,
-``questions.png`` (validation BLEU against step, one panel per group, its variants that are done).
+``questions.png`` (validation BLEU against step, one panel per group with at least two of its variants done).
 """
 
 from __future__ import annotations
@@ -172,22 +172,26 @@ def plot_curves(rows: list[dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_groups(rows: list[dict], groups: dict[str, list[str]], path: Path) -> Path:
-    """Validation BLEU against step, one panel per group (a question), with the group's variants that are done."""
+def plot_groups(rows: list[dict], groups: dict[str, list[str]], path: Path) -> Path | None:
+    """Validation BLEU against step, one panel per group (a question) with at least two of its variants done
+    (one curve answers nothing); None when no group has two."""
     from aiayn.visual.figures import pyplot, save_figure
 
-    done = {r["variant"]: r for r in rows}
-    cols = min(3, len(groups))
-    n_rows = -(-len(groups) // cols)  # ceil
+    done = {r["variant"]: r for r in rows if r["curve"][0][1] is not None}
+    answered = {group: [n for n in names if n in done] for group, names in groups.items()}
+    answered = {group: names for group, names in answered.items() if len(names) >= 2}
+    if not answered:
+        return None
+    cols = min(3, len(answered))
+    n_rows = -(-len(answered) // cols)  # ceil
     fig, axes = pyplot().subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), layout="constrained",
                                   squeeze=False)
-    for ax, (group, names) in zip(axes.flat, groups.items(), strict=False):  # spare panels stay empty
-        for name in (n for n in names if n in done and done[n]["curve"][0][1] is not None):
+    for ax, (group, names) in zip(axes.flat, answered.items(), strict=False):  # spare panels stay empty
+        for name in names:
             curve = done[name]["curve"]
             ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", label=name)
         ax.set(title=group, xlabel="step", ylabel="validation BLEU")
-        if ax.get_lines():
-            ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(groups):]:
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(answered):]:
         ax.set_visible(False)
     return save_figure(fig, path)

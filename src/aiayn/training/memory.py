@@ -17,7 +17,7 @@ import ctypes.util
 import os
 from functools import cache
 
-EVERY = 10  # steps between two trims
+EVERY = 10  # steps between two trims (every step: 16% fewer steps in 5 minutes; pages are faulted in again)
 
 
 @cache
@@ -29,6 +29,15 @@ def _malloc_trim():
     try:
         return ctypes.CDLL(name).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory (VmRSS) in MB; None where /proc is missing (not Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next((int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:")), None)
+    except OSError:
         return None
 
 

@@ -232,7 +232,7 @@ class Trainer:
                 rate = window_tokens * self.dist.world / (time.perf_counter() - window_start)
                 bar.set_postfix(loss=f"{loss:.3f}", lr=f"{self.lr(self.step):.2e}", tok_s=f"{rate:.0f}")
                 self.runlog.write({"step": self.step, "time_min": round(self.train_seconds / 60, 3), "loss": loss,
-                          "lr": self.lr(self.step), "tokens_per_s": round(rate, 1)})
+                          "lr": self.lr(self.step), "tokens_per_s": round(rate, 1), "rss_mb": memory.resident_mb()})
                 window_tokens, window_start = 0, time.perf_counter()
             if self._told_to_stop(sigterm):
                 optimizer = self._gather()
