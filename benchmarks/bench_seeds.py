@@ -85,7 +85,7 @@ def run_seed(args, seed: int, recipe: dict) -> dict:
     result = {"seed": seed, "machine": machine(), "steps": max(x.get("step", 0) for x in logged),
               "train_minutes": max(x.get("time_min", 0) for x in logged), "auto_steps": chosen[-1] if chosen else 0,
               "val_bleu": valid["bleu"], "test_bleu": test["bleu"], "test_chrf": test["chrf"],
-              "test_tokenized_bleu": test.get("tokenized_bleu", 0.0), "decoding": test["decoding"],
+              "test_tokenized_bleu": test.get("tokenized_bleu"), "decoding": test["decoding"],
               "rss_max_mb": max((mb for _, mb in samples), default=0.0),
               "rss_growth": sum(settled[-quarter:]) / sum(settled[:quarter]) if settled else 0.0}
     tmp = result_file.with_suffix(".tmp")
@@ -102,9 +102,12 @@ def report(name: str, results: list[dict]) -> None:
     """Per seed, then mean / sample standard deviation / min / max over the seeds."""
     for r in results:
         for key, unit in UNITS.items():
-            emit(f"{name}/seed{r['seed']}", key, r[key], unit)
+            if r[key] is not None:  # tokenized BLEU only with --tokenized-bleu
+                emit(f"{name}/seed{r['seed']}", key, r[key], unit)
     for key in ("val_bleu", "test_bleu", "test_tokenized_bleu", "steps"):
-        values = [r[key] for r in results]
+        values = [r[key] for r in results if r[key] is not None]
+        if not values:
+            continue
         emit(f"{name}/{len(values)} seeds", f"{key}_mean", statistics.mean(values), UNITS[key])
         if len(values) > 1:
             emit(f"{name}/{len(values)} seeds", f"{key}_std", statistics.stdev(values), UNITS[key])

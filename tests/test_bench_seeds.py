@@ -58,3 +58,4 @@ def test_each_seed_is_scored_as_the_recipe_says_and_the_spread_is_over_the_seeds
     again = {(x["config"], x["metric"]): x["value"] for x in _bench(tmp_path, 0)}
     assert log.read_text() == before  # a seed with a result is not trained again
     assert again[("recipe/seed0", "test_bleu")] == got[("recipe/seed0", "test_bleu")]
+    assert not any(x["metric"].startswith("test_tokenized_bleu") for x in lines)  # not asked for: not reported

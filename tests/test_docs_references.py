@@ -44,3 +44,27 @@ def test_the_check_sees_a_missing_name():
     assert files == ["serve/test_app.py"] and "test_gone_away" in names
     assert pairs == [("serve/test_app.py", "test_nothing_like_this")]
     assert "test_nothing_like_this" not in set().union(*defined_tests().values())
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_docs_reaches_a_file_and_a_heading():
+    broken = []
+    for doc in DOCS:
+        for target, anchor in re.findall(r"\]\(([\w./-]+\.md)(?:#([\w-]+))?\)", doc.read_text(encoding="utf-8")):
+            path = (doc.parent / target).resolve()
+            if not path.is_file():
+                broken.append(f"{doc.name}: {target}")
+                continue
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+            if anchor and anchor not in {slug(h) for h in headings}:
+                broken.append(f"{doc.name}: {target}#{anchor}")
+    assert not broken, "links to nothing: " + "; ".join(broken)
+
+
+def test_the_anchor_is_githubs():
+    assert slug("Why divide by the square root of d_k") == "why-divide-by-the-square-root-of-d_k"
+    assert slug("Sinusoidal, learned or rotary positions (E)") == "sinusoidal-learned-or-rotary-positions-e"

@@ -40,6 +40,8 @@ def plot_saturation(found: dict[str, dict[str, list[float]]], output: str | Path
         for i, (name, shares) in enumerate(found.items()):
             layers = range(len(shares[kind]))
             ax.bar([x + i * width for x in layers], shares[kind], width, label=name)
+        n_layers = max(len(shares[kind]) for shares in found.values())
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(n_layers)], [str(x + 1) for x in range(n_layers)])
         ax.set(title=kind.replace("_", " "), xlabel="layer", ylim=(0, 1))
     axes[0].set(ylabel=f"rows with a weight > {threshold}")
     axes[-1].legend()
