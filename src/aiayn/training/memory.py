@@ -4,8 +4,9 @@ Token-count batching makes every batch a new tensor shape, so a training process
 ever-different sizes. glibc's malloc keeps freed heap memory for reuse, and blocks of one size rarely fit the
 next: resident memory grew without bound (measured on the de->en recipe: 1.3 GB after a minute, 2.8 GB after
 five, ~6 GB at 30 minutes). ``malloc_trim(0)`` hands the free pages inside the heap back to the system; the
-trainer calls it every ``EVERY`` steps. That slows the growth (3.2 GB at 20 minutes) but does not stop it:
-the rest of the cause is still to be found. (Fixing glibc's mmap threshold instead kept memory flat over five
+trainer calls it every ``EVERY`` steps. Just after a trim the process is flat over an hour (1.09 to 1.14 GB,
+``rss_mb`` in the training log); what still grows is what ten steps touch between two trims (3.9 GB at most
+in an hour): the heap fragments. (Fixing glibc's mmap threshold instead kept memory flat over five
 minutes, but cost 40% of the training speed: every large block then pays for fresh pages.) Measured by
 ``benchmarks/bench_rss.py`` (docs/translation.md).
 """
