@@ -44,6 +44,25 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def sample_rss(proc: subprocess.Popen, every: float, name: str | None = None) -> list[tuple[float, float]]:
+    """(minute, RSS MB) of ``proc`` every ``every`` seconds until it ends; with ``name``, each printed too."""
+    start, samples = time.monotonic(), []
+    while proc.poll() is None:
+        minute = (time.monotonic() - start) / 60
+        samples.append((minute, rss_mb(proc.pid)))
+        if name:
+            emit(f"{name}/minute{minute:.2f}", "rss", samples[-1][1], "MB")
+        time.sleep(every)
+    return samples
+
+
+def growth(samples: list[tuple[float, float]], settle: float) -> float | None:
+    """The mean of the last quarter of the samples after ``settle`` minutes over the mean of the first quarter."""
+    settled = [mb for minute, mb in samples if minute >= settle and mb > 0]
+    quarter = max(len(settled) // 4, 1)
+    return sum(settled[-quarter:]) / sum(settled[:quarter]) if settled else None
+
+
 def run_once(args, malloc: str) -> None:
     """One training run under ``malloc``, sampled; its summary lines."""
     name = f"{Path(args.recipe).stem}/{args.minutes:g}min/{malloc}"
@@ -54,19 +73,12 @@ def run_once(args, malloc: str) -> None:
         if args.data_dir:
             command += ["--data-dir", args.data_dir]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        start, samples = time.monotonic(), []
-        while proc.poll() is None:
-            minute = (time.monotonic() - start) / 60
-            samples.append((minute, rss_mb(proc.pid)))
-            emit(f"{name}/minute{minute:.2f}", "rss", samples[-1][1], "MB")
-            time.sleep(args.every)
+        samples = sample_rss(proc, args.every, name)
         logged = [json.loads(x) for x in Path(f"{out}/run/metrics.jsonl").read_text().splitlines()]
     if proc.returncode:
         raise SystemExit(f"aiayn train exited with {proc.returncode}")
-    settled = [mb for minute, mb in samples if minute >= args.settle and mb > 0]
-    quarter = max(len(settled) // 4, 1)
-    if settled:
-        emit(name, "rss_growth_after_settle", sum(settled[-quarter:]) / sum(settled[:quarter]), "ratio")
+    if (ratio := growth(samples, args.settle)) is not None:
+        emit(name, "rss_growth_after_settle", ratio, "ratio")
     emit(name, "rss_max", max(mb for _, mb in samples), "MB")
     rates = [x["tokens_per_s"] for x in logged if "tokens_per_s" in x]
     emit(name, "steps", max(x.get("step", 0) for x in logged), "steps")

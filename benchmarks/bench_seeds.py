@@ -4,7 +4,7 @@ recipe's own decoding (the checkpoint's generation.json) on ``val`` and the test
 
 Resumable, so the seeds can be run in parts (an hour each for the Multi30k recipes): a seed with a result file is
 not run again, a run stopped midway resumes from its ``last/``. While a seed trains, the process's resident memory
-is sampled (``bench_rss.rss_mb``). Prints JSON lines {"config", "metric", "value", "unit"}: per seed, the steps
+is sampled (``bench_rss.sample_rss``). Prints JSON lines {"config", "metric", "value", "unit"}: per seed, the steps
 and minutes its run took, the step count auto_steps chose, BLEU on val and test (and tokenized BLEU with
 ``--tokenized-bleu``), the largest RSS and its growth; then, over the seeds, their mean, sample standard
 deviation, min and max; and the machine's CPU.
@@ -21,11 +21,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
-from bench_rss import emit, rss_mb
+from bench_rss import emit, growth, sample_rss
 
 from aiayn.data.datasets import cache_dir
 
@@ -47,10 +46,7 @@ def train(args, seed: int, run: Path) -> list[tuple[float, float]]:
     if args.data_dir:
         command += ["--data-dir", args.data_dir]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    start, samples = time.monotonic(), []
-    while proc.poll() is None:
-        samples.append(((time.monotonic() - start) / 60, rss_mb(proc.pid)))
-        time.sleep(args.rss_every)
+    samples = sample_rss(proc, args.rss_every)
     if proc.returncode:
         raise SystemExit(f"seed {seed}: aiayn train exited with {proc.returncode} (rerun to resume)")
     return samples
@@ -80,14 +76,12 @@ def run_seed(args, seed: int, recipe: dict) -> dict:
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     chosen = [x["max_steps"] for x in logged if "max_steps" in x]
     valid, test = evaluate(args, averaged, "val", recipe), evaluate(args, averaged, args.test, recipe)
-    settled = [mb for minute, mb in samples if minute >= 3 and mb > 0]
-    quarter = max(len(settled) // 4, 1)
     result = {"seed": seed, "machine": machine(), "steps": max(x.get("step", 0) for x in logged),
               "train_minutes": max(x.get("time_min", 0) for x in logged), "auto_steps": chosen[-1] if chosen else 0,
               "val_bleu": valid["bleu"], "test_bleu": test["bleu"], "test_chrf": test["chrf"],
               "test_tokenized_bleu": test.get("tokenized_bleu"), "decoding": test["decoding"],
               "rss_max_mb": max((mb for _, mb in samples), default=0.0),
-              "rss_growth": sum(settled[-quarter:]) / sum(settled[:quarter]) if settled else 0.0}
+              "rss_growth": growth(samples, settle=3.0)}
     tmp = result_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(result_file)
@@ -102,7 +96,7 @@ def report(name: str, results: list[dict]) -> None:
     """Per seed, then mean / sample standard deviation / min / max over the seeds."""
     for r in results:
         for key, unit in UNITS.items():
-            if r[key] is not None:  # tokenized BLEU only with --tokenized-bleu
+            if r[key] is not None:  # not measured: tokenized BLEU without --tokenized-bleu, growth under 3 min
                 emit(f"{name}/seed{r['seed']}", key, r[key], unit)
     for key in ("val_bleu", "test_bleu", "test_tokenized_bleu", "steps"):
         values = [r[key] for r in results if r[key] is not None]
