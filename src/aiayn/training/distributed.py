@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -58,10 +60,12 @@ def rank_device(device: torch.device, info: DistInfo) -> torch.device:
     return device
 
 
-# One buffer per device, alive as long as the process. Gloo's worker thread frees its handle on a collective's
-# tensor after the caller has moved on; if that handle were the tensor's last owner, freeing it would need the
-# GIL, and at interpreter exit that aborts the process ("terminate called without an active exception").
+# One buffer per device, alive as long as the process. Gloo's worker thread lets go of a collective's tensor
+# after the caller has moved on, and letting go of a tensor made in Python takes the GIL. Were that the
+# tensor's last owner at interpreter exit, the process would abort ("terminate called without an active
+# exception"); see also _wait_until_released.
 _SUM_BUFFERS: dict[str, torch.Tensor] = {}
+RELEASE_TIMEOUT_S = 10.0
 
 
 def all_sum(value: float, info: DistInfo, device: torch.device | None = None) -> float:
@@ -73,8 +77,21 @@ def all_sum(value: float, info: DistInfo, device: torch.device | None = None) ->
         _SUM_BUFFERS[key] = torch.zeros(1, dtype=torch.float64, device=device)
     buffer = _SUM_BUFFERS[key]
     buffer.fill_(value)
-    dist.all_reduce(buffer)
+    _all_reduce_and_release(buffer)
     return float(buffer.item())
+
+
+def _all_reduce_and_release(buffer: torch.Tensor) -> None:
+    """All-reduce, then on the CPU (gloo) sleep, the GIL free, until gloo's worker thread has dropped its
+    reference to ``buffer`` (a C++ reference to a Python tensor counts in the tensor's refcount). Otherwise the
+    barrier of ``teardown`` can take over the finished all-reduce, and the worker frees it, needing the GIL,
+    while the main thread holds the GIL to join that worker in the process group's destructor: a hang at exit,
+    seen about once in 100 runs under load."""
+    held = sys.getrefcount(buffer)
+    dist.all_reduce(buffer)
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while buffer.device.type == "cpu" and sys.getrefcount(buffer) > held and time.monotonic() < deadline:
+        time.sleep(0.0002)
 
 
 def teardown(info: DistInfo) -> None:
