@@ -63,7 +63,7 @@ def rank_device(device: torch.device, info: DistInfo) -> torch.device:
 # One buffer per device, alive as long as the process. Gloo's worker thread lets go of a collective's tensor
 # after the caller has moved on, and letting go of a tensor made in Python takes the GIL. Were that the
 # tensor's last owner at interpreter exit, the process would abort ("terminate called without an active
-# exception"); see also _wait_until_released.
+# exception"); see also _all_reduce_and_release.
 _SUM_BUFFERS: dict[str, torch.Tensor] = {}
 RELEASE_TIMEOUT_S = 10.0
 
