@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean browser notebook
+.PHONY: demo test lint install clean browser jemalloc notebook
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) jemalloc
 
-demo: $(STAMP)
+demo: $(STAMP) jemalloc
 	$(VENV)/bin/aiayn demo
 
 # The web page's browser test drives Debian's chromium (Playwright's own browser download is not used).
@@ -26,8 +26,16 @@ browser:
 		 (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) || \
 		echo "warning: could not install chromium; the browser test will say how"
 
+# Training runs under jemalloc where the system has it (flat memory over ever-new batch shapes at full speed;
+# src/aiayn/training/memory.py): Debian's libjemalloc2, installed when run as root.
+jemalloc:
+	@ls /usr/lib/*-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get install -y -qq libjemalloc2 >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq libjemalloc2 >/dev/null)) || \
+		echo "warning: could not install libjemalloc2; training falls back to glibc's malloc (trimmed)"
+
 # Two test workers on the two cores, one compute thread each (tests/conftest.py): no OpenMP oversubscription.
-test: $(STAMP) browser
+test: $(STAMP) browser jemalloc
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q -n 2
 

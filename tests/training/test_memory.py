@@ -1,10 +1,14 @@
-"""training/memory.py: free pages inside the heap go back to the system (so a training process's resident
-memory stays flat over ever-new batch shapes; measured by benchmarks/bench_rss.py); AIAYN_MALLOC=default
-leaves glibc alone, for measuring the difference."""
+"""training/memory.py: the training commands restart under jemalloc where the system has it; under glibc, free
+pages inside the heap go back to the system (so a training process's resident memory stays flat over ever-new
+batch shapes; measured by benchmarks/bench_rss.py); AIAYN_MALLOC=default leaves glibc alone, for measuring."""
 
+import json
 import os
 import subprocess
 import sys
+
+from aiayn.training import memory
+from tiny_runs import train_command, write_recipe
 
 CHECK = """
 import ctypes, ctypes.util
@@ -49,3 +53,31 @@ def test_resident_memory_is_read_in_mb_and_follows_what_the_process_touches():
     block = torch.ones(200 << 20, dtype=torch.uint8)  # 200 MB, written
     assert before is not None and resident_mb() - before > 150, (before, resident_mb())
     del block
+
+
+def test_jemalloc_is_preloaded_where_found_unless_glibc_is_asked_for(tmp_path, monkeypatch):
+    lib = tmp_path / "libjemalloc.so.2"
+    monkeypatch.setattr(memory, "JEMALLOC", (str(tmp_path / "missing.so"), str(lib)))
+    assert memory.jemalloc_environment({"PATH": "/bin"}) is None  # not on this system: nothing to do
+    lib.write_bytes(b"")
+    assert memory.jemalloc_environment({"PATH": "/bin"}) == {"PATH": "/bin", "LD_PRELOAD": str(lib)}
+    assert memory.jemalloc_environment({"LD_PRELOAD": "/x.so"})["LD_PRELOAD"] == f"{lib} /x.so"  # theirs kept
+    assert memory.jemalloc_environment({"LD_PRELOAD": str(lib)}) is None  # already preloaded: no second restart
+    for setting in ("glibc", "default"):
+        assert memory.jemalloc_environment({"AIAYN_MALLOC": setting}) is None
+
+
+def _malloc_of_a_run(tmp_path, name: str, env: dict) -> str:
+    recipe = write_recipe(tmp_path, name, max_steps=2, eval_every=2, bleu_sentences=0, keep_last=0)
+    result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    first = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
+    return first["malloc"]
+
+
+def test_aiayn_train_runs_under_jemalloc_where_the_system_has_it(tmp_path):
+    found = memory.jemalloc_path() is not None  # make install / .ci/run install Debian's libjemalloc2
+    env = {k: v for k, v in os.environ.items() if k != "AIAYN_MALLOC"}
+    assert _malloc_of_a_run(tmp_path, "auto", env) == ("jemalloc" if found else "glibc")
+    assert _malloc_of_a_run(tmp_path, "glibc", {**env, "AIAYN_MALLOC": "glibc"}) == "glibc"

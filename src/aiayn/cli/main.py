@@ -10,6 +10,7 @@ from aiayn import __version__
 from aiayn.cli import data, decode, demo, interop, serve, show, train
 from aiayn.cli.common import UserError, flag
 from aiayn.data.corpus import DataError
+from aiayn.training import memory
 
 COMMANDS = {"demo": demo.demo, "train": train.train, "average": train.average, "experiment": train.experiment,
             "distill": train.distill, "translate": decode.translate, "evaluate": decode.evaluate,
@@ -30,8 +31,13 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     return parser
 
 
+TRAINING = ("train", "experiment", "distill")  # run under jemalloc where the system has it (training/memory.py)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(__version__).parse_args(argv)
+    if argv is None and args.command in TRAINING:  # the process's own command line, not a library call
+        memory.restart_under_jemalloc()
     if args.command == "average" and not args.checkpoints and not args.run:
         print("aiayn: error: average: give --run RUN or checkpoint folders", file=sys.stderr)
         return 2

@@ -3,12 +3,16 @@
 Token-count batching makes every batch a new tensor shape, so a training process frees and allocates blocks of
 ever-different sizes. glibc's malloc keeps freed heap memory for reuse, and blocks of one size rarely fit the
 next: resident memory grew without bound (measured on the de->en recipe: 1.3 GB after a minute, 2.8 GB after
-five, ~6 GB at 30 minutes). ``malloc_trim(0)`` hands the free pages inside the heap back to the system; the
-trainer calls it every ``EVERY`` steps. Just after a trim the process is flat over an hour (1.09 to 1.14 GB,
-``rss_mb`` in the training log); what still grows is what ten steps touch between two trims (3.9 GB at most
-in an hour): the heap fragments. (Fixing glibc's mmap threshold instead kept memory flat over five
+five, ~6 GB at 30 minutes). jemalloc, whose size classes and decay give freed pages back, keeps it flat at the
+same speed (12 minutes of the recipe: largest RSS 1.63 GB against 2.74 GB for glibc trimmed, growth 0.98
+against 1.08; docs/translation.md). So the training commands (``aiayn train``, ``experiment``, ``distill``)
+restart themselves with the system's jemalloc preloaded (``restart_under_jemalloc``: same pid, same arguments;
+Debian's libjemalloc2, which ``make install`` installs). Where there is none, or with ``AIAYN_MALLOC=glibc``,
+glibc stays and the trainer hands the heap's free pages back every ``EVERY`` steps (``malloc_trim(0)``): flat
+just after each trim, but what ten steps touch in between grows as the heap fragments. ``AIAYN_MALLOC=default``
+leaves glibc untouched, for measuring. (Fixing glibc's mmap threshold instead kept memory flat over five
 minutes, but cost 40% of the training speed: every large block then pays for fresh pages.) Measured by
-``benchmarks/bench_rss.py`` (docs/translation.md).
+``benchmarks/bench_rss.py``.
 """
 
 from __future__ import annotations
@@ -16,16 +20,54 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from functools import cache
+from pathlib import Path
 
 EVERY = 10  # steps between two trims (every step: 16% fewer steps in 5 minutes; pages are faulted in again)
 
 
+JEMALLOC = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+            "/usr/lib64/libjemalloc.so.2", "/usr/local/lib/libjemalloc.so.2")  # Debian's libjemalloc2, others
+
+
+def jemalloc_path() -> str | None:
+    """The system's jemalloc library, or None."""
+    return next((path for path in JEMALLOC if Path(path).is_file()), None)
+
+
+def allocator() -> str:
+    """Which malloc serves this process: "jemalloc" where it is loaded, else "glibc"."""
+    try:
+        return "jemalloc" if "libjemalloc" in Path("/proc/self/maps").read_text() else "glibc"
+    except OSError:
+        return "glibc"
+
+
+def jemalloc_environment(environ: dict[str, str]) -> dict[str, str] | None:
+    """The environment that preloads jemalloc, or None: already loaded, not found, or AIAYN_MALLOC names glibc
+    (``glibc``: glibc with the trims; ``default``: glibc untouched, for measuring)."""
+    lib = jemalloc_path()
+    if environ.get("AIAYN_MALLOC", "jemalloc") != "jemalloc" or lib is None or lib in environ.get("LD_PRELOAD", ""):
+        return None
+    return {**environ, "LD_PRELOAD": " ".join(filter(None, [lib, environ.get("LD_PRELOAD")]))}
+
+
+def restart_under_jemalloc() -> None:
+    """Replace this process by the same command with jemalloc preloaded (same pid, arguments and environment
+    otherwise; torchrun's workers too); returns only where there is nothing to do."""
+    env = jemalloc_environment(dict(os.environ))
+    if env is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, sys.orig_argv, env)
+
+
 @cache
 def _malloc_trim():
-    """glibc's ``malloc_trim``, or None (another C library, or AIAYN_MALLOC=default to measure without it)."""
+    """glibc's ``malloc_trim``, or None (another C library, jemalloc, or AIAYN_MALLOC=default to measure without)."""
     name = ctypes.util.find_library("c")
-    if os.environ.get("AIAYN_MALLOC") == "default" or name is None:
+    if os.environ.get("AIAYN_MALLOC") == "default" or name is None or allocator() == "jemalloc":
         return None
     try:
         return ctypes.CDLL(name).malloc_trim
