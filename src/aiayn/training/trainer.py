@@ -130,9 +130,10 @@ class Trainer:
         """Report what the data cleaning dropped (metrics.jsonl and the console)."""
         dropped = {"train_pairs": len(self.task), "empty_skipped": self.splits.train.dropped.get("empty", 0),
                    "too_long_filtered": self.task.too_long, "max_len": self.cfg.max_len}
-        self.runlog.write({"step": 0, "data": dropped, "malloc": memory.allocator()})
+        malloc = memory.allocator()
+        self.runlog.write({"step": 0, "data": dropped, "malloc": malloc})
         if self.dist.main:
-            tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {memory.allocator()}")
+            tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {malloc}")
 
     def lr(self, step: int) -> float:
         c = self.cfg
