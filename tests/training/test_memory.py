@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from aiayn.training import memory
 from tiny_runs import train_command, write_recipe
 
@@ -65,6 +67,17 @@ def test_jemalloc_is_preloaded_where_found_unless_glibc_is_asked_for(tmp_path, m
     assert memory.jemalloc_environment({"LD_PRELOAD": str(lib)}) is None  # already preloaded: no second restart
     for setting in ("glibc", "default"):
         assert memory.jemalloc_environment({"AIAYN_MALLOC": setting}) is None
+    with pytest.raises(ValueError, match="AIAYN_MALLOC=glib: expected one of jemalloc, glibc, default"):
+        memory.jemalloc_environment({"AIAYN_MALLOC": "glib"})  # a typo is refused, not read as glibc
+
+
+def test_a_mistyped_allocator_stops_the_command_with_a_one_line_error(tmp_path):
+    recipe = write_recipe(tmp_path, "typo", max_steps=2)
+    result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True,
+                            env={**os.environ, "AIAYN_MALLOC": "jemaloc"}, timeout=300)
+    assert result.returncode == 2 and not (tmp_path / "typo").exists()
+    assert result.stderr.strip() == "aiayn: error: AIAYN_MALLOC=jemaloc: expected one of jemalloc, glibc, default " \
+        "(unset means jemalloc)"
 
 
 def _malloc_of_a_run(tmp_path, name: str, env: dict) -> str:

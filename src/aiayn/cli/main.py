@@ -36,12 +36,12 @@ TRAINING = ("train", "experiment", "distill")  # run under jemalloc where the sy
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(__version__).parse_args(argv)
-    if argv is None and args.command in TRAINING:  # the process's own command line, not a library call
-        memory.restart_under_jemalloc()
     if args.command == "average" and not args.checkpoints and not args.run:
         print("aiayn: error: average: give --run RUN or checkpoint folders", file=sys.stderr)
         return 2
     try:
+        if argv is None and args.command in TRAINING:  # the process's own command line, not a library call
+            memory.restart_under_jemalloc()
         return COMMANDS[args.command](args)
     except (UserError, DataError, ValueError, FileNotFoundError) as err:
         print(f"aiayn: error: {_as_flags(str(err), args)}", file=sys.stderr)

@@ -31,6 +31,9 @@ JEMALLOC = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linu
             "/usr/lib64/libjemalloc.so.2", "/usr/local/lib/libjemalloc.so.2")  # Debian's libjemalloc2, others
 
 
+MALLOCS = ("jemalloc", "glibc", "default")  # the values of AIAYN_MALLOC
+
+
 def jemalloc_path() -> str | None:
     """The system's jemalloc library, or None."""
     return next((path for path in JEMALLOC if Path(path).is_file()), None)
@@ -46,9 +49,12 @@ def allocator() -> str:
 
 def jemalloc_environment(environ: dict[str, str]) -> dict[str, str] | None:
     """The environment that preloads jemalloc, or None: already loaded, not found, or AIAYN_MALLOC names glibc
-    (``glibc``: glibc with the trims; ``default``: glibc untouched, for measuring)."""
+    (``glibc``: glibc with the trims; ``default``: glibc untouched, for measuring); any other value is refused."""
+    setting = environ.get("AIAYN_MALLOC", "jemalloc")
+    if setting not in MALLOCS:
+        raise ValueError(f"AIAYN_MALLOC={setting}: expected one of {', '.join(MALLOCS)} (unset means jemalloc)")
     lib = jemalloc_path()
-    if environ.get("AIAYN_MALLOC", "jemalloc") != "jemalloc" or lib is None or lib in environ.get("LD_PRELOAD", ""):
+    if setting != "jemalloc" or lib is None or lib in environ.get("LD_PRELOAD", ""):
         return None
     return {**environ, "LD_PRELOAD": " ".join(filter(None, [lib, environ.get("LD_PRELOAD")]))}
 
