@@ -28,8 +28,10 @@ browser:
 
 # Training runs under jemalloc where the system has it (flat memory over ever-new batch shapes at full speed;
 # src/aiayn/training/memory.py): Debian's libjemalloc2, installed when run as root.
-jemalloc:
-	@ls /usr/lib/*-linux-gnu/libjemalloc.so.2 >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+# Whether it is there is memory.jemalloc_path()'s answer (one list of places).
+jemalloc: $(STAMP)
+	@$(PY) -c 'import sys; from aiayn.training.memory import jemalloc_path; sys.exit(jemalloc_path() is None)' || \
+		[ "$$(id -u)" != 0 ] || \
 		(apt-get install -y -qq libjemalloc2 >/dev/null 2>&1 || \
 		 (apt-get update -qq && apt-get install -y -qq libjemalloc2 >/dev/null)) || \
 		echo "warning: could not install libjemalloc2; training falls back to glibc's malloc (trimmed)"
