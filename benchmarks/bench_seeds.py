@@ -6,11 +6,13 @@ Resumable, so the seeds can be run in parts (an hour each for the Multi30k recip
 not run again, a run stopped midway resumes from its ``last/``. While a seed trains, the process's resident memory
 is sampled (``bench_rss.sample_rss``). Prints JSON lines {"config", "metric", "value", "unit"}: per seed, the steps
 and minutes its run took, the step count auto_steps chose, BLEU on val and test (and tokenized BLEU with
-``--tokenized-bleu``), the largest RSS and its growth; then, over the seeds, their mean, sample standard
+``--tokenized-bleu``), for a ``both_directions`` recipe the same the way back (``back_*``: tgt_lang -> src_lang,
+the sources led by ``<2SRC>``), the largest RSS and its growth; then, over the seeds, their mean, sample standard
 deviation, min and max; and the machine's CPU.
 
     python benchmarks/bench_seeds.py --recipe configs/multi30k-de-en.yaml --seeds 0 1 2 --output runs/seeds-de-en \\
         --data-dir ../shared/data/multi30k [--last 3] [--test test_2016_flickr] [--tokenized-bleu LANG]
+        [--back-decoding length_penalty=1.2] [--back-tokenized-bleu LANG]
 """
 
 from __future__ import annotations
@@ -52,15 +54,35 @@ def train(args, seed: int, run: Path) -> list[tuple[float, float]]:
     return samples
 
 
-def evaluate(args, checkpoint: Path, split: str, recipe: dict) -> dict:
-    """``aiayn evaluate --json`` of ``checkpoint`` on ``split`` with the checkpoint's own decoding."""
+def evaluate(args, checkpoint: Path, split: str, langs: tuple[str, str], options: list[str],
+             tokenized: str | None) -> dict:
+    """``aiayn evaluate --json`` of ``checkpoint`` on ``split`` from ``langs[0]`` to ``langs[1]`` with the
+    checkpoint's own decoding and ``options`` (more flags of aiayn evaluate)."""
     folder = Path(args.data_dir) if args.data_dir else cache_dir() / "multi30k"  # where aiayn train fetched it
     command = [*AIAYN, "evaluate", "--checkpoint", str(checkpoint), "--json",
-               "--src", str(folder / f"{split}.{recipe['src_lang']}.gz"),
-               "--ref", str(folder / f"{split}.{recipe['tgt_lang']}.gz")]
-    if args.tokenized_bleu:
-        command += ["--tokenized-bleu", args.tokenized_bleu]
+               "--src", str(folder / f"{split}.{langs[0]}.gz"), "--ref", str(folder / f"{split}.{langs[1]}.gz"),
+               *options]
+    if tokenized:
+        command += ["--tokenized-bleu", tokenized]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def scores(args, checkpoint: Path, recipe: dict) -> dict:
+    """BLEU on val and test from src_lang to tgt_lang; with ``both_directions`` also back (``back_`` keys): the
+    sources led by the source language's tag, with ``--back-decoding``."""
+    src, tgt = recipe["src_lang"], recipe["tgt_lang"]
+    ways = [("", (src, tgt), [], args.tokenized_bleu)]
+    if recipe.get("both_directions"):
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in (x.split("=", 1) for x in args.back_decoding)]
+        ways.append(("back_", (tgt, src), [f"--source-prefix=<2{src}>", *flags], args.back_tokenized_bleu))
+    result = {}
+    for prefix, langs, options, tokenized in ways:
+        valid = evaluate(args, checkpoint, "val", langs, options, tokenized)
+        test = evaluate(args, checkpoint, args.test, langs, options, tokenized)
+        result |= {f"{prefix}val_bleu": valid["bleu"], f"{prefix}test_bleu": test["bleu"],
+                   f"{prefix}test_chrf": test["chrf"], f"{prefix}test_tokenized_bleu": test.get("tokenized_bleu"),
+                   f"{prefix}decoding": test["decoding"]}
+    return result
 
 
 def run_seed(args, seed: int, recipe: dict) -> dict:
@@ -75,12 +97,9 @@ def run_seed(args, seed: int, recipe: dict) -> dict:
                    check=True, stdout=subprocess.DEVNULL)
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     chosen = [x["max_steps"] for x in logged if "max_steps" in x]
-    valid, test = evaluate(args, averaged, "val", recipe), evaluate(args, averaged, args.test, recipe)
     result = {"seed": seed, "machine": machine(), "steps": max(x.get("step", 0) for x in logged),
               "train_minutes": max(x.get("time_min", 0) for x in logged), "auto_steps": chosen[-1] if chosen else 0,
-              "val_bleu": valid["bleu"], "test_bleu": test["bleu"], "test_chrf": test["chrf"],
-              "test_tokenized_bleu": test.get("tokenized_bleu"), "decoding": test["decoding"],
-              "rss_max_mb": max((mb for _, mb in samples), default=0.0),
+              **scores(args, averaged, recipe), "rss_max_mb": max((mb for _, mb in samples), default=0.0),
               "rss_growth": growth(samples, settle=3.0)}
     tmp = result_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
@@ -88,18 +107,21 @@ def run_seed(args, seed: int, recipe: dict) -> dict:
     return result
 
 
-UNITS = {"steps": "steps", "train_minutes": "min", "auto_steps": "steps", "val_bleu": "BLEU", "test_bleu": "BLEU",
-         "test_chrf": "chrF", "test_tokenized_bleu": "BLEU", "rss_max_mb": "MB", "rss_growth": "ratio"}
+SCORES = {"val_bleu": "BLEU", "test_bleu": "BLEU", "test_chrf": "chrF", "test_tokenized_bleu": "BLEU"}
+UNITS = {"steps": "steps", "train_minutes": "min", "auto_steps": "steps", **SCORES,
+         **{f"back_{key}": unit for key, unit in SCORES.items()}, "rss_max_mb": "MB", "rss_growth": "ratio"}
 
 
 def report(name: str, results: list[dict]) -> None:
     """Per seed, then mean / sample standard deviation / min / max over the seeds."""
     for r in results:
         for key, unit in UNITS.items():
-            if r[key] is not None:  # not measured: tokenized BLEU without --tokenized-bleu, growth under 3 min
+            if r.get(key) is not None:  # not measured: tokenized BLEU without --tokenized-bleu, growth under 3 min,
+                # the way back of a one-direction recipe
                 emit(f"{name}/seed{r['seed']}", key, r[key], unit)
-    for key in ("val_bleu", "test_bleu", "test_tokenized_bleu", "steps"):
-        values = [r[key] for r in results if r[key] is not None]
+    for key in ("val_bleu", "test_bleu", "test_tokenized_bleu", "back_val_bleu", "back_test_bleu",
+                "back_test_tokenized_bleu", "steps"):
+        values = [r[key] for r in results if r.get(key) is not None]
         if not values:
             continue
         emit(f"{name}/{len(values)} seeds", f"{key}_mean", statistics.mean(values), UNITS[key])
@@ -119,6 +141,9 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=3, help="checkpoints averaged, as the recipe says")
     parser.add_argument("--test", default="test_2016_flickr", help="the test split's file prefix")
     parser.add_argument("--tokenized-bleu", dest="tokenized_bleu", default=None, metavar="LANG")
+    parser.add_argument("--back-decoding", dest="back_decoding", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="both_directions recipes: decoding options of the way back, e.g. length_penalty=1.2")
+    parser.add_argument("--back-tokenized-bleu", dest="back_tokenized_bleu", default=None, metavar="LANG")
     parser.add_argument("--rss-every", dest="rss_every", type=float, default=30.0, help="seconds between samples")
     args = parser.parse_args()
     recipe = yaml.safe_load(Path(args.recipe).read_text())

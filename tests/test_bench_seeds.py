@@ -59,3 +59,23 @@ def test_each_seed_is_scored_as_the_recipe_says_and_the_spread_is_over_the_seeds
     assert log.read_text() == before  # a seed with a result is not trained again
     assert again[("recipe/seed0", "test_bleu")] == got[("recipe/seed0", "test_bleu")]
     assert not any(x["metric"].startswith("test_tokenized_bleu") for x in lines)  # not asked for: not reported
+
+
+def test_a_both_directions_recipe_is_scored_each_way(tmp_path):
+    (tmp_path / "data").mkdir()
+    _corpus(tmp_path / "data")
+    recipe = {**TINY, "data": "multi30k", "src_lang": "de", "tgt_lang": "en", "both_directions": True,
+              "max_steps": 20, "eval_every": 10, "keep_last": 2}
+    (tmp_path / "recipe.yaml").write_text(json.dumps(recipe))
+    command = [sys.executable, str(BENCH), "--recipe", str(tmp_path / "recipe.yaml"), "--seeds", "0", "--output",
+               str(tmp_path / "seeds"), "--data-dir", str(tmp_path / "data"), "--last", "2",
+               "--back-decoding", "length_penalty=1.2", "beam_size=3", "--back-tokenized-bleu", "de"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "seeds" / "seed-0.json").read_text())
+    assert result["decoding"]["source_prefix"] == "<2en>"  # the run's own direction, from generation.json
+    assert result["back_decoding"] | {"source_prefix": "<2de>", "length_penalty": 1.2, "beam_size": 3} \
+        == result["back_decoding"]
+    assert result["test_tokenized_bleu"] is None and result["back_test_tokenized_bleu"] is not None
+    got = {(x["config"], x["metric"]) for x in map(json.loads, done.stdout.splitlines())}
+    assert {("recipe/seed0", "back_test_bleu"), ("recipe/1 seeds", "back_val_bleu_mean")} <= got

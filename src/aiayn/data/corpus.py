@@ -66,6 +66,23 @@ class Parallel:
         return Parallel(self.targets, self.sources, dict(self.dropped))
 
 
+def target_tag(lang: str) -> str:
+    """The token that asks a model trained on both directions for ``lang``: ``<2de>`` (Johnson et al., 2017)."""
+    return f"<2{lang}>"
+
+
+def with_prefix(prefix: str, text: str) -> str:
+    """``text`` led by ``prefix`` and a space; an empty prefix or a blank text is left as it is."""
+    return f"{prefix} {text}" if prefix and text.strip() else text
+
+
+def both_directions(pairs: Parallel, src_lang: str, tgt_lang: str) -> Parallel:
+    """The pairs each way, every source led by its target's tag: (<2tgt> s, t) for all, then (<2src> t, s)."""
+    forward = [with_prefix(target_tag(tgt_lang), s) for s in pairs.sources]
+    backward = [with_prefix(target_tag(src_lang), t) for t in pairs.targets]
+    return Parallel(forward + backward, pairs.targets + pairs.sources, dict(pairs.dropped))
+
+
 def read_tsv(path: str | Path, swap: bool = False) -> Parallel:
     """``source<TAB>target`` a line (``swap`` reads ``target<TAB>source``)."""
     sources, targets = [], []

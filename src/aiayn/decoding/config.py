@@ -50,6 +50,9 @@ class DecodingConfig:
     length_beam: int = _option(5, "mask-predict: target lengths tried per sentence l (the likeliest l)")
     num_return_sequences: int = _option(1, "sequences per input: the n best of the beam, or n samples",
                                         aliases=("--num-samples",))
+    source_prefix: str = _option("", "translation: text put before every non-empty source, e.g. the target-language "
+                                     "tag <2de> of a model trained with both_directions (its generation.json "
+                                     "names the run's own direction)")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -113,6 +116,8 @@ _RULES = {  # field -> (test, what it must be)
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
     "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
     "length_beam": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
+    "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 32 and v == " ".join(v.split()),
+                      "text of at most 32 characters without line breaks or outer spaces"),
 }
 
 

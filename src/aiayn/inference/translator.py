@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from aiayn.data.batching import pad_batch
+from aiayn.data.corpus import with_prefix
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.generation import generate
 from aiayn.decoding.speculative import SpeculativeStats
@@ -102,9 +103,14 @@ class Translator:
         return generate(self.model, src, self.strategy(decoding), config=decoding, draft_model=self.draft,
                         draft_tokens=self.draft_tokens, speculative_stats=self.speculative, candidates=candidates)
 
-    def source_ids(self, text: str) -> list[int]:
-        """The encoder's input for ``text`` (whitespace normalised, cut to max_len; [] for an empty text)."""
-        return self.tokenizers.src.encode(" ".join(text.split()))[: self.model.config.max_len]
+    def source_text(self, text: str, decoding: DecodingConfig | None = None) -> str:
+        """What the encoder reads of ``text``: whitespace normalised, led by the decoding's ``source_prefix``
+        (default: this translator's) unless empty."""
+        return with_prefix((decoding or self.decoding).source_prefix, " ".join(text.split()))
+
+    def source_ids(self, text: str, decoding: DecodingConfig | None = None) -> list[int]:
+        """The encoder's input for ``text`` (:meth:`source_text`, cut to max_len; [] for an empty text)."""
+        return self.tokenizers.src.encode(self.source_text(text, decoding))[: self.model.config.max_len]
 
     @torch.no_grad()
     def translate(self, texts: list[str], batch_size: int = 64, decoding: DecodingConfig | None = None,
@@ -113,7 +119,7 @@ class Translator:
         translator's) with ``options`` (its fields by name) replaced."""
         decoding = (decoding or self.decoding).replace(**options)
         self.check(decoding)
-        whole = self.tokenizers.src.encode_batch([" ".join(t.split()) for t in texts])
+        whole = self.tokenizers.src.encode_batch([self.source_text(t, decoding) for t in texts])
         limit = self.model.config.max_len
         self.truncated = [i for i, ids in enumerate(whole) if len(ids) > limit]
         encoded = [ids[:limit] for ids in whole]

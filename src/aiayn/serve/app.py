@@ -90,7 +90,7 @@ async def _translate(batcher: Scheduler, translator: Translator, texts: list[str
     Mask-Predict decodes every position at once, not step by step: its texts run alone between two steps."""
     if decoding.strategy == "mask-predict":
         return await asyncio.wrap_future(batcher.run_alone(translator.translate, texts, len(texts), decoding))
-    jobs = [TranslationRequest(ids, decoding) if (ids := translator.source_ids(t)) else None for t in texts]
+    jobs = [TranslationRequest(ids, decoding) if (ids := translator.source_ids(t, decoding)) else None for t in texts]
     for job in jobs:
         if job is not None:
             batcher.submit(job)

@@ -27,9 +27,11 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8000, model_type: str = "bpe",
-              character_coverage: float = 0.9995, max_sentences: int = 2_000_000) -> SentencePieceTokenizer:
+              character_coverage: float = 0.9995, max_sentences: int = 2_000_000,
+              symbols: Iterable[str] = ()) -> SentencePieceTokenizer:
         """Train on ``texts`` (one sentence each). ``model_type``: bpe | unigram | char (one piece per
-        character seen, every other character through its bytes; ``vocab_size`` is then ignored).
+        character seen, every other character through its bytes; ``vocab_size`` is then ignored). ``symbols``:
+        strings that are always one token each, wherever they stand (ids after ``<mask>``; e.g. language tags).
 
         The vocabulary may come out smaller than asked when the text is small (hard_vocab_limit off).
         """
@@ -40,7 +42,7 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError("tokenizer: no text to train on")
         buffer = io.BytesIO()
         try:
-            _train_spm(sentences, buffer, vocab_size, model_type, character_coverage, max_sentences)
+            _train_spm(sentences, buffer, vocab_size, model_type, character_coverage, max_sentences, list(symbols))
         except RuntimeError as err:
             raise ValueError(f"tokenizer: SentencePiece could not train ({str(err).split('] ')[-1]}); "
                              "with byte fallback the vocabulary needs 256 byte pieces plus the characters: "
@@ -97,7 +99,7 @@ class SentencePieceTokenizer(Tokenizer):
 
 
 def _train_spm(sentences: list[str], buffer: io.BytesIO, vocab_size: int, model_type: str,
-               character_coverage: float, max_sentences: int) -> None:
+               character_coverage: float, max_sentences: int, symbols: list[str]) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=vocab_size,
         model_type=model_type, character_coverage=1.0 if model_type == "char" else character_coverage,
@@ -105,7 +107,7 @@ def _train_spm(sentences: list[str], buffer: io.BytesIO, vocab_size: int, model_
         normalization_rule_name="identity", remove_extra_whitespaces=False, hard_vocab_limit=False,
         input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2,
         minloglevel=2, **SPECIAL_IDS, pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>",
-        unk_piece="<unk>", user_defined_symbols=["<mask>"])
+        unk_piece="<unk>", user_defined_symbols=["<mask>", *symbols])
 
 
 class SentencePiecePair(TokenizerPair):
@@ -114,11 +116,14 @@ class SentencePiecePair(TokenizerPair):
 
     @classmethod
     def train(cls, sources: list[str], targets: list[str], vocab_size: int = 8000, joint: bool = True,
-              model_type: str = "bpe") -> SentencePiecePair:
-        train = SentencePieceTokenizer.train
+              model_type: str = "bpe", symbols: Iterable[str] = ()) -> SentencePiecePair:
+        """One tokenizer over both sides (``joint``) or one a side; ``symbols`` are single tokens of each."""
+        def train(texts: list[str]) -> SentencePieceTokenizer:
+            return SentencePieceTokenizer.train(texts, vocab_size, model_type, symbols=symbols)
+
         if joint:
-            return cls(train(sources + targets, vocab_size, model_type))
-        return cls(train(sources, vocab_size, model_type), train(targets, vocab_size, model_type))
+            return cls(train(sources + targets))
+        return cls(train(sources), train(targets))
 
     def files(self) -> dict[str, bytes]:
         if self.joint:

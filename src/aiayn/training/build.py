@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.data.corpus import Parallel, clean, read_lines, read_tsv
+from aiayn.data.corpus import Parallel, both_directions, clean, read_lines, read_tsv, target_tag, with_prefix
 from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
@@ -54,19 +54,32 @@ def load_data(cfg: TrainConfig) -> Splits:
     """Translation pairs, or (lm / mlm) the text file as one text, split by characters: the first 90%
     trains, the last 10% validates (the usual language-modelling split); newlines stay in the text."""
     if is_shards(cfg.data):
+        if cfg.both_directions:
+            raise ValueError(f"both_directions: {cfg.data} holds ids of one direction; train on the text")
         if cfg.task != "translation":
             raise ValueError(f"data: {cfg.data} holds preprocessed translation pairs; task {cfg.task} needs "
                              "text file")
         empty = read_manifest(cfg.data).get("empty", 0)  # the pairs are in the shards: nothing to hold here
         return Splits(Parallel([], [], {"empty": empty}), clean(read_tsv(Path(cfg.data) / "valid.tsv")))
     if cfg.task in PAIRED:
-        return load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
-                           cfg.synthetic_size)
+        splits = load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
+                             cfg.synthetic_size)
+        return tagged_both_ways(splits, cfg.src_lang, cfg.tgt_lang) if cfg.both_directions else splits
     text = "\n".join(read_lines(text_corpus(cfg.data, cfg.data_dir))) + "\n"
     if not text.strip():
         raise ValueError(f"data: {cfg.data} holds no text")
     cut = int(len(text) * 0.9)
     return Splits(Parallel([text[:cut]], []), Parallel([text[cut:]], []))
+
+
+def tagged_both_ways(splits: Splits, src_lang: str, tgt_lang: str) -> Splits:
+    """A both-directions run's data: training pairs each way, tagged; valid and test src->tgt, tagged."""
+    def forward(pairs: Parallel | None) -> Parallel | None:
+        if pairs is None:
+            return None
+        return Parallel([with_prefix(target_tag(tgt_lang), s) for s in pairs.sources], pairs.targets, pairs.dropped)
+
+    return Splits(both_directions(splits.train, src_lang, tgt_lang), forward(splits.valid), forward(splits.test))
 
 
 def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
@@ -77,8 +90,9 @@ def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
     if cfg.task not in PAIRED:  # SentencePiece learns from lines; the text is encoded whole
         lines = [line for text in splits.train.sources for line in text.splitlines()]
         return SentencePiecePair.train(lines, [], cfg.vocab_size, True, cfg.tokenizer_type)
+    tags = [target_tag(cfg.src_lang), target_tag(cfg.tgt_lang)] if cfg.both_directions else []
     return SentencePiecePair.train(splits.train.sources, splits.train.targets, cfg.vocab_size, cfg.joint_vocab,
-                               cfg.tokenizer_type)
+                                   cfg.tokenizer_type, symbols=tags)
 
 
 def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:

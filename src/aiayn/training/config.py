@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiayn.data.corpus import target_tag
 from aiayn.decoding.config import DecodingConfig
 from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig, typed_fields
@@ -63,6 +64,9 @@ class TrainConfig:
     joint_vocab: bool = _f(True, "one shared source/target vocabulary (default) or two")
     subword_dropout: float = _f(0.0, "BPE-dropout rate: translation training text is segmented afresh each "
                                 "epoch, each merge skipped with this probability (bpe only; 0 = off)")
+    both_directions: bool = _f(False, "translation: one model learns src->tgt and tgt->src at once, each source led "
+                               "by its target-language tag <2LANG> (Johnson et al., 2017); validation and "
+                               "generation.json keep src->tgt, --source-prefix '<2SRC>' translates back")
     max_len: int = _f(128, "pairs with more tokens on a side are filtered (and counted)")
     block_size: int = _f(128, "lm / mlm block length in tokens (the context)")
     max_tokens: int = _f(4096, "padded tokens per batch")
@@ -125,6 +129,7 @@ class TrainConfig:
             raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
         if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):
             raise ValueError("subword_dropout: BPE-dropout needs task translation and tokenizer_type bpe")
+        self._check_both_directions()
         if not isinstance(self.model, dict):
             raise ValueError("model: must be a mapping of model config fields")
         try:  # a typo or a wrong type under model: is found now, before any data or tokenizer work
@@ -138,9 +143,23 @@ class TrainConfig:
         except ValueError as err:
             raise ValueError(f"decoding.{err}") from None
 
+    def _check_both_directions(self) -> None:
+        """both_directions needs a translation run on text with both languages named and its own joint vocabulary
+        (the tags are made single tokens of it)."""
+        if not self.both_directions:
+            return
+        if self.task != "translation" or not (self.src_lang and self.tgt_lang) or self.src_lang == self.tgt_lang:
+            raise ValueError("both_directions: needs task translation and two different languages, src_lang and "
+                             "tgt_lang")
+        if not self.joint_vocab or self.tokenizer or self.init_from:
+            raise ValueError("both_directions: needs the run's own joint vocabulary (joint_vocab true, no tokenizer "
+                             "or init_from): the target-language tags are tokens of it")
+
     def generation(self) -> dict | None:
-        """What ``generation.json`` records of this recipe's decoding (None: the recipe chose none)."""
-        return DecodingConfig().replace(**self.decoding).changes() or None
+        """What ``generation.json`` records of this recipe's decoding (None: the recipe chose none); with
+        ``both_directions`` the source prefix asks for tgt_lang unless the recipe names one."""
+        tag = {"source_prefix": target_tag(self.tgt_lang)} if self.both_directions else {}
+        return DecodingConfig().replace(**{**tag, **self.decoding}).changes() or None
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides) -> TrainConfig:
