@@ -86,8 +86,10 @@ def test_a_tiny_run_turns_each_way_as_its_tag_asks(tmp_path):
     texts = [" ".join(w) for w in tests]
     forward = translator.translate(texts)
     back = translator.translate(texts, source_prefix="<2xx>")
-    assert sum(f == " ".join(w[1:] + w[:1]) for f, w in zip(forward, tests, strict=True)) >= 36, forward[:5]
-    assert sum(b == " ".join(w[-1:] + w[:-1]) for b, w in zip(back, tests, strict=True)) >= 36, back[:5]
+    # the two rotations of a text differ unless its words are all one letter, so a model blind to the tag gets
+    # at most about 40 right over both ways together; 30 each way needs the tag (35-40 seen, by thread count)
+    assert sum(f == " ".join(w[1:] + w[:1]) for f, w in zip(forward, tests, strict=True)) >= 30, forward[:5]
+    assert sum(b == " ".join(w[-1:] + w[:-1]) for b, w in zip(back, tests, strict=True)) >= 30, back[:5]
     assert translator.translate(["", "  "]) == ["", ""]
     command = [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(tmp_path / "run"), "--beam-size", "1",
                "--source-prefix", "<2xx>"]
