@@ -76,11 +76,15 @@ def with_prefix(prefix: str, text: str) -> str:
     return f"{prefix} {text}" if prefix and text.strip() else text
 
 
+def tagged(pairs: Parallel, tgt_lang: str) -> Parallel:
+    """The pairs with every source led by the tag of ``tgt_lang``."""
+    return Parallel([with_prefix(target_tag(tgt_lang), s) for s in pairs.sources], pairs.targets, dict(pairs.dropped))
+
+
 def both_directions(pairs: Parallel, src_lang: str, tgt_lang: str) -> Parallel:
     """The pairs each way, every source led by its target's tag: (<2tgt> s, t) for all, then (<2src> t, s)."""
-    forward = [with_prefix(target_tag(tgt_lang), s) for s in pairs.sources]
-    backward = [with_prefix(target_tag(src_lang), t) for t in pairs.targets]
-    return Parallel(forward + backward, pairs.targets + pairs.sources, dict(pairs.dropped))
+    forward, backward = tagged(pairs, tgt_lang), tagged(pairs.swap(), src_lang)
+    return Parallel(forward.sources + backward.sources, forward.targets + backward.targets, dict(pairs.dropped))
 
 
 def read_tsv(path: str | Path, swap: bool = False) -> Parallel:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.data.corpus import Parallel, both_directions, clean, read_lines, read_tsv, target_tag, with_prefix
+from aiayn.data.corpus import Parallel, both_directions, clean, read_lines, read_tsv, tagged, target_tag
 from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
@@ -74,12 +74,8 @@ def load_data(cfg: TrainConfig) -> Splits:
 
 def tagged_both_ways(splits: Splits, src_lang: str, tgt_lang: str) -> Splits:
     """A both-directions run's data: training pairs each way, tagged; valid and test src->tgt, tagged."""
-    def forward(pairs: Parallel | None) -> Parallel | None:
-        if pairs is None:
-            return None
-        return Parallel([with_prefix(target_tag(tgt_lang), s) for s in pairs.sources], pairs.targets, pairs.dropped)
-
-    return Splits(both_directions(splits.train, src_lang, tgt_lang), forward(splits.valid), forward(splits.test))
+    test = None if splits.test is None else tagged(splits.test, tgt_lang)
+    return Splits(both_directions(splits.train, src_lang, tgt_lang), tagged(splits.valid, tgt_lang), test)
 
 
 def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
