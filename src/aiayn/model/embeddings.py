@@ -6,6 +6,7 @@ import math
 
 from torch import Tensor, nn
 
+from aiayn.model.dropout import Dropout
 from aiayn.model.positions import LearnedPositions, SinusoidalPositions
 
 
@@ -46,7 +47,7 @@ class InputEmbedding(nn.Module):
         self.tokens = tokens
         self.positions = positions
         self.norm = norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         x = self.tokens(ids)  # (B, T, D)

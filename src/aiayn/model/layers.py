@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import DecoderCache, LayerCache
+from aiayn.model.dropout import Dropout
 from aiayn.model.positions import RotaryEmbedding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
@@ -31,7 +32,7 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -48,7 +49,7 @@ class SwiGLUFeedForward(nn.Module):
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -86,7 +87,7 @@ class Residual(nn.Module):
                  eps: float = 1e-5, norm_type: str = "layernorm") -> None:
         super().__init__()
         self.norm = make_norm(norm_type, d_model, eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -11,6 +11,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from aiayn.model.dropout import Dropout
+
 # Which linear layers a target name adapts, by their attribute name in aiayn's modules.
 TARGETS = {"q": ("q_proj",), "k": ("k_proj",), "v": ("v_proj",), "o": ("out_proj",),
            "ffn": ("linear1", "linear2", "gate_proj", "up_proj", "down_proj")}
@@ -38,7 +40,7 @@ class LoRALinear(nn.Module):
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))  # PEFT's default for A
         nn.init.zeros_(self.lora_B.weight)
         self.r, self.alpha, self.scaling = r, alpha, alpha / r
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @property
     def in_features(self) -> int:
