@@ -29,10 +29,14 @@ def plot(args: argparse.Namespace) -> int:
 
 
 def _add_show(sub) -> None:
-    from aiayn.model.config import PRESETS
-
     show = sub.add_parser("show", help="pictures of the inside: attention per head, positions, masks, tensor shapes")
     what = show.add_subparsers(dest="what", required=True)
+    for picture in (*_add_checkpoint_pictures(what), *_add_math_pictures(what)):
+        add_overwrite(picture)
+
+
+def _add_checkpoint_pictures(what) -> tuple:
+    """``show attention``, ``refinement`` and ``saturation``: pictures of a trained checkpoint."""
     a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
                         description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
                                     "and cross-attention as a grid of layers x heads, tokens on the axes; with a "
@@ -43,21 +47,6 @@ def _add_show(sub) -> None:
     a.add_argument("--kind", choices=["all", "encoder", "decoder_self", "cross"], default="all")
     a.add_argument("--output", default="attention.png", help="PNG, SVG or PDF file (default: attention.png)")
     a.add_argument("--device", default="cpu")
-    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products")
-    p.add_argument("--d-model", type=int, default=128, dest="d_model")
-    p.add_argument("--length", type=int, default=100, help="number of positions")
-    p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
-    m = what.add_parser("mask", help="a mask matrix (causal, padding, cross) as text, or a picture with --output",
-                        description="Rows are queries, columns keys; 1 = may attend (built by aiayn.model.masks).")
-    m.add_argument("--kind", choices=["causal", "padding", "cross"], default="causal")
-    m.add_argument("--length", type=int, default=6, help="tokens (the queries; for cross the target's)")
-    m.add_argument("--pad", type=int, default=0, help="how many of the last keys are padding (default: 0)")
-    m.add_argument("--src-length", type=int, dest="src_length", help="cross: source tokens (default: --length)")
-    m.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
-    s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
-    s.add_argument("--preset", choices=list(PRESETS), default="tiny")
-    s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
-    s.add_argument("--output", help="also write the table to this text file")
     r = what.add_parser("refinement", help="Mask-Predict's iterations for one sentence (a CMLM checkpoint)",
                         description="Translate SENTENCE with Mask-Predict and show each iteration: the tokens, "
                                     "their probabilities, and the positions it predicted again (marked *).")
@@ -75,8 +64,29 @@ def _add_show(sub) -> None:
     t.add_argument("--ref", required=True, help="their references")
     t.add_argument("--sentences", type=int, default=100, help="the first N pairs (default 100)")
     t.add_argument("--output", required=True, help="PNG, SVG or PDF file")
-    for picture in (a, p, m, s, r, t):
-        add_overwrite(picture)
+    return a, r, t
+
+
+def _add_math_pictures(what) -> tuple:
+    """``show positions``, ``mask`` and ``shapes``: pictures of the paper's definitions, no checkpoint."""
+    from aiayn.model.config import PRESETS
+
+    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products")
+    p.add_argument("--d-model", type=int, default=128, dest="d_model")
+    p.add_argument("--length", type=int, default=100, help="number of positions")
+    p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
+    m = what.add_parser("mask", help="a mask matrix (causal, padding, cross) as text, or a picture with --output",
+                        description="Rows are queries, columns keys; 1 = may attend (built by aiayn.model.masks).")
+    m.add_argument("--kind", choices=["causal", "padding", "cross"], default="causal")
+    m.add_argument("--length", type=int, default=6, help="tokens (the queries; for cross the target's)")
+    m.add_argument("--pad", type=int, default=0, help="how many of the last keys are padding (default: 0)")
+    m.add_argument("--src-length", type=int, dest="src_length", help="cross: source tokens (default: --length)")
+    m.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
+    s = what.add_parser("shapes", help="the tensor shapes at every stage of one forward pass, as a table")
+    s.add_argument("--preset", choices=list(PRESETS), default="tiny")
+    s.add_argument("--vocab-size", type=int, default=1000, dest="vocab_size")
+    s.add_argument("--output", help="also write the table to this text file")
+    return p, m, s
 
 
 def show(args: argparse.Namespace) -> int:

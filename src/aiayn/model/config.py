@@ -246,12 +246,8 @@ def _check_rope_scaling(scaling: dict | None) -> None:
         raise ValueError(f"rope_scaling: {', '.join(sorted(bad))} must be positive numbers")
 
 
-def _validate(cfg: ModelConfig) -> None:
-    for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
-                          ("positions", POSITIONS), ("share_embeddings", SHARING),
-                          ("sinusoid_layout", SINUSOID_LAYOUTS), ("norm_type", NORM_TYPES),
-                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS)):
-        _check_choice(cfg, name, choices)
+def _check_sizes(cfg: ModelConfig) -> None:
+    """Sizes and counts: positive integers (layer counts may be 0; the optional ones null)."""
     for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
         if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) <= 0:
             raise ValueError(f"{name}: must be a positive integer, got {getattr(cfg, name)!r}")
@@ -264,6 +260,27 @@ def _validate(cfg: ModelConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ValueError(f"{name}: must be a positive integer or null, got {value!r}")
+
+
+def _check_special_ids(cfg: ModelConfig) -> None:
+    """Special ids inside the vocabulary, and distinct where they must be."""
+    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,
+                "mask_id": cfg.mask_id}
+    for name, value in specials.items():
+        if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
+            raise ValueError(f"{name}: {value} is outside the vocabulary")
+    if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
+        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
+                         "equal pad_id)")
+
+
+def _validate(cfg: ModelConfig) -> None:
+    for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
+                          ("positions", POSITIONS), ("share_embeddings", SHARING),
+                          ("sinusoid_layout", SINUSOID_LAYOUTS), ("norm_type", NORM_TYPES),
+                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS)):
+        _check_choice(cfg, name, choices)
+    _check_sizes(cfg)
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
         raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
     if cfg.n_heads % cfg.kv_heads:
@@ -286,13 +303,6 @@ def _validate(cfg: ModelConfig) -> None:
             raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
     if cfg.share_embeddings == "all" and cfg.arch == "encoder-decoder" and cfg.target_vocab != cfg.vocab_size:
         raise ValueError("share_embeddings: 'all' needs one joint vocabulary (tgt_vocab_size == vocab_size)")
-    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,
-                "mask_id": cfg.mask_id}
-    for name, value in specials.items():
-        if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
-            raise ValueError(f"{name}: {value} is outside the vocabulary")
-    if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
-        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
-                         "equal pad_id)")
+    _check_special_ids(cfg)
     if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
         raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

@@ -56,14 +56,7 @@ class Trainer:
         self.runlog = RunLog(self.run, self.dist.main)
         torch.manual_seed(cfg.seed)
         self.splits = load_data(cfg)
-        if resume and not cfg.lora_r:
-            self.tokenizers = load_tokenizers(self.run.last)
-            self.model = TransformerModel.load(self.run.last)
-        elif cfg.init_from:  # fine-tuning, or resuming a LoRA run (its checkpoints hold the adapter alone)
-            self.model, self.tokenizers = finetune.start(cfg, self.run, self.splits, resume, self.dist.main)
-        else:
-            self.tokenizers = self._shared_tokenizers()
-            self.model = build_model(model_config(cfg, self.tokenizers))
+        self.model, self.tokenizers = self._start_model(resume)
         finetune.freeze(self.model, cfg.freeze)
         self.model.train()
         self.plain, self.twin = self.model, None  # the unsharded model that validates and is saved (rank 0)
@@ -94,6 +87,16 @@ class Trainer:
             recover(folder)
         if not resume:
             self.run.metrics.unlink(missing_ok=True)
+
+    def _start_model(self, resume: bool) -> tuple[TransformerModel, TokenizerPair]:
+        """The model and tokenizers a run starts from: its last checkpoint, a base model (fine-tuning, or a
+        LoRA run resumed: its checkpoints hold the adapter alone), or new ones the recipe describes."""
+        if resume and not self.cfg.lora_r:
+            return TransformerModel.load(self.run.last), load_tokenizers(self.run.last)
+        if self.cfg.init_from:
+            return finetune.start(self.cfg, self.run, self.splits, resume, self.dist.main)
+        tokenizers = self._shared_tokenizers()
+        return build_model(model_config(self.cfg, tokenizers)), tokenizers
 
     def _shared_tokenizers(self) -> TokenizerPair:
         """Rank 0 trains (or loads) the tokenizer and writes it to RUN/tokenizer/; the other ranks read it."""
