@@ -135,6 +135,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
 
 def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits: Limits,
                 info: dict) -> None:
+    """GET / (the web page), GET /health, POST /translate, and the inspection routes."""
     cfg = translator.model.config
 
     @app.get("/", include_in_schema=False)
@@ -156,6 +157,14 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         check_size(texts, limits)
         results = await _translate(batcher, translator, texts, _decoding(req, translator, limits))
         return {"translation": results[0]} if req.text is not None else {"translations": results}
+
+    _add_inspection_routes(app, translator, batcher, limits)
+
+
+def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits: Limits) -> None:
+    """/attention, /attention/head and /refinement: the pictures of the web page, each run alone between two
+    decoding steps."""
+    cfg = translator.model.config
 
     @app.post("/attention")
     async def attention(req: AttentionRequest) -> dict:

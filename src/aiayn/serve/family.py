@@ -74,14 +74,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     but /health needs ``Authorization: Bearer KEY``. ``batching="static"``: wait-and-batch generation (a
     batch forms when none runs and ends with its last row), to compare with continuous batching. ``wait_ms``:
     how long the encoder queue waits for requests to batch with."""
-    if isinstance(engine, TextGenerator):
-        cfg = engine.model.config
-        capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
-        prefix = PromptCache(engine.model, max_bytes=limits.prefix_cache_bytes)
-        batcher = Scheduler(engine.model, max_batch, capacity, prefix, static=batching == "static", threads=threads)
-    else:
-        batcher = Scheduler(engine.model, max_batch, threads=threads, encode=_encoder_work(engine, embedder),
-                            wait_ms=wait_ms)
+    batcher = _family_scheduler(engine, limits, max_batch, threads, embedder, batching, wait_ms)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -92,7 +85,30 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     app = base_app(lifespan, limits, api_key)
     app.state.batcher = batcher
     add_metrics(app, batcher)
-    cfg = engine.model.config
+    _add_page_and_health(app, engine.model.config, limits, batcher)
+    if isinstance(engine, TextGenerator):
+        _add_generate(app, engine, batcher, limits)
+        add_openai_routes(app, name, limits, engine, batcher)
+    else:
+        _add_encoder_routes(app, name, limits, batcher, embedder)
+    return app
+
+
+def _family_scheduler(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int, threads: int | None,
+                      embedder: Embedder | None, batching: str, wait_ms: float) -> Scheduler:
+    """A generator's scheduler (a KV cache of the context the model takes, a prompt cache) or an encoder's
+    (fill-mask and embedding requests batched by ``_encoder_work``)."""
+    if isinstance(engine, TextGenerator):
+        cfg = engine.model.config
+        capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
+        prefix = PromptCache(engine.model, max_bytes=limits.prefix_cache_bytes)
+        return Scheduler(engine.model, max_batch, capacity, prefix, static=batching == "static", threads=threads)
+    return Scheduler(engine.model, max_batch, threads=threads, encode=_encoder_work(engine, embedder),
+                     wait_ms=wait_ms)
+
+
+def _add_page_and_health(app: FastAPI, cfg, limits: Limits, batcher: Scheduler) -> None:
+    """GET / (the family's web page) and GET /health."""
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -103,13 +119,6 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits, and the generation batcher's counts."""
         return health_body(cfg, limits, **batcher.stats())
-
-    if isinstance(engine, TextGenerator):
-        _add_generate(app, engine, batcher, limits)
-        add_openai_routes(app, name, limits, engine, batcher)
-    else:
-        _add_encoder_routes(app, name, limits, batcher, embedder)
-    return app
 
 
 def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: Scheduler,
@@ -129,6 +138,8 @@ def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: Schedule
 
 
 def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
+    """POST /generate (whole or streamed as server-sent events), and the attention routes."""
+
     @app.post("/generate")
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
@@ -153,6 +164,13 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, li
         if final["finish_reason"] == "error":
             raise HTTPException(500, final["detail"])
         return {"text": generator.tokenizer.decode(job.generated), **final}
+
+    _add_lm_attention(app, generator, batcher, limits)
+
+
+def _add_lm_attention(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
+    """/attention and /attention/head of a language model: a text's causal self-attention, run alone between
+    two generation steps."""
 
     @app.post("/attention")
     async def attention(req: TextAttentionRequest) -> dict:
