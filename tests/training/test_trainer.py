@@ -146,22 +146,44 @@ def test_learning_rate_schedules():
     assert trainer.lr(400) == pytest.approx(5e-4)
 
 
-def test_cpu_precision_choices():
-    from aiayn.training.build import autocast_dtype
+def test_cpu_precision_choices(monkeypatch):
+    from aiayn.training import build
 
     cpu = torch.device("cpu")
-    assert autocast_dtype("auto", cpu) is None and autocast_dtype("fp32", cpu) is None
-    assert autocast_dtype("bf16", cpu) == torch.bfloat16
-    with pytest.raises(ValueError, match="fp16 autocast needs a CUDA device"):
-        autocast_dtype("fp16", cpu)
+    for kernels in (True, False):
+        monkeypatch.setattr(build, "bf16_kernels_available", lambda k=kernels: k)
+        assert build.autocast_dtype("auto", cpu) is None and build.autocast_dtype("fp32", cpu) is None
+        with pytest.raises(ValueError, match="fp16 autocast needs a CUDA device"):
+            build.autocast_dtype("fp16", cpu)
+    monkeypatch.setattr(build, "bf16_kernels_available", lambda: True)
+    assert build.autocast_dtype("bf16", cpu) == torch.bfloat16
+    monkeypatch.setattr(build, "bf16_kernels_available", lambda: False)  # emulated bf16 would crawl: fp32
+    assert build.autocast_dtype("bf16", cpu) is None
 
 
-def test_bf16_autocast_on_cpu_trains_fp32_weights(tmp_path):
+def test_bf16_on_a_cpu_without_bf16_kernels_trains_in_fp32_and_says_so(tmp_path, monkeypatch, capsys):
+    from aiayn.training import build
+
+    monkeypatch.setattr(build, "bf16_kernels_available", lambda: False)
+    cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "run"), "max_steps": 2, "eval_every": 2,
+                                 "precision": "bf16", "keep_last": 0})
+    trainer = Trainer(cfg)
+    assert trainer.amp is None
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 0 and first["precision"] == "fp32"
+    assert "bf16 was asked for, but this CPU has no bfloat16 kernels" in capsys.readouterr().out
+
+
+def test_bf16_autocast_on_cpu_trains_fp32_weights(tmp_path, monkeypatch):
+    from aiayn.training import build
+
+    monkeypatch.setattr(build, "bf16_kernels_available", lambda: True)  # autocast on any CPU (slow where emulated)
     cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "bf16"), "max_steps": 60, "eval_every": 60,
                                  "precision": "bf16", "keep_last": 0})
     trainer = Trainer(cfg)
     trainer.train()
     records = [json.loads(x) for x in (tmp_path / "bf16" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["precision"] == "bf16"
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses[-1] < 0.8 * losses[0], losses  # mixed precision still learns
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights stay fp32

@@ -14,12 +14,19 @@ import torch
 from torch import Tensor, nn
 
 
+def bf16_kernels_available() -> bool:
+    """This CPU has oneDNN's bfloat16 kernels (AVX512 BW/VL/DQ, AMX or AVX-NE-CONVERT). Without them bfloat16
+    matrix products are emulated: on 2 cores of an AVX2-only AMD EPYC, bf16 autocast trained 32x slower than
+    float32 (``benchmarks/bench_train.py --bf16``)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def packing_available(dtype: torch.dtype | None = None) -> bool:
     """oneDNN is in this PyTorch build (x86-64 and most AArch64 wheels); for bfloat16, this CPU also has oneDNN's
-    bfloat16 kernels (AVX512 BW/VL/DQ or AVX-NE-CONVERT)."""
+    bfloat16 kernels (``bf16_kernels_available``)."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return False
-    return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return dtype != torch.bfloat16 or bf16_kernels_available()
 
 
 class PackedLinear(nn.Module):

@@ -37,6 +37,8 @@ from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
 from aiayn.training.validation import to_device, validate
 
+PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # by autocast dtype
+
 
 class Trainer:
     """Train the model a recipe describes, writing RUN/{last,best,checkpoints/step_N}/ and metrics.jsonl."""
@@ -75,9 +77,9 @@ class Trainer:
             self._restore()
         self.auto = AutoSteps(cfg.warmup, self.step, self.train_seconds) if cfg.auto_steps else None
         self.net = DistributedDataParallel(self.model) if self.dist.enabled and not cfg.fsdp else self.model
+        self.amp = autocast_dtype(cfg.precision, self.device)
         if not resume:
             self._log_data()
-        self.amp = autocast_dtype(cfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
 
     def _tidy(self, resume: bool) -> None:
@@ -130,13 +132,16 @@ class Trainer:
             self.cfg = dataclasses.replace(self.cfg, max_steps=meta["recipe"]["max_steps"])
 
     def _log_data(self) -> None:
-        """Report what the data cleaning dropped (metrics.jsonl and the console)."""
+        """Report what the data cleaning dropped, the allocator and the precision (metrics.jsonl, console)."""
         dropped = {"train_pairs": len(self.task), "empty_skipped": self.splits.train.dropped.get("empty", 0),
                    "too_long_filtered": self.task.too_long, "max_len": self.cfg.max_len}
-        malloc = memory.allocator()
-        self.runlog.write({"step": 0, "data": dropped, "malloc": malloc})
+        malloc, precision = memory.allocator(), PRECISION_NAMES[self.amp]
+        self.runlog.write({"step": 0, "data": dropped, "malloc": malloc, "precision": precision})
         if self.dist.main:
             tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {malloc}")
+            if self.cfg.precision == "bf16" and self.amp is None:
+                tqdm.write("precision: bf16 was asked for, but this CPU has no bfloat16 kernels (oneDNN needs AVX512 "
+                           "or AMX) and would emulate it many times slower: training in fp32")
 
     def lr(self, step: int) -> float:
         c = self.cfg
