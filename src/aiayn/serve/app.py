@@ -130,12 +130,13 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
     add_metrics(app, batcher)
     add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
+    _add_inspection_routes(app, translator, batcher, limits)
     return app
 
 
 def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits: Limits,
                 info: dict) -> None:
-    """GET / (the web page), GET /health, POST /translate, and the inspection routes."""
+    """GET / (the web page), GET /health and POST /translate."""
     cfg = translator.model.config
 
     @app.get("/", include_in_schema=False)
@@ -157,8 +158,6 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         check_size(texts, limits)
         results = await _translate(batcher, translator, texts, _decoding(req, translator, limits))
         return {"translation": results[0]} if req.text is not None else {"translations": results}
-
-    _add_inspection_routes(app, translator, batcher, limits)
 
 
 def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits: Limits) -> None:

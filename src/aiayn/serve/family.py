@@ -88,6 +88,7 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     _add_page_and_health(app, engine.model.config, limits, batcher)
     if isinstance(engine, TextGenerator):
         _add_generate(app, engine, batcher, limits)
+        _add_lm_attention(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
         _add_encoder_routes(app, name, limits, batcher, embedder)
@@ -138,7 +139,7 @@ def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: Schedule
 
 
 def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
-    """POST /generate (whole or streamed as server-sent events), and the attention routes."""
+    """POST /generate, whole or streamed as server-sent events."""
 
     @app.post("/generate")
     async def generate(req: GenerateRequest, request: Request):
@@ -164,8 +165,6 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, li
         if final["finish_reason"] == "error":
             raise HTTPException(500, final["detail"])
         return {"text": generator.tokenizer.decode(job.generated), **final}
-
-    _add_lm_attention(app, generator, batcher, limits)
 
 
 def _add_lm_attention(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:

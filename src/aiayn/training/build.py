@@ -32,6 +32,9 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # by autocast dtype
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for plain float32.
 

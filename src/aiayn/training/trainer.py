@@ -22,6 +22,7 @@ from aiayn.model.transformer import TransformerModel, build_model
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed, finetune, fsdp, memory
 from aiayn.training.build import (
+    PRECISION_NAMES,
     autocast_dtype,
     build_task,
     build_tokenizers,
@@ -36,8 +37,6 @@ from aiayn.training.pace import AutoSteps, pace_window, steps_held
 from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
 from aiayn.training.validation import to_device, validate
-
-PRECISION_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # by autocast dtype
 
 
 class Trainer:
