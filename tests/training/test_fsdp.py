@@ -3,6 +3,7 @@ device of each process."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -20,9 +21,15 @@ COMMON = {"max_steps": 6, "eval_every": 3, "log_every": 1, "accum": 2, "model": 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "aiayn", "train", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the workers too: a hung run must not hold the cores after it
+            raise
+    assert proc.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def losses(run) -> list[float]:
