@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from aiayn import EncoderDecoder, ModelConfig, generate, pack, quantize
+from aiayn.inference.precision import inference_copy
 
 SRC_LEN, NEW_TOKENS, BEAM, VOCAB = 20, 32, 4, 8000
 CASES = [("greedy", 1), ("greedy", 16), ("beam", 16)]
@@ -181,8 +182,9 @@ def source(batch: int, vocab: int = VOCAB) -> torch.Tensor:
 
 def engine_models(engine: str, model: EncoderDecoder, folder: Path, opus: Path | None) -> dict[str, object]:
     """precision -> what the engine runs: our model (and its int8 copy), a Marian model, or CT2 translators."""
-    if engine == "aiayn":  # what Translator decodes with on a CPU: oneDNN-prepacked linears (aiayn.pack)
-        return {"fp32": pack(model), "bf16": pack(model, torch.bfloat16), "int8": quantize(model),
+    if engine == "aiayn":  # what Translator decodes with on a CPU: oneDNN-prepacked linears (aiayn.pack); bf16
+        # packed where the CPU has bfloat16 kernels, elsewhere the plain model cast (inference_copy decides)
+        return {"fp32": pack(model), "bf16": inference_copy(model, bf16=True), "int8": quantize(model),
                 "fp32-unpacked": model}
     if engine == "hf":
         if opus is None:

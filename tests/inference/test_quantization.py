@@ -1,5 +1,6 @@
 """Reduced-precision inference: int8 (``aiayn.quantize``) and bfloat16 decode like float32 on a trained model."""
 
+import argparse
 import random
 import subprocess
 import sys
@@ -8,8 +9,10 @@ import pytest
 import torch
 
 from aiayn import generate, quantize
+from aiayn.cli.common import note_emulated_bf16
 from aiayn.inference.translator import Translator
-from aiayn.model.packed import PackedLinear
+from aiayn.model import packed
+from aiayn.model.packed import PackedLinear, bf16_kernels_available
 
 
 def _sentences(n: int, seed: int = 0) -> list[str]:
@@ -84,3 +87,15 @@ def test_translate_command_with_bf16_and_int8(trained_run, fp32):
         assert result.returncode == 0, result.stderr
         got = result.stdout.splitlines()
         assert len(got) == len(texts) and sum(a == b for a, b in zip(got, expected, strict=True)) >= 6
+        emulated = flag == "--bf16" and not bf16_kernels_available()  # this CPU's own answer
+        assert ("aiayn: note: --bf16: this CPU has no bfloat16 kernels" in result.stderr) == emulated, result.stderr
+
+
+def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
+    """translate, evaluate and serve say so when --bf16 would decode slower than float32; nowhere else."""
+    for kernels, bf16, device, noted in ((False, True, "cpu", True), (True, True, "cpu", False),
+                                         (False, False, "cpu", False), (False, True, "cuda", False)):
+        monkeypatch.setattr(packed, "bf16_kernels_available", lambda kernels=kernels: kernels)
+        note_emulated_bf16(argparse.Namespace(bf16=bf16, int8=False, device=device))
+        err = capsys.readouterr().err
+        assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted

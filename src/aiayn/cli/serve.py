@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 
-from aiayn.cli.common import adapter_hook, add_adapter, add_decoding_options, add_field_flags, decoding_options
+from aiayn.cli.common import (
+    adapter_hook,
+    add_adapter,
+    add_bf16,
+    add_decoding_options,
+    add_field_flags,
+    decoding_options,
+    note_emulated_bf16,
+)
 
 
 def _add_serve(sub) -> None:
@@ -17,8 +25,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU; "
                    "translation and language models)")
-    p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
-                   "instructions; small BLEU cost, see docs/decoding.md)")
+    add_bf16(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
                    "(default: the checkpoint folder's name)")
@@ -51,6 +58,7 @@ def serve(args: argparse.Namespace) -> int:
     from aiayn.serve.limits import Limits
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    note_emulated_bf16(args)
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
                bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
                prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching)
