@@ -1,11 +1,14 @@
 """--fsdp (FSDP2 fully_shard) under torchrun: the same losses as DDP, ordinary checkpoints, exact resume; the
 device of each process."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -13,9 +16,10 @@ from safetensors.torch import load_file
 from aiayn import TransformerModel
 from tiny_runs import train_command, write_recipe
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack
 COMMON = {"max_steps": 6, "eval_every": 3, "log_every": 1, "accum": 2, "model": {"dropout": 0.0},
           "bleu_sentences": 4, "keep_last": 0}
+TIMEOUT_S = 300
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
@@ -24,12 +28,32 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                           start_new_session=True) as proc:
         try:
-            stdout, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the workers too: a hung run must not hold the cores after it
-            raise
+            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # a hang (seen once under the full suite's load): show where, then
+            abort([*children(proc.pid), proc.pid])  # end the workers and torchrun, so they cannot hold the cores
+            _, stderr = proc.communicate(timeout=20)
+            stacks = stderr[max(stderr.find("Fatal Python error"), 0):]  # faulthandler's dumps, each process's
+            pytest.fail(f"torchrun {' '.join(args)} hung for {TIMEOUT_S} s; the stacks at that moment:\n{stacks}")
     assert proc.returncode == 0, stderr[-3000:]
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (torchrun's workers: each in a session of its own, out of its group)."""
+    def parent(entry: str) -> int:
+        with contextlib.suppress(OSError):
+            return int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return 0
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent(entry) == pid]
+
+
+def abort(pids: list[int]) -> None:
+    """SIGABRT: each prints its threads' stacks (faulthandler) and ends; SIGKILL a moment later if not."""
+    for signum in (signal.SIGABRT, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        time.sleep(3)
 
 
 def losses(run) -> list[float]:
