@@ -1,12 +1,16 @@
-"""A tiny training recipe (the reverse task) and the command line that trains it, shared by the training tests."""
+"""A tiny training recipe (the reverse task) and the command lines that train it (one process, or two under
+torchrun), shared by the training tests."""
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 TINY = {"data": "reverse", "preset": "tiny", "vocab_size": 300, "synthetic_size": 400, "max_tokens": 256,
@@ -24,6 +28,42 @@ def write_recipe(tmp_path: Path, name: str, **changes) -> Path:
 def train_command(*args: str) -> list[str]:
     """``aiayn train ARGS`` as a command for subprocess."""
     return [sys.executable, "-m", "aiayn", "train", *args]
+
+
+def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2 -m aiayn ARGS`` (one thread each). A run still going after
+    ``timeout`` seconds fails the test with every process's stack (faulthandler on SIGABRT), and none of its
+    processes is left holding the cores."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "aiayn", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hang (seen once in an FSDP run under the full suite's load)
+            abort([*workers(proc.pid), proc.pid])
+            stderr = proc.communicate(timeout=20)[1]
+            stacks = stderr[max(stderr.find("Fatal Python error"), 0):]  # faulthandler's dumps, each process's
+            pytest.fail(f"torchrun {' '.join(args)} hung for {timeout:g} s; the stacks at that moment:\n{stacks}")
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def workers(pid: int) -> list[int]:
+    """The processes torchrun ``pid`` started (each in a session of its own: out of reach of its group)."""
+    def parent(entry: str) -> int:
+        with contextlib.suppress(OSError):
+            return int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return 0
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent(entry) == pid]
+
+
+def abort(pids: list[int]) -> None:
+    """SIGABRT: each prints its threads' stacks (faulthandler) and ends; SIGKILL a moment later if not."""
+    for signum in (signal.SIGABRT, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        time.sleep(3)
 
 
 def step_of(run: Path) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from aiayn.model.transformer import TransformerModel
-from tiny_runs import step_of, train_command, wait_for_step, weights, write_recipe
+from tiny_runs import step_of, train_command, wait_for_step, weights, workers, write_recipe
 
 
 def _differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], exact: bool = True) -> list[str]:
@@ -115,12 +115,6 @@ def test_two_nodes_over_c10d_match_one_process_with_accum_2(tmp_path):
     assert not _differing(weights(tmp_path / "one"), weights(tmp_path / "two"), exact=False)
 
 
-def _workers(parent: int) -> list[int]:
-    """The pids of the training processes torchrun started (its children running aiayn)."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(parent)], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines() if "aiayn" in line]
-
-
 def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(tmp_path):
     recipe = write_recipe(tmp_path, "run", max_steps=60, eval_every=10, bleu_sentences=0, model={"dropout": 0.0})
     job = subprocess.Popen(_torchrun("--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
@@ -128,9 +122,9 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(tmp_path):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     wait_for_step(tmp_path / "run", 20, job)
     killed_at = step_of(tmp_path / "run")
-    workers = _workers(job.pid)
-    assert len(workers) == 2, workers
-    os.kill(workers[1], signal.SIGKILL)
+    ranks = workers(job.pid)
+    assert len(ranks) == 2, ranks
+    os.kill(ranks[1], signal.SIGKILL)
     output = job.communicate(timeout=300)[0]
     (tmp_path.parent / "torchrun.log").write_text(output)
     assert job.returncode == 0, output[-3000:]
@@ -154,7 +148,7 @@ def test_sigterm_to_one_worker_stops_every_worker_after_the_same_step(tmp_path):
     job = subprocess.Popen(_torchrun("--standalone", "--nproc-per-node", "2", "-m", "aiayn", "train", "--config",
                                      str(recipe)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     wait_for_step(tmp_path / "run", 20, job)
-    rank1 = next(pid for pid in _workers(job.pid) if _rank(pid) == 1)
+    rank1 = next(pid for pid in workers(job.pid) if _rank(pid) == 1)
     os.kill(rank1, signal.SIGTERM)
     output = _communicate_all([job], timeout=120)[0]
     stopped = [int(n) for n in re.findall(r"stopped by SIGTERM at step (\d+)", output)]

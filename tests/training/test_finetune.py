@@ -109,17 +109,13 @@ def test_resuming_a_fine_tuning_run_continues_it(lm_run, tmp_path):
 def test_fine_tuning_under_torchrun_with_accumulation_bf16_and_averaging(lm_run, tmp_path, sharding):
     """Two processes (DDP, or FSDP with --fsdp), accumulation 2, bf16 autocast, frozen embeddings; then
     `aiayn average` of the run's last three step checkpoints."""
-    import os
-    import subprocess
-    import sys
-
     from safetensors.torch import load_file
+
+    from tiny_runs import torchrun
 
     args = _tune(lm_run, tmp_path, "--accum", "2", "--precision", "bf16", "--freeze", "embeddings", "--lr", "3e-3",
                  "--eval-every", "5", "--keep-last", "3", *(["--fsdp"] if sharding == "fsdp" else []))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "aiayn"]
-    result = subprocess.run(command + args, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = torchrun(*args)
     assert result.returncode == 0, result.stderr[-3000:]
     before, after = _weights(lm_run), _weights(tmp_path / "tuned" / "last")
     assert torch.equal(before["embed.tokens.weight"], after["embed.tokens.weight"])

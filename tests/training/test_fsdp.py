@@ -1,59 +1,24 @@
 """--fsdp (FSDP2 fully_shard) under torchrun: the same losses as DDP, ordinary checkpoints, exact resume; the
 device of each process."""
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from aiayn import TransformerModel
-from tiny_runs import train_command, write_recipe
+from tiny_runs import torchrun, train_command, write_recipe
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack
 COMMON = {"max_steps": 6, "eval_every": 3, "log_every": 1, "accum": 2, "model": {"dropout": 0.0},
           "bleu_sentences": 4, "keep_last": 0}
-TIMEOUT_S = 300
 
 
-def torchrun(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "aiayn", "train", *args]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                          start_new_session=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:  # a hang (seen once under the full suite's load): show where, then
-            abort([*children(proc.pid), proc.pid])  # end the workers and torchrun, so they cannot hold the cores
-            _, stderr = proc.communicate(timeout=20)
-            stacks = stderr[max(stderr.find("Fatal Python error"), 0):]  # faulthandler's dumps, each process's
-            pytest.fail(f"torchrun {' '.join(args)} hung for {TIMEOUT_S} s; the stacks at that moment:\n{stacks}")
-    assert proc.returncode == 0, stderr[-3000:]
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
-
-
-def children(pid: int) -> list[int]:
-    """The processes ``pid`` started (torchrun's workers: each in a session of its own, out of its group)."""
-    def parent(entry: str) -> int:
-        with contextlib.suppress(OSError):
-            return int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        return 0
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent(entry) == pid]
-
-
-def abort(pids: list[int]) -> None:
-    """SIGABRT: each prints its threads' stacks (faulthandler) and ends; SIGKILL a moment later if not."""
-    for signum in (signal.SIGABRT, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-        time.sleep(3)
+def train(*args: str) -> subprocess.CompletedProcess:
+    """``aiayn train ARGS`` in two processes under torchrun; it must succeed."""
+    result = torchrun("train", *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
 def losses(run) -> list[float]:
@@ -66,11 +31,11 @@ def runs(tmp_path_factory):
     """A DDP run and an FSDP run of the same recipe (2 processes, accumulation 2), and the FSDP run stopped at
     step 3 then resumed to step 6."""
     tmp = tmp_path_factory.mktemp("fsdp")
-    torchrun("--config", str(write_recipe(tmp, "ddp", **COMMON)))
-    torchrun("--config", str(write_recipe(tmp, "fsdp", **COMMON)), "--fsdp")
+    train("--config", str(write_recipe(tmp, "ddp", **COMMON)))
+    train("--config", str(write_recipe(tmp, "fsdp", **COMMON)), "--fsdp")
     halted = write_recipe(tmp, "halted", **{**COMMON, "max_steps": 3})
-    torchrun("--config", str(halted), "--fsdp")
-    torchrun("--config", str(halted), "--resume", "--max-steps", "6")  # the run's recipe: --fsdp is kept
+    train("--config", str(halted), "--fsdp")
+    train("--config", str(halted), "--resume", "--max-steps", "6")  # the run's recipe: --fsdp is kept
     return tmp
 
 
@@ -141,7 +106,7 @@ def test_a_sharded_run_resumes_without_sharding(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs / "fsdp", run)
     start = load_file(str(run / "last" / "model.safetensors"))
-    result = torchrun("--resume", "--output", str(run), "--max-steps", "8", "--no-fsdp")
+    result = train("--resume", "--output", str(run), "--max-steps", "8", "--no-fsdp")
     assert "fsdp: True -> False" in result.stderr
     state = json.loads((run / "last" / "trainer.json").read_text())
     assert state["step"] == 8 and state["recipe"]["fsdp"] is False

@@ -1,9 +1,7 @@
 """The training loop: exact resume after SIGKILL, DDP equals one process, atomic checkpoints, lm/mlm."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ from safetensors.torch import load_file
 from aiayn.io.files import atomic_directory
 from aiayn.training.config import TrainConfig
 from aiayn.training.trainer import Trainer
-from tiny_runs import TINY, kill_and_resume, train_command, write_recipe
+from tiny_runs import TINY, kill_and_resume, torchrun, train_command, write_recipe
 
 
 def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
@@ -34,10 +32,7 @@ def test_a_bpe_dropout_run_trains_resumes_and_refuses_several_processes(tmp_path
     assert more.returncode == 0, more.stderr[-2000:]
     evals = [json.loads(x) for x in (tmp_path / "bd" / "metrics.jsonl").read_text().splitlines() if "valid_loss" in x]
     assert [e["step"] for e in evals] == [10, 20, 30] and evals[-1]["valid_loss"] < evals[0]["valid_loss"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "aiayn", "train", "--config", str(recipe), "--output", str(tmp_path / "two")]
-    result = subprocess.run(torchrun, capture_output=True, text=True, timeout=300, env=env)
+    result = torchrun("train", "--config", str(recipe), "--output", str(tmp_path / "two"))
     assert result.returncode != 0 and "subword_dropout: one process only" in result.stderr
 
 
@@ -84,10 +79,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     one = write_recipe(tmp_path, "one", accum=2, **common)
     two = write_recipe(tmp_path, "two", accum=1, **common)
     assert subprocess.run(train_command("--config", str(one)), capture_output=True, timeout=300).returncode == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "aiayn", "train", "--config", str(two)]
-    result = subprocess.run(torchrun, capture_output=True, text=True, timeout=300, env=env)
+    result = torchrun("train", "--config", str(two))
     assert result.returncode == 0, result.stderr[-3000:]
     a = load_file(str(tmp_path / "one" / "last" / "model.safetensors"))
     b = load_file(str(tmp_path / "two" / "last" / "model.safetensors"))
