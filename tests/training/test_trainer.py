@@ -132,10 +132,14 @@ def test_learning_rate_schedules():
     assert noam_lr(4000, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
     assert noam_lr(100, 512, 4000) < noam_lr(4000, 512, 4000) > noam_lr(16000, 512, 4000)
     assert noam_lr(16000, 512, 4000) == pytest.approx(512 ** -0.5 * 16000 ** -0.5)
-    trainer = Trainer.__new__(Trainer)
-    trainer.cfg = TrainConfig(schedule="inverse_sqrt", lr=1e-3, warmup=100)
-    assert trainer.lr(50) == pytest.approx(5e-4) and trainer.lr(100) == pytest.approx(1e-3)
-    assert trainer.lr(400) == pytest.approx(5e-4)
+    from aiayn.training.build import learning_rate
+
+    inverse_sqrt = TrainConfig(schedule="inverse_sqrt", lr=1e-3, warmup=100)
+    assert learning_rate(inverse_sqrt, 512, 50) == pytest.approx(5e-4)
+    assert learning_rate(inverse_sqrt, 512, 100) == pytest.approx(1e-3)
+    assert learning_rate(inverse_sqrt, 512, 400) == pytest.approx(5e-4)
+    noam = TrainConfig(schedule="noam", warmup=4000, lr_factor=1.0)
+    assert learning_rate(noam, 512, 16000) == pytest.approx(512 ** -0.5 * 16000 ** -0.5)  # d_model is noam's own
 
 
 def test_cpu_precision_choices(monkeypatch):

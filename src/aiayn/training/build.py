@@ -14,6 +14,7 @@ from aiayn.model.packed import bf16_kernels_available
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
 from aiayn.training.config import TrainConfig
 from aiayn.training.finetune import ARCH_OF_TASK
+from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, noam_lr
 from aiayn.training.tasks import BlockTask, CMLMTask, ShardedTranslationTask, TranslationTask
 
 PAIRED = ("translation", "cmlm")  # the tasks that learn from source -> target pairs
@@ -54,6 +55,17 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "bf16" or torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float16
+
+
+def learning_rate(cfg: TrainConfig, d_model: int, step: int) -> float:
+    """The recipe's schedule at ``step``: noam (equation 3), cosine, constant or inverse square root."""
+    if cfg.schedule == "noam":
+        return noam_lr(step, d_model, cfg.warmup, cfg.lr_factor)
+    if cfg.schedule == "cosine":
+        return cosine_lr(step, cfg.lr, cfg.warmup, cfg.max_steps)
+    if cfg.schedule == "constant":
+        return constant_lr(step, cfg.lr, cfg.warmup)
+    return inverse_sqrt_lr(step, cfg.lr, cfg.warmup)
 
 
 def load_data(cfg: TrainConfig) -> Splits:

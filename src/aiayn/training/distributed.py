@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +59,17 @@ def rank_device(device: torch.device, info: DistInfo) -> torch.device:
     if torch.cuda.is_available():
         torch.cuda.set_device(device)
     return device
+
+
+def rank_share(batches: Iterable[list[int]], info: DistInfo) -> Iterator[list[int]]:
+    """This process's batches: of every ``world`` consecutive batches, the rank-th (an incomplete last group is
+    dropped, so every rank gets as many). Lazy: a sharded corpus is never listed whole."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == info.world:
+            yield group[info.rank]
+            group = []
 
 
 # One buffer per device, alive as long as the process. Gloo's worker thread lets go of a collective's tensor

@@ -27,12 +27,13 @@ from aiayn.training.build import (
     build_task,
     build_tokenizers,
     build_train_task,
+    learning_rate,
     load_data,
     model_config,
     pick_device,
 )
 from aiayn.training.config import TrainConfig
-from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, make_optimizer, noam_lr
+from aiayn.training.objective import make_optimizer
 from aiayn.training.pace import AutoSteps, pace_window, steps_held
 from aiayn.training.runlog import RunLog
 from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
@@ -143,24 +144,10 @@ class Trainer:
                            "or AMX) and would emulate it many times slower: training in fp32")
 
     def lr(self, step: int) -> float:
-        c = self.cfg
-        if c.schedule == "noam":
-            return noam_lr(step, self.model.config.d_model, c.warmup, c.lr_factor)
-        if c.schedule == "cosine":
-            return cosine_lr(step, c.lr, c.warmup, c.max_steps)
-        if c.schedule == "constant":
-            return constant_lr(step, c.lr, c.warmup)
-        return inverse_sqrt_lr(step, c.lr, c.warmup)
+        return learning_rate(self.cfg, self.model.config.d_model, step)
 
     def _rank_batches(self, epoch: int) -> Iterator[list[int]]:
-        """This rank's batches of an epoch: of every ``world`` consecutive batches, the rank-th (an incomplete
-        last group is dropped, so every rank gets as many). Lazy: a sharded corpus is never listed whole."""
-        group = []
-        for batch in self.task.batches(epoch):
-            group.append(batch)
-            if len(group) == self.dist.world:
-                yield group[self.dist.rank]
-                group = []
+        return distributed.rank_share(self.task.batches(epoch), self.dist)
 
     def _next_window(self, batches: Iterator[list[int]]) -> tuple[list[list[int]], Iterator[list[int]]]:
         window = []
