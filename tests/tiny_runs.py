@@ -59,11 +59,11 @@ def workers(pid: int) -> list[int]:
 
 def abort(pids: list[int]) -> None:
     """SIGABRT: each prints its threads' stacks (faulthandler) and ends; SIGKILL a moment later if not."""
-    for signum in (signal.SIGABRT, signal.SIGKILL):
+    for signum, wait in ((signal.SIGABRT, 3), (signal.SIGKILL, 0)):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-        time.sleep(3)
+        time.sleep(wait)
 
 
 def step_of(run: Path) -> int:
