@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from torch import Tensor
 
 from aiayn import EncoderDecoder, ModelConfig
@@ -107,47 +110,63 @@ def train_reverse(cfg: ModelConfig, steps: int) -> EncoderDecoder:
     return m.eval().double()
 
 
+def trained_once(tmp_path_factory, name: str, train: Callable[[Path], None]) -> Path:
+    """The folder ``train`` fills, made once per test session: the first xdist worker to ask trains it while the
+    other waits on the lock, then both read it (pytest-xdist's recipe for a session fixture made once). The tests
+    only read these runs."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this session's folder, above each worker's own
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with FileLock(f"{folder}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed midway left it half made
+            folder.mkdir()
+            train(folder)
+            done.touch()
+    return folder
+
+
+def _train_reverse(folder: Path, *flags: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--preset", "tiny",
+         "--output", str(folder / "run"), "--vocab-size", "300", "--max-tokens", "1024",
+         "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50",
+         *flags], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory) -> Path:
     """A tiny model trained on the reverse task by the CLI (shared by the CLI, visual and server tests)."""
-    out = tmp_path_factory.mktemp("cli") / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--preset", "tiny", "--max-steps", "300",
-         "--output", str(out), "--vocab-size", "300", "--max-tokens", "1024", "--eval-every", "100",
-         "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50"],
-        capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out
+    def train(folder: Path) -> None:
+        _train_reverse(folder, "--max-steps", "300", "--eval-every", "100")
+    return trained_once(tmp_path_factory, "reverse", train) / "run"
 
 
 @pytest.fixture(scope="session")
 def cmlm_run(tmp_path_factory) -> Path:
     """A tiny conditional masked LM (Mask-Predict) trained on the reverse task by the CLI."""
-    out = tmp_path_factory.mktemp("cmlm") / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--task", "cmlm", "--preset", "tiny",
-         "--max-steps", "400", "--output", str(out), "--vocab-size", "300", "--max-tokens", "1024",
-         "--eval-every", "400", "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50"],
-        capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out
+    def train(folder: Path) -> None:
+        _train_reverse(folder, "--task", "cmlm", "--max-steps", "400", "--eval-every", "400")
+    return trained_once(tmp_path_factory, "cmlm", train) / "run"
 
 
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
 
 
 def _train_family(tmp_path_factory, task: str, text: str = PLANTED, **changes) -> Path:
-    from aiayn.training.config import TrainConfig
-    from aiayn.training.trainer import Trainer
+    def train(folder: Path) -> None:
+        from aiayn.training.config import TrainConfig
+        from aiayn.training.trainer import Trainer
 
-    folder = tmp_path_factory.mktemp(task)
-    (folder / "text.txt").write_text(text)
-    recipe = {"data": str(folder / "text.txt"), "task": task, "preset": "tiny", "output": str(folder / "run"),
-              "block_size": 32, "max_tokens": 512, "max_steps": 150, "eval_every": 150, "schedule": "inverse_sqrt",
-              "lr": 3e-3, "warmup": 20, "keep_last": 0, "log_every": 50, "label_smoothing": 0.0,
-              "model": {"dropout": 0.0, "norm": "pre"}, "device": "cpu", **changes}
-    Trainer(TrainConfig(**recipe)).train()
-    return folder / "run"
+        (folder / "text.txt").write_text(text)
+        recipe = {"data": str(folder / "text.txt"), "task": task, "preset": "tiny", "output": str(folder / "run"),
+                  "block_size": 32, "max_tokens": 512, "max_steps": 150, "eval_every": 150,
+                  "schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 20, "keep_last": 0, "log_every": 50,
+                  "label_smoothing": 0.0, "model": {"dropout": 0.0, "norm": "pre"}, "device": "cpu", **changes}
+        Trainer(TrainConfig(**recipe)).train()
+    return trained_once(tmp_path_factory, task, train) / "run"
 
 
 @pytest.fixture(scope="session")

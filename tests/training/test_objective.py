@@ -90,6 +90,27 @@ def _tiny_net() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
 
 
+def test_the_fused_update_is_adam_as_section_5_3_writes_it():
+    """m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, w -= lr m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps),
+    written out, against make_optimizer's fused kernel over three steps."""
+    net = _tiny_net()
+    opt = make_optimizer(net, lr=0.01)
+    assert opt.defaults["fused"]  # on CPU: torch's fused kernel
+    w = {n: p.detach().clone() for n, p in net.named_parameters()}
+    m, v = ({n: torch.zeros_like(p) for n, p in w.items()} for _ in range(2))
+    x = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for t in range(1, 4):
+        opt.zero_grad()
+        net(x).pow(2).sum().backward()
+        for name, p in net.named_parameters():
+            m[name] = 0.9 * m[name] + 0.1 * p.grad
+            v[name] = 0.98 * v[name] + 0.02 * p.grad ** 2
+            w[name] -= 0.01 * (m[name] / (1 - 0.9 ** t)) / ((v[name] / (1 - 0.98 ** t)).sqrt() + 1e-9)
+        opt.step()
+        for name, p in net.named_parameters():
+            torch.testing.assert_close(p.detach(), w[name], rtol=0, atol=1e-6)
+
+
 def test_weight_decay_shrinks_matrices_only_by_one_minus_lr_times_decay():
     net = _tiny_net()
     before = {k: v.clone() for k, v in net.state_dict().items()}

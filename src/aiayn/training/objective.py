@@ -81,15 +81,17 @@ def make_optimizer(model: nn.Module, lr: float = 1.0, weight_decay: float = 0.0)
     ``weight_decay`` > 0 adds decoupled weight decay (AdamW: each step multiplies a weight by
     1 - lr * weight_decay, apart from the gradient's update) to the weight matrices and embeddings only;
     biases and norm gains are not decayed. 0 is the paper's plain Adam, with a single parameter group.
-    Frozen parameters (``requires_grad`` False) are left out.
+    Frozen parameters (``requires_grad`` False) are left out. On CPU and CUDA the update is torch's fused
+    kernel: the same update, one pass over each tensor (benchmarks/bench_optimizer.py).
     """
     params = [p for p in model.parameters() if p.requires_grad]  # frozen parts (fine-tuning) keep no state
+    fused = all(p.device.type in ("cpu", "cuda") for p in params)
     if weight_decay == 0:
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=fused)
     groups = [{"params": [p for p in params if p.dim() >= 2]},  # the default weight_decay (torch checks it)
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay,
-                            decoupled_weight_decay=True)
+                            decoupled_weight_decay=True, fused=fused)
 
 
 def shift_target(tgt: Tensor, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
