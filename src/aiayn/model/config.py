@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.io.files import atomic_write_text
+from aiayn.model.fields import typed_fields
 
 # The special token ids, the same for every tokenizer and model (the one place they are defined).
 SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
@@ -195,33 +196,6 @@ class ModelConfig:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-
-
-def typed_fields(cls, data: dict) -> dict:
-    """``data`` checked against the fields of dataclass ``cls``: unknown names are an error, and so is a
-    value of the wrong type; numbers written as text (YAML reads 2e-3 so) convert to float fields."""
-    types = {f.name: f.type for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(types))
-    if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(types)}")
-    return {name: _typed(name, value, types[name]) for name, value in data.items()}
-
-
-def _typed(name: str, value, annotation: str):
-    if value is None and "None" in annotation:
-        return None
-    kind = annotation.split(" |")[0]
-    if kind == "float" and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
-    if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
-        return value
-    raise ValueError(f"field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, got {value!r}")
 
 
 def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:

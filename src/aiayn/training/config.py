@@ -14,7 +14,8 @@ from pathlib import Path
 from aiayn.data.corpus import target_tag
 from aiayn.decoding.config import DecodingConfig
 from aiayn.io.run import RunFolder
-from aiayn.model.config import PRESETS, ModelConfig, typed_fields
+from aiayn.model.config import PRESETS, ModelConfig
+from aiayn.model.fields import typed_fields
 
 TASKS = ("translation", "cmlm", "lm", "mlm")
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
