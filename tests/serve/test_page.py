@@ -151,19 +151,36 @@ def test_a_cmlm_page_shows_mask_predict_iteration_by_iteration(browser, cmlm_ser
     page.close()
 
 
-@pytest.fixture(scope="module")
-def lm_server(lm_run):
-    """A live server for the tiny language model."""
+def _lm_server(lm_run, step_delay: float = 0.0):
+    """A live server for the tiny language model; ``step_delay`` seconds added to each decoding step."""
+    import time
+
     from aiayn.inference.generator import TextGenerator
     from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
 
+    generator = TextGenerator.from_checkpoint(lm_run)
+    if step_delay:
+        step = generator.model.step
+        generator.model.step = lambda tokens, state: (time.sleep(step_delay), step(tokens, state))[1]
     limits = Limits(max_new_tokens=64)
-    with serving(create_app(TextGenerator.from_checkpoint(lm_run), limits), limits) as url:
+    return serving(create_app(generator, limits), limits)
+
+
+@pytest.fixture(scope="module")
+def lm_server(lm_run):
+    with _lm_server(lm_run) as url:
         yield url
 
 
-def test_language_model_page_streams_the_continuation(browser, lm_server):
+def test_language_model_page_streams_the_continuation(browser, lm_run):
+    """The tiny model makes 20 tokens in a few milliseconds, which a loaded machine may send in one network
+    read; 30 ms a step makes a stream that must arrive in several."""
+    with _lm_server(lm_run, step_delay=0.03) as url:
+        _streams_the_continuation(browser, url)
+
+
+def _streams_the_continuation(browser, lm_server: str) -> None:
     page = browser.new_page()
     page.goto(lm_server)
     page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
@@ -180,8 +197,8 @@ def test_language_model_page_streams_the_continuation(browser, lm_server):
                                                           "temperature": 0}).json()["text"]
     assert page.locator("#continuation").inner_text() == expected != ""
     assert "20 tokens" in page.locator("#status").inner_text()
-    # streamed: the text arrived in several deliveries (one observer call per task that changed it; how many
-    # events share a network read varies with the machine's load, so only "more than one" is certain)
+    # streamed: the text arrived in several deliveries (one observer call per task that changed it; 20 steps of
+    # 30 ms or more each give several, however many events share a network read)
     assert page.evaluate("window.updates") >= 2
     page.close()
 
