@@ -3,12 +3,15 @@ device of each process."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from aiayn import TransformerModel
 from tiny_runs import torchrun, train_command, write_recipe
+
+from conftest import trained_once
 
 COMMON = {"max_steps": 6, "eval_every": 3, "log_every": 1, "accum": 2, "model": {"dropout": 0.0},
           "bleu_sentences": 4, "keep_last": 0}
@@ -30,13 +33,13 @@ def losses(run) -> list[float]:
 def runs(tmp_path_factory):
     """A DDP run and an FSDP run of the same recipe (2 processes, accumulation 2), and the FSDP run stopped at
     step 3 then resumed to step 6."""
-    tmp = tmp_path_factory.mktemp("fsdp")
-    train("--config", str(write_recipe(tmp, "ddp", **COMMON)))
-    train("--config", str(write_recipe(tmp, "fsdp", **COMMON)), "--fsdp")
-    halted = write_recipe(tmp, "halted", **{**COMMON, "max_steps": 3})
-    train("--config", str(halted), "--fsdp")
-    train("--config", str(halted), "--resume", "--max-steps", "6")  # the run's recipe: --fsdp is kept
-    return tmp
+    def make(tmp: Path) -> None:  # once for both test workers (the tests copy what they change)
+        train("--config", str(write_recipe(tmp, "ddp", **COMMON)))
+        train("--config", str(write_recipe(tmp, "fsdp", **COMMON)), "--fsdp")
+        halted = write_recipe(tmp, "halted", **{**COMMON, "max_steps": 3})
+        train("--config", str(halted), "--fsdp")
+        train("--config", str(halted), "--resume", "--max-steps", "6")  # the run's recipe: --fsdp is kept
+    return trained_once(tmp_path_factory, "fsdp", make)
 
 
 def test_fsdp_gives_the_losses_of_ddp(runs):
