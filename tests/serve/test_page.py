@@ -162,7 +162,11 @@ def _lm_server(lm_run, step_delay: float = 0.0):
     generator = TextGenerator.from_checkpoint(lm_run)
     if step_delay:
         step = generator.model.step
-        generator.model.step = lambda tokens, state: (time.sleep(step_delay), step(tokens, state))[1]
+
+        def slow_step(tokens, state):
+            time.sleep(step_delay)
+            return step(tokens, state)
+        generator.model.step = slow_step
     limits = Limits(max_new_tokens=64)
     return serving(create_app(generator, limits), limits)
 
