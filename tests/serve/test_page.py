@@ -181,30 +181,26 @@ def test_language_model_page_streams_the_continuation(browser, lm_run):
     """The tiny model makes 20 tokens in a few milliseconds, which a loaded machine may send in one network
     read; 30 ms a step makes a stream that must arrive in several."""
     with _lm_server(lm_run, step_delay=0.03) as url:
-        _streams_the_continuation(browser, url)
-
-
-def _streams_the_continuation(browser, lm_server: str) -> None:
-    page = browser.new_page()
-    page.goto(lm_server)
-    page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
-    assert page.locator("#mlm").is_hidden()
-    page.fill("#prompt", "the cat ")
-    page.fill("#max-new", "20")
-    page.fill("#temperature", "0")
-    page.evaluate("""window.updates = 0; new MutationObserver(() => window.updates++).observe(
-        document.querySelector('#continuation'), {childList: true, characterData: true, subtree: true})""")
-    page.focus("#prompt")
-    page.keyboard.press("Control+Enter")  # keyboard only
-    page.wait_for_function("document.querySelector('#status').textContent.includes('tokens')", timeout=30_000)
-    expected = httpx.post(f"{lm_server}/generate", json={"prompt": "the cat ", "max_new_tokens": 20,
-                                                          "temperature": 0}).json()["text"]
-    assert page.locator("#continuation").inner_text() == expected != ""
-    assert "20 tokens" in page.locator("#status").inner_text()
-    # streamed: the text arrived in several deliveries (one observer call per task that changed it; 20 steps of
-    # 30 ms or more each give several, however many events share a network read)
-    assert page.evaluate("window.updates") >= 2
-    page.close()
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_selector("#lm:not([hidden])", timeout=30_000)
+        assert page.locator("#mlm").is_hidden()
+        page.fill("#prompt", "the cat ")
+        page.fill("#max-new", "20")
+        page.fill("#temperature", "0")
+        page.evaluate("""window.updates = 0; new MutationObserver(() => window.updates++).observe(
+            document.querySelector('#continuation'), {childList: true, characterData: true, subtree: true})""")
+        page.focus("#prompt")
+        page.keyboard.press("Control+Enter")  # keyboard only
+        page.wait_for_function("document.querySelector('#status').textContent.includes('tokens')", timeout=30_000)
+        expected = httpx.post(f"{url}/generate", json={"prompt": "the cat ", "max_new_tokens": 20,
+                                                        "temperature": 0}).json()["text"]
+        assert page.locator("#continuation").inner_text() == expected != ""
+        assert "20 tokens" in page.locator("#status").inner_text()
+        # streamed: the text arrived in several deliveries (one observer call per task that changed it; 20 steps of
+        # 30 ms or more each give several, however many events share a network read)
+        assert page.evaluate("window.updates") >= 2
+        page.close()
 
 
 def _greedy_continuation(page, url: str, prompt: str, new_tokens: int) -> None:
