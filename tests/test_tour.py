@@ -1,6 +1,10 @@
 """The guided tour cannot rot: every code block of docs/tour.md (as notebooks/tour.ipynb, made from it) and of
 docs/tour.zh.md runs, in order, prints the four worked examples to 6 decimals, and prints what the block's
-``# Output:`` comments show (scripts/tour_outputs.py writes them)."""
+``# Output:`` comments show (scripts/tour_outputs.py writes them).
+
+Both tours train the same two copy models (the same calls, blocks 12 and 21): the notebook's training keeps
+them, and the Chinese tour's ``train_copy`` hands them back with the random state the training left
+(``KEEP_COPY_MODELS``, a first cell in each)."""
 
 import importlib.util
 import re
@@ -28,6 +32,23 @@ CHECKS = {  # what else each tour must print (its own language)
                    "单独算第 3 个位置，结果相同： True", "GQA 缓存小 4 倍： True",
                    "GQA 逐步使用缓存与一次算完相同： True"],
 }
+
+
+KEEP_COPY_MODELS = """import hashlib, os, safetensors.torch, torch, aiayn.training.demo
+from aiayn import TransformerModel
+
+def _train_copy_once(recipe=aiayn.training.demo.CopyRecipe(), progress=True, _train=aiayn.training.demo.train_copy):
+    kept = os.path.join({folder!r}, hashlib.sha1(repr(recipe).encode()).hexdigest())
+    if os.path.isdir(kept):  # trained by the other tour: the same model, the same random state after it
+        torch.set_rng_state(safetensors.torch.load_file(kept + ".rng.safetensors")["rng"])
+        return TransformerModel.load(kept)
+    model = _train(recipe, progress)
+    model.save(kept)
+    safetensors.torch.save_file({{"rng": torch.get_rng_state()}}, kept + ".rng.safetensors")
+    return model
+
+aiayn.training.demo.train_copy = _train_copy_once
+"""
 
 
 def blocks(name: str) -> list[str]:
@@ -71,13 +92,6 @@ def check_output(name: str, printed: str, folder: Path) -> None:
     assert (folder / "cross_attention.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_every_block_of_the_chinese_tour_runs_and_prints_what_it_shows(tmp_path):
-    """(The English tour's blocks run as the notebook, below: the same cells, checked the same way.)"""
-    printed = tour_outputs.outputs_by_block(blocks("tour.zh.md"), str(tmp_path), timeout=300)
-    check_output("tour.zh.md", "\n".join("\n".join(lines) for lines in printed), tmp_path)
-    check_shown_outputs("tour.zh.md", printed)
-
-
 def test_both_tours_run_the_same_code():
     """The Chinese tour is the same tour: block by block, the same statements (comments and printed labels may
     differ)."""
@@ -89,19 +103,40 @@ def test_both_tours_run_the_same_code():
     assert [statements(b) for b in en] == [statements(b) for b in zh]
 
 
-def test_the_notebook_is_made_from_the_english_tour_and_every_block_runs(tmp_path):
+def test_the_notebook_is_made_from_the_english_tour():
     import jupytext
     import nbformat
-    from nbclient import NotebookClient
 
     notebook = nbformat.read(ROOT / "notebooks" / "tour.ipynb", as_version=4)
     made = jupytext.read(ROOT / "docs" / "tour.md")
     assert [(c.cell_type, c.source) for c in notebook.cells] == [(c.cell_type, c.source) for c in made.cells], \
         "notebooks/tour.ipynb is out of date: run `make notebook`"
     assert "pip" in notebook.cells[[c.cell_type for c in notebook.cells].index("code")].source  # Colab: one cell
+
+
+def notebook_outputs(folder: Path, first_cell: str) -> list[str]:
+    """What each code cell of notebooks/tour.ipynb printed, run in ``folder`` after ``first_cell``."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(ROOT / "notebooks" / "tour.ipynb", as_version=4)
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(first_cell))
     NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    cells = ["".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("name") == "stdout")
-             for cell in notebook.cells if cell.cell_type == "code"]
-    check_output("tour.md", "".join(cells), tmp_path)
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return ["".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("name") == "stdout")
+            for cell in notebook.cells[1:] if cell.cell_type == "code"]
+
+
+def test_every_block_of_both_tours_runs_and_prints_what_it_shows(tmp_path):
+    """The English tour as the notebook, then the Chinese tour's blocks in one fresh Python, each in a folder of
+    its own; both checked the same way."""
+    first_cell = KEEP_COPY_MODELS.format(folder=str(tmp_path))
+    english, chinese = tmp_path / "notebook", tmp_path / "zh"
+    english.mkdir(), chinese.mkdir()
+    cells = notebook_outputs(english, first_cell)
+    check_output("tour.md", "".join(cells), english)
     check_shown_outputs("tour.md", [cell.splitlines() for cell in cells])
+    assert len(list(tmp_path.glob("*.rng.safetensors"))) == 2, "the notebook kept its two copy models"
+    _, *printed = tour_outputs.outputs_by_block([first_cell, *blocks("tour.zh.md")], str(chinese), timeout=300)
+    check_output("tour.zh.md", "\n".join("\n".join(lines) for lines in printed), chinese)
+    check_shown_outputs("tour.zh.md", printed)
