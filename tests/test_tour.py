@@ -2,7 +2,7 @@
 docs/tour.zh.md runs, in order, prints the four worked examples to 6 decimals, and prints what the block's
 ``# Output:`` comments show (scripts/tour_outputs.py writes them).
 
-Both tours train the same two copy models (the same calls, blocks 12 and 21): the notebook's training keeps
+Both tours train the same two copy models (the same calls, blocks 16 and 23): the notebook's training keeps
 them, and the Chinese tour's ``train_copy`` hands them back with the random state the training left
 (``KEEP_COPY_MODELS``, a first cell in each)."""
 
