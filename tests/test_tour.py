@@ -132,7 +132,8 @@ def test_every_block_of_both_tours_runs_and_prints_what_it_shows(tmp_path):
     its own; both checked the same way."""
     first_cell = KEEP_COPY_MODELS.format(folder=str(tmp_path))
     english, chinese = tmp_path / "notebook", tmp_path / "zh"
-    english.mkdir(), chinese.mkdir()
+    english.mkdir()
+    chinese.mkdir()
     cells = notebook_outputs(english, first_cell)
     check_output("tour.md", "".join(cells), english)
     check_shown_outputs("tour.md", [cell.splitlines() for cell in cells])
