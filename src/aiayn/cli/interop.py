@@ -9,14 +9,16 @@ from aiayn.cli.common import add_overwrite, claim
 
 def _add_import(sub) -> None:
     p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT, Llama, Qwen2, "
-                                      "Mistral, sentence-transformers) as a checkpoint",
+                                      "Mistral, sentence-transformers) or a GGUF file as a checkpoint",
                        description="Read a local Hugging Face model folder (config.json, model.safetensors or its "
                                    "shards, the tokenizer files) of a MarianMTModel, GPT2LMHeadModel, "
                                    "BertForMaskedLM, BertModel (or a sentence-transformers folder of one), "
                                    "LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM and write an aiayn "
                                    "checkpoint that translate, generate, fill-mask, embed, serve and show take. "
-                                   "Nothing is downloaded: see docs/pretrained.md for getting the folder.")
-    p.add_argument("folder", help="the Hugging Face model folder")
+                                   "A .gguf file (llama.cpp's: llama, qwen2 or gpt2 architecture, any type the gguf "
+                                   "package dequantizes) is read as well. Nothing is downloaded: see "
+                                   "docs/pretrained.md for getting the folder or file.")
+    p.add_argument("folder", help="the Hugging Face model folder, or a .gguf file")
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")
     add_overwrite(p)
 
@@ -29,28 +31,40 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub) -> None:
-    p = sub.add_parser("export", help="export a translator or a language model as a Hugging Face folder or a "
-                                      "CTranslate2 model",
+    p = sub.add_parser("export", help="export a translator or a language model as a Hugging Face folder, a "
+                                      "CTranslate2 model or (language models) a GGUF file",
                        description="Write an aiayn encoder-decoder checkpoint as a Hugging Face Marian folder "
                                    "(MarianMTModel.from_pretrained loads it), a decoder-only one as a "
                                    "LlamaForCausalLM (Qwen2, Mistral) or GPT2LMHeadModel folder, whichever has its "
-                                   "shape, or either through CTranslate2's converters as a CTranslate2 model. "
+                                   "shape, or either through CTranslate2's converters as a CTranslate2 model, or a "
+                                   "Llama-, Qwen2- or GPT-2-shaped language model as one GGUF file for llama.cpp. "
                                    "Options the target cannot express are named in the error.")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
-    p.add_argument("--format", required=True, choices=["hf", "ctranslate2"], dest="format")
-    p.add_argument("--output", required=True, help="the folder to write")
+    p.add_argument("--format", required=True, choices=["hf", "ctranslate2", "gguf"], dest="format")
+    p.add_argument("--output", required=True, help="the folder to write (gguf: the file, e.g. model.gguf)")
     add_overwrite(p)
-    p.add_argument("--quantization", choices=["int8", "int8_float32", "float16", "bfloat16"],
-                   help="ctranslate2 only: store the weights quantized (default: float32)")
+    p.add_argument("--quantization", help=f"how the weights are stored: ctranslate2 {', '.join(CT2_TYPES)} "
+                                          "(default float32); gguf f32, f16, bf16, q8_0 (default f32)")
+
+
+CT2_TYPES = ("int8", "int8_float32", "float16", "bfloat16")
 
 
 def export(args: argparse.Namespace) -> int:
-    claim(args.output, "export", args, folder=True)
-    if args.format == "hf":
+    from aiayn.interop.gguf_export import QUANTIZATIONS
+
+    kinds = {"ctranslate2": CT2_TYPES, "gguf": QUANTIZATIONS}.get(args.format, ())
+    if args.quantization and args.quantization not in kinds:
+        raise ValueError(f"--quantization {args.quantization}: not for --format {args.format}"
+                         + (f"; choose {', '.join(kinds)}" if kinds else ""))
+    claim(args.output, "export", args, folder=args.format != "gguf")
+    if args.format == "gguf":
+        from aiayn.interop.gguf_export import export_gguf
+
+        print(export_gguf(args.checkpoint, args.output, args.quantization or "f32"))
+    elif args.format == "hf":
         from aiayn.interop.hf_export import export_hf
 
-        if args.quantization:
-            raise ValueError("--quantization: only for --format ctranslate2")
         print(export_hf(args.checkpoint, args.output, args.overwrite))
     else:
         try:

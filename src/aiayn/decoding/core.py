@@ -21,12 +21,19 @@ def never_generated(cfg: ModelConfig) -> tuple[int, ...]:
 
 
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
-    """:func:`never_generated` tokens get -inf; EOS too while ``no_eos`` (min length). (..., V), in place."""
-    for token in never_generated(cfg):
+    """:func:`never_generated` tokens get -inf; EOS (every end id) too while ``no_eos`` (min length). (..., V),
+    in place."""
+    for token in never_generated(cfg) + (cfg.end_ids if no_eos else ()):
         logits[..., token] = float("-inf")  # one column at a time: cheaper than a list index per step
-    if no_eos:
-        logits[..., cfg.eos_id] = float("-inf")
     return logits
+
+
+def as_eos(tokens: Tensor, cfg: ModelConfig) -> Tensor:
+    """``tokens`` with every one of the config's ``stop_ids`` replaced by EOS: an end-of-turn token ends a
+    sequence exactly as EOS does (one rule for every strategy)."""
+    if not cfg.stop_ids:
+        return tokens
+    return tokens.masked_fill(torch.isin(tokens, torch.tensor(cfg.stop_ids, device=tokens.device)), cfg.eos_id)
 
 
 def strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:
@@ -64,7 +71,7 @@ class Columns:
         self.cfg, self.candidates = cfg, candidates
         if candidates is not None:
             self._never = torch.isin(candidates, torch.tensor(never_generated(cfg), device=candidates.device))  # (C,)
-            self._eos = candidates == cfg.eos_id  # (C,) bool
+            self._eos = torch.isin(candidates, torch.tensor(cfg.end_ids, device=candidates.device))  # (C,) bool
 
     def forbid(self, scores: Tensor, no_eos: bool) -> Tensor:
         """:func:`forbid` on scores (B, V) or (B, C), in place."""
@@ -74,8 +81,8 @@ class Columns:
         return scores.masked_fill_(self._eos, float("-inf")) if no_eos else scores
 
     def token_ids(self, columns: Tensor) -> Tensor:
-        """The token ids of score columns (the same ids without candidates)."""
-        return columns if self.candidates is None else self.candidates[columns]
+        """The token ids of score columns (the same ids without candidates), every end id as EOS."""
+        return as_eos(columns if self.candidates is None else self.candidates[columns], self.cfg)
 
 
 class Stepper:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.decoding.core import Stepper, forbid, strip
+from aiayn.decoding.core import Stepper, as_eos, forbid, strip
 from aiayn.model.transformer import TransformerModel
 
 
@@ -69,7 +69,7 @@ def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: Spe
         no_eos = torch.arange(tokens.size(1) - start, n_new + 1) < min_new
         for j in range(scores.size(0)):
             forbid(scores[j], cfg, bool(no_eos[j]))
-        best = scores.argmax(dim=-1)  # main model's choice after each drafted prefix
+        best = as_eos(scores.argmax(dim=-1), cfg)  # main model's choice after each drafted prefix
         agree = int((best[:-1] == proposal[0]).long().cumprod(0).sum())
         stats.proposed, stats.accepted, stats.main_passes = (stats.proposed + proposal.size(1),
                                                              stats.accepted + agree, stats.main_passes + 1)
@@ -89,7 +89,7 @@ def _propose(small: Stepper, tokens: Tensor, n: int, start: int, min_new: int, c
     for _ in range(n):
         position = tokens.size(1) + proposal.size(1) - start
         logits = forbid(small(torch.cat([tokens, proposal], dim=1)).float(), cfg, position < min_new)
-        nxt = logits.argmax(dim=-1, keepdim=True)  # (1, 1)
+        nxt = as_eos(logits.argmax(dim=-1, keepdim=True), cfg)  # (1, 1)
         proposal = torch.cat([proposal, nxt], dim=1)
         if int(nxt) == cfg.eos_id:
             break

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiayn.interop import bert, gpt2, llama, marian, sentence
+from aiayn.interop.gguf import read_gguf
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
@@ -18,12 +19,17 @@ __all__ = ["SUPPORTED", "import_pretrained"]
 
 
 def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = False) -> Path:
-    """Import the Hugging Face model in ``folder`` into the aiayn checkpoint folder ``output``."""
+    """Import the Hugging Face model in ``folder`` (or the GGUF file ``folder``) into the aiayn checkpoint folder
+    ``output``."""
 
     claim_output(output, "import", overwrite=overwrite, own_files=(CHECKSUMS,))  # before any reading
     folder = Path(folder)
+    if folder.is_file():  # one file: GGUF (llama.cpp's)
+        model, tokenizers, generation = read_gguf(folder)
+        write_checkpoint(output, model, tokenizers, generation=generation, by="import", overwrite=overwrite)
+        return Path(output)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: not a folder; give a Hugging Face model folder")
+        raise FileNotFoundError(f"{folder}: no such file or folder; give a Hugging Face model folder or a .gguf file")
     config = read_config(folder)
     kind = config["model_type"]
     pooling = sentence.read_pooling(folder) if sentence.is_sentence_transformers(folder) else None

@@ -64,15 +64,19 @@ def gpt2_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]
     return out
 
 
+def gpt2_model(cfg: ModelConfig, weights: dict[str, Tensor]) -> DecoderOnly:
+    """aiayn's model of ``cfg`` holding GPT-2's tensors (Hugging Face names)."""
+    model = DecoderOnly(cfg)
+    load_mapped(model, gpt2_state_dict(weights, cfg))
+    return model.eval()
+
+
 def import_gpt2(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[DecoderOnly, HFTokenizers]:
     tokenizers = HFTokenizers.load(folder)
-    cfg = gpt2_config(hf)
     if len(tokenizers.src) != hf["vocab_size"]:
         raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
                          f"vocab_size {hf['vocab_size']}")
-    model = DecoderOnly(cfg)
-    load_mapped(model, gpt2_state_dict(weights, cfg))
-    return model.eval(), tokenizers
+    return gpt2_model(gpt2_config(hf), weights), tokenizers
 
 
 def gpt2_problems(cfg: ModelConfig) -> list[str]:

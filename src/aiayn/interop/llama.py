@@ -10,6 +10,7 @@ checkpoint's). One table of tensor names serves import and export.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -73,7 +74,9 @@ def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
     theta, scaling = _rope(hf)
     vocab, heads = hf["vocab_size"], hf["num_attention_heads"]
     pad = vocab  # the appended padding row
-    eos = _first(hf.get("eos_token_id"))
+    ends = hf.get("eos_token_id")
+    ends = list(dict.fromkeys(ends)) if isinstance(ends, list) else [ends]  # Llama 3: several; the first is EOS
+    eos = ends[0] if ends else None
     if eos is None:
         raise ValueError("config.json: no eos_token_id; aiayn needs the end-of-sequence id to stop generating")
     bos = hf.get("bos_token_id")
@@ -92,7 +95,7 @@ def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
         sliding_window=_window(hf), share_embeddings="all" if hf.get("tie_word_embeddings", False) else "none",
         max_len=hf.get("max_position_embeddings", 2048), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         scale_embeddings=False, pad_id=pad, bos_id=pad if bos is None else _first(bos), eos_id=eos,
-        unk_id=pad if unk_id is None else unk_id, mask_id=pad, padding_row=True)
+        unk_id=pad if unk_id is None else unk_id, mask_id=pad, padding_row=True, stop_ids=tuple(ends[1:]))
 
 
 def tensor_names(cfg: ModelConfig) -> dict[str, str]:
@@ -110,14 +113,15 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
     return names
 
 
-def load_llama_weights(model: DecoderOnly, folder: Path) -> None:
-    """Copy the folder's tensors into ``model`` one at a time (shard by shard); every parameter must be
-    given, shapes must agree, and a tensor aiayn has no place for is an error naming it."""
+def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]], source: str = "config.json") -> None:
+    """Copy ``tensors`` ((Hugging Face name, tensor) pairs, e.g. a folder's shard by shard) into ``model`` one at
+    a time; every parameter must be given, shapes must agree (``source`` names what set them), and a tensor
+    aiayn has no place for is an error naming it."""
     names = tensor_names(model.config)
     params = dict(model.named_parameters(remove_duplicate=False))
     filled: set[str] = set()
     with torch.no_grad():
-        for theirs, tensor in iter_weights(folder):
+        for theirs, tensor in tensors:
             if theirs not in names:
                 if theirs.endswith(IGNORED):
                     continue
@@ -126,7 +130,7 @@ def load_llama_weights(model: DecoderOnly, folder: Path) -> None:
             target = params[names[theirs]]
             rows = target if names[theirs] not in ("embed.tokens.weight", "output.weight") else target[:-1]
             if tuple(rows.shape) != tuple(tensor.shape):
-                raise ValueError(f"weights: tensor {theirs} has shape {tuple(tensor.shape)}, config.json says "
+                raise ValueError(f"weights: tensor {theirs} has shape {tuple(tensor.shape)}, {source} says "
                                  f"{tuple(rows.shape)}")
             rows.copy_(tensor)
             filled.add(names[theirs])
@@ -143,7 +147,7 @@ def import_llama(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
         raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
                          f"vocab_size {hf['vocab_size']}")
     model = DecoderOnly(llama_config(hf, tokenizers.src.unk_id()))
-    load_llama_weights(model, folder)
+    load_llama_weights(model, iter_weights(folder))
     return model.eval(), tokenizers
 
 
@@ -174,13 +178,14 @@ def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
     rope = {"rope_type": "default"} if cfg.rope_scaling is None else {
         "rope_type": cfg.rope_scaling["type"], **{k: v for k, v in cfg.rope_scaling.items() if k != "type"}}
     kind = hf_model_type(cfg)
+    ends = list(cfg.end_ids) if cfg.stop_ids else cfg.eos_id
     fields = dict(vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
                   num_hidden_layers=cfg.n_decoder_layers, num_attention_heads=cfg.n_heads,
                   num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, hidden_act=HF_ACTIVATIONS[cfg.activation],
                   max_position_embeddings=cfg.max_len, rms_norm_eps=cfg.layer_norm_eps,
                   rope_parameters={**rope, "rope_theta": cfg.position_base},
                   tie_word_embeddings=cfg.share_embeddings != "none", bos_token_id=cfg.bos_id,
-                  eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
+                  eos_token_id=ends, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
     if kind == "llama":
         fields.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias)
     if kind == "mistral":

@@ -93,6 +93,8 @@ class ModelConfig:
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
+        stop_ids: more ids that end a generated sequence as ``eos_id`` does (Llama 3's and Qwen2's several
+            end-of-sequence and end-of-turn tokens); empty for the paper's models.
     """
 
     arch: str = "encoder-decoder"
@@ -136,8 +138,10 @@ class ModelConfig:
     unk_id: int = SPECIAL_IDS["unk_id"]
     mask_id: int = MASK_ID
     cmlm: bool = False
+    stop_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_ids", tuple(self.stop_ids))  # a JSON list, read back
         _validate(self)
 
     @property
@@ -168,6 +172,11 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Every id that ends a generated sequence: EOS, then ``stop_ids``."""
+        return (self.eos_id, *self.stop_ids)
 
     @property
     def special_ids(self) -> tuple[int, int, int, int]:
@@ -243,6 +252,11 @@ def _check_special_ids(cfg: ModelConfig) -> None:
     for name, value in specials.items():
         if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
             raise ValueError(f"{name}: {value} is outside the vocabulary")
+    for value in cfg.stop_ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.target_vocab:
+            raise ValueError(f"stop_ids: {value!r} is not an id of the vocabulary")
+    if cfg.pad_id in cfg.stop_ids:
+        raise ValueError("stop_ids: the padding id cannot end a sequence")
     if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
         raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
                          "equal pad_id)")

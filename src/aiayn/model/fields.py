@@ -27,7 +27,11 @@ def _typed(name: str, value, annotation: str):
             pass
     if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if kind == "tuple[int, ...]" and isinstance(value, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
     expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
     if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
         return value
-    raise ValueError(f"field {name} must be {'a number' if kind == 'float' else f'of type {kind}'}, got {value!r}")
+    what = {"float": "a number", "tuple[int, ...]": "a list of whole numbers"}.get(kind, f"of type {kind}")
+    raise ValueError(f"field {name} must be {what}, got {value!r}")

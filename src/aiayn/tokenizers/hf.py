@@ -28,14 +28,18 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, json_text: str) -> None:
         self.tok = HFTokenizerModel.from_str(json_text)
+        self.tok.no_padding()  # aiayn pads and cuts to the model's own lengths, whatever the file says
+        self.tok.no_truncation()
         self.proto = json_text.encode()  # identity, for draft checks
         self.size = self.tok.get_vocab_size(with_added_tokens=True)
 
     def __len__(self) -> int:
         return self.size
 
-    def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Ids as the tokenizer gives them; ``add_special_tokens=False``: without the BOS (BERT's [CLS] ... [SEP])
+        its post-processor adds, for text that writes them itself (a rendered chat template)."""
+        return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
         if dropout:

@@ -1,0 +1,193 @@
+"""GGUF (llama.cpp's one-file format, also Ollama's, LM Studio's and GPT4All's) -> aiayn's decoder-only model.
+
+The file's metadata becomes the Hugging Face config the ``llama`` and ``gpt2`` importers already read (the
+architecture's hyper-parameters under ``{arch}.*``), its tensors are dequantized to float32 one at a time with the
+``gguf`` package's own dequantizer and renamed to Hugging Face's names, and its tokenizer metadata becomes a
+``tokenizer.json`` (``gguf_vocab``). llama.cpp rotates a ``llama`` model's queries and keys as interleaved pairs,
+so its converter permuted their rows out of Hugging Face's halves layout: reading undoes that (``unpermute``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from aiayn.interop import gpt2, llama
+from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+from aiayn.tokenizers.hf import HFTokenizers
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2")  # general.architecture values aiayn reads
+MAGIC = b"GGUF"
+LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+               "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GPT2_NAMES = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2",
+              "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
+GPT2_TOP = {"token_embd": "transformer.wte", "position_embd": "transformer.wpe", "output_norm": "transformer.ln_f",
+            "output": "lm_head"}
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # GPT-2's (in, out)
+SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
+            "general.sampling.top_p": "top_p"}
+
+
+def gguf_package():
+    """The ``gguf`` package (llama.cpp's own reader and writer), or a one-line hint to install it."""
+    try:
+        import gguf
+    except ImportError:
+        raise ValueError("GGUF files need the gguf package: pip install gguf") from None
+    return gguf
+
+
+def hf_name(name: str, arch: str) -> str | None:
+    """Hugging Face's name of a GGUF tensor name (``blk.3.attn_q.weight`` ->
+    ``model.layers.3.self_attn.q_proj.weight``); None: a name aiayn has no place for."""
+    parts = name.split(".")
+    top, layer = (GPT2_TOP, GPT2_NAMES) if arch == "gpt2" else (LLAMA_TOP, LLAMA_NAMES)
+    if len(parts) == 2 and parts[0] in top:
+        return f"{top[parts[0]]}.{parts[1]}"
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in layer:
+        block = f"transformer.h.{parts[1]}" if arch == "gpt2" else f"model.layers.{parts[1]}"
+        return f"{block}.{layer[parts[2]]}.{parts[3]}"
+    return None
+
+
+def gguf_name(hf: str, arch: str) -> str:
+    """The GGUF name of a Hugging Face tensor name (``hf_name`` backwards)."""
+    top, layer = (GPT2_TOP, GPT2_NAMES) if arch == "gpt2" else (LLAMA_TOP, LLAMA_NAMES)
+    for theirs, ours in top.items():
+        if hf.rsplit(".", 1)[0] == ours:
+            return f"{theirs}.{hf.rsplit('.', 1)[1]}"
+    _, _, index, rest = hf.split(".", 3)  # transformer.h.I.rest / model.layers.I.rest
+    for theirs, ours in layer.items():
+        if rest.rsplit(".", 1)[0] == ours:
+            return f"blk.{index}.{theirs}.{rest.rsplit('.', 1)[1]}"
+    raise ValueError(f"{hf}: no GGUF name")
+
+
+def permute(w: Tensor, heads: int) -> Tensor:
+    """Hugging Face's halves layout -> llama.cpp's interleaved pairs: each head's rows (2, D/2) become (D/2, 2)."""
+    return w.reshape(heads, 2, w.size(0) // heads // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def unpermute(w: Tensor, heads: int) -> Tensor:
+    """llama.cpp's interleaved pairs -> Hugging Face's halves layout (``permute`` undone)."""
+    return w.reshape(heads, w.size(0) // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+class GGUFFile:
+    """A GGUF file opened for reading: ``meta`` (key -> value), ``arch``, and its tensors as float32."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            if f.read(4) != MAGIC:
+                raise ValueError(f"{self.path}: not a GGUF file (it does not start with 'GGUF'); give a .gguf file "
+                                 "or a Hugging Face model folder")
+        try:
+            self.reader = gguf_package().GGUFReader(self.path)
+            self.meta = {key: field.contents() for key, field in self.reader.fields.items()}
+        except Exception as err:  # the reader's errors on a cut or damaged file carry no file name
+            raise ValueError(f"{self.path}: truncated or damaged GGUF file ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
+        self.arch = self.meta.get("general.architecture")
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"{self.path}: architecture {self.arch!r} is not read; aiayn reads "
+                             f"{', '.join(ARCHITECTURES)} GGUF files")
+        self.tensors = {t.name: t for t in self.reader.tensors}
+
+    def get(self, key: str, default=None):
+        """``{arch}.key`` of the metadata."""
+        return self.meta.get(f"{self.arch}.{key}", default)
+
+    def need(self, key: str):
+        value = self.get(key)
+        if value is None:
+            raise ValueError(f"{self.path}: metadata {self.arch}.{key} is missing")
+        return value
+
+    def tensor(self, name: str) -> Tensor:
+        """One tensor, dequantized to float32, in PyTorch's shape (GGUF lists dimensions innermost first)."""
+        t = self.tensors[name]
+        try:
+            values = gguf_package().quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise ValueError(f"{self.path}: tensor {name} is of type {t.tensor_type.name}, which the gguf package "
+                             "cannot dequantize") from None
+        shape = tuple(int(d) for d in reversed(t.shape))
+        return torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))  # a copy: the file is read-only
+
+
+def hf_config(f: GGUFFile) -> dict:
+    """The Hugging Face ``config.json`` (as a dict) that the file's metadata describes."""
+    if "rope_freqs.weight" in f.tensors:
+        raise ValueError(f"{f.path}: tensor rope_freqs.weight (Llama 3.1's scaled rotary frequencies) is not read; "
+                         "import the model's Hugging Face folder instead")
+    if "token_embd.weight" not in f.tensors:
+        raise ValueError(f"{f.path}: tensor token_embd.weight is missing")
+    vocab = int(f.tensors["token_embd.weight"].shape[1])
+    ends = [f.meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+    common = dict(model_type=f.arch, vocab_size=vocab, bos_token_id=f.meta.get("tokenizer.ggml.bos_token_id"),
+                  eos_token_id=[e for e in ends if e is not None])
+    if f.arch == "gpt2":
+        d = f.need("embedding_length")
+        return dict(common, n_embd=d, n_layer=f.need("block_count"), n_head=f.need("attention.head_count"),
+                    n_inner=f.get("feed_forward_length", 4 * d), n_positions=f.need("context_length"),
+                    layer_norm_epsilon=f.get("attention.layer_norm_epsilon", 1e-5), activation_function="gelu_new",
+                    eos_token_id=common["eos_token_id"][0] if common["eos_token_id"] else None, resid_pdrop=0.0)
+    heads = f.need("attention.head_count")
+    scaling = f.get("rope.scaling.type")
+    rope = {"rope_type": "linear", "factor": f.need("rope.scaling.factor")} if scaling == "linear" else (
+        None if scaling in (None, "none") else {"rope_type": scaling})
+    return dict(common, hidden_size=f.need("embedding_length"), intermediate_size=f.need("feed_forward_length"),
+                num_hidden_layers=f.need("block_count"), num_attention_heads=heads,
+                num_key_value_heads=f.get("attention.head_count_kv", heads), head_dim=f.get("attention.key_length"),
+                rms_norm_eps=f.get("attention.layer_norm_rms_epsilon", 1e-6), rope_theta=f.get("rope.freq_base", 1e4),
+                rope_scaling=rope, max_position_embeddings=f.get("context_length", 2048),
+                tie_word_embeddings="output.weight" not in f.tensors,
+                attention_bias=f.arch == "llama" and "blk.0.attn_output.bias" in f.tensors)
+
+
+def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
+    """Every tensor as (Hugging Face name, float32 tensor), one at a time: a ``llama`` file's q/k rows unpermuted,
+    GPT-2's projections back in its Conv1D (in, out) layout."""
+    for name in f.tensors:
+        theirs = hf_name(name, f.arch)
+        if theirs is None:
+            raise ValueError(f"{f.path}: tensor {name} has no place in aiayn's {f.arch} model")
+        if f.arch == "gpt2" and theirs == "lm_head.weight":
+            continue  # GPT-2's output is its token table (llama.cpp writes a copy)
+        t = f.tensor(name)
+        if f.arch == "llama" and name.split(".")[2:3] in (["attn_q"], ["attn_k"]):
+            t = unpermute(t, hf["num_attention_heads"] if ".attn_q." in name else hf["num_key_value_heads"])
+        if theirs.endswith(CONV1D):
+            t = t.t()
+        yield theirs, t
+
+
+def read_gguf(path: str | Path):
+    """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it."""
+    f = GGUFFile(path)
+    json_text, settings = tokenizer_from_gguf(f.meta, str(f.path))
+    tokenizers = HFTokenizers(json_text, json.dumps(settings, indent=2))
+    hf = hf_config(f)
+    if len(tokenizers.src) > hf["vocab_size"]:
+        raise ValueError(f"{f.path}: {len(tokenizers.src)} tokens, more than token_embd.weight's "
+                         f"{hf['vocab_size']} rows")
+    try:
+        if f.arch == "gpt2":
+            model = gpt2.gpt2_model(gpt2.gpt2_config(hf), dict(hf_tensors(f, hf)))
+        else:
+            byte_level = f.meta.get("tokenizer.ggml.model") == "gpt2"
+            model = llama.DecoderOnly(llama.llama_config(hf, None if byte_level else tokenizers.src.unk_id()))
+            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
+    except ValueError as err:
+        raise ValueError(f"{f.path}: {str(err).removeprefix('config.json: ')}") from None
+    sampling = {ours: f.meta[key] for key, ours in SAMPLING.items() if key in f.meta}
+    return model.eval(), tokenizers, sampling or None

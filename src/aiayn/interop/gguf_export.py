@@ -1,0 +1,166 @@
+"""aiayn's language models out to GGUF, the file llama.cpp runs: every decoder-only checkpoint whose shape
+llama.cpp has (Llama's, Qwen2's, GPT-2's: what ``export --format hf`` writes), imported or trained by aiayn.
+
+The tensors are the Hugging Face export's (``llama_tensors``, ``gpt2_tensors``) under GGUF's names, a ``llama``
+model's q/k rows permuted to llama.cpp's interleaved rotary pairs (``gguf.permute``), GPT-2's Conv1D weights
+back to (out, in); the tokenizer goes in as ``tokenizer.ggml.*`` metadata (``gguf_vocab``), with the chat
+template and the checkpoint's sampling defaults. 1-D tensors (norms, biases) stay float32, as llama.cpp's own
+converter keeps them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from torch import Tensor
+
+from aiayn.interop import gpt2, llama
+from aiayn.interop.gguf import CONV1D, gguf_name, gguf_package, permute
+from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
+
+QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0")
+FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0"}
+
+
+def gguf_architecture(cfg, source: str) -> str:
+    """llama, qwen2 or gpt2: the llama.cpp architecture with this model's shape; anything else is refused with
+    what each lacks."""
+    if cfg.arch != "decoder-only":
+        raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
+    as_llama, as_gpt2 = llama.llama_problems(cfg), gpt2.gpt2_problems(cfg)
+    if cfg.sliding_window is not None:
+        as_llama.append("sliding_window (llama.cpp's llama has no window)")
+    if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":
+        as_llama.append(f"rope_scaling {cfg.rope_scaling['type']} (GGUF keeps it as a rope_freqs tensor, not written)")
+    if not as_llama:
+        return "qwen2" if llama.hf_model_type(cfg) == "qwen2" else "llama"
+    if not as_gpt2:
+        return "gpt2"
+    raise ValueError(f"{source}: neither llama.cpp's llama ({'; '.join(as_llama)}) nor its gpt2 "
+                     f"({'; '.join(as_gpt2)}) can express this model")
+
+
+def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
+    """GGUF name -> float32 tensor of ``model`` (its first ``vocab`` token rows)."""
+    cfg = model.config
+    if arch == "gpt2":
+        hf = gpt2.gpt2_tensors(model, vocab)
+        out = {gguf_name(k, arch): (v.t() if k.endswith(CONV1D) else v) for k, v in hf.items()}
+        out["output.weight"] = out["token_embd.weight"]  # llama.cpp's converter writes GPT-2's tied output too
+        return out
+    hf = llama.llama_tensors(model, vocab)
+    if cfg.share_embeddings != "none":
+        del hf["lm_head.weight"]  # tied: llama.cpp falls back to token_embd
+    out = {}
+    for name, t in hf.items():
+        if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+            t = permute(t, cfg.n_heads if ".q_proj." in name else cfg.kv_heads)
+        out[gguf_name(name, arch)] = t
+    return out
+
+
+def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
+    writer.add_context_length(cfg.max_len)
+    writer.add_embedding_length(cfg.d_model)
+    writer.add_block_count(cfg.n_decoder_layers)
+    writer.add_feed_forward_length(cfg.d_ff)
+    writer.add_head_count(cfg.n_heads)
+    writer.add_vocab_size(vocab)
+    if arch == "gpt2":
+        writer.add_layer_norm_eps(cfg.layer_norm_eps)
+        return
+    writer.add_head_count_kv(cfg.kv_heads)
+    writer.add_layer_norm_rms_eps(cfg.layer_norm_eps)
+    writer.add_rope_freq_base(cfg.position_base)
+    writer.add_rope_dimension_count(cfg.d_head)
+    if cfg.head_dim is not None:
+        writer.add_key_length(cfg.d_head)
+        writer.add_value_length(cfg.d_head)
+    if cfg.rope_scaling is not None:
+        gguf = gguf_package()
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(cfg.rope_scaling["factor"])
+
+
+def _add_tokenizer(writer, tokenizers, vocab: int, decoding) -> None:
+    fields = gguf_tokenizer_fields(tokenizers)
+    tokens, types = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+    if len(tokens) > vocab:
+        raise ValueError(f"tokenizer: {len(tokens)} tokens, more than the model's {vocab} rows")
+    missing = vocab - len(tokens)  # rows no token uses: named placeholders llama.cpp leaves alone
+    tokens.extend(f"<unused{i}>" for i in range(missing))
+    types.extend([UNUSED] * missing)
+    if "tokenizer.ggml.scores" in fields:
+        fields["tokenizer.ggml.scores"].extend([-1e9] * missing)
+    for key, value in fields.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, list) and key.endswith(("token_type",)):
+            writer.add_array(key, [int(v) for v in value])
+        elif isinstance(value, list):
+            writer.add_array(key, value)
+        else:
+            writer.add_string(key, value)
+    sampling = {"temperature": writer.add_sampling_temp, "top_k": writer.add_sampling_top_k,
+                "top_p": writer.add_sampling_top_p}
+    for name, add in sampling.items():
+        if name in decoding.changes():
+            add(getattr(decoding, name))
+
+
+def _stored(array: np.ndarray, quantization: str):
+    """(data, raw type or None) of one float32 tensor: 1-D tensors and rows not a multiple of 32 stay float32."""
+    gguf = gguf_package()
+    types = gguf.GGMLQuantizationType
+    if array.ndim == 1 or quantization == "f32":
+        return array, None
+    if quantization == "f16":
+        return array.astype(np.float16), None
+    kind = types.BF16 if quantization == "bf16" else types.Q8_0
+    if kind == types.Q8_0 and array.shape[-1] % 32:
+        return array, None
+    return gguf.quants.quantize(array, kind), kind
+
+
+def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32", name: str = "aiayn") -> None:
+    """Write ``model`` (a decoder-only aiayn model) with its tokenizer and decoding defaults as the GGUF file
+    ``path`` (written in place: the caller gives a temp path)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"--quantization: {quantization!r} is not a GGUF type aiayn writes; choose "
+                         f"{', '.join(QUANTIZATIONS)}")
+    gguf = gguf_package()
+    cfg = model.config
+    arch = gguf_architecture(cfg, name)
+    vocab = cfg.vocab_size - 1 if cfg.padding_row else cfg.vocab_size  # the appended padding row stays home
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[quantization]))
+    _add_hyperparameters(writer, cfg, arch, vocab)
+    _add_tokenizer(writer, tokenizers, vocab, decoding)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for tensor_name, t in gguf_tensors(model, arch, vocab).items():
+        data, raw = _stored(t.numpy().astype(np.float32), quantization)
+        writer.add_tensor(tensor_name, data, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def export_gguf(checkpoint: str | Path, output: str | Path, quantization: str = "f32") -> Path:
+    """``aiayn export --format gguf``: the checkpoint as one GGUF file, written to a temp file then renamed (the
+    caller has claimed ``output``)."""
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.io.files import atomic_path
+    from aiayn.io.run import resolve_checkpoint
+
+    model, tokenizers = load_checkpoint(checkpoint)
+    gguf_architecture(model.config, str(checkpoint))  # refuse before writing anything
+    decoding = DecodingConfig.load(resolve_checkpoint(checkpoint))
+    with atomic_path(output) as tmp:
+        write_gguf(model, tokenizers, decoding, tmp, quantization, name=Path(str(checkpoint)).name)
+    return Path(output)
