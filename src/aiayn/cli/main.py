@@ -7,14 +7,14 @@ import argparse
 import sys
 
 from aiayn import __version__
-from aiayn.cli import data, decode, demo, interop, serve, show, train
+from aiayn.cli import chat, data, decode, demo, interop, serve, show, train
 from aiayn.cli.common import UserError, flag
 from aiayn.data.corpus import DataError
 from aiayn.training import memory
 
 COMMANDS = {"demo": demo.demo, "train": train.train, "average": train.average, "experiment": train.experiment,
             "distill": train.distill, "translate": decode.translate, "evaluate": decode.evaluate,
-            "generate": decode.generate, "fill-mask": decode.fill_mask, "embed": decode.embed,
+            "generate": decode.generate, "chat": chat.chat, "fill-mask": decode.fill_mask, "embed": decode.embed,
             "tokenizer": data.tokenizer_train,
             "data": data.data, "preprocess": data.preprocess, "shortlist": data.shortlist, "import": interop.import_,
             "export": interop.export, "merge": interop.merge, "plot": show.plot, "show": show.show,
@@ -26,7 +26,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
         prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, evaluate.")
     parser.add_argument("--version", action="version", version=f"aiayn {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (demo, train, decode, data, show, serve, interop):
+    for group in (demo, train, decode, chat, data, show, serve, interop):
         group.add_parsers(sub)
     return parser
 

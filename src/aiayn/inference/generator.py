@@ -56,6 +56,11 @@ class TextGenerator:
                              "one); send a plain prompt")
         return self.chat_template(messages)
 
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """The ids of a conversation's prompt: the template writes its special tokens itself, so the tokenizer
+        adds none (no second BOS)."""
+        return self.tokenizer.encode(self.chat_prompt(messages), add_special_tokens=False)
+
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
                         **options) -> TextGenerator:
@@ -75,18 +80,20 @@ class TextGenerator:
         ids = self.tokenizer.encode(prompt) or [self.model.config.eos_id]
         return ids[-(self.model.config.max_len - 1):]
 
-    def generate(self, prompt: str, max_new_tokens: int | None = None, *, decoding: DecodingConfig | None = None,
-                 on_text: Callable[[int, str], None] | None = None, **options) -> list[str]:
-        """``num_return_sequences`` continuations of ``prompt`` (without the prompt), decoded with ``decoding``
-        (default: this generator's) with ``max_new_tokens`` and ``options`` (its fields by name) replaced.
-        ``on_text(sample, text)`` gets each piece of text as soon as it is generated."""
+    def generate(self, prompt: str | list[int], max_new_tokens: int | None = None, *,
+                 decoding: DecodingConfig | None = None, on_text: Callable[[int, str], None] | None = None,
+                 **options) -> list[str]:
+        """``num_return_sequences`` continuations of ``prompt`` (text, or its ids as they are: a rendered chat)
+        without the prompt, decoded with ``decoding`` (default: this generator's) with ``max_new_tokens`` and
+        ``options`` (its fields by name) replaced. ``on_text(sample, text)`` gets each piece of text as soon as it
+        is generated."""
         cfg = self.model.config
         decoding = (decoding or self.decoding).replace(**options, **({} if max_new_tokens is None else
                                                                       {"max_new_tokens": max_new_tokens}))
         strategy = self.strategy(decoding)
         if strategy == "greedy" and decoding.num_return_sequences > 1:
             raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one continuation")
-        ids = torch.tensor([self.prompt_ids(prompt)], device=self.device)  # (1, T)
+        ids = torch.tensor([self.prompt_ids(prompt) if isinstance(prompt, str) else prompt], device=self.device)
         wanted = decoding.max_new_tokens or TEXT_MAX_NEW_TOKENS
         room = cfg.max_len - ids.size(1) if cfg.positions == "learned" else wanted
         streams = [TextStream(self.tokenizer) for _ in range(decoding.num_return_sequences)]

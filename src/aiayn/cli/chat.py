@@ -1,0 +1,88 @@
+"""``aiayn chat``: a conversation in the terminal with a chat model (an imported instruct model's template),
+each reply streamed. ``/reset``, ``/system TEXT``, ``/exit``; Ctrl-C stops a reply, not the conversation.
+Not a terminal on stdin: one user turn a line, so a conversation scripts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from aiayn.cli.common import adapter_hook, add_adapter, add_decoding_options, decoding_options
+
+HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /exit"
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("chat", help="talk to a chat model (an imported instruct model) in the terminal",
+                       description="A conversation with a decoder-only checkpoint through its chat template, each "
+                                   "reply streamed as it is generated. " + HELP + ". Ctrl-C stops the reply. The "
+                                   "oldest turns are dropped when the conversation outgrows the context. With stdin "
+                                   "not a terminal, each line is one user turn.")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    p.add_argument("--system", help="the system message (default: the template's own, if it has one)")
+    p.add_argument("--device", default="cpu")
+    add_decoding_options(p)
+    add_adapter(p)
+
+
+def _turns(interactive: bool):
+    """The user's lines: typed at a prompt (Ctrl-C there clears the line), or read from stdin."""
+    while True:
+        try:
+            line = input(">>> ") if interactive else sys.stdin.readline()
+        except KeyboardInterrupt:
+            print()
+            continue
+        except EOFError:
+            return
+        if not interactive and not line:
+            return
+        yield line.rstrip("\n")
+
+
+def _command(chat, line: str) -> bool:
+    """Carry out a /command; False: the conversation ends."""
+    name, _, rest = line.partition(" ")
+    if name == "/exit":
+        return False
+    if name == "/reset":
+        chat.reset()
+        print("(conversation reset)", file=sys.stderr)
+    elif name == "/system":
+        chat.system = rest.strip() or None
+        print(f"(system message {'set' if chat.system else 'removed'})", file=sys.stderr)
+    else:
+        print(f"(unknown command {name}; {HELP})", file=sys.stderr)
+    return True
+
+
+def chat(args: argparse.Namespace) -> int:
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.inference.chat import Chat
+    from aiayn.inference.generator import TextGenerator
+
+    options = decoding_options(args)
+    DecodingConfig().replace(**options)  # the options' own check, before loading anything
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args))
+    conversation = Chat(generator, args.system)
+    interactive = sys.stdin.isatty()
+    for line in _turns(interactive):
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            if not _command(conversation, line.strip()):
+                break
+            continue
+        dropped = conversation.dropped
+        try:
+            conversation.reply(line, lambda piece: (sys.stdout.write(piece), sys.stdout.flush()), **options)
+        except KeyboardInterrupt:
+            print(" [stopped]", end="")
+        except ValueError as err:
+            print(f"aiayn: {err}", file=sys.stderr)
+            continue
+        print()
+        if conversation.dropped > dropped:
+            print(f"(the conversation outgrew the {generator.model.config.max_len}-token context: the oldest "
+                  f"{conversation.dropped - dropped} turn(s) were dropped)", file=sys.stderr)
+    return 0
