@@ -84,6 +84,39 @@ class ScriptedModel(EncoderDecoder):
 
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEXTS = ["Translate to English: Ein Mann fährt ein Pferd.", "A man rides a horse.", "Zwei Hunde spielen.",
+              "Two dogs play.", "What is the capital of France?", "Paris is the capital of France."]
+
+
+def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: bool = True) -> Path:
+    """A tiny random decoder-only checkpoint with a byte-level BPE, ChatML special tokens and a chat template (as an
+    imported instruct model has): ``<|im_end|>`` is its EOS, a padding row appended."""
+    import json
+
+    from tokenizers import ByteLevelBPETokenizer
+
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.transformer import DecoderOnly
+    from aiayn.tokenizers.hf import HFTokenizers
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CHAT_TEXTS * 5, vocab_size=320, show_progress=False,
+                            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    settings = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    settings.update({"chat_template": CHATML} if template else {})
+    tokenizers = HFTokenizers(bpe._tokenizer.to_str(), json.dumps(settings))
+    vocab = len(tokenizers.src)
+    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=vocab + 1, n_encoder_layers=0, dropout=0.0,
+                             norm="pre", positions="rope", max_len=max_len, share_embeddings="all", pad_id=vocab,
+                             bos_id=vocab, unk_id=vocab, mask_id=vocab, padding_row=True,
+                             eos_id=tokenizers.src.token_id("<|im_end|>"))
+    torch.manual_seed(seed)
+    write_checkpoint(folder, DecoderOnly(cfg).eval(), tokenizers)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def model() -> EncoderDecoder:
     """A tiny random encoder-decoder in float64 (vocabulary 30) for decoding tests."""

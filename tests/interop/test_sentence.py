@@ -63,6 +63,21 @@ def test_embeddings_equal_sentence_transformers(tmp_path, base, mode, normalize,
     assert (cosine(ours) - cosine(theirs)).abs().max() <= 1e-5
 
 
+def test_a_tokenizer_file_that_pads_to_128_embeds_as_sentence_transformers(tmp_path, base):
+    """all-MiniLM-L6-v2's tokenizer.json pads every text to 128: the padding ids must not be pooled as words."""
+    _st_folder(base, tmp_path / "st", "mean", True)
+    spec = json.loads((tmp_path / "st" / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["padding"] = {"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                       "pad_type_id": 0, "pad_token": "[PAD]"}
+    (tmp_path / "st" / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(tmp_path / "st"))
+    assert main(["import", str(tmp_path / "st"), "--output", str(tmp_path / "ckpt")]) == 0
+    ours, theirs = Embedder.from_checkpoint(tmp_path / "ckpt").embed(TEXTS), torch.tensor(st.encode(TEXTS))
+    assert (ours - theirs).abs().max() <= 1e-5
+
+
 def test_a_bert_model_folder_imports_and_mean_pools(tmp_path, base):
     from transformers import AutoTokenizer, BertModel
 

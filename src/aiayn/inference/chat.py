@@ -39,17 +39,18 @@ class Chat:
 
     def prompt_ids(self, room: int) -> list[int]:
         """The conversation's prompt ids, dropping the oldest turns until ``room`` tokens are left for the
-        reply; a last message that alone leaves no room is a ValueError (and is taken back)."""
+        reply; a last message that alone leaves no room is a ValueError (it is taken back, the rest kept)."""
         limit = self.generator.model.config.max_len - room
+        alone = self.generator.chat_ids(self.conversation()[:1 if self.system else 0] + self.messages[-1:])
+        if len(alone) > limit:
+            self.messages.pop()
+            raise ValueError(f"message: {len(alone)} tokens with the template, and the reply needs {room} of the "
+                             f"model's {self.generator.model.config.max_len}; send a shorter one")
         ids = self.generator.chat_ids(self.conversation())
-        while len(ids) > limit and len(self.messages) > 1:
+        while len(ids) > limit:
             del self.messages[0]
             self.dropped += 1
             ids = self.generator.chat_ids(self.conversation())
-        if len(ids) > limit:
-            self.messages.pop()
-            raise ValueError(f"message: {len(ids)} tokens with the template, and the reply needs {room} of the "
-                             f"model's {self.generator.model.config.max_len}; send a shorter one")
         return ids
 
     def reply(self, text: str, on_text: Callable[[str], None] | None = None, **options) -> str:

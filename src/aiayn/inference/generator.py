@@ -46,7 +46,8 @@ class TextGenerator:
         self.model = inference_copy(model, device, int8=int8, bf16=bf16)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
-        self.chat_template = getattr(tokenizers, "apply_chat_template", None)  # an imported model's, if any
+        # an imported model's template, if it has one
+        self.chat_template = tokenizers.apply_chat_template if getattr(tokenizers, "chat_template", None) else None
 
     def chat_prompt(self, messages: list[dict]) -> str:
         """The prompt text of a conversation (``[{"role", "content"}]``), by the model's chat template; a model

@@ -132,9 +132,10 @@ def hf_config(f: GGUFFile) -> dict:
     if "token_embd.weight" not in f.tensors:
         raise ValueError(f"{f.path}: tensor token_embd.weight is missing")
     vocab = int(f.tensors["token_embd.weight"].shape[1])
-    ends = [f.meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
-    common = dict(model_type=f.arch, vocab_size=vocab, bos_token_id=f.meta.get("tokenizer.ggml.bos_token_id"),
-                  eos_token_id=[e for e in ends if e is not None])
+    ends = [e for e in (f.meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")) if e is not None]
+    bos = f.meta.get("tokenizer.ggml.bos_token_id")
+    common = dict(model_type=f.arch, vocab_size=vocab, eos_token_id=ends,
+                  bos_token_id=None if bos in ends else bos)  # GPT-2's <|endoftext|> ends; it starts nothing
     if f.arch == "gpt2":
         d = f.need("embedding_length")
         return dict(common, n_embd=d, n_layer=f.need("block_count"), n_head=f.need("attention.head_count"),

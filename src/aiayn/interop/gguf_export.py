@@ -19,8 +19,9 @@ from aiayn.interop import gpt2, llama
 from aiayn.interop.gguf import CONV1D, gguf_name, gguf_package, permute
 from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
 
-QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0")
-FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0"}
+QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0", "q4_0")
+FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0",
+              "q4_0": "MOSTLY_Q4_0"}  # general.file_type (gguf.LlamaFileType)
 
 
 def gguf_architecture(cfg, source: str) -> str:
@@ -112,15 +113,16 @@ def _add_tokenizer(writer, tokenizers, vocab: int, decoding) -> None:
 
 
 def _stored(array: np.ndarray, quantization: str):
-    """(data, raw type or None) of one float32 tensor: 1-D tensors and rows not a multiple of 32 stay float32."""
+    """(data, raw type or None) of one float32 tensor: 1-D tensors, and rows not a multiple of 32 where the type
+    stores blocks of 32 values, stay float32."""
     gguf = gguf_package()
     types = gguf.GGMLQuantizationType
     if array.ndim == 1 or quantization == "f32":
         return array, None
     if quantization == "f16":
         return array.astype(np.float16), None
-    kind = types.BF16 if quantization == "bf16" else types.Q8_0
-    if kind == types.Q8_0 and array.shape[-1] % 32:
+    kind = {"bf16": types.BF16, "q8_0": types.Q8_0, "q4_0": types.Q4_0}[quantization]
+    if kind != types.BF16 and array.shape[-1] % 32:  # blocks of 32 values along a row
         return array, None
     return gguf.quants.quantize(array, kind), kind
 

@@ -12,6 +12,7 @@ from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
 from aiayn.model.packed import bf16_kernels_available
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
+from aiayn.training.chat import ChatTask, read_conversations
 from aiayn.training.config import TrainConfig
 from aiayn.training.finetune import ARCH_OF_TASK
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, noam_lr
@@ -79,6 +80,8 @@ def load_data(cfg: TrainConfig) -> Splits:
                              "text file")
         empty = read_manifest(cfg.data).get("empty", 0)  # the pairs are in the shards: nothing to hold here
         return Splits(Parallel([], [], {"empty": empty}), clean(read_tsv(Path(cfg.data) / "valid.tsv")))
+    if cfg.task == "chat":
+        return chat_splits(cfg)
     if cfg.task in PAIRED:
         splits = load_splits(cfg.data, cfg.src_lang, cfg.tgt_lang, cfg.data_dir, cfg.valid, cfg.seed,
                              cfg.synthetic_size)
@@ -88,6 +91,15 @@ def load_data(cfg: TrainConfig) -> Splits:
         raise ValueError(f"data: {cfg.data} holds no text")
     cut = int(len(text) * 0.9)
     return Splits(Parallel([text[:cut]], []), Parallel([text[cut:]], []))
+
+
+def chat_splits(cfg: TrainConfig) -> Splits:
+    """Conversations (one JSON line each) of ``data``; validation: ``valid``'s, else the last 2% held out."""
+    lines = read_conversations(cfg.data)
+    if cfg.valid:
+        return Splits(Parallel(lines, []), Parallel(read_conversations(cfg.valid), []))
+    held = max(1, len(lines) // 50) if len(lines) > 1 else 0
+    return Splits(Parallel(lines[: len(lines) - held], []), Parallel(lines[len(lines) - held:] or lines, []))
 
 
 def tagged_both_ways(splits: Splits, src_lang: str, tgt_lang: str) -> Splits:
@@ -135,6 +147,8 @@ def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, mod
     """A task over ``pairs``; only the training task passes ``subword_dropout`` and ``rdrop`` (validation
     never samples, and scores one pass)."""
     seed = cfg.seed if shuffle_seed is None else shuffle_seed
+    if cfg.task == "chat":
+        return ChatTask(pairs.sources, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed)
     if cfg.task in PAIRED:
         kind = CMLMTask if cfg.task == "cmlm" else TranslationTask
         return kind(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout, rdrop)

@@ -17,7 +17,7 @@ from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig
 from aiayn.model.fields import typed_fields
 
-TASKS = ("translation", "cmlm", "lm", "mlm")
+TASKS = ("translation", "cmlm", "lm", "mlm", "chat")
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizers.MODEL_TYPES (no torch here)
@@ -37,7 +37,9 @@ class TrainConfig:
 
     data: str = _f("numbers", "dataset name (multi30k, tatoeba-cmn, copy, reverse, numbers) or path")
     task: str = _f("translation", "what to train: translation (encoder-decoder), cmlm (Mask-Predict's "
-                   "non-autoregressive encoder-decoder), lm (decoder-only), mlm (encoder-only)", TASKS)
+                   "non-autoregressive encoder-decoder), lm (decoder-only), mlm (encoder-only), chat (fine-tune a "
+                   "chat model from init_from on a JSON-lines file of {\"messages\": [...]}, the loss on the "
+                   "assistant's turns)", TASKS)
     src_lang: str | None = _f(None, "source language (file suffix for PREFIX.SRC files)")
     tgt_lang: str | None = _f(None, "target language")
     data_dir: str | None = _f(None, "local folder with the dataset's files (no download)")
@@ -124,6 +126,8 @@ class TrainConfig:
                              "(torchrun without --fsdp)")
         if self.auto_steps and not self.time_limit_min:
             raise ValueError("auto_steps: needs time_limit_min, the minutes the steps must fill")
+        if self.task == "chat" and not self.init_from:
+            raise ValueError("task: chat fine-tunes a chat model: give init_from (a checkpoint with a chat template)")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:

