@@ -239,3 +239,41 @@ def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
     assert main(["generate", "--checkpoint", str(tmp_path / "smol"), "--prompt", prompt, "--strategy", "greedy",
                  "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == theirs and "Paris" in theirs
+
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.mark.parametrize("steps, name", [
+    ("byte-level", "gpt-2"), ("digits", "smollm"), (LLAMA3_SPLIT, "llama-bpe"), (QWEN2_SPLIT, "qwen2"),
+    ("whitespace", None)])
+def test_the_word_split_is_named_to_llama_cpp_and_read_back_or_refused(steps, name):
+    """A tokenizer.json's word split becomes tokenizer.ggml.pre (SmolLM's digits one by one, Llama 3's and
+    Qwen2's regexes); the tokenizer rebuilt from the metadata splits the same way; another split is refused."""
+    import json
+
+    from tokenizers import Regex, pre_tokenizers
+
+    from aiayn.interop.gguf_vocab import gguf_tokenizer_fields, tokenizer_from_gguf
+    from aiayn.tokenizers.hf import HFTokenizers
+
+    tok = byte_level().backend_tokenizer
+    byte = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = {
+        "byte-level": pre_tokenizers.ByteLevel(add_prefix_space=False),
+        "digits": pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                           pre_tokenizers.ByteLevel(add_prefix_space=False)]),
+        "whitespace": pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), byte]),
+    }.get(steps) or pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(steps), behavior="isolated"), byte])
+    tokenizers = HFTokenizers(tok.to_str(), json.dumps({"eos_token": "<|endoftext|>"}))
+    if name is None:
+        with pytest.raises(ValueError, match="word split"):
+            gguf_tokenizer_fields(tokenizers)
+        return
+    fields = gguf_tokenizer_fields(tokenizers)
+    assert fields["tokenizer.ggml.pre"] == name
+    rebuilt = HFTokenizers(*tokenizer_from_gguf(fields, "test")[:1])
+    assert gguf_tokenizer_fields(rebuilt)["tokenizer.ggml.pre"] == name
+    for text in [*TEXTS, "In 2026, 12345 cats ran 3.5 km."]:
+        assert rebuilt.src.encode(text) == tokenizers.src.encode(text), (name, text)

@@ -23,7 +23,10 @@ _QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r
 PRE_TOKENIZERS = {"gpt-2": (_GPT2,), "smollm": (r"\p{N}", _GPT2), "starcoder": (r"\p{N}", _GPT2),
                   "refact": (r"\p{N}", _GPT2), "qwen2": (_QWEN2,), "stablelm2": (_QWEN2,),
                   "llama-bpe": (_LLAMA3,), "llama3": (_LLAMA3,), "dbrx": (_LLAMA3,), "smaug-bpe": (_LLAMA3,)}
-IGNORES_MERGES = ("llama-bpe", "llama3")  # a word in the vocabulary is one token whatever the merges say
+IGNORES_MERGES = ("llama-bpe", "llama3")
+# The same splits as Hugging Face's tokenizer.json files write them (llama.cpp spells the case-blind group out).
+_HF_LLAMA3 = _LLAMA3.replace(_CONTRACTIONS, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")
+_HF_QWEN2 = _QWEN2.replace(_CONTRACTIONS, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")  # a word in the vocabulary is one token whatever the merges say
 
 
 def tokenizer_from_gguf(meta: dict, source: str) -> tuple[str, dict]:
@@ -135,21 +138,35 @@ def _byte_level_fields(tokenizers) -> dict:
     return {**fields, **_config_fields(tokenizers, tok)}
 
 
+def _steps(node) -> list[dict]:
+    """The pre-tokenizer's steps, a Sequence flattened."""
+    if not isinstance(node, dict):
+        return []
+    return [step for inner in node.get("pretokenizers", []) for step in _steps(inner)] if node.get(
+        "type") == "Sequence" else [node]
+
+
 def _is_byte_level(spec: dict) -> bool:
-    text = json.dumps(spec.get("pre_tokenizer"))
-    return '"ByteLevel"' in text
+    return any(step.get("type") == "ByteLevel" for step in _steps(spec.get("pre_tokenizer")))
 
 
 def _pre_name(spec: dict) -> str:
-    """The ``tokenizer.ggml.pre`` name whose regexes cut words as this tokenizer.json does."""
-    text = json.dumps(spec.get("pre_tokenizer"))
-    if '"Digits"' in text and '"individual_digits": true' in text:
+    """The ``tokenizer.ggml.pre`` name whose regexes cut words as this tokenizer.json does (a split llama.cpp
+    does not name is refused: the file would tokenize otherwise there)."""
+    steps = _steps(spec.get("pre_tokenizer"))
+    kinds = [step.get("type") for step in steps]
+    splits = tuple(step["pattern"].get("Regex") for step in steps if step.get("type") == "Split")
+    regex = any(step.get("type") == "ByteLevel" and step.get("use_regex", True) for step in steps)
+    if kinds == ["ByteLevel"] and regex:
+        return "gpt-2"
+    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and regex:
         return "smollm"
-    if "\\\\p{N}{1,3}" in text:
-        return "llama-bpe"
-    if "[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}|" in text:
-        return "qwen2"
-    return "gpt-2"
+    named = {**{patterns: name for name, patterns in reversed(PRE_TOKENIZERS.items())},  # the first name wins
+             (_HF_LLAMA3,): "llama-bpe", (_HF_QWEN2,): "qwen2"}
+    if kinds == ["Split"] * len(splits) + ["ByteLevel"] and not regex and splits in named:
+        return named[splits]
+    raise ValueError("tokenizer.json: its word split is none that aiayn names to llama.cpp (gpt-2, smollm, qwen2, "
+                     "llama-bpe); a GGUF file would tokenize otherwise there")
 
 
 def _config_fields(tokenizers, tok) -> dict:
