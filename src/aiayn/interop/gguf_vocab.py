@@ -23,10 +23,10 @@ _QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r
 PRE_TOKENIZERS = {"gpt-2": (_GPT2,), "smollm": (r"\p{N}", _GPT2), "starcoder": (r"\p{N}", _GPT2),
                   "refact": (r"\p{N}", _GPT2), "qwen2": (_QWEN2,), "stablelm2": (_QWEN2,),
                   "llama-bpe": (_LLAMA3,), "llama3": (_LLAMA3,), "dbrx": (_LLAMA3,), "smaug-bpe": (_LLAMA3,)}
-IGNORES_MERGES = ("llama-bpe", "llama3")
+IGNORES_MERGES = ("llama-bpe", "llama3")  # a word in the vocabulary is one token whatever the merges say
 # The same splits as Hugging Face's tokenizer.json files write them (llama.cpp spells the case-blind group out).
 _HF_LLAMA3 = _LLAMA3.replace(_CONTRACTIONS, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")
-_HF_QWEN2 = _QWEN2.replace(_CONTRACTIONS, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")  # a word in the vocabulary is one token whatever the merges say
+_HF_QWEN2 = _QWEN2.replace(_CONTRACTIONS, "(?i:'s|'t|'re|'ve|'m|'ll|'d)")
 
 
 def tokenizer_from_gguf(meta: dict, source: str) -> tuple[str, dict]:

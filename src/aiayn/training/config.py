@@ -118,16 +118,9 @@ class TrainConfig:
         for name in ("weight_decay", "rdrop"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
-        if self.lora_r < 0 or (self.lora_r and not self.init_from):
-            raise ValueError(f"lora_r: LoRA adapts a pretrained model: give init_from, and a rank >= 1 "
-                             f"(got {self.lora_r!r})")
-        if self.fsdp and self.lora_r:  # FSDP2 gave LoRA's B gradients unlike DDP's (2 gloo ranks, torch 2.13)
-            raise ValueError("fsdp: not with lora_r: a LoRA run's training state is a few MB, train it with DDP "
-                             "(torchrun without --fsdp)")
+        self._check_pretrained()
         if self.auto_steps and not self.time_limit_min:
             raise ValueError("auto_steps: needs time_limit_min, the minutes the steps must fill")
-        if self.task == "chat" and not self.init_from:
-            raise ValueError("task: chat fine-tunes a chat model: give init_from (a checkpoint with a chat template)")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
         if not 0.0 <= self.subword_dropout < 1.0:
@@ -147,6 +140,17 @@ class TrainConfig:
             DecodingConfig().replace(**self.decoding)
         except ValueError as err:
             raise ValueError(f"decoding.{err}") from None
+
+    def _check_pretrained(self) -> None:
+        """LoRA and the chat task adapt a pretrained model (init_from)."""
+        if self.lora_r < 0 or (self.lora_r and not self.init_from):
+            raise ValueError(f"lora_r: LoRA adapts a pretrained model: give init_from, and a rank >= 1 "
+                             f"(got {self.lora_r!r})")
+        if self.fsdp and self.lora_r:  # FSDP2 gave LoRA's B gradients unlike DDP's (2 gloo ranks, torch 2.13)
+            raise ValueError("fsdp: not with lora_r: a LoRA run's training state is a few MB, train it with DDP "
+                             "(torchrun without --fsdp)")
+        if self.task == "chat" and not self.init_from:
+            raise ValueError("task: chat fine-tunes a chat model: give init_from (a checkpoint with a chat template)")
 
     def _check_both_directions(self) -> None:
         """both_directions needs a translation run on text with both languages named and its own joint vocabulary
