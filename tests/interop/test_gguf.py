@@ -1,6 +1,6 @@
 """GGUF in and out, judged by ``transformers``' own GGUF loader (independent of llama.cpp's C++ and of aiayn):
 random small Llama, Qwen2 and GPT-2 models and an aiayn-trained one (its SentencePiece tokenizer) written as
-GGUF by ``aiayn export --format gguf`` in F32, F16, Q8_0 and Q4_0 load there with aiayn's logits, and read back
+GGUF by ``aiayn export --format gguf`` in F32, F16, BF16, Q8_0 and Q4_0 load there with aiayn's logits, and read back
 by ``aiayn import`` give transformers' logits and tokens and the very tensors they came from; the tokenizers
 built from GGUF metadata give transformers' ids; bad files are one line, exit 2, nothing written. The real
 SmolLM2 file, where fetched, greedy-decodes as transformers does."""
@@ -100,8 +100,9 @@ def checkpoint_of(tmp_path_factory, make_llama):
     return get
 
 
-@pytest.mark.parametrize("kind, quantization", [("llama", "f32"), ("llama", "f16"), ("llama", "q8_0"),
-                                                ("llama", "q4_0"), ("qwen2", "f32"), ("qwen2", "q8_0")])
+@pytest.mark.parametrize("kind, quantization", [("llama", "f32"), ("llama", "f16"), ("llama", "bf16"),
+                                                ("llama", "q8_0"), ("llama", "q4_0"), ("qwen2", "f32"),
+                                                ("qwen2", "q8_0")])
 def test_exported_files_load_in_transformers_and_read_back_with_its_logits(checkpoint_of, tmp_path, kind,
                                                                            quantization):
     checkpoint = checkpoint_of(kind)

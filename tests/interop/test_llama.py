@@ -170,3 +170,14 @@ def test_attention_pictures_of_an_imported_gqa_model(tmp_path, make_llama, capsy
     assert main(["show", "attention", "--checkpoint", str(tmp_path / "ckpt"), "w5", "--kind", "cross",
                  "--output", str(tmp_path / "b.png")]) == 2
     assert "causal self-attention (decoder_self) only" in capsys.readouterr().err
+
+
+def test_several_eos_ids_all_stop_and_export_back(tmp_path, make_llama):
+    """Llama 3 lists several end ids: the first is EOS, the others stop_ids, and the export lists them all."""
+    make_llama(tmp_path / "hf", "llama", eos_token_id=[2, 5, 7])
+    assert main(["import", str(tmp_path / "hf"), "--output", str(tmp_path / "ckpt")]) == 0
+    cfg = load_checkpoint(tmp_path / "ckpt")[0].config
+    assert (cfg.eos_id, cfg.stop_ids, cfg.end_ids) == (2, (5, 7), (2, 5, 7))
+    assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "hf", "--output",
+                 str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["eos_token_id"] == [2, 5, 7]

@@ -165,8 +165,9 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
         if f.arch == "gpt2" and theirs == "lm_head.weight":
             continue  # GPT-2's output is its token table (llama.cpp writes a copy)
         t = f.tensor(name)
-        if f.arch == "llama" and name.split(".")[2:3] in (["attn_q"], ["attn_k"]):
-            t = unpermute(t, hf["num_attention_heads"] if ".attn_q." in name else hf["num_key_value_heads"])
+        part = name.split(".")[2] if name.startswith("blk.") else None
+        if f.arch == "llama" and part in ("attn_q", "attn_k"):
+            t = unpermute(t, hf["num_attention_heads"] if part == "attn_q" else hf["num_key_value_heads"])
         if theirs.endswith(CONV1D):
             t = t.t()
         yield theirs, t
