@@ -47,11 +47,12 @@ def byte_level(pre: str = "gpt-2"):
     return tok
 
 
-def byte_level_llama(folder: Path, kind: str, make_llama) -> Path:
-    """A random small Llama or Qwen2 with a byte-level vocabulary (Qwen2's word split for qwen2)."""
+def byte_level_llama(folder: Path, kind: str, make_llama, **overrides) -> Path:
+    """A random small Llama, Qwen2 or Mistral with a byte-level vocabulary (Qwen2's word split for qwen2)."""
     tok = byte_level("qwen2" if kind == "qwen2" else "gpt-2")
     end = tok.convert_tokens_to_ids("<|endoftext|>")
-    make_llama(folder, kind, vocab_size=len(tok), bos_token_id=None, eos_token_id=end, tie_word_embeddings=False)
+    make_llama(folder, kind, vocab_size=len(tok), bos_token_id=None, eos_token_id=end, tie_word_embeddings=False,
+               **overrides)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         (folder / name).unlink(missing_ok=True)
     tok.save_pretrained(folder)
@@ -278,3 +279,14 @@ def test_the_word_split_is_named_to_llama_cpp_and_read_back_or_refused(steps, na
     assert gguf_tokenizer_fields(rebuilt)["tokenizer.ggml.pre"] == name
     for text in [*TEXTS, "In 2026, 12345 cats ran 3.5 km."]:
         assert rebuilt.src.encode(text) == tokenizers.src.encode(text), (name, text)
+
+
+def test_a_mistral_shaped_model_exports_as_llama_with_a_warning(tmp_path, make_llama, capsys):
+    """Mistral's window is not llama.cpp's: written as llama.cpp's converter writes it, and said so."""
+    folder = byte_level_llama(tmp_path / "hf", "mistral", make_llama, sliding_window=5)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    capsys.readouterr()
+    path = export(tmp_path / "ckpt", tmp_path / "mistral.gguf")
+    assert "sliding window of 5 tokens" in capsys.readouterr().err
+    hf, _ = hf_gguf(path)
+    same_logits(hf, load_checkpoint(tmp_path / "ckpt")[0], torch.tensor([[5, 9, 17, 3, 40]]))  # within the window

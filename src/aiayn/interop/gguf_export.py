@@ -1,5 +1,5 @@
 """aiayn's language models out to GGUF, the file llama.cpp runs: every decoder-only checkpoint whose shape
-llama.cpp has (Llama's, Qwen2's, GPT-2's: what ``export --format hf`` writes), imported or trained by aiayn.
+llama.cpp has (Llama's, Qwen2's, Mistral's, GPT-2's: what ``export --format hf`` writes), imported or trained by aiayn.
 
 The tensors are the Hugging Face export's (``llama_tensors``, ``gpt2_tensors``) under GGUF's names, a ``llama``
 model's q/k rows permuted to llama.cpp's interleaved rotary pairs (``gguf.permute``), GPT-2's Conv1D weights
@@ -10,6 +10,7 @@ converter keeps them.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,6 @@ def gguf_architecture(cfg, source: str) -> str:
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
     as_llama, as_gpt2 = llama.llama_problems(cfg), gpt2.gpt2_problems(cfg)
-    if cfg.sliding_window is not None:
-        as_llama.append("sliding_window (llama.cpp's llama has no window)")
     if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":
         as_llama.append(f"rope_scaling {cfg.rope_scaling['type']} (GGUF keeps it as a rope_freqs tensor, not written)")
     if not as_llama:
@@ -162,6 +161,9 @@ def export_gguf(checkpoint: str | Path, output: str | Path, quantization: str = 
 
     model, tokenizers = load_checkpoint(checkpoint)
     gguf_architecture(model.config, str(checkpoint))  # refuse before writing anything
+    if model.config.sliding_window is not None:  # as llama.cpp's own converter writes Mistral
+        print(f"aiayn: warning: llama.cpp's llama attends to the whole context: the same model up to the sliding "
+              f"window of {model.config.sliding_window} tokens, not beyond", file=sys.stderr)
     decoding = DecodingConfig.load(resolve_checkpoint(checkpoint))
     with atomic_path(output) as tmp:
         write_gguf(model, tokenizers, decoding, tmp, quantization, name=Path(str(checkpoint)).name)
