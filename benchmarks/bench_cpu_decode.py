@@ -1,0 +1,277 @@
+"""Batch-1 decoding on a CPU, engine against engine on the very same weights: aiayn, transformers, CTranslate2
+and llama.cpp (``llama-cpp-python``, where installed) on a real model (SmolLM2-135M-Instruct from its GGUF file)
+or a random model of Qwen2.5-0.5B's shape (d 896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864,
+vocabulary 151,936, tied).
+
+The model is imported with ``aiayn import``, exported with ``aiayn export --format hf`` for transformers and
+CTranslate2 (its own converter) and with ``aiayn export --format gguf`` (F32, BF16, Q8_0, Q4_0) for llama.cpp.
+Each engine and precision runs in its own process, one after the other, with the machine's threads:
+
+- ``decode``: new tokens/s after a short prompt, greedy, the new tokens alone (the time of N new tokens minus the
+  time of 1, over N - 1), at batch 1 and 8 (llama.cpp's Python binding: batch 1);
+- ``prefill``: tokens/s of a 512-token prompt at batch 1 (the time to a chat's first token);
+- ``peak_rss``: the worker process's largest resident set (``VmHWM``);
+- ``same_tokens``: whether the first row's greedy tokens equal aiayn's float32 ones;
+- ``bandwidth``: the machine's memory bandwidth (a 1 GiB ``torch`` copy, read + write), and the fraction of it
+  that batch-1 decoding reaches (the weights one token reads: every matrix, the output projection included).
+
+Precisions: fp32 (llama.cpp F32), bf16 (BF16), int8 (aiayn and transformers: torch's dynamic int8 linear layers;
+CTranslate2 int8_float32; llama.cpp Q8_0), int4 (llama.cpp Q4_0). JSON lines {"config", "metric", "value",
+"unit"}; ratios against the other engines are from the same run.
+
+    python benchmarks/bench_cpu_decode.py --model smollm2 --gguf ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
+    python benchmarks/bench_cpu_decode.py --model qwen-shape [--engines aiayn hf llama.cpp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+PROMPT = "Once upon a time"
+PRECISIONS = {"aiayn": ("fp32", "bf16", "int8"), "hf": ("fp32", "bf16", "int8"), "ct2": ("fp32", "bf16", "int8"),
+              "llama.cpp": ("fp32", "bf16", "int8", "int4")}
+GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
+
+
+def emit(config: str, metric: str, value, unit: str) -> None:
+    print(json.dumps({"config": config, "metric": metric, "value": value, "unit": unit}), flush=True)
+
+
+def aiayn(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "aiayn", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def prepare(model: str, gguf: str | None, work: Path, engines: list[str]) -> None:
+    """work/aiayn (the checkpoint), work/hf (for transformers and CTranslate2), work/ct2, work/*.gguf."""
+    if model == "smollm2":
+        aiayn("import", gguf, "--output", str(work / "aiayn"))
+        aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "hf", "--output", str(work / "hf"))
+    else:
+        qwen_shape(work / "hf")
+        aiayn("import", str(work / "hf"), "--output", str(work / "aiayn"))
+    if "ct2" in engines:
+        from ctranslate2.converters import TransformersConverter
+
+        TransformersConverter(str(work / "hf")).convert(str(work / "ct2"))
+    if "llama.cpp" in engines:
+        for kind in GGUF_TYPES.values():
+            aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "gguf", "--quantization", kind,
+                  "--output", str(work / f"{kind}.gguf"))
+
+
+def qwen_shape(folder: Path) -> None:
+    """A random Qwen2ForCausalLM of Qwen2.5-0.5B's shape with a byte-level BPE (its rows past the BPE's unused)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2TokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([PROMPT, "The quick brown fox jumps over the lazy dog."] * 50, vocab_size=400,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                         tie_word_embeddings=True, rope_theta=1e6, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def prompt_ids(work: Path) -> tuple[list[int], list[int]]:
+    """(the short prompt's ids, a 512-token prompt) in the model's own tokenizer."""
+    from aiayn.tokenizers import load_tokenizers
+
+    tokenizer = load_tokenizers(work / "aiayn").src
+    short = tokenizer.encode(PROMPT)
+    long = (tokenizer.encode(" ".join(["The quick brown fox jumps over the lazy dog."] * 60)) * 2)[:512]
+    return short, long
+
+
+def timed(run, *args) -> float:
+    run(*args)  # warm-up
+    started = time.perf_counter()
+    run(*args)
+    return time.perf_counter() - started
+
+
+def worker(engine: str, precision: str, work: Path, new_tokens: int) -> None:
+    """One engine at one precision: prints its figures as one JSON line."""
+    short, long = prompt_ids(work)
+    make = {"aiayn": aiayn_engine, "hf": hf_engine, "ct2": ct2_engine, "llama.cpp": llama_cpp_engine}[engine]
+    generate, batches = make(precision, work)
+    out = {"decode": {}}
+    with torch.inference_mode():
+        for batch in batches:
+            rows = [short] * batch
+            many, one = timed(generate, rows, new_tokens), timed(generate, rows, 1)
+            out["decode"][batch] = batch * (new_tokens - 1) / (many - one)
+        out["prefill"] = len(long) / timed(generate, [long], 1)
+        out["tokens"] = generate([short], new_tokens)[0]
+    out["peak_rss_mb"] = peak_rss_mb()
+    print(json.dumps(out))
+
+
+def peak_rss_mb() -> float:
+    """This process's largest resident set (VmHWM: its own address space; ``ru_maxrss`` would carry the parent's
+    over ``exec``)."""
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+
+def aiayn_engine(precision: str, work: Path):
+    from aiayn import generate
+    from aiayn.data.batching import pad_batch
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.precision import inference_copy
+
+    model, _ = load_checkpoint(work / "aiayn")
+    model = inference_copy(model.eval(), int8=precision == "int8", bf16=precision == "bf16")
+
+    def run(rows: list[list[int]], n: int) -> list[list[int]]:
+        ids = pad_batch(rows, model.config.pad_id)
+        return generate(model, ids, "greedy", max_new_tokens=n, min_new_tokens=n)
+    return run, (1, 8)
+
+
+def hf_engine(precision: str, work: Path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(work / "hf", dtype=torch.float32).eval()
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    if precision == "int8":
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+    def run(rows: list[list[int]], n: int) -> list[list[int]]:
+        ids = torch.tensor(rows)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, pad_token_id=0)
+        return out[:, ids.size(1):].tolist()
+    return run, (1, 8)
+
+
+def ct2_engine(precision: str, work: Path):
+    import ctranslate2
+
+    compute = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}[precision]
+    generator = ctranslate2.Generator(str(work / "ct2"), compute_type=compute, intra_threads=torch.get_num_threads())
+    from aiayn.tokenizers import load_tokenizers
+
+    tokenizer = load_tokenizers(work / "aiayn").src
+
+    def run(rows: list[list[int]], n: int) -> list[list[int]]:
+        results = generator.generate_batch([tokenizer.pieces(r) for r in rows], max_length=n, min_length=n,
+                                           sampling_topk=1, include_prompt_in_result=False)
+        return [r.sequences_ids[0] for r in results]
+    return run, (1, 8)
+
+
+def llama_cpp_engine(precision: str, work: Path):
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(work / f"{GGUF_TYPES[precision]}.gguf"), n_ctx=1024, n_batch=512,
+                n_threads=torch.get_num_threads(), verbose=False)
+
+    def run(rows: list[list[int]], n: int) -> list[list[int]]:
+        llm.reset()
+        out = []
+        for token in llm.generate(rows[0], temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0, reset=True):
+            out.append(token)
+            if len(out) == n:
+                break
+        return [out]
+    return run, (1,)
+
+
+def memory_bandwidth() -> float:
+    """GB/s of a 1 GiB float32 copy (bytes read + written), the best of five (a shared machine's varies)."""
+    src = torch.ones(1 << 28)
+    dst = torch.empty_like(src)
+    best = min(timed(dst.copy_, src) for _ in range(5))
+    return 2 * src.numel() * 4 / best / 1e9
+
+
+def bytes_per_token(work: Path, precision: str) -> float:
+    """The weight bytes one batch-1 token reads: every matrix (the tied output projection once), at the precision."""
+    from aiayn.inference.load import load_checkpoint
+
+    model, _ = load_checkpoint(work / "aiayn")
+    matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2)  # the token table is the output (tied)
+    return matrices * {"fp32": 4, "bf16": 2, "int8": 1, "int4": 0.5}[precision]
+
+
+def run_all(args, work: Path) -> None:
+    results = run_engines(args, work)
+    bandwidth = max(args.bandwidth, memory_bandwidth())  # before and after the engines: the higher
+    emit("machine", "memory_bandwidth_after", round(bandwidth, 2), "GB/s (the higher of the two)")
+    for (engine, precision), r in results.items():
+        emit(f"{args.model}/{engine}/{precision}/batch1", "bandwidth_fraction",
+             round(r["decode"]["1"] * bytes_per_token(work, precision) / 1e9 / bandwidth, 3), "of memory bandwidth")
+
+
+def run_engines(args, work: Path) -> dict:
+    """Every engine at every precision, each in its own process: their figures, by (engine, precision)."""
+    results = {}
+    for precision in ("fp32", "bf16", "int8", "int4"):
+        for engine in [e for e in args.engines if precision in PRECISIONS[e]]:
+            cmd = [sys.executable, __file__, "--worker", engine, precision, str(work), str(args.new_tokens)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            config = f"{args.model}/{engine}/{precision}"
+            if done.returncode:
+                emit(config, "error", 1, (done.stderr.strip().splitlines() or ["?"])[-1][:200])
+                continue
+            r = results[(engine, precision)] = json.loads(done.stdout.splitlines()[-1])
+            for batch, rate in r["decode"].items():
+                emit(f"{config}/batch{batch}", "decode", round(rate, 2), "tokens/s")
+            emit(config, "prefill_512", round(r["prefill"], 1), "tokens/s")
+            emit(config, "peak_rss", round(r["peak_rss_mb"], 1), "MiB")
+            emit(config, "same_tokens_as_aiayn_fp32", r["tokens"] == results.get(("aiayn", "fp32"), {}).get("tokens"),
+                 "bool")
+        mine = results.get(("aiayn", precision))
+        for (engine, p), theirs in results.items():
+            if mine and p == precision and engine != "aiayn":
+                for batch in set(mine["decode"]) & set(theirs["decode"]):
+                    emit(f"{args.model}/aiayn/{precision}/batch{batch}", f"decode_vs_{engine}",
+                         round(mine["decode"][batch] / theirs["decode"][batch], 3), "x")
+    return results
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _, _, engine, precision, work, new_tokens = sys.argv
+        worker(engine, precision, Path(work), int(new_tokens))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["smollm2", "qwen-shape"], default="smollm2")
+    parser.add_argument("--gguf", help="smollm2: the GGUF file (scripts/fetch_smollm2.py fetches it)")
+    parser.add_argument("--engines", nargs="+", default=["aiayn", "hf", "ct2", "llama.cpp"],
+                        choices=list(PRECISIONS))
+    parser.add_argument("--new-tokens", type=int, default=64)
+    args = parser.parse_args()
+    if args.model == "smollm2" and not args.gguf:
+        parser.error("--model smollm2 needs --gguf FILE")
+    engines = ["aiayn", *[e for e in args.engines if e != "aiayn"]]
+    if "llama.cpp" in engines:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            emit("llama.cpp", "skipped", "pip install llama-cpp-python", "")
+            engines.remove("llama.cpp")
+    args.engines = engines
+    emit("machine", "torch_threads", torch.get_num_threads(), "threads")
+    args.bandwidth = memory_bandwidth()
+    emit("machine", "memory_bandwidth_before", round(args.bandwidth, 2), "GB/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(args.model, args.gguf, Path(tmp), engines)
+        run_all(args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
