@@ -290,3 +290,16 @@ def test_a_mistral_shaped_model_exports_as_llama_with_a_warning(tmp_path, make_l
     assert "sliding window of 5 tokens" in capsys.readouterr().err
     hf, _ = hf_gguf(path)
     same_logits(hf, load_checkpoint(tmp_path / "ckpt")[0], torch.tensor([[5, 9, 17, 3, 40]]))  # within the window
+
+
+@pytest.mark.parametrize("add_bos, add_eos, ids", [(False, False, [2, 0]), (True, False, [3, 2, 0]),
+                                                   (False, True, [2, 0, 4]), (True, True, [3, 2, 0, 4])])
+def test_bos_and_eos_are_added_as_the_file_says(add_bos, add_eos, ids):
+    from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+    from aiayn.tokenizers.hf import HFTokenizer
+
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab", "<s>", "</s>"],
+            "tokenizer.ggml.merges": ["a b"], "tokenizer.ggml.token_type": [1, 1, 1, 3, 3],
+            "tokenizer.ggml.bos_token_id": 3, "tokenizer.ggml.eos_token_id": 4,
+            "tokenizer.ggml.add_bos_token": add_bos, "tokenizer.ggml.add_eos_token": add_eos}
+    assert HFTokenizer(tokenizer_from_gguf(meta, "test.gguf")[0]).encode("ab a") == ids

@@ -44,10 +44,13 @@ def tokenizer_from_gguf(meta: dict, source: str) -> tuple[str, dict]:
     tok.add_tokens([AddedToken(t, special=False, normalized=False)
                     for t, k in zip(tokens, types, strict=True) if k == USER_DEFINED])
     config = _special_tokens(meta, tokens, kind)
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if config["add_bos_token"] and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
-                                                           special_tokens=[(tokens[bos], bos)])
+    added = [meta.get(f"tokenizer.ggml.{end}_token_id") if config[f"add_{end}_token"] else None
+             for end in ("bos", "eos")]  # what llama.cpp puts before and after a text
+    if any(i is not None for i in added):
+        first, last = ([tokens[i]] if i is not None else [] for i in added)
+        tok.post_processor = processors.TemplateProcessing(
+            single=" ".join([*first, "$A", *last]), pair=" ".join([*first, "$A", "$B", *last]),
+            special_tokens=[(tokens[i], i) for i in dict.fromkeys(i for i in added if i is not None)])
     return tok.to_str(), config
 
 
