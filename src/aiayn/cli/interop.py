@@ -37,14 +37,15 @@ def _add_export(sub) -> None:
                                    "(MarianMTModel.from_pretrained loads it), a decoder-only one as a "
                                    "LlamaForCausalLM (Qwen2, Mistral) or GPT2LMHeadModel folder, whichever has its "
                                    "shape, or either through CTranslate2's converters as a CTranslate2 model, or a "
-                                   "Llama-, Qwen2- or GPT-2-shaped language model as one GGUF file for llama.cpp. "
+                                   "Llama-, Qwen2-, Mistral- or GPT-2-shaped language model as one GGUF file for "
+                                   "llama.cpp. "
                                    "Options the target cannot express are named in the error.")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--format", required=True, choices=["hf", "ctranslate2", "gguf"], dest="format")
     p.add_argument("--output", required=True, help="the folder to write (gguf: the file, e.g. model.gguf)")
     add_overwrite(p)
     p.add_argument("--quantization", help=f"how the weights are stored: ctranslate2 {', '.join(CT2_TYPES)} "
-                                          "(default float32); gguf f32, f16, bf16, q8_0 (default f32)")
+                                          "(default float32); gguf f32, f16, bf16, q8_0, q4_0 (default f32)")
 
 
 CT2_TYPES = ("int8", "int8_float32", "float16", "bfloat16")

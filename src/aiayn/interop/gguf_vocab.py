@@ -180,6 +180,7 @@ def _config_fields(tokenizers, tok) -> dict:
             fields[f"tokenizer.ggml.{key}_token_id"] = tok.token_to_id(text)
     post = json.dumps(json.loads(tokenizers.src.proto).get("post_processor"))
     fields["tokenizer.ggml.add_bos_token"] = bool(tokenizers.config.get("add_bos_token", '"SpecialToken"' in post))
+    fields["tokenizer.ggml.add_eos_token"] = bool(tokenizers.config.get("add_eos_token", False))
     if tokenizers.chat_template:
         fields["tokenizer.chat_template"] = tokenizers.chat_template
     return fields
