@@ -1,4 +1,5 @@
-"""Reduced-precision inference: int8 (``aiayn.quantize``) and bfloat16 decode like float32 on a trained model."""
+"""Reduced-precision inference: int8 and int4 (``aiayn.quantize``) and bfloat16 decode like float32 on a trained
+model."""
 
 import argparse
 import random
@@ -11,8 +12,10 @@ import torch
 from aiayn import generate, quantize
 from aiayn.cli.common import note_emulated_bf16
 from aiayn.inference.translator import Translator
+from aiayn.inference import precision
 from aiayn.model import packed
 from aiayn.model.packed import PackedLinear, bf16_kernels_available
+from aiayn.model.quantized import Int8Linear
 
 
 def _sentences(n: int, seed: int = 0) -> list[str]:
@@ -25,21 +28,24 @@ def fp32(trained_run) -> Translator:
     return Translator.from_checkpoint(trained_run, beam_size=2, packed=False)
 
 
-@pytest.mark.parametrize("precision", [{"int8": True}, {"bf16": True}, {"bf16": True, "packed": False}])
-def test_reduced_precision_translates_like_float32(trained_run, fp32, precision):
+@pytest.mark.parametrize("options", [{"int8": True}, {"int4": True}, {"int8": True, "bf16": True}, {"bf16": True},
+                                     {"bf16": True, "packed": False}])
+def test_reduced_precision_translates_like_float32(trained_run, fp32, options):
     texts = _sentences(60)
-    low = Translator.from_checkpoint(trained_run, beam_size=2, **precision)
+    low = Translator.from_checkpoint(trained_run, beam_size=2, **options)
     reference, got = fp32.translate(texts), low.translate(texts)
-    assert sum(a == b for a, b in zip(reference, got, strict=True)) >= 0.9 * len(texts)
+    agree = 0.75 if options.get("int4") else 0.9  # 4 bits lose more: 49 of 60 on this tiny model
+    assert sum(a == b for a, b in zip(reference, got, strict=True)) >= agree * len(texts)
     assert len(set(reference)) > 0.8 * len(texts)  # real, varied translations, so agreement means something
 
 
-def test_quantize_makes_int8_linears_and_leaves_the_model_alone(fp32):
+def test_quantize_makes_int8_linears_and_leaves_the_model_alone(fp32, monkeypatch):
+    """Weight-only int8 layers where the CPU has bfloat16 kernels; torch's dynamic int8 ones where it has not."""
     model = fp32.model
-    q = quantize(model)
-    kinds = {type(m).__module__ for m in q.modules()}
-    assert any("quantized" in k for k in kinds)
-    assert all(type(m) is not torch.ao.nn.quantized.dynamic.Linear for m in model.modules())
+    assert any(type(m) is Int8Linear for m in quantize(model).modules()) == bf16_kernels_available()
+    monkeypatch.setattr(precision, "bf16_kernels_available", lambda: False)
+    assert any(type(m) is torch.ao.nn.quantized.dynamic.Linear for m in quantize(model).modules())
+    assert all(type(m) not in (Int8Linear, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
 
 
 def test_packed_translator_gives_the_plain_translations(trained_run, fp32):
@@ -63,24 +69,24 @@ def test_bf16_cached_decoding_equals_uncached(fp32):
 
 
 def test_reduced_precision_translators_leave_the_callers_model_alone(fp32):
-    for options in ({"int8": True}, {"bf16": True}, {"bf16": True, "packed": False}):
+    for options in ({"int8": True}, {"int4": True}, {"bf16": True}, {"bf16": True, "packed": False}):
         translator = Translator(fp32.model, fp32.tokenizers, **options)
         assert translator.model is not fp32.model
         assert {p.dtype for p in fp32.model.parameters()} == {torch.float32}
         assert all(type(m) is not PackedLinear for m in fp32.model.modules())
 
 
-def test_int8_with_bf16_is_one_line_error(trained_run):
+def test_int8_with_int4_is_one_line_error(trained_run):
     result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run), "--int8",
-                             "--bf16"], input="a b c\n", capture_output=True, text=True, timeout=120)
+                             "--int4"], input="a b c\n", capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == ["aiayn: error: --int8 and --bf16: choose one precision"]
+    assert result.stderr.strip().splitlines() == ["aiayn: error: --int8 and --int4: choose one"]
 
 
 def test_translate_command_with_bf16_and_int8(trained_run, fp32):
     texts = _sentences(8, seed=3)
     expected = fp32.translate(texts)
-    for flag in ("--bf16", "--int8"):
+    for flag in ("--bf16", "--int8", "--int4"):
         result = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(trained_run),
                                  "--beam-size", "2", flag], input="\n".join(texts) + "\n", capture_output=True,
                                 text=True, timeout=120)
@@ -96,6 +102,6 @@ def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
     for kernels, bf16, device, noted in ((False, True, "cpu", True), (True, True, "cpu", False),
                                          (False, False, "cpu", False), (False, True, "cuda", False)):
         monkeypatch.setattr(packed, "bf16_kernels_available", lambda kernels=kernels: kernels)
-        note_emulated_bf16(argparse.Namespace(bf16=bf16, int8=False, device=device))
+        note_emulated_bf16(argparse.Namespace(bf16=bf16, int8=False, int4=False, device=device))
         err = capsys.readouterr().err
         assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted

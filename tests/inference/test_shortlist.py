@@ -184,10 +184,10 @@ def test_shortlist_mistakes_are_one_line_errors(trained_run, tmp_path, capsys):
     build_shortlist(dictionary_corpus(), 300, 300).save(tmp_path / "s.safetensors")
     assert main(["translate", "--checkpoint", str(trained_run), "--input", str(source), "--int8",
                  "--shortlist", str(tmp_path / "s.safetensors")]) == 2
-    assert "--shortlist: not with --int8 or --draft" in capsys.readouterr().err
+    assert "--shortlist: not with --int8, --int4 or --draft" in capsys.readouterr().err
     assert main(["translate", "--checkpoint", str(trained_run), "--input", str(source), "--draft", str(trained_run),
                  "--beam-size", "1", "--shortlist", str(tmp_path / "s.safetensors")]) == 2
-    assert "--shortlist: not with --int8 or --draft" in capsys.readouterr().err
+    assert "--shortlist: not with --int8, --int4 or --draft" in capsys.readouterr().err
     assert main(["shortlist", "--checkpoint", str(trained_run), "--data", "reverse", "--output",
                  str(tmp_path / "s.safetensors"), "--per-token", "0"]) == 2
     assert "--per-token" in capsys.readouterr().err

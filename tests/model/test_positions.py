@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from aiayn.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions, sinusoidal_encoding
+from aiayn.model.positions import (
+    LearnedPositions,
+    RotaryEmbedding,
+    SinusoidalPositions,
+    position_ids,
+    sinusoidal_encoding,
+)
 
 
 def test_sinusoidal_any_length_and_offset_consistent():
@@ -62,3 +68,19 @@ def test_marian_halves_layout_puts_every_sin_before_every_cos():
     assert torch.equal(pe[:, : d // 2], SinusoidalPositions(d)(n)[:, 0::2])  # the same values, moved
     offset = torch.tensor([0, 3])
     assert torch.allclose(SinusoidalPositions(d, halves=True)(2, offset)[1], pe[3:5])  # per-row offsets too
+
+
+def test_rope_tables_equal_the_angles_computed_directly():
+    """cos/sin read from the kept table equal cos(m theta), sin(m theta) computed for the block, also past the
+    table's first size (it grows) and for per-row offsets (left-padded rows, negative positions clamped to 0)."""
+    rope = RotaryEmbedding(16, base=500.0, halves=True)
+    x = torch.randn(2, 3, 4, 16)
+    for offset in (0, 7, 300, torch.tensor([-2, 5]), torch.tensor([1000, 0])):
+        cos, sin = rope.cos_sin(4, offset, x)
+        pos = position_ids(4, offset).float()  # (T,) or (B, T)
+        angle = pos[..., None] * rope.inv_freq  # (T, D/2) or (B, T, D/2)
+        if angle.dim() == 3:
+            angle = angle[:, None]  # (B, 1, T, D/2)
+        torch.testing.assert_close(cos, angle.cos(), rtol=0, atol=0)
+        torch.testing.assert_close(sin, angle.sin(), rtol=0, atol=0)
+    assert rope.tables[(x.device, x.dtype)][0].size(0) >= 1004

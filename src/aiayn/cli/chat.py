@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiayn.cli.common import adapter_hook, add_adapter, add_decoding_options, decoding_options
+from aiayn.cli.common import (
+    adapter_hook,
+    add_adapter,
+    add_decoding_options,
+    add_precision,
+    decoding_options,
+    precision_options,
+)
 
 HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /exit"
 
@@ -23,6 +30,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--device", default="cpu")
     add_decoding_options(p)
     add_adapter(p)
+    add_precision(p)
 
 
 def _turns(interactive: bool):
@@ -63,7 +71,8 @@ def chat(args: argparse.Namespace) -> int:
 
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
-    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args))
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
+                                              **precision_options(args))
     conversation = Chat(generator, args.system)
     interactive = sys.stdin.isatty()
     for line in _turns(interactive):

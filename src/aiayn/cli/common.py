@@ -58,22 +58,33 @@ def warn_truncated(translator, where: str) -> None:
               f"{translator.model.config.max_len} source tokens were cut (lines {lines})", file=sys.stderr)
 
 
-def add_bf16(p) -> None:
-    """--bf16, for the commands that decode (translate, evaluate, serve)."""
+def add_precision(p) -> None:
+    """--int8, --int4 and --bf16, for the commands that decode (translate, evaluate, generate, chat, serve)."""
+    p.add_argument("--int8", action="store_true", help="weight-only int8 linear layers (CPU; on a CPU without "
+                   "bfloat16 kernels, dynamic int8); see docs/decoding.md")
+    p.add_argument("--int4", action="store_true", help="weight-only int4 linear layers, groups of 32 (CPU; the "
+                   "smallest and fastest for one sequence at a time, some quality lost: docs/decoding.md)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
-                   "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md)")
+                   "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md); "
+                   "with --int8 or --int4, the rest of the model in bfloat16")
+
+
+def precision_options(args: argparse.Namespace) -> dict:
+    """The precision flags as the inference classes' keyword arguments."""
+    return {"int8": args.int8, "int4": args.int4, "bf16": args.bf16}
 
 
 def note_emulated_bf16(args: argparse.Namespace) -> None:
     """--bf16 on a CPU without oneDNN's bfloat16 kernels: say that it decodes emulated, slower than float32 for
     batches (on an AVX2-only EPYC 0.28-0.39x at batch 16, 1.34x at batch 1: ``benchmarks/bench_decode.py``);
-    the weights still take half the memory, which may be why it was asked for. With --int8 the command
-    refuses the pair instead."""
+    the weights still take half the memory, which may be why it was asked for. With --int8 or --int4 only the
+    layers around the quantized ones are in bfloat16: no note."""
     import torch
 
     from aiayn.model.packed import bf16_kernels_available
 
-    if args.bf16 and not args.int8 and torch.device(args.device).type == "cpu" and not bf16_kernels_available():
+    quantized = args.int8 or args.int4
+    if args.bf16 and not quantized and torch.device(args.device).type == "cpu" and not bf16_kernels_available():
         print("aiayn: note: --bf16: this CPU has no bfloat16 kernels (AVX512-BF16, AMX or AVX-NE-CONVERT), so "
               "bfloat16 is emulated: slower than float32 for batches of sentences (faster for one at a time); "
               "leave out --bf16 for speed (it halves the model's memory)", file=sys.stderr)
@@ -86,8 +97,8 @@ def translator_from_args(args: argparse.Namespace):
     options = decoding_options(args)
     if args.draft and "beam_size" not in options:
         options["beam_size"] = 1  # speculative decoding is greedy
-    return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, int8=args.int8,
-                                      bf16=args.bf16, draft=args.draft, shortlist=args.shortlist,
+    return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, **precision_options(args),
+                                      draft=args.draft, shortlist=args.shortlist,
                                       prepare=adapter_hook(args))
 
 
@@ -150,8 +161,7 @@ def add_decoding(p) -> None:
     adapter."""
     add_decoding_options(p)
     add_adapter(p)
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
-    add_bf16(p)
+    add_precision(p)
     p.add_argument("--draft", help="a smaller checkpoint with the same tokenizers: speculative greedy decoding "
                    "(the same output as greedy; implies --beam-size 1)")
     p.add_argument("--shortlist", help="a lexical shortlist (aiayn shortlist): decode each batch over its candidate "

@@ -13,8 +13,10 @@ from aiayn.cli.common import (
     add_decoding,
     add_decoding_options,
     add_overwrite,
+    add_precision,
     claim,
     decoding_options,
+    precision_options,
     read_input,
     translator_from_args,
     warn_truncated,
@@ -56,6 +58,7 @@ def _add_family(sub) -> None:
     g.add_argument("--device", default="cpu")
     add_decoding_options(g)
     add_adapter(g)
+    add_precision(g)
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
                        description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
     f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
@@ -131,7 +134,8 @@ def generate(args: argparse.Namespace) -> int:
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     prompt = args.prompt if args.prompt is not None else "\n".join(read_input(None))
-    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args))
+    generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
+                                              **precision_options(args))
     decoding = generator.decoding.replace(**options)
 
     def show(sample: int, text: str) -> None:

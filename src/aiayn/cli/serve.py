@@ -8,11 +8,12 @@ import os
 from aiayn.cli.common import (
     adapter_hook,
     add_adapter,
-    add_bf16,
     add_decoding_options,
     add_field_flags,
+    add_precision,
     decoding_options,
     note_emulated_bf16,
+    precision_options,
 )
 
 
@@ -23,9 +24,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU; "
-                   "translation and language models)")
-    add_bf16(p)
+    add_precision(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
                    "(default: the checkpoint folder's name)")
@@ -59,8 +58,8 @@ def serve(args: argparse.Namespace) -> int:
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)
-    run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args), int8=args.int8,
-               bf16=args.bf16, device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
+    run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
+               **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
                prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching)
     return 0
 

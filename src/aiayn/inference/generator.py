@@ -38,12 +38,13 @@ class TextGenerator:
     ``generation.json`` with ``from_checkpoint``); sampling unless it names a strategy or has temperature 0."""
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
-                 bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False) -> None:
-        """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``: dynamic int8 linear layers
-        (CPU; activations are scaled per batch, so a batched answer may differ from the answer alone)."""
+                 bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
+                 int4: bool = False) -> None:
+        """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
+        int4 linear layers (CPU; ``aiayn.inference.precision.quantize``)."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
-        self.model = inference_copy(model, device, int8=int8, bf16=bf16)
+        self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
         # an imported model's template, if it has one

@@ -1,10 +1,13 @@
-"""The copy of a model that decodes: oneDNN-packed float32 or bfloat16 (CPU), int8, or moved to a device.
+"""The copy of a model that decodes: oneDNN-packed float32 or bfloat16 (CPU), weight-only int8 or int4 (CPU),
+or moved to a device.
 
-``pack``: every ``nn.Linear`` becomes a :class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with
-weights reordered ahead of time: 2x to 2.5x faster for decoding's small batches on some CPUs, equal to the
-plain model's results to rounding). ``quantize``: dynamic int8 quantization of every linear layer (weights
-int8, activations quantized on the fly; embeddings stay float32, a tied output projection gets its own int8
-copy). ``inference_copy`` picks one of them for a product."""
+Both CPU copies first ``fuse`` the projections that read the same input (self-attention's Q, K and V; SwiGLU's
+gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: every ``nn.Linear`` becomes a
+:class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with weights reordered ahead of time: 2x to 2.5x
+faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
+every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
+:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits, activations in floating point; the
+embeddings stay as they are). ``inference_copy`` picks one of them for a product."""
 
 from __future__ import annotations
 
@@ -14,18 +17,60 @@ import warnings
 import torch
 from torch import nn
 
-from aiayn.model.packed import PackedLinear, check_unpacked, packing_available
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.layers import SwiGLUFeedForward
+from aiayn.model.packed import PackedLinear, bf16_kernels_available, check_unpacked, packing_available
+from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.transformer import TransformerModel
 
 
-def quantize(model: TransformerModel) -> TransformerModel:
-    """An int8 copy of ``model`` for CPU inference, in eval mode; ``generate`` and ``Translator`` take it."""
-    check_unpacked(model, "quantize")
-    cpu_model = copy.deepcopy(model).cpu().eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
-        return torch.ao.quantization.quantize_dynamic(cpu_model, {nn.Linear}, dtype=torch.qint8)
+def fuse(model: TransformerModel) -> TransformerModel:
+    """Fuse, in place, each self-attention's Q, K, V projections and each SwiGLU's gate and up projections
+    whose parts are plain linear layers (LoRA-wrapped ones stay apart). Returns ``model``."""
+    for module in model.modules():
+        layer_attn = getattr(module, "self_attn", None)
+        if isinstance(layer_attn, MultiHeadAttention) and layer_attn.qkv_proj is None and all(
+                type(p) is nn.Linear for p in (layer_attn.q_proj, layer_attn.k_proj, layer_attn.v_proj)):
+            layer_attn.fuse()
+        if isinstance(module, SwiGLUFeedForward) and module.gate_up_proj is None and all(
+                type(p) is nn.Linear for p in (module.gate_proj, module.up_proj)):
+            module.fuse()
+    return model
+
+
+def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = None) -> TransformerModel:
+    """A fused copy of ``model`` on the CPU, in eval mode, cast to ``dtype`` if given; the caller's is untouched."""
+    check_unpacked(model, what)
+    copied = copy.deepcopy(model).cpu().eval()
+    return fuse(copied if dtype is None else copied.to(dtype))
+
+
+def _swap_linears(model: nn.Module, make) -> None:
+    """Replace every plain ``nn.Linear`` of ``model`` by ``make(linear)``."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is nn.Linear:
+                setattr(module, name, make(child))
+
+
+def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None = None) -> TransformerModel:
+    """A weight-only int8 (``bits`` 8) or int4 (``bits`` 4, groups of 32) copy of ``model`` for CPU inference, in
+    eval mode, its other parts in ``dtype`` (default the model's); ``generate`` and ``Translator`` take it.
+
+    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8). On a CPU without
+    bfloat16 kernels int8 is torch's dynamic quantization instead (weights int8, activations quantized on the
+    fly), which is faster there than the weight-only kernels in float32."""
+    if bits not in (4, 8):
+        raise ValueError(f"quantize: bits {bits}; choose 8 or 4")
+    quantized = _cpu_copy(model, "quantize", dtype)
+    if bits == 8 and not bf16_kernels_available():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
+            return torch.ao.quantization.quantize_dynamic(quantized, {nn.Linear}, dtype=torch.qint8)
+    _swap_linears(quantized, lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
+                  else Int8Linear(lin))
+    return quantized.requires_grad_(False)
 
 
 def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> TransformerModel:
@@ -36,28 +81,24 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> Transform
     if not packing_available(dtype):
         raise RuntimeError("pack: this CPU has no oneDNN bfloat16 kernels (AVX512 or AVX-NE-CONVERT); pack in "
                            "float32, or decode the plain model in bfloat16 (inference_copy does)")
-    check_unpacked(model, "pack")
-    packed = copy.deepcopy(model).cpu().eval()
-    if dtype is not None:
-        packed = packed.to(dtype)
-    for module in list(packed.modules()):
-        for name, child in module.named_children():
-            if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child, keep_weight=child is getattr(packed, "output", None)))
+    packed = _cpu_copy(model, "pack", dtype)
+    output = getattr(packed, "output", None)
+    _swap_linears(packed, lambda lin: PackedLinear(lin, keep_weight=lin is output))
     return packed.requires_grad_(False)
 
 
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
-                   bf16: bool = False, packed: bool = True) -> TransformerModel:
-    """The model as it will decode: int8, oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to
-    bfloat16 in a copy: the caller's model keeps its dtype)."""
-    if int8 and torch.device(device).type != "cpu":
-        raise ValueError("--int8: dynamic int8 quantization runs on the CPU only; use --device cpu")
-    if int8 and bf16:
-        raise ValueError("--int8 and --bf16: choose one precision")
+                   bf16: bool = False, packed: bool = True, int4: bool = False) -> TransformerModel:
+    """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
+    oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
+    its dtype)."""
+    if int8 and int4:
+        raise ValueError("--int8 and --int4: choose one")
+    if (int8 or int4) and torch.device(device).type != "cpu":
+        raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
     dtype = torch.bfloat16 if bf16 else None
-    if int8:
-        return quantize(model)
+    if int8 or int4:
+        return quantize(model, 8 if int8 else 4, dtype)
     if packed and torch.device(device).type == "cpu" and packing_available(dtype):
         return pack(model, dtype)
     if bf16:

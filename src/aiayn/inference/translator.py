@@ -33,11 +33,12 @@ class Translator:
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  decoding: DecodingConfig | None = None, int8: bool = False, bf16: bool = False,
                  packed: bool = True, draft: EncoderDecoder | None = None, draft_tokens: int = 4,
-                 shortlist: Shortlist | None = None, **options) -> None:
+                 shortlist: Shortlist | None = None, int4: bool = False, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
-        ``int8``: dynamic int8 linear layers (CPU). ``bf16``: weights, activations and the KV cache in
-        bfloat16 (half the memory traffic of float32; logits are scored in float32). ``packed``: on the CPU,
-        decode with oneDNN-prepacked linear layers (:func:`aiayn.pack`; same results, about 2x faster).
+        ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
+        ``bf16``: weights, activations and the KV cache in bfloat16 (half the memory traffic of float32; logits
+        are scored in float32). ``packed``: on the CPU, decode with oneDNN-prepacked linear layers
+        (:func:`aiayn.pack`; same results, about 2x faster).
         ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
         same output), proposing ``draft_tokens`` per main-model pass; ``self.speculative`` counts the drafted
         and accepted tokens. ``shortlist``: each batch is decoded over its candidate target tokens only
@@ -45,10 +46,10 @@ class Translator:
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         self.decoding = (decoding or DecodingConfig()).replace(**options)
-        if shortlist is not None and (int8 or draft is not None):
-            raise ValueError("--shortlist: not with --int8 or --draft; choose one")
-        self.model = inference_copy(model, device, int8, bf16, packed)
-        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed)
+        if shortlist is not None and (int8 or int4 or draft is not None):
+            raise ValueError("--shortlist: not with --int8, --int4 or --draft; choose one")
+        self.model = inference_copy(model, device, int8, bf16, packed, int4)
+        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed, int4)
         self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device, self.shortlist = tokenizers, torch.device(device), shortlist
         self.truncated: list[int] = []

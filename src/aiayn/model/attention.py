@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -88,6 +89,21 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=out_bias)
         self.dropout, self.rope = dropout, rope
         self.unscale = 1.0 if scaled else math.sqrt(self.d_head)
+        self.qkv_proj: nn.Module | None = None  # set by fuse(): Q, K and V in one product (inference)
+
+    def fuse(self) -> None:
+        """Q, K and V of self-attention in one projection, W_q, W_k, W_v stacked row-wise (inference copies:
+        one matrix-vector product a step where there were three). The three are removed; the results are
+        equal to rounding. Only for self-attention: cross-attention projects keys from another sequence."""
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=parts[0].bias is not None,
+                          device=parts[0].weight.device, dtype=parts[0].weight.dtype)
+        with torch.no_grad():
+            fused.weight.copy_(torch.cat([p.weight for p in parts]))  # (Hq*D + 2*Hkv*D, d_model)
+            if fused.bias is not None:
+                fused.bias.copy_(torch.cat([p.bias for p in parts]))
+        self.qkv_proj = fused.requires_grad_(False)
+        self.q_proj = self.k_proj = self.v_proj = None
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, H*D) -> (B, H, T, D), for any number of heads H (queries' or keys')."""
@@ -101,11 +117,23 @@ class MultiHeadAttention(nn.Module):
     def heads(self, query: Tensor, key_value: Tensor | None, static_kv: tuple[Tensor, Tensor] | None = None,
               offset: int | Tensor = 0) -> tuple[Tensor, Tensor, Tensor]:
         """Q (B, H, T, D), K and V (B, H_kv, S, D), projected and split into heads, rotary positions applied."""
+        if self.qkv_proj is not None:
+            return self._fused_heads(query, offset)
         q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
         k, v = static_kv if static_kv is not None else self.project_kv(key_value)
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
         return (q if self.unscale == 1.0 else q * self.unscale), k, v
+
+    def _fused_heads(self, x: Tensor, offset: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`heads` of self-attention through the fused projection: the query and key heads rotated together."""
+        qk, v = self.qkv_proj(x).split([(self.n_heads + self.n_kv_heads) * self.d_head,
+                                        self.n_kv_heads * self.d_head], dim=-1)
+        qk = self.split_heads(qk)  # (B, H + H_kv, T, D)
+        if self.rope is not None:
+            qk = self.rope(qk, offset)
+        q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)  # (B, H, T, D), (B, H_kv, T, D)
+        return (q if self.unscale == 1.0 else q * self.unscale), k, self.split_heads(v)
 
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
                 cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,

@@ -51,8 +51,25 @@ class SwiGLUFeedForward(nn.Module):
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = Dropout(dropout)
         self.activation = ACTIVATIONS[activation]
+        self.gate_up_proj: nn.Module | None = None  # set by fuse(): gate and up in one product (inference)
+
+    def fuse(self) -> None:
+        """W_gate and W_up stacked into one projection (inference copies: one matrix-vector product where there
+        were two); the two are removed, the results equal to rounding."""
+        gate, up = self.gate_proj, self.up_proj
+        fused = nn.Linear(gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
+                          device=gate.weight.device, dtype=gate.weight.dtype)
+        with torch.no_grad():
+            fused.weight.copy_(torch.cat([gate.weight, up.weight]))  # (2 * d_ff, d_model)
+            if fused.bias is not None:
+                fused.bias.copy_(torch.cat([gate.bias, up.bias]))
+        self.gate_up_proj = fused.requires_grad_(False)
+        self.gate_proj = self.up_proj = None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., d_ff) each
+            return self.down_proj(self.dropout(self.activation(gate) * up))
         return self.down_proj(self.dropout(self.activation(self.gate_proj(x)) * self.up_proj(x)))
 
 
@@ -66,6 +83,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)  # the same, in one call
         normed = F.rms_norm(x.float(), (x.size(-1),), eps=self.eps).to(x.dtype)
         return self.weight * normed
 

@@ -112,14 +112,27 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", rope_frequencies(d_head, base, scaling), persistent=False)
         self.halves = halves
+        self.tables: dict[tuple, tuple[Tensor, Tensor]] = {}  # (device, dtype) -> cos, sin (L, D/2): a cache
+
+    def cos_sin(self, length: int, offset: int | Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+        """cos(m theta_i) and sin(m theta_i) for the block's positions m, in ``like``'s dtype: (T, D/2) each, or
+        (B, 1, T, D/2) for per-row offsets. Read from a table of positions 0..L-1 kept per device and dtype
+        (built once, doubled when a longer position is asked: one lookup a layer instead of ten operators)."""
+        pos = None if isinstance(offset, int) else position_ids(length, offset, like.device)  # (B, T)
+        last = offset + length if pos is None else int(pos.max()) + 1
+        key = (like.device, like.dtype)
+        if key not in self.tables or self.tables[key][0].size(0) < last:
+            size = max(256, 1 << (last - 1).bit_length())
+            angle = torch.arange(size, device=like.device).float()[:, None] * self.inv_freq.to(like.device)  # (L, D/2)
+            self.tables[key] = (angle.cos().to(like.dtype), angle.sin().to(like.dtype))
+        cos, sin = self.tables[key]
+        if pos is None:
+            return cos[offset:last], sin[offset:last]  # (T, D/2)
+        return cos[pos][:, None], sin[pos][:, None]  # (B, 1, T, D/2): the same for every head
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """Rotate x of shape (B, H, T, D) whose positions start at ``offset`` (an int or per row, (B,))."""
-        pos = position_ids(x.size(-2), offset, x.device).float()  # (T,) or (B, T)
-        angle = pos[..., None] * self.inv_freq  # (T, D/2) or (B, T, D/2)
-        if angle.dim() == 3:
-            angle = angle[:, None]  # (B, 1, T, D/2): the same for every head
-        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        cos, sin = self.cos_sin(x.size(-2), offset, x)
         if self.halves:
             x0, x1 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each: dimension i pairs with i + D/2
             return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (B, H, T, D)

@@ -211,7 +211,7 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
-               api_key: str | None = None, batching: str = "continuous") -> None:
+               api_key: str | None = None, batching: str = "continuous", int4: bool = False) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
@@ -229,12 +229,12 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
     embedder = None
     if model.config.arch == "decoder-only":
-        engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults, int8=int8)
+        engine = TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults, int8=int8, int4=int4)
     elif model.config.arch == "encoder-only":
         engine = MaskFiller(model, tokenizers, device)
         embedder = Embedder(model, tokenizers, Pooling.load(folder), device)
     else:
-        engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16)
+        engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16, int4=int4)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
                      name=name or Path(checkpoint).resolve().name, api_key=api_key, batching=batching)
     serve_until_stopped(server_config(app, host, port, limits))

@@ -1,0 +1,108 @@
+"""Weight-only int8 and int4 layers (``aiayn.model.quantized``): each packed layer against its dequantised float32
+reference, to its quantisation error; the fused projections (``aiayn.inference.precision.fuse``)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aiayn import build_model, generate, quantize
+from aiayn.inference.precision import fuse
+from aiayn.model.lora import apply_lora
+from aiayn.model.packed import bf16_kernels_available
+from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
+
+from conftest import random_ids, tiny
+
+LLAMA_LIKE = dict(arch="decoder-only", positions="rope", rope_layout="halves", n_kv_heads=2, feed_forward="swiglu",
+                  norm_type="rmsnorm", norm="pre", qkv_bias=False, out_bias=False, ffn_bias=False)
+
+
+def _activation_rounding(x: torch.Tensor, weight: torch.Tensor) -> float:
+    """A bound on what the kernels' bfloat16 activations (8-bit mantissa) can move x W^T by."""
+    if not bf16_kernels_available():
+        return 1e-4
+    return float(2 ** -8 * (x.abs() @ weight.abs().t()).max()) + 1e-4
+
+
+@pytest.mark.parametrize("make", [Int8Linear, Int4Linear], ids=["int8", "int4"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_packed_layer_equals_its_dequantised_reference(make, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 40, bias=bias)  # 40 rows: not a multiple of int4's 16, padded inside
+    layer = make(linear)
+    weight = layer.dequantized()  # (40, 64), float32
+    assert weight.shape == linear.weight.shape
+    for shape in [(1, 64), (3, 64), (2, 1, 64), (FEW_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
+        x = torch.randn(*shape)
+        want = F.linear(x, weight, linear.bias).detach()
+        got = layer(x)
+        assert got.shape == want.shape and got.dtype == torch.float32
+        assert float((got - want).abs().max()) <= _activation_rounding(x.view(-1, 64), weight)
+
+
+def test_int8_weights_are_within_half_a_step_of_the_float_ones():
+    torch.manual_seed(1)
+    linear = nn.Linear(96, 32)
+    layer = Int8Linear(linear)
+    step = linear.weight.abs().amax(dim=1, keepdim=True) / 127  # (N, 1)
+    error = (layer.dequantized() - linear.weight).abs()
+    assert bool((error <= step / 2 + 1e-6).all())
+    assert float(error.max()) > 0  # it is quantised
+
+
+def test_int4_weights_are_within_half_a_step_of_their_group():
+    torch.manual_seed(2)
+    linear = nn.Linear(128, 48, bias=False)
+    layer = Int4Linear(linear, group_size=32)
+    groups = linear.weight.detach().view(48, 4, 32)
+    step = (groups.amax(-1, keepdim=True) - groups.amin(-1, keepdim=True)) / 15  # (N, K/G, 1)
+    error = (layer.dequantized().view(48, 4, 32) - groups).abs()
+    assert bool((error <= step / 2 + 1e-5).all())
+    assert len(torch.unique(layer.dequantized()[0, :32])) <= 16  # 4 bits: at most 16 values a group
+
+
+def test_int4_refuses_a_width_that_is_not_a_multiple_of_the_group():
+    with pytest.raises(ValueError, match="not a multiple of the group size 32"):
+        Int4Linear(nn.Linear(48, 16))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_model_is_close_to_float_and_decodes_the_same_with_and_without_cache(bits):
+    torch.manual_seed(3)
+    model = build_model(tiny(**LLAMA_LIKE)).eval()
+    low = quantize(model, bits)
+    kinds = {type(m) for m in low.modules()}
+    assert (Int4Linear if bits == 4 else Int8Linear) in kinds and nn.Linear not in kinds
+    ids = random_ids(2, 9)
+    with torch.no_grad():
+        got, want = low(ids), model(ids)
+    assert float((got - want).abs().max()) < (0.05 if bits == 8 else 0.25) * float(want.abs().max())
+    cached = generate(low, ids, "greedy", max_new_tokens=8)
+    assert cached == generate(low, ids, "greedy", max_new_tokens=8, use_cache=False)
+    assert all(type(m) is not Int8Linear for m in model.modules())  # the caller's model untouched
+
+
+@pytest.mark.parametrize("config", [LLAMA_LIKE, dict(arch="encoder-decoder")], ids=["llama-like", "paper"])
+def test_fused_projections_give_the_unfused_logits(config):
+    torch.manual_seed(4)
+    model = build_model(tiny(**config)).eval()
+    fused = fuse(copy.deepcopy(model))
+    attentions = [m for m in fused.modules() if hasattr(m, "qkv_proj")]
+    assert any(a.qkv_proj is not None for a in attentions)
+    assert any(a.qkv_proj is None for a in attentions) == (config["arch"] == "encoder-decoder")  # cross-attention
+    ids, tgt = random_ids(2, 7), random_ids(2, 5)
+    args = (ids, tgt) if config["arch"] == "encoder-decoder" else (ids,)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(*args), model(*args), atol=1e-5, rtol=1e-5)
+    assert generate(fused, ids, "greedy", max_new_tokens=6) == generate(model, ids, "greedy", max_new_tokens=6)
+
+
+def test_lora_wrapped_projections_stay_apart():
+    model = build_model(tiny(**LLAMA_LIKE)).eval()
+    apply_lora(model, r=2, alpha=4.0, targets="q,k,v,o")
+    fuse(model)
+    assert all(m.qkv_proj is None for m in model.modules() if hasattr(m, "qkv_proj"))
+    assert any(getattr(m, "gate_up_proj", None) is not None for m in model.modules())  # the MLP is not wrapped
