@@ -15,8 +15,9 @@ Each engine and precision runs in its own process, one after the other, with the
 - ``bandwidth``: the machine's memory bandwidth (a 1 GiB ``torch`` copy, read + write), and the fraction of it
   that batch-1 decoding reaches (the weights one token reads: every matrix, the output projection included).
 
-Precisions: fp32 (llama.cpp F32), bf16 (BF16), int8 (aiayn and transformers: torch's dynamic int8 linear layers;
-CTranslate2 int8_float32; llama.cpp Q8_0), int4 (llama.cpp Q4_0). JSON lines {"config", "metric", "value",
+Precisions: fp32 (llama.cpp F32), bf16 (BF16), int8 (aiayn: weight-only int8, ``--int8``; transformers: torch's
+dynamic int8 linear layers; CTranslate2 int8_float32; llama.cpp Q8_0), int4 (aiayn: weight-only int4 in groups of
+32, ``--int4``; llama.cpp Q4_0). JSON lines {"config", "metric", "value",
 "unit"}; ratios against the other engines are from the same run.
 
     python benchmarks/bench_cpu_decode.py --model smollm2 --gguf ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -36,8 +37,8 @@ from pathlib import Path
 import torch
 
 PROMPT = "Once upon a time"
-PRECISIONS = {"aiayn": ("fp32", "bf16", "int8"), "hf": ("fp32", "bf16", "int8"), "ct2": ("fp32", "bf16", "int8"),
-              "llama.cpp": ("fp32", "bf16", "int8", "int4")}
+PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
+              "ct2": ("fp32", "bf16", "int8"), "llama.cpp": ("fp32", "bf16", "int8", "int4")}
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
 
 
@@ -132,7 +133,7 @@ def aiayn_engine(precision: str, work: Path):
     from aiayn.inference.precision import inference_copy
 
     model, _ = load_checkpoint(work / "aiayn")
-    model = inference_copy(model.eval(), int8=precision == "int8", bf16=precision == "bf16")
+    model = inference_copy(model.eval(), int8=precision == "int8", bf16=precision == "bf16", int4=precision == "int4")
 
     def run(rows: list[list[int]], n: int) -> list[list[int]]:
         ids = pad_batch(rows, model.config.pad_id)

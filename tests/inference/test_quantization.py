@@ -11,8 +11,8 @@ import torch
 
 from aiayn import generate, quantize
 from aiayn.cli.common import note_emulated_bf16
-from aiayn.inference.translator import Translator
 from aiayn.inference import precision
+from aiayn.inference.translator import Translator
 from aiayn.model import packed
 from aiayn.model.packed import PackedLinear, bf16_kernels_available
 from aiayn.model.quantized import Int8Linear

@@ -28,7 +28,8 @@ class TokenEmbedding(nn.Embedding):
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise ValueError(f"token ids must lie in [0, {self.num_embeddings}); got values in "
                              f"[{int(ids.min())}, {int(ids.max())}]")
-        return super().forward(ids) * self.scale
+        embedded = super().forward(ids)
+        return embedded if self.scale == 1.0 else embedded * self.scale
 
 
 class InputEmbedding(nn.Module):

@@ -36,7 +36,8 @@ class PositionwiseFeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        hidden = self.activation(self.linear1(x))
+        return self.linear2(self.dropout(hidden) if self.training else hidden)  # eval: no dropout call
 
 
 class SwiGLUFeedForward(nn.Module):
@@ -69,8 +70,10 @@ class SwiGLUFeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.gate_up_proj is not None:
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., d_ff) each
-            return self.down_proj(self.dropout(self.activation(gate) * up))
-        return self.down_proj(self.dropout(self.activation(self.gate_proj(x)) * self.up_proj(x)))
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        hidden = self.activation(gate) * up
+        return self.down_proj(self.dropout(hidden) if self.training else hidden)  # eval: no dropout call
 
 
 class RMSNorm(nn.Module):
@@ -110,9 +113,10 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+        out = sublayer(self.norm(x) if self.norm_first else x)
+        if self.training:  # in eval, dropout is the identity: not called (decoding calls this 60 times a token)
+            out = self.dropout(out)
+        return x + out if self.norm_first else self.norm(x + out)
 
 
 class EncoderLayer(nn.Module):
