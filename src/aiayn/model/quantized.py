@@ -7,8 +7,8 @@ row (w = q * s, q in [-127, 127]); :class:`Int4Linear` one scale and one offset 
 weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's int4 kernel; llama.cpp's
 Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time (decoding) go through PyTorch's
 weight-only matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16
-activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized to the
-activations' dtype, one layer at a time. ``aiayn.inference.precision.quantize`` builds them.
+activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized (to
+bfloat16 there), one layer at a time, and a dense product. ``aiayn.inference.precision.quantize`` builds them.
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ def _output(y: Tensor, x: Tensor, n: int, bias: Tensor | None) -> Tensor:
     return y if bias is None else y + bias.to(x.dtype)
 
 
+def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
+    """x W^T + b for many rows (a prompt): W dequantized to the kernels' dtype (bfloat16 where the CPU has its
+    kernels: a prompt's product at bfloat16 speed) for this call, the result in x's dtype."""
+    y = F.linear(x.to(layer.dtype), layer.dequantized(layer.dtype)).to(x.dtype)  # (..., N)
+    return y if layer.bias is None else y + layer.bias.to(x.dtype)
+
+
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
@@ -56,7 +63,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
-            return F.linear(x, self.dequantized(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+            return _dequantized_product(self, x)
         rows = x.reshape(-1, self.in_features).to(self.dtype)  # (rows, K)
         y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.kernel_scale)  # (rows, N)
         return _output(y, x, self.out_features, self.bias)
@@ -102,7 +109,7 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
-            return F.linear(x, self.dequantized(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+            return _dequantized_product(self, x)
         rows = x.reshape(-1, self.in_features).to(self.dtype)  # (rows, K)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, self.group_size,
                                                       self.kernel_scale_zero)  # (rows, N')
