@@ -74,13 +74,15 @@ class ScriptedModel(EncoderDecoder):
     def encode(self, src_ids: Tensor, need_weights: bool = False) -> Tensor:
         return torch.zeros(src_ids.size(0), src_ids.size(1), 1)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask=None, cache=None, output=None) -> Tensor:
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask=None, cache=None, output=None, left_pad=None,
+               last=False) -> Tensor:
         assert cache is None and output is None, "use_cache=False, no shortlist: the script needs whole prefixes"
+        assert left_pad is None, "the script's rows all start at BOS"
         logits = torch.full((tgt_ids.size(0), tgt_ids.size(1), 8), float("-inf"))
         for row, ids in enumerate(tgt_ids.tolist()):
             for tok, p in SCRIPT.get(tuple(ids[1:]), {EOS: 1.0}).items():
                 logits[row, -1, tok] = math.log(p)
-        return logits
+        return logits[:, -1:] if last else logits
 
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from aiayn import EncoderOnly
+from aiayn import EncoderOnly, build_model
 from aiayn.decoding.core import Stepper, forbid, length_limits, strip
 
 from conftest import random_ids, tiny
@@ -39,3 +39,20 @@ def test_stepper_drives_both_generating_members_through_one_interface(model):
 def test_a_member_that_cannot_generate_says_so():
     with pytest.raises(TypeError, match="cannot generate"):
         Stepper(EncoderOnly(tiny(arch="encoder-only")), random_ids(1, 4), 3)
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_a_step_for_the_last_column_equals_the_last_column_of_the_full_step(arch):
+    """``step(..., last=True)`` (what greedy, beam and sampling ask for) skips the output projection of a prompt's
+    other columns and gives the same last-column logits."""
+    torch.manual_seed(0)
+    model = build_model(tiny(arch=arch)).eval()
+    src = random_ids(2, 6)
+    with torch.no_grad():
+        full_tokens, full_state = model.start(src, 4)
+        last_tokens, last_state = model.start(src, 4)
+        full = model.step(full_tokens, full_state)  # (B, t0, V)
+        last = model.step(last_tokens, last_state, last=True)  # (B, 1, V)
+    assert last.shape == (2, 1, full.size(-1))
+    torch.testing.assert_close(last, full[:, -1:], atol=1e-5, rtol=1e-5)
+    assert last_state.position == full_state.position  # the cache holds every column either way

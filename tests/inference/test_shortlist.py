@@ -102,8 +102,8 @@ class MaskedOutput:
     def start(self, *args):
         return self.model.start(*args)
 
-    def step(self, tokens, state):
-        return self.model.step(tokens, state).masked_fill(~self.allowed, float("-inf"))  # (B, t', V)
+    def step(self, tokens, state, last=False):
+        return self.model.step(tokens, state, last).masked_fill(~self.allowed, float("-inf"))  # (B, t'|1, V)
 
 
 def test_beam_over_candidate_columns_is_beam_over_the_vocabulary_with_the_others_at_minus_inf(model):

@@ -245,8 +245,8 @@ def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeyp
     model, eos = generator.model, generator.model.config.eos_id
     step = model.step
 
-    def eager_to_end(tokens, state):
-        logits = step(tokens, state).clone()
+    def eager_to_end(tokens, state, last=False):
+        logits = step(tokens, state, last).clone()
         logits[..., eos] += 50.0
         return logits
 

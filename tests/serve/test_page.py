@@ -163,9 +163,9 @@ def _lm_server(lm_run, step_delay: float = 0.0):
     if step_delay:
         step = generator.model.step
 
-        def slow_step(tokens, state):
+        def slow_step(tokens, state, last=False):
             time.sleep(step_delay)
-            return step(tokens, state)
+            return step(tokens, state, last)
         generator.model.step = slow_step
     limits = Limits(max_new_tokens=64)
     return serving(create_app(generator, limits), limits)

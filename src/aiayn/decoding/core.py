@@ -103,7 +103,7 @@ class Stepper:
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (B, t) -> logits (B, V) for column t."""
-        return self.score_new(tokens)[:, -1]
+        return self.model.step(tokens, self.state, last=True)[:, -1]
 
     def score_new(self, tokens: Tensor) -> Tensor:
         """Logits (B, t', V) for every column not yet in the cache (all t columns without one)."""

@@ -105,7 +105,7 @@ class Engine:
         if state.cache is None:
             raise ValueError("use_cache=False: rows join a running batch only with a KV cache")
         if state.position < tokens.size(1) - 1:
-            self.model.step(tokens[:, :-1], state)
+            self.model.step(tokens[:, :-1], state, last=True)  # only the cache is wanted
 
     def join(self) -> None:
         """Append the joining groups' rows to the batch, each left-padded to the widest, into one cache sized to
@@ -134,7 +134,7 @@ class Engine:
         chooses its rows' next tokens."""
         if self.joining:
             self.join()
-        scores = self.model.step(self.tokens, self.state)[:, -1].float()  # (B, V), or (B, C) with candidates
+        scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
         nexts, orders, start = [], [], 0
         for group in self.groups:
             nxt, order = group.advance(scores[start: start + group.size], self.columns)

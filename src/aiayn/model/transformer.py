@@ -72,8 +72,9 @@ class TransformerModel(nn.Module):
         with room in its cache for ``max_new_tokens``. Each input stands for ``beams`` consecutive rows."""
         raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
 
-    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
-        """Logits (B, t', V) for every column of ``tokens`` (B, t) not yet in the state's cache."""
+    def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
+        """Logits (B, t', V) for every column of ``tokens`` (B, t) not yet in the state's cache; with ``last``,
+        for the last column alone, (B, 1, V): a prompt's other columns skip the output projection."""
         raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
 
 
@@ -110,8 +111,8 @@ class EncoderDecoder(TransformerModel):
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None,
-               left_pad: Tensor | None = None) -> Tensor:
-        """Next-token logits (B, T, V) for target ids (B, T).
+               left_pad: Tensor | None = None, last: bool = False) -> Tensor:
+        """Next-token logits (B, T, V) for target ids (B, T); with ``last``, the last column's alone (B, 1, V).
 
         Args:
             memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
@@ -122,7 +123,7 @@ class EncoderDecoder(TransformerModel):
                 rows that joined a running batch later, ``aiayn.decoding.engine``); its BOS is position 0.
         """
         hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False, left_pad=left_pad)
-        return (self.output if output is None else output)(hidden)
+        return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
                 need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
@@ -155,11 +156,9 @@ class EncoderDecoder(TransformerModel):
         bos = torch.full((memory.size(0), 1), self.config.bos_id, dtype=torch.long, device=inputs.device)
         return bos, DecodeState(cache, memory, src_mask)
 
-    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
+    def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
         new = tokens[:, state.position:]  # (B, t'): the columns not yet in the cache
-        if state.left_pad is None:
-            return self.decode(new, state.memory, state.src_mask, state.cache, state.output)
-        return self.decode(new, state.memory, state.src_mask, state.cache, state.output, state.left_pad)
+        return self.decode(new, state.memory, state.src_mask, state.cache, state.output, state.left_pad, last)
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
@@ -230,8 +229,9 @@ class DecoderOnly(TransformerModel):
         return self.decode(ids)
 
     def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
-               output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only.
+               output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
+        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only; with ``last``, the
+        last column's alone (B, 1, V).
 
         ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
         its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
@@ -247,7 +247,7 @@ class DecoderOnly(TransformerModel):
             positions = offset - left_pad  # (B,) per-row position of column ``offset``
         mask = decoder_self_mask(keys, t, offset + t, ids.device, self.config.sliding_window)  # (B|1, 1, T, offset+T)
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
-        return (self.output if output is None else output)(hidden)
+        return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -260,8 +260,8 @@ class DecoderOnly(TransformerModel):
         cache = self.new_cache(tokens.size(0), tokens.size(1) + max_new_tokens, like) if use_cache else None
         return tokens, DecodeState(cache, left_pad=left_pad)
 
-    def step(self, tokens: Tensor, state: DecodeState) -> Tensor:
-        return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output)
+    def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
+        return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
