@@ -1,5 +1,5 @@
-"""Weight-only int4 layers (``aiayn.model.quantized``): each packed layer against its dequantised float32 reference,
-to its quantisation error; quantized models; the fused projections (``aiayn.inference.precision.fuse``)."""
+"""Weight-only int8 and int4 layers (``aiayn.model.quantized``): each packed layer against its dequantised float32
+reference, to its quantisation error; the fused projections (``aiayn.inference.precision.fuse``)."""
 
 import copy
 
@@ -7,13 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from aiayn import build_model, generate, quantize
 from aiayn.inference.precision import fuse
 from aiayn.model.lora import apply_lora
 from aiayn.model.packed import bf16_kernels_available
-from aiayn.model.quantized import FEW_ROWS, Int4Linear
+from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
 
 from conftest import random_ids, tiny
 
@@ -28,11 +27,12 @@ def _activation_rounding(x: torch.Tensor, weight: torch.Tensor) -> float:
     return float(2 ** -7 * (x.abs() @ weight.abs().t()).max()) + 1e-4  # x and, for many rows, W rounded
 
 
+@pytest.mark.parametrize("make", [Int8Linear, Int4Linear], ids=["int8", "int4"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_packed_layer_equals_its_dequantised_reference(bias):
+def test_a_packed_layer_equals_its_dequantised_reference(make, bias):
     torch.manual_seed(0)
-    linear = nn.Linear(64, 40, bias=bias)  # 40 rows: not a multiple of the kernel's 16, padded inside
-    layer = Int4Linear(linear)
+    linear = nn.Linear(64, 40, bias=bias)  # 40 rows: not a multiple of int4's 16, padded inside
+    layer = make(linear)
     weight = layer.dequantized()  # (40, 64), float32
     assert weight.shape == linear.weight.shape
     for shape in [(1, 64), (3, 64), (2, 1, 64), (FEW_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
@@ -41,6 +41,16 @@ def test_a_packed_layer_equals_its_dequantised_reference(bias):
         got = layer(x)
         assert got.shape == want.shape and got.dtype == torch.float32
         assert float((got - want).abs().max()) <= _activation_rounding(x.view(-1, 64), weight)
+
+
+def test_int8_weights_are_within_half_a_step_of_the_float_ones():
+    torch.manual_seed(1)
+    linear = nn.Linear(96, 32)
+    layer = Int8Linear(linear)
+    step = linear.weight.abs().amax(dim=1, keepdim=True) / 127  # (N, 1)
+    error = (layer.dequantized() - linear.weight).abs()
+    assert bool((error <= step / 2 + 1e-6).all())
+    assert float(error.max()) > 0  # it is quantised
 
 
 def test_int4_weights_are_within_half_a_step_of_their_group():
@@ -55,12 +65,12 @@ def test_int4_weights_are_within_half_a_step_of_their_group():
     assert len(torch.unique(layer.dequantized()[0, :32])) <= 16  # 4 bits: at most 16 values a group
 
 
-def test_int4_refuses_a_width_that_is_not_a_multiple_of_the_group_and_quantize_leaves_such_a_layer_as_it_is():
+def test_int4_refuses_a_width_that_is_not_a_multiple_of_the_group_and_quantize_makes_such_a_layer_int8():
     with pytest.raises(ValueError, match="not a multiple of the group size 32"):
         Int4Linear(nn.Linear(48, 16))
     model = build_model(tiny(**LLAMA_LIKE, d_ff=48)).eval()  # the MLP's down projection reads 48 features
     low = quantize(model, 4)
-    assert {type(m.down_proj) for m in low.modules() if hasattr(m, "down_proj")} == {nn.Linear}
+    assert {type(m.down_proj) for m in low.modules() if hasattr(m, "down_proj")} == {Int8Linear}
     assert sum(type(m) is Int4Linear for m in low.modules()) == 3 * 2 + 1  # QKV, W_O, gate-up (2 layers) + output
     with torch.no_grad():
         assert torch.isfinite(low(random_ids(1, 5))).all()
@@ -72,14 +82,14 @@ def test_quantized_model_is_close_to_float_and_decodes_the_same_with_and_without
     model = build_model(tiny(**LLAMA_LIKE)).eval()
     low = quantize(model, bits)
     kinds = {type(m) for m in low.modules()}
-    assert (Int4Linear if bits == 4 else DynamicInt8Linear) in kinds and nn.Linear not in kinds
+    assert (Int4Linear if bits == 4 else Int8Linear) in kinds and nn.Linear not in kinds
     ids = random_ids(2, 9)
     with torch.no_grad():
         got, want = low(ids), model(ids)
     assert float((got - want).abs().max()) < (0.05 if bits == 8 else 0.25) * float(want.abs().max())
     cached = generate(low, ids, "greedy", max_new_tokens=8)
     assert cached == generate(low, ids, "greedy", max_new_tokens=8, use_cache=False)
-    assert {type(m) for m in model.modules()}.isdisjoint({Int4Linear, DynamicInt8Linear})  # the caller's: untouched
+    assert all(type(m) is not Int8Linear for m in model.modules())  # the caller's model untouched
 
 
 @pytest.mark.parametrize("config", [LLAMA_LIKE, dict(arch="encoder-decoder")], ids=["llama-like", "paper"])

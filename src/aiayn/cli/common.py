@@ -60,12 +60,13 @@ def warn_truncated(translator, where: str) -> None:
 
 def add_precision(p) -> None:
     """--int8, --int4 and --bf16, for the commands that decode (translate, evaluate, generate, chat, serve)."""
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization of the linear layers (CPU)")
+    p.add_argument("--int8", action="store_true", help="weight-only int8 linear layers (CPU; on a CPU without "
+                   "bfloat16 kernels, dynamic int8); see docs/decoding.md")
     p.add_argument("--int4", action="store_true", help="weight-only int4 linear layers, groups of 32 (CPU; the "
                    "smallest and fastest for one sequence at a time, some quality lost: docs/decoding.md)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md); "
-                   "with --int4, the rest of the model in bfloat16")
+                   "with --int8 or --int4, the rest of the model in bfloat16")
 
 
 def precision_options(args: argparse.Namespace) -> dict:
@@ -76,8 +77,8 @@ def precision_options(args: argparse.Namespace) -> dict:
 def note_emulated_bf16(args: argparse.Namespace) -> None:
     """--bf16 on a CPU without oneDNN's bfloat16 kernels: say that it decodes emulated, slower than float32 for
     batches (on an AVX2-only EPYC 0.28-0.39x at batch 16, 1.34x at batch 1: ``benchmarks/bench_decode.py``);
-    the weights still take half the memory, which may be why it was asked for. With --int4 only the layers around
-    the quantized ones are in bfloat16: no note (--int8 refuses the pair)."""
+    the weights still take half the memory, which may be why it was asked for. With --int8 or --int4 only the
+    layers around the quantized ones are in bfloat16: no note."""
     import torch
 
     from aiayn.model.packed import bf16_kernels_available

@@ -40,9 +40,8 @@ class TextGenerator:
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
                  int4: bool = False) -> None:
-        """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``: dynamic int8 linear layers (CPU;
-        activations are scaled per batch, so a batched answer may differ from the answer alone); ``int4``:
-        weight-only int4 linear layers (CPU; ``aiayn.inference.precision.quantize``)."""
+        """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
+        int4 linear layers (CPU; ``aiayn.inference.precision.quantize``)."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
         self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4)

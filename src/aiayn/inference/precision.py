@@ -1,13 +1,13 @@
-"""The copy of a model that decodes: oneDNN-packed float32 or bfloat16 (CPU), dynamic int8 or weight-only int4
-(CPU), or moved to a device.
+"""The copy of a model that decodes: oneDNN-packed float32 or bfloat16 (CPU), weight-only int8 or int4 (CPU),
+or moved to a device.
 
-Every CPU copy first ``fuse``s the projections that read the same input (self-attention's Q, K and V; SwiGLU's
+Both CPU copies first ``fuse`` the projections that read the same input (self-attention's Q, K and V; SwiGLU's
 gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: every ``nn.Linear`` becomes a
 :class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with weights reordered ahead of time: 2x to 2.5x
 faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
-int8, torch's dynamic quantization of every linear layer; int4, every linear layer, the output projection
-included, becomes an :class:`~aiayn.model.quantized.Int4Linear` (weights in 4 bits, activations in floating
-point; the embeddings stay as they are). ``inference_copy`` picks one of them for a product."""
+every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
+:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits, activations in floating point; the
+embeddings stay as they are). ``inference_copy`` picks one of them for a product."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from torch import nn
 
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import SwiGLUFeedForward
-from aiayn.model.packed import PackedLinear, check_unpacked, packing_available
-from aiayn.model.quantized import Int4Linear
+from aiayn.model.packed import PackedLinear, bf16_kernels_available, check_unpacked, packing_available
+from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.transformer import TransformerModel
 
 
@@ -54,23 +54,26 @@ def _swap_linears(model: nn.Module, make) -> None:
 
 
 def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None = None) -> TransformerModel:
-    """An int8 (``bits`` 8) or int4 (``bits`` 4) copy of ``model`` for CPU inference, in eval mode; ``generate``
-    and ``Translator`` take it.
+    """A weight-only int8 (``bits`` 8) or int4 (``bits`` 4, groups of 32) copy of ``model`` for CPU inference, in
+    eval mode, its other parts in ``dtype`` (default the model's); ``generate`` and ``Translator`` take it.
 
-    int8: torch's dynamic quantization of every linear layer (weights int8 per output row, activations quantized
-    on the fly; float32 only). int4: weight-only :class:`Int4Linear` layers (groups of 32), the rest in ``dtype``
-    (default the model's; bfloat16 too); a layer whose input width is not a multiple of 32 stays as it is."""
+    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8). On a CPU without
+    bfloat16 kernels int8 is torch's dynamic quantization instead (weights int8, activations quantized on the
+    fly, float32 only): the weight-only kernels run 10-25x slower in float32, but per-tensor activation scales
+    can cost a model with outlier activations much quality (docs/decoding.md)."""
     if bits not in (4, 8):
         raise ValueError(f"quantize: bits {bits}; choose 8 or 4")
-    if bits == 8 and dtype not in (None, torch.float32):
-        raise ValueError("--int8 and --bf16: choose one precision (--int4 --bf16 works)")
+    dynamic = bits == 8 and not bf16_kernels_available()
+    if dynamic and dtype not in (None, torch.float32):
+        raise ValueError("--int8 --bf16: this CPU has no bfloat16 kernels; leave out --bf16")
     quantized = _cpu_copy(model, "quantize", dtype)
-    if bits == 8:
+    if dynamic:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
             return torch.ao.quantization.quantize_dynamic(quantized, {nn.Linear}, dtype=torch.qint8)
-    _swap_linears(quantized, lambda lin: Int4Linear(lin) if lin.in_features % 32 == 0 else lin)
+    _swap_linears(quantized, lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
+                  else Int8Linear(lin))
     return quantized.requires_grad_(False)
 
 
@@ -90,13 +93,13 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> Transform
 
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
                    bf16: bool = False, packed: bool = True, int4: bool = False) -> TransformerModel:
-    """The model as it will decode: dynamic int8 or weight-only int4 (CPU; int4 with ``bf16``: the rest in bfloat16),
+    """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
     oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
     its dtype)."""
     if int8 and int4:
         raise ValueError("--int8 and --int4: choose one")
     if (int8 or int4) and torch.device(device).type != "cpu":
-        raise ValueError(f"--int{8 if int8 else 4}: quantized linear layers run on the CPU only; use --device cpu")
+        raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
     dtype = torch.bfloat16 if bf16 else None
     if int8 or int4:
         return quantize(model, 8 if int8 else 4, dtype)

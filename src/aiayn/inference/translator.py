@@ -35,7 +35,7 @@ class Translator:
                  packed: bool = True, draft: EncoderDecoder | None = None, draft_tokens: int = 4,
                  shortlist: Shortlist | None = None, int4: bool = False, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
-        ``int8``: dynamic int8 linear layers (CPU); ``int4``: weight-only int4 ones (CPU; ``aiayn.quantize``).
+        ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
         ``bf16``: weights, activations and the KV cache in bfloat16 (half the memory traffic of float32; logits
         are scored in float32). ``packed``: on the CPU, decode with oneDNN-prepacked linear layers
         (:func:`aiayn.pack`; same results, about 2x faster).

@@ -1,15 +1,16 @@
-"""Weight-only int4 linear layers for CPU decoding: the weights stored in 4 bits with float scales, the
-activations kept in floating point.
+"""Weight-only int8 and int4 linear layers for CPU decoding: the weights stored in 8 or 4 bits with float
+scales, the activations kept in floating point.
 
 Decoding one token reads every weight once and does little arithmetic with it: on a CPU its speed is the
-memory's, and fewer bytes per weight is more tokens a second. :class:`Int4Linear` keeps one scale and one
-offset per group of ``group_size`` weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of
-PyTorch's int4 kernel; llama.cpp's Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time
-(decoding) go through PyTorch's weight-only matrix-vector kernel (``_weight_int4pack_mm_for_cpu``) with
-bfloat16 activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized
-(to bfloat16 there), one layer at a time, and a dense product. ``aiayn.inference.precision.quantize`` builds
-them. (Weight-only int8, ``_weight_int8pack_mm``, was measured too and lost to torch's dynamic int8 on these
-models: ``--int8`` stays dynamic; docs/decoding.md.)
+memory's, and fewer bytes per weight is more tokens a second. :class:`Int8Linear` keeps one scale per output
+row (w = q * s, q in [-127, 127]); :class:`Int4Linear` one scale and one offset per group of ``group_size``
+weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's int4 kernel; llama.cpp's
+Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time (decoding) go through PyTorch's
+weight-only matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16
+activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized (to
+bfloat16 there), one layer at a time, and a dense product. ``aiayn.inference.precision.quantize`` builds them.
+(torch's dynamic int8, which also quantizes the activations, one scale a tensor, was faster here but took a real
+model's perplexity from 30.1 to 97.1: docs/decoding.md.)
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from torch import Tensor, nn
 
 from aiayn.model.packed import bf16_kernels_available
 
-FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernel; above, dequantized weights (measured)
+FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
 
 
 def kernel_dtype() -> torch.dtype:
-    """The activations' dtype for the weight-only kernel: bfloat16 where the CPU has its kernels (in float32 the
-    kernel ran 10-25x slower on an AVX512 EPYC), else float32."""
+    """The activations' dtype for the weight-only kernels: bfloat16 where the CPU has its kernels (in float32
+    the kernels ran 10-15x slower on an AVX512 EPYC), else float32."""
     return torch.bfloat16 if bf16_kernels_available() else torch.float32
 
 
@@ -40,6 +41,37 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
     kernels: a prompt's product at bfloat16 speed) for this call, the result in x's dtype."""
     y = F.linear(x.to(layer.dtype), layer.dequantized(layer.dtype)).to(x.dtype)  # (..., N)
     return y if layer.bias is None else y + layer.bias.to(x.dtype)
+
+
+class Int8Linear(nn.Module):
+    """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
+
+    Shape: x (..., in_features) -> (..., out_features), in x's dtype.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()  # (N, K)
+        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
+        self.q = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # (N, K)
+        self.scale, self.dtype = scale, kernel_dtype()
+        self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+
+    def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The weight the layer multiplies by, (N, K), in ``dtype``."""
+        return self.q.to(dtype) * self.scale[:, None].to(dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.numel() // self.in_features > FEW_ROWS:
+            return _dequantized_product(self, x)
+        rows = x.reshape(-1, self.in_features).to(self.dtype)  # (rows, K)
+        y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.kernel_scale)  # (rows, N)
+        return _output(y, x, self.out_features, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class Int4Linear(nn.Module):
