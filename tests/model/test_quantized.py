@@ -113,3 +113,14 @@ def test_lora_wrapped_projections_stay_apart():
     fuse(model)
     assert all(m.qkv_proj is None for m in model.modules() if hasattr(m, "qkv_proj"))
     assert any(getattr(m, "gate_up_proj", None) is not None for m in model.modules())  # the MLP is not wrapped
+
+
+def test_fusing_draws_nothing_from_torchs_random_generator():
+    """Validation during training decodes through a fused copy: fusing must leave the training's random stream
+    (dropout masks, shuffling) as it was."""
+    model = build_model(tiny(**LLAMA_LIKE)).eval()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    fuse(copy.deepcopy(model))
+    assert torch.equal(torch.rand(3), expected)

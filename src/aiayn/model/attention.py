@@ -96,8 +96,9 @@ class MultiHeadAttention(nn.Module):
         one matrix-vector product a step where there were three). The three are removed; the results are
         equal to rounding. Only for self-attention: cross-attention projects keys from another sequence."""
         parts = (self.q_proj, self.k_proj, self.v_proj)
-        fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=parts[0].bias is not None,
-                          device=parts[0].weight.device, dtype=parts[0].weight.dtype)
+        fused = nn.utils.skip_init(nn.Linear, parts[0].in_features, sum(p.out_features for p in parts),
+                                   bias=parts[0].bias is not None, device=parts[0].weight.device,
+                                   dtype=parts[0].weight.dtype)  # no initialisation: it would draw from torch's RNG
         with torch.no_grad():
             fused.weight.copy_(torch.cat([p.weight for p in parts]))  # (Hq*D + 2*Hkv*D, d_model)
             if fused.bias is not None:

@@ -58,8 +58,8 @@ class SwiGLUFeedForward(nn.Module):
         """W_gate and W_up stacked into one projection (inference copies: one matrix-vector product where there
         were two); the two are removed, the results equal to rounding."""
         gate, up = self.gate_proj, self.up_proj
-        fused = nn.Linear(gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
-                          device=gate.weight.device, dtype=gate.weight.dtype)
+        fused = nn.utils.skip_init(nn.Linear, gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
+                                   device=gate.weight.device, dtype=gate.weight.dtype)  # no draw from torch's RNG
         with torch.no_grad():
             fused.weight.copy_(torch.cat([gate.weight, up.weight]))  # (2 * d_ff, d_model)
             if fused.bias is not None:
