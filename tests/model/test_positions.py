@@ -75,7 +75,7 @@ def test_rope_tables_equal_the_angles_computed_directly():
     table's first size (it grows) and for per-row offsets (left-padded rows, negative positions clamped to 0)."""
     rope = RotaryEmbedding(16, base=500.0, halves=True)
     x = torch.randn(2, 3, 4, 16)
-    for offset in (0, 7, 300, torch.tensor([-2, 5]), torch.tensor([1000, 0])):
+    for offset in (0, 7, 300, 1000, torch.tensor([-2, 5]), torch.tensor([1000, 0])):
         cos, sin = rope.cos_sin(4, offset, x)
         pos = position_ids(4, offset).float()  # (T,) or (B, T)
         angle = pos[..., None] * rope.inv_freq  # (T, D/2) or (B, T, D/2)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.cache import KVCache
+from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
 
 
@@ -95,15 +95,7 @@ class MultiHeadAttention(nn.Module):
         """Q, K and V of self-attention in one projection, W_q, W_k, W_v stacked row-wise (inference copies:
         one matrix-vector product a step where there were three). The three are removed; the results are
         equal to rounding. Only for self-attention: cross-attention projects keys from another sequence."""
-        parts = (self.q_proj, self.k_proj, self.v_proj)
-        fused = nn.utils.skip_init(nn.Linear, parts[0].in_features, sum(p.out_features for p in parts),
-                                   bias=parts[0].bias is not None, device=parts[0].weight.device,
-                                   dtype=parts[0].weight.dtype)  # no initialisation: it would draw from torch's RNG
-        with torch.no_grad():
-            fused.weight.copy_(torch.cat([p.weight for p in parts]))  # (Hq*D + 2*Hkv*D, d_model)
-            if fused.bias is not None:
-                fused.bias.copy_(torch.cat([p.bias for p in parts]))
-        self.qkv_proj = fused.requires_grad_(False)
+        self.qkv_proj = stack_linears(self.q_proj, self.k_proj, self.v_proj)  # (H*D + 2*H_kv*D, d_model)
         self.q_proj = self.k_proj = self.v_proj = None
 
     def split_heads(self, x: Tensor) -> Tensor:

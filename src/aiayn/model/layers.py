@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import DecoderCache, LayerCache
 from aiayn.model.dropout import Dropout
+from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
@@ -36,8 +37,7 @@ class PositionwiseFeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.activation(self.linear1(x))
-        return self.linear2(self.dropout(hidden) if self.training else hidden)  # eval: no dropout call
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
 class SwiGLUFeedForward(nn.Module):
@@ -57,14 +57,7 @@ class SwiGLUFeedForward(nn.Module):
     def fuse(self) -> None:
         """W_gate and W_up stacked into one projection (inference copies: one matrix-vector product where there
         were two); the two are removed, the results equal to rounding."""
-        gate, up = self.gate_proj, self.up_proj
-        fused = nn.utils.skip_init(nn.Linear, gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
-                                   device=gate.weight.device, dtype=gate.weight.dtype)  # no draw from torch's RNG
-        with torch.no_grad():
-            fused.weight.copy_(torch.cat([gate.weight, up.weight]))  # (2 * d_ff, d_model)
-            if fused.bias is not None:
-                fused.bias.copy_(torch.cat([gate.bias, up.bias]))
-        self.gate_up_proj = fused.requires_grad_(False)
+        self.gate_up_proj = stack_linears(self.gate_proj, self.up_proj)  # (2 * d_ff, d_model)
         self.gate_proj = self.up_proj = None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -72,8 +65,7 @@ class SwiGLUFeedForward(nn.Module):
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., d_ff) each
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        hidden = self.activation(gate) * up
-        return self.down_proj(self.dropout(hidden) if self.training else hidden)  # eval: no dropout call
+        return self.down_proj(self.dropout(self.activation(gate) * up))
 
 
 class RMSNorm(nn.Module):
@@ -113,10 +105,9 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        out = sublayer(self.norm(x) if self.norm_first else x)
-        if self.training:  # in eval, dropout is the identity: not called (decoding calls this 60 times a token)
-            out = self.dropout(out)
-        return x + out if self.norm_first else self.norm(x + out)
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):

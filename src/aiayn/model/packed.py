@@ -51,6 +51,20 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+def stack_linears(*linears: nn.Linear) -> nn.Linear:
+    """One frozen linear layer whose rows are those of ``linears`` in order (inputs shared: the fused Q, K, V or
+    gate and up projections of an inference copy). Built without initialisation, which would draw from torch's
+    random generator and so change a training whose validation decodes through such a copy."""
+    first = linears[0]
+    fused = nn.utils.skip_init(nn.Linear, first.in_features, sum(lin.out_features for lin in linears),
+                               bias=first.bias is not None, device=first.weight.device, dtype=first.weight.dtype)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([lin.weight for lin in linears]))  # (sum of N, K)
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([lin.bias for lin in linears]))
+    return fused.requires_grad_(False)
+
+
 def check_unpacked(model: nn.Module, what: str) -> None:
     """Packed weights cannot be copied or converted again: start from the plain model."""
     if any(isinstance(m, PackedLinear) for m in model.modules()):

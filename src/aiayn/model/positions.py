@@ -116,19 +116,20 @@ class RotaryEmbedding(nn.Module):
 
     def cos_sin(self, length: int, offset: int | Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
         """cos(m theta_i) and sin(m theta_i) for the block's positions m, in ``like``'s dtype: (T, D/2) each, or
-        (B, 1, T, D/2) for per-row offsets. Read from a table of positions 0..L-1 kept per device and dtype
-        (built once, doubled when a longer position is asked: one lookup a layer instead of ten operators)."""
-        pos = None if isinstance(offset, int) else position_ids(length, offset, like.device)  # (B, T)
-        last = offset + length if pos is None else int(pos.max()) + 1
+        (B, 1, T, D/2) for per-row offsets. For an int offset, read from a table of positions 0..L-1 kept per
+        device and dtype (built once, doubled when a longer position is asked: one lookup a layer instead of ten
+        operators); per-row offsets are computed (sizing a table for them would wait on the device each layer)."""
+        if not isinstance(offset, int):
+            angle = position_ids(length, offset, like.device).float()[..., None] * self.inv_freq  # (B, T, D/2)
+            return angle.cos().to(like.dtype)[:, None], angle.sin().to(like.dtype)[:, None]  # (B, 1, T, D/2)
+        last = offset + length
         key = (like.device, like.dtype)
         if key not in self.tables or self.tables[key][0].size(0) < last:
             size = max(256, 1 << (last - 1).bit_length())
             angle = torch.arange(size, device=like.device).float()[:, None] * self.inv_freq.to(like.device)  # (L, D/2)
             self.tables[key] = (angle.cos().to(like.dtype), angle.sin().to(like.dtype))
         cos, sin = self.tables[key]
-        if pos is None:
-            return cos[offset:last], sin[offset:last]  # (T, D/2)
-        return cos[pos][:, None], sin[pos][:, None]  # (B, 1, T, D/2): the same for every head
+        return cos[offset:last], sin[offset:last]  # (T, D/2)
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """Rotate x of shape (B, H, T, D) whose positions start at ``offset`` (an int or per row, (B,))."""
