@@ -24,10 +24,11 @@ import time
 
 import torch
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
-from aiayn.serve.scheduler import GenerationRequest, Scheduler
+from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.threads import single_threaded_main
 
 
@@ -46,7 +47,7 @@ def run_one(batcher: Scheduler, prompt: list[int], new: int, seed: int) -> tuple
         if "finish_reason" in event:
             done.set()
 
-    job = GenerationRequest(prompt, new, on_event, temperature=1.0, seed=seed)
+    job = DecodeJob(prompt, DecodingConfig(strategy="sample", temperature=1.0, seed=seed, max_new_tokens=new), on_event)
     batcher.submit(job)
     done.wait()
     return time.perf_counter() - started, first[0], len(job.generated)

@@ -34,15 +34,17 @@ def child(args) -> None:
     result = {}
 
     def decode() -> None:
+        from aiayn.decoding.config import DecodingConfig
         from aiayn.decoding.engine import Engine
-        from aiayn.serve.scheduler import GenerationRequest
+        from aiayn.serve.scheduler import DecodeJob
 
         engine = Engine(model, capacity=64 + 2 * args.steps + 8)
         if threads is not None:
             torch.set_num_threads(threads)
         with torch.no_grad():
             for i in range(args.batch):
-                job = GenerationRequest(list(range(5, 37)), 2 * args.steps, lambda e: None, 1.0, seed=i)
+                sampled = DecodingConfig(strategy="sample", seed=i, max_new_tokens=2 * args.steps)
+                job = DecodeJob(list(range(5, 37)), sampled)
                 engine.admit(*job.group(model))
             engine.join()
             for i in range(20 + args.steps):  # the model's step on the running batch, a fixed next token

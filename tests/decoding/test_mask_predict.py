@@ -111,5 +111,5 @@ def test_generate_decodes_a_cmlm_with_mask_predict_only(cmlm):
     src = random_ids(2, 5, vocab=30)
     out = generate(cmlm, src, "mask-predict", iterations=3, length_beam=2, max_new_tokens=4)
     assert out == mask_predict(cmlm, src, 3, 2, torch.tensor([4, 4])) and all(len(o) <= 4 for o in out)
-    with pytest.raises(TypeError, match="mask-predict"):
+    with pytest.raises(ValueError, match="strategy: greedy cannot decode a CMLM checkpoint; use mask-predict"):
         generate(cmlm, src, "greedy", max_new_tokens=4)

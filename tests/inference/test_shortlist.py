@@ -11,9 +11,9 @@ import torch
 from aiayn import generate, pack, quantize
 from aiayn.cli import main
 from aiayn.data.datasets import load_splits, synthetic_pairs
-from aiayn.decoding.beam import beam_search
-from aiayn.decoding.engine import Engine
-from aiayn.decoding.greedy import TokenRows, decode_loop
+from aiayn.decoding import beam_search
+from aiayn.decoding.engine import Engine, run
+from aiayn.decoding.greedy import TokenRows
 from aiayn.inference.shortlist import Shortlist, build_shortlist
 from aiayn.inference.translator import Translator
 from aiayn.model.packed import output_rows
@@ -75,7 +75,10 @@ def test_greedy_over_candidates_is_greedy_with_every_other_token_at_minus_inf(mo
     candidates = torch.tensor([2, 4, 6, 9, 11, 17, 20, 23, 29])  # EOS (2) and a few others
     allowed = torch.zeros(30, dtype=torch.bool)
     allowed[candidates] = True
-    reference = decode_loop(model, src, 10, lambda s: s.masked_fill(~allowed, float("-inf")).argmax(dim=-1))
+    cfg = model.config
+    masked = TokenRows(torch.full((5,), 10), lambda s: s.masked_fill(~allowed, float("-inf")).argmax(dim=-1),
+                       cfg.eos_id, cfg.pad_id)
+    reference = run(model, masked, src).results()
     assert generate(model, src, "greedy", max_new_tokens=10, candidates=candidates) == reference
     assert any(len(row) > 0 for row in reference)
     assert tokens(reference) <= set(candidates.tolist())

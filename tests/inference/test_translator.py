@@ -24,7 +24,7 @@ def test_every_batch_decodes_through_generate(translator, monkeypatch):
     real = aiayn.inference.translator.generate
 
     def counted(*args, **kwargs):
-        calls.append((args[2], kwargs["config"].max_len_b))
+        calls.append((kwargs["config"].strategy, kwargs["config"].max_len_b))  # resolved once, by the translator
         return real(*args, **kwargs)
 
     monkeypatch.setattr(aiayn.inference.translator, "generate", counted)

@@ -10,11 +10,12 @@ import torch
 from fastapi.testclient import TestClient
 
 from aiayn import generate
+from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
-from aiayn.serve.scheduler import GenerationRequest, Scheduler
+from aiayn.serve.scheduler import DecodeJob, Scheduler
 
 PROMPTS = ["the cat ", "a dog ran in the park 3 .\n", "t", "the cat sat on the mat . a dog", "park 1",
            "a ", "the mat . a dog ran in", "dog"]
@@ -31,6 +32,13 @@ def alone(generator, prompt: str, n: int, temperature: float, seed: int) -> list
     return generate(generator.model, ids, strategy, max_new_tokens=n, temperature=temperature or 1.0, seed=seed)[0]
 
 
+def gen_job(ids: list[int], n: int, emit, temperature: float = 1.0, seed: int | None = None,
+            min_new_tokens: int = 0) -> DecodeJob:
+    """A sampled (greedy at temperature 0) generation job of at most ``n`` tokens."""
+    return DecodeJob(ids, DecodingConfig(strategy="sample", temperature=temperature, seed=seed, max_new_tokens=n,
+                                         min_new_tokens=min_new_tokens), emit)
+
+
 def test_continuous_batching_equals_each_request_alone(generator):
     batcher = Scheduler(generator.model, max_batch=4)
     results, done = {}, threading.Event()
@@ -42,7 +50,7 @@ def test_continuous_batching_equals_each_request_alone(generator):
                 if len(results) == len(PROMPTS):
                     done.set()
         temperature = 0.0 if i % 2 else 1.3
-        jobs.append(GenerationRequest(generator.prompt_ids(prompt), 8 + 7 * i, emit, temperature, seed=i))
+        jobs.append(gen_job(generator.prompt_ids(prompt), 8 + 7 * i, emit, temperature, seed=i))
     batcher.start()
     try:
         for i, job in enumerate(jobs):
@@ -53,7 +61,7 @@ def test_continuous_batching_equals_each_request_alone(generator):
     finally:
         batcher.stop()
     for i, job in enumerate(jobs):
-        expected = alone(generator, PROMPTS[i], 8 + 7 * i, job.temperature, i)
+        expected = alone(generator, PROMPTS[i], 8 + 7 * i, job.decoding.temperature, i)
         assert job.generated == expected, i
         assert results[i]["completion_tokens"] == len(expected)
     assert batcher.largest_batch == 4 and batcher.joined == 8
@@ -132,7 +140,7 @@ def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap
     prompts = [system + "the cat ", system + "a dog ", "the bird "]
     store = PromptCache(generator.model, block_size=8)
     batcher = Scheduler(generator.model, max_batch=2, prefix_cache=store)
-    jobs = [GenerationRequest(generator.prompt_ids(p), 12, lambda e: None, 0.0) for p in prompts]
+    jobs = [gen_job(generator.prompt_ids(p), 12, lambda e: None, 0.0) for p in prompts]
     batcher.start()
     try:
         _run(batcher, jobs)
@@ -158,7 +166,7 @@ def _one_row_cache(generator, text):
 def test_a_cancelled_request_leaves_the_batch(generator):
     batcher = Scheduler(generator.model, max_batch=4)
     events = []
-    job = GenerationRequest(generator.prompt_ids("the cat "), 100, events.append, 1.0, seed=1)
+    job = gen_job(generator.prompt_ids("the cat "), 100, events.append, 1.0, seed=1)
     batcher.start()
     try:
         batcher.submit(job)
@@ -200,7 +208,7 @@ def test_generate_over_the_stream_cap_is_429(generator):
         assert client.post("/generate", json={"prompt": "a", "max_new_tokens": 4}).status_code == 200
         assert client.get("/health").json()["open_requests"] == 0  # a finished request holds no slot
         batcher.stop()  # the decoding thread is gone: a submitted request stays open
-        batcher.submit(GenerationRequest(generator.prompt_ids("a"), 4, lambda e: None))
+        batcher.submit(gen_job(generator.prompt_ids("a"), 4, lambda e: None))
         busy = client.post("/generate", json={"prompt": "a", "max_new_tokens": 4})
         assert busy.status_code == 429 and "limit is 1" in busy.json()["detail"]
 
@@ -232,11 +240,17 @@ def test_generate_refuses_bad_decoding_options_with_422(lm_run):
 
     with TestClient(create_app(TextGenerator.from_checkpoint(lm_run))) as client:
         for bad, field in [({"top_k": -2}, "top_k"), ({"top_p": 1.5}, "top_p"), ({"temperature": -1}, "temperature"),
-                           ({"strategy": "beam"}, "strategy"), ({"num_return_sequences": 2}, "strategy")]:
+                           ({"strategy": "mask-predict"}, "strategy"), ({"num_return_sequences": 2},
+                                                                        "num_return_sequences"),
+                           ({"json_schema": '{"type": "nonsense"}'}, "json_schema")]:
             answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, **bad})
             assert answer.status_code == 422 and field in answer.text, (bad, answer.text)
         ok = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, "temperature": 0})
         assert ok.status_code == 200 and ok.json()["completion_tokens"] <= 5
+        generator = TextGenerator.from_checkpoint(lm_run)
+        beam = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 5, "strategy": "beam",
+                                              "beam_size": 3}).json()  # the best beam, as the library's
+        assert beam["text"] == generator.generate("the cat ", 5, strategy="beam", beam_size=3)[0]
 
 
 def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeypatch):
@@ -252,8 +266,7 @@ def test_min_new_tokens_holds_off_the_end_as_the_library_does(generator, monkeyp
 
     monkeypatch.setattr(model, "step", eager_to_end)
     batcher = Scheduler(model, max_batch=2)
-    jobs = [GenerationRequest(generator.prompt_ids("the cat "), 20, lambda e: None, 0.0, min_new_tokens=m)
-            for m in (0, 6)]
+    jobs = [gen_job(generator.prompt_ids("the cat "), 20, lambda e: None, 0.0, min_new_tokens=m) for m in (0, 6)]
     batcher.start()
     try:
         _run(batcher, jobs)
@@ -284,7 +297,7 @@ def test_one_prompt_cache_serves_the_library_and_the_server(generator):
     store = PromptCache(generator.model, block_size=8)
     store.add(generator.prompt_ids(system))
     batcher = Scheduler(generator.model, max_batch=2, prefix_cache=store)
-    job = GenerationRequest(generator.prompt_ids(system + "the cat "), 12, lambda e: None, 0.0)
+    job = gen_job(generator.prompt_ids(system + "the cat "), 12, lambda e: None, 0.0)
     batcher.start()
     try:
         _run(batcher, [job])

@@ -1,16 +1,20 @@
 """The one scheduler: translation requests (greedy, beam, seeded sampling) that arrive while others decode join
-the running batch and equal each request alone; a cancelled beam request gives its rows back at once."""
+the running batch and equal each request alone; a cancelled beam request gives its rows back at once; one
+admission check refuses, typed, what the model cannot run or the limits forbid."""
 
 import time
+from concurrent.futures import Future
 
 import pytest
 import torch
 
 from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
-from aiayn.serve.scheduler import Scheduler, TranslationRequest
+from aiayn.model.transformer import DecoderOnly
+from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import DecodeJob, Refused, Scheduler
 
-from conftest import random_ids
+from conftest import random_ids, tiny
 
 OPTIONS = [DecodingConfig(strategy="greedy", max_new_tokens=12, max_len_b=None),
            DecodingConfig(strategy="beam", beam_size=4, length_penalty=0.6, max_new_tokens=9, max_len_b=None),
@@ -18,15 +22,23 @@ OPTIONS = [DecodingConfig(strategy="greedy", max_new_tokens=12, max_len_b=None),
            DecodingConfig(strategy="beam", beam_size=2, min_new_tokens=3, max_new_tokens=5, max_len_b=None)]
 
 
+def job_of(inputs: list[int], decoding: DecodingConfig) -> DecodeJob:
+    """A job whose ``ended`` future gets its final event."""
+    ended = Future()
+    job = DecodeJob(inputs, decoding, lambda e: "finish_reason" in e and not ended.done() and ended.set_result(e))
+    job.ended = ended
+    return job
+
+
 def wait_all(jobs, timeout: float = 60) -> list[list[int]]:
-    return [job.future.result(timeout=timeout) for job in jobs]
+    return [job.ended.result(timeout=timeout)["ids"] for job in jobs]
 
 
 @pytest.mark.parametrize("static", [False, True])
 def test_translations_arriving_while_others_decode_equal_each_alone(model, static):
     torch.manual_seed(2)
     sources = [random_ids(1, 3 + i % 7, vocab=30)[0].tolist() for i in range(16)]
-    jobs = [TranslationRequest(src, OPTIONS[i % len(OPTIONS)]) for i, src in enumerate(sources)]
+    jobs = [job_of(src, OPTIONS[i % len(OPTIONS)]) for i, src in enumerate(sources)]
     scheduler = Scheduler(model, max_batch=12, capacity=40, static=static)
     scheduler.start()
     try:
@@ -47,8 +59,8 @@ def test_a_cancelled_beam_request_frees_its_rows_and_the_others_finish_as_alone(
     long = DecodingConfig(strategy="beam", beam_size=4, min_new_tokens=150, max_new_tokens=155, max_len_b=None)
     short = OPTIONS[0]
     scheduler = Scheduler(model, max_batch=8, capacity=160)
-    doomed = TranslationRequest(random_ids(1, 6, vocab=30)[0].tolist(), long)
-    others = [TranslationRequest(random_ids(1, 4, vocab=30)[0].tolist(), short) for _ in range(2)]
+    doomed = job_of(random_ids(1, 6, vocab=30)[0].tolist(), long)
+    others = [job_of(random_ids(1, 4, vocab=30)[0].tolist(), short) for _ in range(2)]
     scheduler.start()
     try:
         scheduler.submit(doomed)
@@ -56,28 +68,59 @@ def test_a_cancelled_beam_request_frees_its_rows_and_the_others_finish_as_alone(
         while scheduler.engine.rows < 4 and time.monotonic() < deadline:
             time.sleep(0.001)
         assert scheduler.engine.rows == 4  # beam size 4: four rows
-        doomed.cancel()
+        doomed.cancelled = True
         for job in others:
             scheduler.submit(job)
         outputs = wait_all(others)
     finally:
         scheduler.stop()
-    assert doomed.future.cancelled() and doomed.finish_reason == "cancelled" and scheduler.cancelled == 1
+    assert doomed.ended.result(timeout=30)["finish_reason"] == "cancelled" and scheduler.cancelled == 1
     assert scheduler.engine.rows == 0 and scheduler.open_requests == 0
     for job, out in zip(others, outputs, strict=True):
-        assert out == generate(model, torch.tensor([job.source]), config=short)[0]
+        assert out == generate(model, torch.tensor([job.inputs]), config=short)[0]
 
 
-def test_a_request_the_engine_cannot_decode_fails_alone(model):
-    scheduler = Scheduler(model, max_batch=4, capacity=40)
-    bad = TranslationRequest([5, 6], DecodingConfig(strategy="greedy", num_return_sequences=2, max_len_b=None,
-                                                    max_new_tokens=4))
-    good = TranslationRequest([5, 6, 7], OPTIONS[0])
+def test_the_admission_check_refuses_with_a_typed_reason_and_takes_the_rest(model):
+    scheduler = Scheduler(model, max_batch=4, capacity=40, limits=Limits(max_new_tokens=30, max_beam_size=4))
+    cases = {"num_return_sequences": DecodingConfig(strategy="sample", num_return_sequences=2),
+             "strategy": DecodingConfig(strategy="mask-predict"),  # not a CMLM
+             "beam_size": DecodingConfig(strategy="beam", beam_size=5),
+             "max_new_tokens": DecodingConfig(strategy="greedy", max_new_tokens=31)}
+    for name, decoding in cases.items():
+        with pytest.raises(Refused) as refused:
+            scheduler.submit(job_of([5, 6], decoding))
+        assert refused.value.refusal.field == name, refused.value.refusal
+        assert refused.value.refusal.kind == ("invalid" if name in ("strategy", "num_return_sequences") else "too_long")
+    assert scheduler.submitted == 0
+    good = job_of([5, 6, 7], OPTIONS[0])
     scheduler.start()
     try:
-        scheduler.submit(bad)
         scheduler.submit(good)
-        assert "num_return_sequences" in str(bad.future.exception(timeout=30))
-        assert good.future.result(timeout=30) == generate(model, torch.tensor([[5, 6, 7]]), config=OPTIONS[0])[0]
+        assert wait_all([good]) == [generate(model, torch.tensor([[5, 6, 7]]), config=OPTIONS[0])[0]]
+        assert good.ended.result()["finish_reason"] in ("stop", "length")
     finally:
         scheduler.stop()
+    lm = DecoderOnly(tiny(arch="decoder-only")).eval()
+    busy = Scheduler(lm, max_batch=4, capacity=40, limits=Limits(max_streams=2))
+    with pytest.raises(Refused) as refused:  # three at once over a limit of two open generations
+        busy.submit(*(job_of([5, 6], DecodingConfig(strategy="greedy", max_new_tokens=4)) for _ in range(3)))
+    assert refused.value.refusal.kind == "busy" and busy.submitted == 0
+    long = job_of(list(range(5, 35)), DecodingConfig(strategy="greedy", max_new_tokens=20))
+    with pytest.raises(Refused, match="30 \\+ 20 tokens exceed the model's 40"):
+        busy.submit(long)
+
+
+def test_finish_reasons_come_from_the_rows_group(model):
+    """``length`` at the limit, ``stop`` at EOS: the group that ended the row says which."""
+    scheduler = Scheduler(model, max_batch=4, capacity=60)
+    short = job_of([5, 6, 7], DecodingConfig(strategy="greedy", max_new_tokens=1, max_len_b=None))
+    free = job_of([5, 6, 7], DecodingConfig(strategy="greedy", max_new_tokens=40, max_len_b=None))
+    scheduler.start()
+    try:
+        scheduler.submit(short, free)
+        first, second = (job.ended.result(timeout=30) for job in (short, free))
+    finally:
+        scheduler.stop()
+    assert first["finish_reason"] == "length" and len(first["ids"]) == 1
+    alone = generate(model, torch.tensor([[5, 6, 7]]), "greedy", max_new_tokens=40, max_len_b=None)[0]
+    assert second["ids"] == alone and second["finish_reason"] == ("length" if len(alone) == 40 else "stop")

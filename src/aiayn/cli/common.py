@@ -119,8 +119,17 @@ def add_field_flags(p, cls, skip: tuple[str, ...] = (), keep_defaults: bool = Fa
         if kind == "bool":
             p.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=value, help=text)
         else:
-            p.add_argument(*names, dest=f.name, type={"int": int, "float": float}.get(kind, str), default=value,
-                           choices=f.metadata.get("choices"), help=text)
+            kind_of = _file_text if f.metadata.get("file") else {"int": int, "float": float}.get(kind, str)
+            p.add_argument(*names, dest=f.name, type=kind_of, default=value, metavar="FILE" if
+                           f.metadata.get("file") else None, choices=f.metadata.get("choices"), help=text)
+
+
+def _file_text(path: str) -> str:
+    """A flag that names a file: its text (a missing or unreadable file is argparse's one-line error)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
 
 
 def add_decoding_options(p, skip: tuple[str, ...] = ()) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"Hypothesis": "beam", "beam_search": "beam", "generate": "generation", "greedy_search": "greedy",
-            "PromptCache": "prefix", "filter_logits": "sampling", "sample": "sampling",
+_EXPORTS = {"Hypothesis": "beam", "beam_search": "generation", "generate": "generation",
+            "greedy_search": "generation", "PromptCache": "prefix", "filter_logits": "sampling", "sample": "generation",
             "SpeculativeStats": "speculative", "speculative_greedy": "speculative", "DecodingConfig": "config"}
 __all__ = sorted(_EXPORTS)
 

@@ -14,8 +14,6 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Columns
-from aiayn.decoding.engine import run
-from aiayn.model.transformer import TransformerModel
 
 
 @dataclass(frozen=True)
@@ -23,6 +21,7 @@ class Hypothesis:
     tokens: list[int]  # generated ids, without BOS and without the final EOS
     score: float  # log-probability / length penalty
     logprob: float
+    stopped: bool = True  # ended with EOS (False: cut at the length limit)
 
 
 def gnmt_penalty(length: int, length_penalty: float) -> float:
@@ -48,6 +47,7 @@ class BeamRows:
         self.sentence_done = [limit == 0 for limit in limits]
         self.scores: Tensor | None = None  # (B, K) log-probabilities of the live beams
         self.history: Tensor | None = None  # (B*K, steps) their tokens
+        self.cancelled = False
 
     @property
     def done(self) -> bool:
@@ -55,7 +55,7 @@ class BeamRows:
 
     def cancel(self) -> None:
         """Finish every sentence now, with what it has (a client went away)."""
-        self.sentence_done = [True] * len(self.limits)
+        self.sentence_done, self.cancelled = [True] * len(self.limits), True
 
     def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, Tensor]:
         batch, k, eos = len(self.limits), self.k, self.eos_id
@@ -88,19 +88,10 @@ class BeamRows:
         """Per sentence, its best ``beam_size`` hypotheses, best first."""
         return [sorted(f, key=lambda h: -h.score)[: self.k] for f in self.finished]
 
-
-def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, max_new_tokens: Tensor | int = 64,
-                min_new_tokens: int = 0, length_penalty: float = 1.0, use_cache: bool = True,
-                candidates: Tensor | None = None) -> list[list[Hypothesis]]:
-    """n-best lists (best first, ``beam_size`` each) for every row of ``src_ids`` (:class:`BeamRows` run by the
-    engine, :func:`aiayn.decoding.engine.run`).
-
-    ``max_new_tokens`` may be a (B,) tensor of per-sentence limits; ``candidates`` (C,): the only ids that
-    may be generated (a shortlist; log-probabilities are then normalised over them).
-    """
-    limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
-    rows = BeamRows(limits, beam_size, model.config.eos_id, min_new_tokens, length_penalty)
-    return run(model, rows, src_ids, beam_size, use_cache, candidates).nbest()
+    def outputs(self) -> list[tuple[list[int], str]]:
+        """Per sentence: its best hypothesis's ids and why it ended (``"stop"``: EOS, ``"length"``: the limit)."""
+        return [(best[0].tokens, "stop" if best[0].stopped else "length") if best else
+                ([], "cancelled" if self.cancelled else "length") for best in self.nbest()]
 
 
 def _finish_eos(finished, done, cand_scores, cand_beam, cand_tok, history, k, eos_id, length_penalty) -> None:
@@ -119,4 +110,4 @@ def _finish_live(finished: list[Hypothesis], live: Tensor, scores: Tensor, lengt
     """At the length limit, the live beams count as finished (without an EOS)."""
     for row, s in zip(live.tolist(), scores.tolist(), strict=True):
         if s > float("-inf"):
-            finished.append(Hypothesis(row, s / gnmt_penalty(len(row), length_penalty), s))
+            finished.append(Hypothesis(row, s / gnmt_penalty(len(row), length_penalty), s, stopped=False))

@@ -6,6 +6,7 @@ flag (``--length-penalty``), the HTTP request field, the library argument and th
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ class DecodingConfig:
     source_prefix: str = _option("", "translation: text put before every non-empty source, e.g. the target-language "
                                      "tag <2de> of a model trained with both_directions (its generation.json "
                                      "names the run's own direction)")
+    json_schema: str | None = _option(None, "the output is JSON following this JSON schema (its text; the flag reads "
+                                            "FILE); greedy or sampled decoding", file=True)
+    grammar: str | None = _option(None, "the output follows this grammar (llguidance's Lark dialect, its text; the "
+                                        "flag reads FILE); greedy or sampled decoding", file=True)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -61,6 +66,8 @@ class DecodingConfig:
                 raise ValueError(f"{f.name}: {problem}")
         if self.strategy == "beam" and self.num_return_sequences > self.beam_size:
             raise ValueError(f"num_return_sequences: at most beam_size={self.beam_size} for beam search")
+        if self.json_schema is not None and self.grammar is not None:
+            raise ValueError("json_schema: give a JSON schema or a grammar, not both")
 
     def replace(self, **changes) -> DecodingConfig:
         """A copy with ``changes`` (field names), checked."""
@@ -69,9 +76,33 @@ class DecodingConfig:
             raise ValueError(f"{', '.join(unknown)}: not a decoding option; options: {', '.join(names())}")
         return dataclasses.replace(self, **changes)
 
-    def chosen_strategy(self, default: str) -> str:
-        """The strategy given, else ``default`` (the product's: see the ``strategy`` field)."""
-        return self.strategy or default
+    def resolve(self, model) -> DecodingConfig:
+        """This decoding for ``model`` (a ``ModelConfig``), the one place a default is chosen: the strategy
+        (the one named; else mask-predict for a CMLM, beam search for a translation model with ``beam_size`` > 1,
+        sampling for a language model with ``temperature`` > 0, else greedy; sampling at temperature 0 is
+        greedy) and a language model's length limit (``TEXT_MAX_NEW_TOKENS`` when none is given). What the model
+        cannot run is a ValueError naming the field."""
+        if model.arch == "encoder-only":
+            raise ValueError("strategy: an encoder-only model does not generate text; use fill-mask or embed")
+        default = ("mask-predict" if model.cmlm else "beam" if model.arch == "encoder-decoder" and self.beam_size > 1
+                   else "sample" if model.arch == "decoder-only" and self.temperature > 0 else "greedy")
+        strategy = self.strategy or default
+        strategy = "greedy" if strategy == "sample" and self.temperature == 0 else strategy
+        if model.cmlm != (strategy == "mask-predict"):
+            raise ValueError(f"strategy: {strategy} " + ("cannot decode a CMLM checkpoint; use mask-predict"
+                                                         if model.cmlm else "needs a CMLM checkpoint (aiayn train "
+                                                         "--task cmlm)"))
+        if strategy == "greedy" and self.num_return_sequences != 1:
+            raise ValueError("num_return_sequences: greedy decoding gives one sequence; use beam or sample")
+        if strategy == "mask-predict" and self.num_return_sequences != 1:
+            raise ValueError("num_return_sequences: mask-predict gives one translation per input")
+        if (self.json_schema or self.grammar) and strategy not in ("greedy", "sample"):
+            raise ValueError(f"{'json_schema' if self.json_schema else 'grammar'}: constrained decoding is greedy "
+                             f"or sampled, not {strategy}")
+        limit = self.max_new_tokens
+        if model.arch == "decoder-only" and limit is None:
+            limit = TEXT_MAX_NEW_TOKENS
+        return dataclasses.replace(self, strategy=strategy, max_new_tokens=limit)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -118,7 +149,18 @@ _RULES = {  # field -> (test, what it must be)
     "length_beam": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
     "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 32 and v == " ".join(v.split()),
                       "text of at most 32 characters without line breaks or outer spaces"),
+    "json_schema": (lambda v: v is None or _schema_text(v), "the text of a JSON object (a JSON schema)"),
+    "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "the text of a grammar"),
 }
+
+
+def _schema_text(v) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        return isinstance(json.loads(v), dict)
+    except ValueError:
+        return False
 
 
 def _problem(name: str, value) -> str | None:

@@ -1,6 +1,7 @@
 """``aiayn.generate``: the one entry to every decoding strategy (greedy, speculative greedy, beam, sample,
-mask-predict), and
-``rows_for``: the engine group a :class:`DecodingConfig` decodes with, for the library and the server alike.
+mask-predict; ``greedy_search``, ``beam_search`` and ``sample`` are thin wrappers over it), and
+``rows_for``: the engine group a resolved :class:`DecodingConfig` decodes with, for the library and the server
+alike.
 
 The Translator, the text generator, the server and the validation loop decode through it; so does the
 library user. The options are a :class:`~aiayn.decoding.config.DecodingConfig`, or its fields by name.
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
-from aiayn.decoding.beam import BeamRows
+from aiayn.decoding.beam import BeamRows, Hypothesis
 from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.constraint import Grammar, Grammars
 from aiayn.decoding.core import length_limits
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
@@ -30,14 +33,16 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
              prompt_cache: PromptCache | None = None, draft_tokens: int = 4,
              speculative_stats: SpeculativeStats | None = None,
              on_token: Callable[[Tensor, Tensor], None] | None = None, candidates: Tensor | None = None,
-             **options) -> list[list[int]]:
+             grammars: Grammars | None = None, **options) -> list[list[int]]:
     """Generate token ids for each row of ``src_ids``.
 
     Args:
         src_ids: (B, S) source ids for an encoder-decoder, or the prompts for a decoder-only model,
             right-padded with pad_id (prompts of different lengths are fine).
         strategy, options: ``config`` (default ``DecodingConfig()``) with these fields replaced
-            (``beam_size=4``, ``length_penalty=0.6``, ``temperature=0.8``, ...). Without a strategy: greedy.
+            (``beam_size=4``, ``length_penalty=0.6``, ``temperature=0.8``, ...), resolved against the model
+            (:meth:`DecodingConfig.resolve`: without a strategy, beam search for a translation model with
+            ``beam_size`` > 1, sampling for a language model with ``temperature`` > 0, else greedy).
         max_new_tokens: an int, or a (B,) tensor of per-row limits. An encoder-decoder's limit of a row is
             ``max_len_a * its source length + max_len_b`` (``max_len_b=None``: no such limit), capped by
             ``max_new_tokens``; a decoder-only model's is ``max_new_tokens`` (default 200).
@@ -49,60 +54,96 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
         candidates: greedy and beam: (C,) the only token ids that may be generated, a vocabulary shortlist
             (``aiayn.inference.shortlist``): the output projection is cut to their rows and the search runs over
             them only.
+        grammars: the tokenizer's grammar compiler (:class:`~aiayn.decoding.constraint.Grammars`), needed when
+            the decoding has a ``json_schema`` or ``grammar``.
     Returns:
         B * num_return_sequences lists of generated ids (grouped per input), without BOS and EOS.
     """
     per_row = max_new_tokens if isinstance(max_new_tokens, Tensor) else None
     given = {"strategy": strategy, "max_new_tokens": None if per_row is not None else max_new_tokens}
     cfg = (config or DecodingConfig()).replace(**{k: v for k, v in given.items() if v is not None}, **options)
+    cfg = cfg.resolve(model.config)
     model.eval()
-    chosen = strategy_of(cfg)
-    if candidates is not None and (draft_model is not None or chosen == "sample"):
+    if candidates is not None and (draft_model is not None or cfg.strategy == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
-    if chosen == "mask-predict":
-        if candidates is not None or draft_model is not None or cfg.num_return_sequences != 1:
+    if cfg.strategy == "mask-predict":
+        if candidates is not None or draft_model is not None:
             raise ValueError("strategy mask-predict: one translation per input, without a shortlist or a draft")
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft_model is not None:
-        if chosen != "greedy" or cfg.num_return_sequences != 1:
-            raise ValueError("draft_model: speculative decoding is greedy; use strategy='greedy'")
+        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar:
+            raise ValueError("draft_model: speculative decoding is greedy and unconstrained; use strategy='greedy'")
         return speculative_greedy(model, draft_model, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
                                   cfg.min_new_tokens, speculative_stats)[0]
-    group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token)
+    grammar = _grammar(cfg, grammars)
+    group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
-    if chosen == "beam":
+    if cfg.strategy == "beam":
         return [h.tokens for hyps in group.nbest() for h in hyps[:cfg.num_return_sequences]]
     return group.results()
 
 
-def strategy_of(cfg: DecodingConfig) -> str:
-    """greedy, beam or sample: the one named (greedy by default; sampling at temperature 0 is greedy)."""
-    chosen = cfg.chosen_strategy("greedy")
-    return "greedy" if chosen == "sample" and cfg.temperature == 0 else chosen
+def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
+                  use_cache: bool = True, prompt_cache: PromptCache | None = None, on_token=None,
+                  candidates: Tensor | None = None) -> list[list[int]]:
+    """Arg-max at every step, at most ``max_new_tokens`` per row: :func:`generate` with strategy greedy."""
+    return generate(model, src_ids, "greedy", max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                    max_len_b=None, use_cache=use_cache, prompt_cache=prompt_cache, on_token=on_token,
+                    candidates=candidates)
+
+
+def beam_search(model: TransformerModel, src_ids: Tensor, beam_size: int = 4, max_new_tokens: Tensor | int = 64,
+                min_new_tokens: int = 0, length_penalty: float = 1.0, use_cache: bool = True,
+                candidates: Tensor | None = None) -> list[list[Hypothesis]]:
+    """n-best lists (best first, ``beam_size`` each) for every row of ``src_ids``: the beam search of
+    :func:`generate`, with its hypotheses' scores. ``max_new_tokens`` may be a (B,) tensor."""
+    per_row = torch.as_tensor(max_new_tokens).expand(src_ids.size(0))
+    cfg = DecodingConfig(strategy="beam", beam_size=beam_size, min_new_tokens=min_new_tokens, max_len_b=None,
+                         length_penalty=length_penalty).resolve(model.config)
+    group, inputs, beams = rows_for(model, src_ids, cfg, per_row)
+    return run(model, group, inputs, beams, use_cache, candidates).nbest()
+
+
+def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+           num_samples: int = 1, use_cache: bool = True, prompt_cache: PromptCache | None = None,
+           on_token=None) -> list[list[int]]:
+    """``num_samples`` samples per row of ``src_ids`` (grouped per input): :func:`generate` with strategy sample."""
+    return generate(model, src_ids, "sample", max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_return_sequences=num_samples,
+                    max_len_b=None, use_cache=use_cache, prompt_cache=prompt_cache, on_token=on_token)
+
+
+def _grammar(cfg: DecodingConfig, grammars: Grammars | None) -> Grammar | None:
+    if (cfg.json_schema or cfg.grammar) and grammars is None:
+        raise ValueError("json_schema: constrained decoding needs the tokenizer's grammars (grammars=Grammars(...))")
+    return None if grammars is None else grammars.for_decoding(cfg)
 
 
 def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None = None,
-             on_token: Callable[[Tensor, Tensor], None] | None = None) -> tuple[Rows, Tensor, int]:
-    """The engine group that decodes ``src_ids`` (B, S) as ``cfg`` says: ``(group, inputs, beams)`` to
-    :meth:`Engine.admit <aiayn.decoding.engine.Engine.admit>` (sampling n per input repeats each input n times;
-    beam search makes each input stand for ``beam_size`` rows). ``per_row``: (B,) limits replacing
-    ``cfg.max_new_tokens``. The library's :func:`generate` and the server both build their groups here."""
-    chosen, limits, eos, pad = strategy_of(cfg), _limits(model, src_ids, cfg, per_row), model.config.eos_id, \
-        model.config.pad_id
-    if chosen == "mask-predict":
+             on_token: Callable[[Tensor, Tensor], None] | None = None,
+             grammar: Grammar | None = None) -> tuple[Rows, Tensor, int]:
+    """The engine group that decodes ``src_ids`` (B, S) as ``cfg`` (resolved, :meth:`DecodingConfig.resolve`)
+    says: ``(group, inputs, beams)`` to :meth:`Engine.admit <aiayn.decoding.engine.Engine.admit>` (sampling n per
+    input repeats each input n times; beam search makes each input stand for ``beam_size`` rows). ``per_row``:
+    (B,) limits replacing ``cfg.max_new_tokens``; ``grammar``: every row's tokens follow it. The library's
+    :func:`generate` and the server both build their groups here."""
+    cfg = cfg.resolve(model.config)  # as it is when resolved already
+    limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
+    if cfg.strategy == "mask-predict":
         raise ValueError("strategy mask-predict: decodes every position at once, not token by token; use generate")
-    if chosen == "greedy":
-        if cfg.num_return_sequences != 1:
-            raise ValueError("num_return_sequences: greedy search returns one sequence; use beam or sample")
-        return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token), src_ids, 1
-    if chosen == "beam":
+    if cfg.strategy == "greedy":
+        constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
+        return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token, constraints), src_ids, 1
+    if cfg.strategy == "beam":
         if cfg.num_return_sequences > cfg.beam_size:
             raise ValueError(f"num_return_sequences: at most beam_size={cfg.beam_size} for beam search")
         return BeamRows(limits.tolist(), cfg.beam_size, eos, cfg.min_new_tokens, cfg.length_penalty), src_ids, \
             cfg.beam_size
     n = cfg.num_return_sequences
+    constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0) * n)]
     group = sampled_rows(model, limits.repeat_interleave(n), cfg.min_new_tokens, cfg.temperature, cfg.top_k,
-                         cfg.top_p, cfg.seed, on_token)
+                         cfg.top_p, cfg.seed, on_token, constraints)
     return group, src_ids.repeat_interleave(n, dim=0), 1  # (B*n, S)
 
 

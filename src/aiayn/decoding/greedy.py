@@ -1,4 +1,5 @@
-"""Greedy search, and the rows of one token per step it shares with sampling (SPEC section 3)."""
+"""The rows of one token per step that greedy search and sampling share (SPEC section 3); the search itself is
+``aiayn.generate`` (``greedy_search`` in ``decoding/generation.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Columns, strip
-from aiayn.decoding.engine import run
-from aiayn.model.transformer import TransformerModel
 
 Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) columns picked
 
@@ -28,15 +27,21 @@ class TokenRows:
         min_new_tokens: EOS is not allowed before this many tokens. BOS and PAD are never generated.
         on_token: ``on_token(next_ids (B,), live (B,) bool)`` after every step (streaming); ``live`` is False
             for rows that had already finished (their next id is PAD).
-    After each step ``last_scores`` holds the step's scores (forbidden tokens at -inf), e.g. for log-probabilities.
+        constraints: per row, a grammar its tokens follow (:mod:`aiayn.decoding.constraint`) or None.
+    After each step ``last_scores`` holds the step's scores (forbidden tokens at -inf), e.g. for log-probabilities,
+    and ``live`` which rows took a token in it. A finished row's ``reasons`` entry says why: ``"stop"`` (an end
+    id, or its grammar complete), ``"length"`` (its limit) or ``"cancelled"``.
     """
 
     def __init__(self, limits: Tensor, choose: Chooser, eos_id: int, pad_id: int, min_new_tokens: int = 0,
-                 on_token: Callable[[Tensor, Tensor], None] | None = None) -> None:
+                 on_token: Callable[[Tensor, Tensor], None] | None = None, constraints: list | None = None) -> None:
         self.limits, self.choose, self.eos_id, self.pad_id = limits, choose, eos_id, pad_id
         self.min_new_tokens, self.on_token = min_new_tokens, on_token
         self.size, self.longest, self.steps = limits.numel(), int(limits.max()) if limits.numel() else 0, 0
         self.finished = limits <= 0  # (B,)
+        self.live = ~self.finished
+        self.reasons: list[str | None] = ["length" if done else None for done in self.finished.tolist()]
+        self.constraints = constraints if constraints and any(c is not None for c in constraints) else None
         self.generated: list[Tensor] = []  # one (B,) per step
         self.last_scores: Tensor | None = None
 
@@ -46,17 +51,49 @@ class TokenRows:
 
     def cancel(self) -> None:
         """Finish every row now (a client went away)."""
+        self.reasons = [r or "cancelled" for r in self.reasons]
         self.finished = torch.ones_like(self.finished)
 
     def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, None]:
         self.last_scores = scores = columns.forbid(scores, self.steps < self.min_new_tokens)  # (B, V) or (B, C)
+        if self.constraints is not None:
+            self._constrain(scores)
         nxt = columns.token_ids(self.choose(scores)).masked_fill(self.finished, self.pad_id)  # (B,)
+        self.live = ~self.finished
         if self.on_token is not None:
-            self.on_token(nxt, ~self.finished)
+            self.on_token(nxt, self.live)
         self.generated.append(nxt)
         self.steps += 1
-        self.finished = self.finished | (nxt == self.eos_id) | (self.limits <= self.steps)
+        ended = nxt == self.eos_id
+        if self.constraints is not None:
+            ended = ended | self._feed(nxt)
+        self._finish(ended & self.live, "stop")
+        self._finish((self.limits <= self.steps) & ~self.finished, "length")
         return nxt, None
+
+    def _finish(self, rows: Tensor, reason: str) -> None:
+        for row in rows.nonzero().flatten().tolist():
+            self.reasons[row] = reason
+        self.finished = self.finished | rows
+
+    def _constrain(self, scores: Tensor) -> None:
+        """Constrained live rows: tokens their grammar does not allow next -> -inf (scores (B, V), in place)."""
+        for row, constraint in enumerate(self.constraints):
+            if constraint is not None and not self.finished[row]:
+                scores[row].masked_fill_(~constraint.allowed(scores.size(1)), float("-inf"))
+
+    def _feed(self, nxt: Tensor) -> Tensor:
+        """Give each constrained live row's grammar its token; (B,) bool: the rows whose grammar is complete."""
+        complete = torch.zeros_like(self.finished)
+        for row, (token, constraint) in enumerate(zip(nxt.tolist(), self.constraints, strict=True)):
+            if constraint is not None and not self.finished[row]:
+                constraint.take(token)
+                complete[row] = constraint.stopped
+        return complete
+
+    def outputs(self) -> list[tuple[list[int], str]]:
+        """Per row: its generated ids (as :meth:`results`) and why it ended."""
+        return list(zip(self.results(), [r or "length" for r in self.reasons], strict=True))
 
     def results(self) -> list[list[int]]:
         """Per row, the generated ids without the final EOS."""
@@ -64,29 +101,3 @@ class TokenRows:
             return [[] for _ in range(self.size)]
         rows = torch.stack(self.generated, dim=1).tolist()  # (B, steps)
         return [strip(row, self.eos_id, self.pad_id) for row in rows]
-
-
-def decode_loop(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, choose: Chooser,
-                min_new_tokens: int = 0, use_cache: bool = True, prompt_cache=None,
-                on_token: Callable[[Tensor, Tensor], None] | None = None,
-                candidates: Tensor | None = None) -> list[list[int]]:
-    """Append one token per step, picked by ``choose``, until EOS or the row's limit (:class:`TokenRows` run by
-    the engine, :func:`aiayn.decoding.engine.run`).
-
-    Returns, per row, the generated ids without BOS and without the final EOS. ``max_new_tokens`` may be a
-    (B,) tensor. ``prompt_cache`` (decoder-only, batch 1) supplies the keys/values of a stored prompt prefix.
-    ``candidates`` (C,): the only ids that may be generated (a shortlist).
-    """
-    cfg = model.config
-    limits = torch.as_tensor(max_new_tokens, device=src_ids.device).expand(src_ids.size(0))  # (B,)
-    rows = TokenRows(limits, choose, cfg.eos_id, cfg.pad_id, min_new_tokens, on_token)
-    return run(model, rows, src_ids, use_cache=use_cache, candidates=candidates, prompt_cache=prompt_cache).results()
-
-
-def greedy_search(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int,
-                  min_new_tokens: int = 0, use_cache: bool = True, prompt_cache=None,
-                  on_token: Callable[[Tensor, Tensor], None] | None = None,
-                  candidates: Tensor | None = None) -> list[list[int]]:
-    """Arg-max at every step. ``src_ids``: source ids (encoder-decoder) or the prompt (decoder-only)."""
-    return decode_loop(model, src_ids, max_new_tokens, argmax, min_new_tokens, use_cache, prompt_cache,
-                       on_token, candidates)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.decoding.engine import run
 from aiayn.decoding.greedy import TokenRows
 from aiayn.model.transformer import TransformerModel
 
@@ -50,7 +49,8 @@ def pad_is_last(cfg, width: int) -> bool:
 
 
 def sampled_rows(model: TransformerModel, limits: Tensor, min_new_tokens: int = 0, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, on_token=None) -> TokenRows:
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None, on_token=None,
+                 constraints: list | None = None) -> TokenRows:
     """Rows (limits (B,)) that each draw their next token with one generator seeded by ``seed`` (random when
     None): the engine group of sampling."""
     gen = torch.Generator(device=limits.device)
@@ -60,17 +60,4 @@ def sampled_rows(model: TransformerModel, limits: Tensor, min_new_tokens: int = 
         return draw(scores, gen, temperature, top_k, top_p, pad_is_last(model.config, scores.size(-1)))
 
     cfg = model.config
-    return TokenRows(limits, choose, cfg.eos_id, cfg.pad_id, min_new_tokens, on_token)
-
-
-def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | int, min_new_tokens: int = 0,
-           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-           num_samples: int = 1, use_cache: bool = True, prompt_cache=None, on_token=None) -> list[list[int]]:
-    """``num_samples`` samples per row of ``src_ids`` (rows grouped per input, in order); ``prompt_cache``
-    and ``on_token`` as in :func:`aiayn.decoding.greedy.decode_loop`."""
-    rows = src_ids.repeat_interleave(num_samples, dim=0)  # (B*N, S)
-    limits = torch.as_tensor(max_new_tokens, device=src_ids.device).expand(src_ids.size(0))
-    group = sampled_rows(model, limits.repeat_interleave(num_samples), min_new_tokens, temperature, top_k, top_p,
-                         seed, on_token)
-    run(model, group, rows, use_cache=use_cache, prompt_cache=prompt_cache)
-    return group.results()
+    return TokenRows(limits, choose, cfg.eos_id, cfg.pad_id, min_new_tokens, on_token, constraints)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.constraint import Grammars
 from aiayn.decoding.generation import generate
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
@@ -35,7 +36,9 @@ class TextStream:
 
 class TextGenerator:
     """Continue prompts with a decoder-only checkpoint: a :class:`DecodingConfig` (the checkpoint's
-    ``generation.json`` with ``from_checkpoint``); sampling unless it names a strategy or has temperature 0."""
+    ``generation.json`` with ``from_checkpoint``), resolved as everywhere (:meth:`DecodingConfig.resolve`:
+    sampling unless it names a strategy or has temperature 0); its ``json_schema`` or ``grammar`` constrain the
+    output (``self.grammars`` compiles each once)."""
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
@@ -47,6 +50,7 @@ class TextGenerator:
         self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
+        self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
         # an imported model's template, if it has one
         self.chat_template = tokenizers.apply_chat_template if getattr(tokenizers, "chat_template", None) else None
 
@@ -59,9 +63,13 @@ class TextGenerator:
         return self.chat_template(messages)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
-        """The ids of a conversation's prompt: the template writes its special tokens itself, so the tokenizer
-        adds none (no second BOS)."""
-        return self.tokenizer.encode(self.chat_prompt(messages), add_special_tokens=False)
+        """The ids of a conversation's prompt (:meth:`rendered_ids` of :meth:`chat_prompt`)."""
+        return self.rendered_ids(self.chat_prompt(messages))
+
+    def rendered_ids(self, prompt: str) -> list[int]:
+        """The ids of a prompt the chat template rendered: the template writes its special tokens itself, so the
+        tokenizer adds none (no second BOS)."""
+        return self.tokenizer.encode(prompt, add_special_tokens=False)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
@@ -70,11 +78,6 @@ class TextGenerator:
         folder = resolve_checkpoint(path)
         model, tokenizers = load_checkpoint(folder, "decoder-only", prepare)
         return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), **options)
-
-    @staticmethod
-    def strategy(decoding: DecodingConfig) -> str:
-        """The strategy named, else sampling (greedy at temperature 0)."""
-        return decoding.chosen_strategy("sample" if decoding.temperature > 0 else "greedy")
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document (EOS, which separates documents in
@@ -92,11 +95,9 @@ class TextGenerator:
         cfg = self.model.config
         decoding = (decoding or self.decoding).replace(**options, **({} if max_new_tokens is None else
                                                                       {"max_new_tokens": max_new_tokens}))
-        strategy = self.strategy(decoding)
-        if strategy == "greedy" and decoding.num_return_sequences > 1:
-            raise ValueError("num_return_sequences: greedy decoding (temperature 0) gives one continuation")
+        decoding = decoding.resolve(cfg)
         ids = torch.tensor([self.prompt_ids(prompt) if isinstance(prompt, str) else prompt], device=self.device)
-        wanted = decoding.max_new_tokens or TEXT_MAX_NEW_TOKENS
+        wanted = decoding.max_new_tokens
         room = cfg.max_len - ids.size(1) if cfg.positions == "learned" else wanted
         streams = [TextStream(self.tokenizer) for _ in range(decoding.num_return_sequences)]
 
@@ -105,6 +106,6 @@ class TextGenerator:
                 if alive and tok != cfg.eos_id and (text := streams[i].add(tok)):
                     on_text(i, text)
 
-        out = generate(self.model, ids, strategy, config=decoding, max_new_tokens=min(wanted, room),
+        out = generate(self.model, ids, config=decoding, max_new_tokens=min(wanted, room), grammars=self.grammars,
                        on_token=on_token if on_text is not None else None)
         return [self.tokenizer.decode(row) for row in out]

@@ -24,7 +24,8 @@ class Translator:
 
     Sentences are sorted by length and decoded in batches (through :func:`aiayn.generate`), then returned
     in input order. How: a :class:`DecodingConfig` (from the checkpoint's ``generation.json`` with
-    ``from_checkpoint``), beam search when ``beam_size`` > 1 unless it names a strategy; the output length is
+    ``from_checkpoint``), resolved as everywhere (:meth:`DecodingConfig.resolve`: beam search when ``beam_size``
+    > 1 unless it names a strategy, mask-predict for a CMLM); the output length is
     capped at ``max_len_a * source_length + max_len_b`` tokens. Empty (or whitespace-only) texts translate to
     "". Sources longer than the model's ``max_len`` are cut; the indices of those of the last call are in
     ``self.truncated``.
@@ -55,25 +56,16 @@ class Translator:
         self.truncated: list[int] = []
         self.check(self.decoding)
 
-    def check(self, decoding: DecodingConfig) -> None:
-        """What this translator cannot decode: more than one translation per text; a draft with beam search."""
+    def check(self, decoding: DecodingConfig) -> DecodingConfig:
+        """``decoding`` resolved for this model (:meth:`DecodingConfig.resolve`), or a ValueError for what this
+        translator cannot decode: more than one translation per text; a draft without greedy search."""
         if decoding.num_return_sequences != 1:
             raise ValueError("num_return_sequences: a translator returns one translation per text; use "
                              "aiayn.generate for n-best lists")
-        if self.draft is not None and self.strategy(decoding) != "greedy":
+        resolved = decoding.resolve(self.model.config)
+        if self.draft is not None and resolved.strategy != "greedy":
             raise ValueError("--draft: speculative decoding is greedy; pass --beam-size 1")
-        chosen = self.strategy(decoding)
-        if self.model.config.cmlm and chosen != "mask-predict":
-            raise ValueError(f"--strategy {chosen}: a CMLM checkpoint decodes non-autoregressively; use --strategy "
-                             "mask-predict")
-        if chosen == "mask-predict" and not self.model.config.cmlm:
-            raise ValueError("--strategy mask-predict: needs a CMLM checkpoint (aiayn train --task cmlm)")
-
-    def strategy(self, decoding: DecodingConfig) -> str:
-        """The strategy named, else mask-predict for a CMLM, beam search for a beam of more than one, else greedy."""
-        if self.model.config.cmlm:
-            return decoding.chosen_strategy("mask-predict")
-        return decoding.chosen_strategy("beam" if decoding.beam_size > 1 else "greedy")
+        return resolved
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
@@ -101,7 +93,7 @@ class Translator:
         """Best hypothesis per row."""
         cfg = self.model.config
         candidates = None if self.shortlist is None else self.shortlist.candidates(src, cfg.pad_id, cfg.eos_id)
-        return generate(self.model, src, self.strategy(decoding), config=decoding, draft_model=self.draft,
+        return generate(self.model, src, config=decoding, draft_model=self.draft,
                         draft_tokens=self.draft_tokens, speculative_stats=self.speculative, candidates=candidates)
 
     def source_text(self, text: str, decoding: DecodingConfig | None = None) -> str:
@@ -118,8 +110,7 @@ class Translator:
                   **options) -> list[str]:
         """Translate each text; empty input gives an empty list. Decoding: ``decoding`` (default: this
         translator's) with ``options`` (its fields by name) replaced."""
-        decoding = (decoding or self.decoding).replace(**options)
-        self.check(decoding)
+        decoding = self.check((decoding or self.decoding).replace(**options))
         whole = self.tokenizers.src.encode_batch([self.source_text(t, decoding) for t in texts])
         limit = self.model.config.max_len
         self.truncated = [i for i, ids in enumerate(whole) if len(ids) > limit]

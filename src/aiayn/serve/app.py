@@ -21,14 +21,16 @@ from aiayn.serve.http import (
     base_app,
     check_size,
     health_body,
+    native_refusal,
     request_decoding,
     serve_until_stopped,
     server_config,
 )
+from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
-from aiayn.serve.scheduler import Scheduler, TranslationRequest
+from aiayn.serve.scheduler import Scheduler
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 from aiayn.visual.refinement import refinement_for
@@ -74,33 +76,41 @@ class HeadRequest(AttentionRequest):
     query: int = Field(0, ge=0, description="the row: a source token (encoder) or a decoder input token")
 
 
-def _decoding(req: TranslateRequest, translator: Translator, limits: Limits) -> DecodingConfig:
-    """The request's decoding, its strategy named as the translator would choose it (else 422)."""
-    cfg = request_decoding(req, translator.decoding, limits, limits.max_new_tokens)
-    try:
-        translator.check(cfg)
-    except ValueError as err:
-        raise HTTPException(422, str(err)) from None
-    return cfg.replace(strategy=translator.strategy(cfg))
-
-
 async def _translate(batcher: Scheduler, translator: Translator, texts: list[str],
                      decoding: DecodingConfig) -> list[str]:
-    """Each non-empty text is one request to the scheduler (its rows join the running batch); "" stays "".
-    Mask-Predict decodes every position at once, not step by step: its texts run alone between two steps."""
-    if decoding.strategy == "mask-predict":
-        return await asyncio.wrap_future(batcher.run_alone(translator.translate, texts, len(texts), decoding))
-    jobs = [TranslationRequest(ids, decoding) if (ids := translator.source_ids(t, decoding)) else None for t in texts]
-    for job in jobs:
-        if job is not None:
-            batcher.submit(job)
+    """Each non-empty text is one decode job (its rows join the running batch); "" stays "". The scheduler's
+    admission check resolves the decoding (mask-predict for a CMLM runs alone between two steps) or refuses
+    the request (422/429)."""
+    loop = asyncio.get_running_loop()
+    jobs, finals = [], []  # finals: per text, its job's final event to come (None for an empty text)
+    for text in texts:
+        ids = translator.source_ids(text, decoding)
+        finals.append(loop.create_future() if ids else None)
+        if ids:
+            jobs.append(DecodeJob(ids, decoding, final_event(loop, finals[-1])))
     try:
-        outputs = [[] if job is None else await asyncio.wrap_future(job.future) for job in jobs]
+        batcher.submit(*jobs)
+    except Refused as err:
+        raise native_refusal(err) from None
+    try:
+        ended = [None if final is None else await final for final in finals]
     finally:
         for job in jobs:
-            if job is not None:
-                job.cancel()  # a client that went away frees its rows at the next step
-    return [translator.tokenizers.tgt.decode(ids) if ids else "" for ids in outputs]
+            job.cancelled = True  # a client that went away frees its rows at the next step
+    for event in ended:
+        if event is not None and event["finish_reason"] == "error":
+            raise HTTPException(500, event["detail"])
+    return ["" if event is None else translator.tokenizers.tgt.decode(event["ids"]) for event in ended]
+
+
+def final_event(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
+    """An ``emit`` for a job whose tokens are not streamed: ``future`` gets its final event."""
+
+    def emit(event: dict) -> None:
+        if "finish_reason" in event:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(event))
+
+    return emit
 
 
 def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
@@ -117,7 +127,8 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
         return create_family_app(translator, limits, max_batch, threads, embedder, name, api_key, batching, wait_ms)
 
     capacity = max(translator.model.config.max_len, limits.max_new_tokens) + 1  # BOS + the longest output
-    batcher = Scheduler(translator.model, max_batch, capacity, static=batching == "static", threads=threads)
+    batcher = Scheduler(translator.model, max_batch, capacity, static=batching == "static", threads=threads,
+                        limits=limits)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -156,7 +167,7 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         if not texts:
             raise HTTPException(422, "texts: give at least one text")
         check_size(texts, limits)
-        results = await _translate(batcher, translator, texts, _decoding(req, translator, limits))
+        results = await _translate(batcher, translator, texts, request_decoding(req, translator.decoding))
         return {"translation": results[0]} if req.text is not None else {"translations": results}
 
 

@@ -13,23 +13,32 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator, TextStream
-from aiayn.serve.http import STATIC, DecodingOptions, base_app, check_size, health_body, request_decoding
+from aiayn.serve.http import (
+    STATIC,
+    DecodingOptions,
+    base_app,
+    check_size,
+    health_body,
+    native_refusal,
+    request_decoding,
+)
+from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
-from aiayn.serve.scheduler import GenerationRequest, Scheduler
+from aiayn.serve.scheduler import Scheduler
 from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
 
 
 class GenerateRequest(DecodingOptions):
-    """A prompt and decoding options (greedy or sampled, one continuation); ``stream`` answers with Server-Sent
-    Events, one per token."""
+    """A prompt and decoding options (one continuation: greedy, sampled, the best beam, or following a
+    ``json_schema`` or ``grammar``); ``stream`` answers with Server-Sent Events, one per token."""
 
     model_config = ConfigDict(extra="forbid")
     prompt: str
@@ -103,9 +112,10 @@ def _family_scheduler(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         cfg = engine.model.config
         capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
         prefix = PromptCache(engine.model, max_bytes=limits.prefix_cache_bytes)
-        return Scheduler(engine.model, max_batch, capacity, prefix, static=batching == "static", threads=threads)
+        return Scheduler(engine.model, max_batch, capacity, prefix, static=batching == "static", threads=threads,
+                         limits=limits)
     return Scheduler(engine.model, max_batch, threads=threads, encode=_encoder_work(engine, embedder),
-                     wait_ms=wait_ms)
+                     wait_ms=wait_ms, limits=limits)
 
 
 def _add_page_and_health(app: FastAPI, cfg, limits: Limits, batcher: Scheduler) -> None:
@@ -145,17 +155,15 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, li
     async def generate(req: GenerateRequest, request: Request):
         """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
         ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
-        decoding = _generation_decoding(req, generator, limits)
-        prompt = _checked_prompt(req.prompt, decoding.max_new_tokens, generator, batcher, limits)
-        if batcher.open_requests >= limits.max_streams:
-            raise HTTPException(429, f"busy: {batcher.open_requests} generations running or waiting (the "
-                                     f"server's limit is {limits.max_streams}); try again shortly")
+        decoding = request_decoding(req, generator.decoding)
+        prompt = _checked_prompt(req.prompt, limits, generator)
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        sampled = generator.strategy(decoding) == "sample"
         emit = lambda e: loop.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
-        job = GenerationRequest(prompt, decoding.max_new_tokens, emit, decoding.temperature if sampled else 0.0,
-                                decoding.top_k, decoding.top_p, decoding.seed, min_new_tokens=decoding.min_new_tokens)
-        batcher.submit(job)
+        job = DecodeJob(prompt, decoding, emit, grammar=_grammar(generator, decoding))
+        try:
+            batcher.submit(job)
+        except Refused as err:
+            raise native_refusal(err) from None
         if req.stream:
             return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
         try:
@@ -164,7 +172,20 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, li
             job.cancelled = True  # a client that went away frees its row at the next step
         if final["finish_reason"] == "error":
             raise HTTPException(500, final["detail"])
-        return {"text": generator.tokenizer.decode(job.generated), **final}
+        return {"text": generator.tokenizer.decode(final["ids"]), **_counts(final)}
+
+
+def _grammar(generator: TextGenerator, decoding: DecodingConfig):
+    """The compiled grammar a request's ``json_schema`` or ``grammar`` asks for (422 naming what is wrong)."""
+    try:
+        return generator.grammars.for_decoding(decoding)
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+
+
+def _counts(final: dict) -> dict:
+    """A final event as the native routes answer it: the finish reason and the token counts."""
+    return {k: final[k] for k in ("finish_reason", "prompt_tokens", "completion_tokens") if k in final}
 
 
 def _add_lm_attention(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
@@ -205,26 +226,12 @@ def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
         raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
 
 
-def _generation_decoding(req: GenerateRequest, generator: TextGenerator, limits: Limits) -> DecodingConfig:
-    """The request's decoding: what the continuous batcher runs (one greedy or sampled continuation), else 422."""
-    decoding = request_decoding(req, generator.decoding, limits, TEXT_MAX_NEW_TOKENS)
-    if generator.strategy(decoding) == "beam" or decoding.num_return_sequences != 1:
-        raise HTTPException(422, "strategy: /generate streams one greedy or sampled continuation; use strategy "
-                                 "greedy or sample with num_return_sequences 1")
-    return decoding
-
-
-def _checked_prompt(text: str, max_new_tokens: int, generator: TextGenerator, batcher: Scheduler,
-                    limits: Limits) -> list[int]:
-    """The prompt's ids, or 413/422 naming the field over its limit."""
+def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list[int]:
+    """The prompt's ids, or 413/422 for a text over the size limit or empty (lengths: the scheduler's check)."""
     check_size([text], limits)
     if not text:
         raise HTTPException(422, "prompt: empty; give the text to continue")
-    prompt = generator.prompt_ids(text)
-    if len(prompt) + max_new_tokens > batcher.capacity:
-        raise HTTPException(422, f"prompt and max_new_tokens: {len(prompt)} + {max_new_tokens} tokens "
-                                 f"exceed the model's {batcher.capacity}")
-    return prompt
+    return generator.prompt_ids(text)
 
 
 async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
@@ -234,20 +241,25 @@ async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
     return event, ids
 
 
-async def _sse(job: GenerationRequest, events: asyncio.Queue, generator: TextGenerator, request: Request):
+async def _sse(job: DecodeJob, events: asyncio.Queue, generator: TextGenerator, request: Request):
     """Server-Sent Events: ``data: {"text", "id"}`` per token, then ``data: {"finish_reason", ...}``."""
     text = TextStream(generator.tokenizer)
     try:
         while True:
             event = await events.get()
             if "finish_reason" in event:
-                yield f"data: {json.dumps({**event, 'text': generator.tokenizer.decode(job.generated)})}\n\n"
+                text_of = generator.tokenizer.decode(event["ids"])
+                yield f"data: {json.dumps({**_counts(event), 'text': text_of, **_detail(event)})}\n\n"
                 return
             yield f"data: {json.dumps({'text': text.add(event['id']), 'id': event['id']}, ensure_ascii=False)}\n\n"
             if await request.is_disconnected():
                 return
     finally:
         job.cancelled = True
+
+
+def _detail(event: dict) -> dict:
+    return {"detail": event["detail"]} if "detail" in event else {}
 
 
 def _encoder_work(filler: MaskFiller, embedder: Embedder | None):

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from aiayn.decoding.config import DecodingConfig, names
+from aiayn.serve.jobs import Refused
 from aiayn.serve.limits import Limits
 
 STATIC = Path(__file__).parent / "static"
@@ -37,20 +38,23 @@ DecodingOptions: type[BaseModel] = create_model(
     "server's defaults (the checkpoint's generation.json, then aiayn serve's flags).", **_decoding_fields())
 
 
-def request_decoding(req: BaseModel, base: DecodingConfig, limits: Limits, default_new_tokens: int) -> DecodingConfig:
-    """``base`` with the request's decoding fields replaced: an invalid value or one over the server's limits
-    is 422 naming the field. The length limit is the request's, else ``default_new_tokens``, at most the
-    server's ``max_new_tokens``."""
+def request_decoding(req: BaseModel, base: DecodingConfig) -> DecodingConfig:
+    """``base`` (the server's defaults) with the request's decoding fields replaced; an invalid value is 422
+    naming the field. What the model cannot run or the server will not is the scheduler's one admission check
+    (:func:`native_refusal` maps it)."""
     try:
-        cfg = base.replace(**req.model_dump(exclude_unset=True, include=set(names())))
+        return base.replace(**req.model_dump(exclude_unset=True, include=set(names())))
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
-    if cfg.max_new_tokens is not None and cfg.max_new_tokens > limits.max_new_tokens:
-        raise HTTPException(422, f"max_new_tokens: {cfg.max_new_tokens} > the server's limit {limits.max_new_tokens}")
-    for name in ("beam_size", "num_return_sequences"):
-        if getattr(cfg, name) > limits.max_beam_size:
-            raise HTTPException(422, f"{name}: {getattr(cfg, name)} > the server's limit {limits.max_beam_size}")
-    return cfg.replace(max_new_tokens=min(cfg.max_new_tokens or default_new_tokens, limits.max_new_tokens))
+
+
+NATIVE_STATUS = {"invalid": 422, "too_long": 422, "busy": 429}  # the scheduler's refusals on the native routes
+
+
+def native_refusal(err: Refused) -> HTTPException:
+    """The native routes' answer to a refused job: 422 (a decoding the model cannot run, or over a length
+    limit) or 429 (busy), with the scheduler's message."""
+    return HTTPException(NATIVE_STATUS[err.refusal.kind], err.refusal.message)
 
 
 def check_size(texts: list[str], limits: Limits) -> None:

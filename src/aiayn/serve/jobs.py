@@ -1,5 +1,6 @@
-"""What the scheduler's one queue holds (``serve/scheduler.py``): generation and translation requests (engine
-groups, built by :func:`aiayn.decoding.generation.rows_for`), encoder-only work, and chores."""
+"""What the scheduler's one queue holds (``serve/scheduler.py``): decode jobs, translation and generation alike
+(engine groups, built by :func:`aiayn.decoding.generation.rows_for`), encoder-only work, and chores; and the
+scheduler's typed refusal."""
 
 from __future__ import annotations
 
@@ -11,50 +12,73 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from aiayn.decoding.beam import BeamRows
 from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.constraint import Grammar
 from aiayn.decoding.generation import rows_for
+from aiayn.decoding.greedy import TokenRows
 from aiayn.model.transformer import TransformerModel
 
 
-@dataclass
-class GenerationRequest:
-    """One prompt to continue. ``emit(event)`` is called on the decoding thread: ``{"id": token}`` per
-    token, then ``{"finish_reason": "stop" | "length" | "cancelled" | "error", ...counts}``. With ``logprobs``
-    (a number of alternatives, 0 or more) each token's event also holds ``"logprob"`` (the model's
-    log-probability of the token, before temperature and filtering) and ``"top"``: the ``logprobs`` likeliest
-    ``(id, logprob)``. ``temperature`` 0 is greedy."""
+@dataclass(frozen=True)
+class Refusal:
+    """Why the scheduler will not take a job (:meth:`Scheduler.admission <aiayn.serve.scheduler.Scheduler.admission>`):
+    ``kind`` ``"invalid"`` (a decoding the model cannot run), ``"too_large"`` (over a size or length limit) or
+    ``"busy"`` (too many requests open); ``field``: the request field at fault. Each protocol maps it to its own
+    status code (the native routes 422/413/429, ``/v1`` OpenAI's 400/429)."""
 
-    prompt: list[int]
-    max_new_tokens: int
-    emit: Callable[[dict], None]
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
+    kind: str
+    field: str
+    message: str
+
+
+class Refused(Exception):
+    """A job the scheduler did not take; ``refusal`` says why."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def _ignore(_event: dict) -> None:
+    pass
+
+
+@dataclass
+class DecodeJob:
+    """One input to decode, translation and generation alike: ``inputs`` (a source's or a prompt's ids) with
+    ``decoding`` (resolved against the model when the scheduler admits the job) and where results go:
+    ``emit(event)``, called on the decoding thread with ``{"id": token}`` per token of a greedy or sampled row
+    (with ``logprobs``, a number of alternatives, also ``"logprob"``, the model's log-probability of the token
+    before temperature and filtering, and ``"top"``, the likeliest ``(id, logprob)``), then once
+    ``{"finish_reason": "stop" | "length" | "cancelled" | "error", "ids", "prompt_tokens",
+    "completion_tokens"}``: the reason is the rows group's (the row that ended it). ``grammar``: a compiled
+    grammar the output follows (``decoding/constraint.py``)."""
+
+    inputs: list[int]
+    decoding: DecodingConfig
+    emit: Callable[[dict], None] = _ignore
     logprobs: int | None = None
-    min_new_tokens: int = 0  # no end of sequence before this many tokens, as the library's decoding
+    grammar: Grammar | None = None
     generated: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)  # time.perf_counter() as each token came
     submitted_at: float = 0.0
     cancelled: bool = False
     finish_reason: str | None = None
 
-    def decoding(self) -> DecodingConfig:
-        return DecodingConfig(strategy="sample", temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                              seed=self.seed, max_new_tokens=self.max_new_tokens, min_new_tokens=self.min_new_tokens)
+    @property
+    def prompt(self) -> list[int]:
+        return self.inputs
 
     def group(self, model: TransformerModel):
-        """The engine group, its inputs (1, T) and beams: as ``aiayn.generate`` decodes this prompt alone."""
-        return rows_for(model, torch.tensor([self.prompt]), self.decoding())
+        """The engine group, its inputs (1, T) and beams: as ``aiayn.generate`` decodes this input alone."""
+        return rows_for(model, torch.tensor([self.inputs]), self.decoding, grammar=self.grammar)
 
-    def after_step(self, group, eos_id: int) -> None:
-        """Record and emit this step's token (with its log-probabilities if asked)."""
-        if self.finish_reason is not None or self.cancelled:
+    def after_step(self, group) -> None:
+        """Record and emit this step's token of a greedy or sampled row (its end id is no token of the output)."""
+        if not isinstance(group, TokenRows) or not bool(group.live[0]):
             return
         token = int(group.generated[-1][0])
-        if token == eos_id:
-            self.finish_reason = "stop"
+        if token == group.eos_id:
             return
         self.generated.append(token)
         self.token_times.append(time.perf_counter())
@@ -62,17 +86,17 @@ class GenerationRequest:
         if self.logprobs is not None:
             event.update(_logprobs(group.last_scores[0], token, self.logprobs))
         self.emit(event)
-        if len(self.generated) >= self.max_new_tokens:
-            self.finish_reason = "length"
 
-    def finish(self, group, reason: str | None) -> None:
-        self.finish_reason = reason or self.finish_reason or "length"
-        self.emit({"finish_reason": self.finish_reason, "prompt_tokens": len(self.prompt),
+    def finish(self, ids: list[int], reason: str) -> None:
+        """The job's end: its output ids and why it ended."""
+        self.generated, self.finish_reason = list(ids), reason
+        self.emit({"finish_reason": reason, "ids": self.generated, "prompt_tokens": len(self.inputs),
                    "completion_tokens": len(self.generated)})
 
     def fail(self, err: Exception) -> None:
-        self.emit({"finish_reason": "error", "detail": f"{type(err).__name__}: {err}"})
         self.finish_reason = "error"
+        self.emit({"finish_reason": "error", "detail": f"{type(err).__name__}: {err}", "ids": self.generated,
+                   "prompt_tokens": len(self.inputs), "completion_tokens": len(self.generated)})
 
 
 def _logprobs(scores: Tensor, token: int, top: int) -> dict:
@@ -81,52 +105,6 @@ def _logprobs(scores: Tensor, token: int, top: int) -> dict:
     best = logp.topk(top) if top else None
     return {"logprob": float(logp[token]),
             "top": [] if best is None else list(zip(best.indices.tolist(), best.values.tolist(), strict=True))}
-
-
-@dataclass
-class TranslationRequest:
-    """One source (its ids) to translate with ``decoding`` (its strategy named); ``future`` gets the output
-    ids (the best hypothesis, without BOS and EOS) or the error."""
-
-    source: list[int]
-    decoding: DecodingConfig
-    future: Future = field(default_factory=Future)
-    generated: list[int] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
-    submitted_at: float = 0.0
-    finish_reason: str | None = None
-    _cancelled: bool = False
-
-    @property
-    def prompt(self) -> list[int]:
-        return self.source
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled or self.future.cancelled()
-
-    def cancel(self) -> None:
-        """The client went away: its rows leave at the next step."""
-        self._cancelled = True
-
-    def group(self, model: TransformerModel):
-        return rows_for(model, torch.tensor([self.source]), self.decoding)
-
-    def after_step(self, group, eos_id: int) -> None:
-        pass
-
-    def finish(self, group, reason: str | None) -> None:
-        self.finish_reason = reason or "stop"
-        if reason is None and not self.future.done():
-            self.generated = group.nbest()[0][0].tokens if isinstance(group, BeamRows) else group.results()[0]
-            self.future.set_result(self.generated)
-        elif not self.future.done():
-            self.future.cancel()
-
-    def fail(self, err: Exception) -> None:
-        if not self.future.done():
-            self.future.set_exception(err)
-        self.finish_reason = "error"
 
 
 @dataclass

@@ -14,7 +14,7 @@ import json
 from typing import Literal
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
@@ -28,14 +28,38 @@ class Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)  # unset: the server's (generation.json), else OpenAI's 1
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
     stream_options: dict[Literal["include_usage"], bool] | None = None
     user: str | None = None  # the caller's end-user id: accepted, not used
+    response_format: ResponseFormat | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(max_length=64)
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``{"type": "text" | "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict"}}``: the output is JSON (following the schema), by constrained decoding."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError('json_schema: give it exactly when type is "json_schema"')
+        return self
 
 
 class CompletionRequest(Sampling):
@@ -113,7 +137,9 @@ def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: Text
         req = await parse(request, CompletionRequest)
         check_model(req.model, name)
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
-        return await texts.answer(request, req, prompts, "text_completion", req.logprobs)
+        texts.check_size(prompts, "prompt")
+        ids = [generator.prompt_ids(p) for p in prompts]
+        return await texts.answer(request, req, ids, "text_completion", req.logprobs)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -123,8 +149,10 @@ def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: Text
             prompt = generator.chat_prompt([m.model_dump(exclude_none=True) for m in req.messages])
         except ValueError as err:
             raise OpenAIError(400, f"messages: {err}", "messages") from None
+        texts.check_size([prompt], "messages")
+        ids = generator.rendered_ids(prompt)
         top = (req.top_logprobs or 0) if req.logprobs else None
-        return await texts.answer(request, req, [prompt], "chat.completion", top)
+        return await texts.answer(request, req, [ids], "chat.completion", top)
 
 
 def _add_embeddings(app: FastAPI, name: str, limits: Limits, embed) -> None:

@@ -11,9 +11,12 @@ import uuid
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.constraint import Grammar
 from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
-from aiayn.serve.scheduler import GenerationRequest, Scheduler
+from aiayn.serve.scheduler import Scheduler
 
 
 class OpenAIError(Exception):
@@ -27,6 +30,26 @@ class OpenAIError(Exception):
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         return JSONResponse({"error": {"message": self.message, "type": kind, "param": self.param,
                                        "code": self.code}}, status_code=self.status)
+
+
+def openai_refusal(err: Refused) -> OpenAIError:
+    """The scheduler's refusal in OpenAI's shape: 429 when busy, else 400 (a length over the context:
+    ``context_length_exceeded``)."""
+    refusal = err.refusal
+    if refusal.kind == "busy":
+        return OpenAIError(429, refusal.message, None, "rate_limit_exceeded")
+    field = {"max_new_tokens": "max_tokens", "num_return_sequences": "n"}.get(refusal.field, refusal.field)
+    message = refusal.message.replace(f"{refusal.field}:", f"{field}:", 1)  # OpenAI's name for the field
+    return OpenAIError(400, message, field, "context_length_exceeded" if refusal.kind == "too_long" else None)
+
+
+def schema_of(response_format) -> dict:
+    """``response_format`` as decoding fields: ``json_object`` is any JSON object, ``json_schema`` its schema."""
+    if response_format is None or response_format.type == "text":
+        return {}
+    if response_format.type == "json_object":
+        return {"json_schema": '{"type": "object"}'}
+    return {"json_schema": json.dumps(response_format.json_schema.schema_ or {})}
 
 
 class StopText:
@@ -58,7 +81,7 @@ class StopText:
 class Choice:
     """One choice: its job, its text so far, its tokens' log-probabilities."""
 
-    def __init__(self, index: int, job: GenerationRequest, generator: TextGenerator, stops: list[str]) -> None:
+    def __init__(self, index: int, job: DecodeJob, generator: TextGenerator, stops: list[str]) -> None:
         self.index, self.job, self.generator = index, job, generator
         self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
@@ -84,43 +107,64 @@ class TextRoutes:
     def __init__(self, name: str, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
         self.name, self.generator, self.batcher, self.limits = name, generator, batcher, limits
 
-    def _jobs(self, req, prompts: list[str], logprobs: int | None, emit) -> list[Choice]:
-        if sum(len(p) for p in prompts) > self.limits.max_chars or len(prompts) > self.limits.max_texts:
-            raise OpenAIError(413, f"prompt: over the server's limit of {self.limits.max_chars} characters / "
-                                   f"{self.limits.max_texts} prompts", "prompt")
+    def check_size(self, texts: list[str], field: str) -> None:
+        """413 for prompts over the server's size limits (characters of the text the model reads)."""
+        if sum(len(t) for t in texts) > self.limits.max_chars or len(texts) > self.limits.max_texts:
+            raise OpenAIError(413, f"{field}: over the server's limit of {self.limits.max_chars} characters / "
+                                   f"{self.limits.max_texts} prompts", field)
+
+    def _jobs(self, req, prompts: list[list[int]], logprobs: int | None, emit, chat: bool) -> list[Choice]:
         count = len(prompts) * req.n
-        if count > self.limits.max_beam_size or self.batcher.open_requests + count > self.limits.max_streams:
-            raise OpenAIError(429 if count <= self.limits.max_beam_size else 400,
-                              f"n: {count} choices; the server takes {self.limits.max_beam_size} a request and "
-                              f"{self.limits.max_streams} at once", "n")
-        max_new = getattr(req, "max_completion_tokens", None) or req.max_tokens or 16
-        if max_new > self.limits.max_new_tokens:
-            raise OpenAIError(400, f"max_tokens: {max_new} > the server's limit {self.limits.max_new_tokens}",
-                              "max_tokens")
+        if count > self.limits.max_beam_size:
+            raise OpenAIError(400, f"n: {count} choices; the server takes {self.limits.max_beam_size} a request", "n")
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        base, grammar = self._decoding(req)
         choices = []
-        for p, prompt in enumerate(prompts):
-            ids = self.generator.prompt_ids(prompt)
-            if len(ids) + max_new > self.batcher.capacity:
-                raise OpenAIError(400, f"prompt and max_tokens: {len(ids)} + {max_new} tokens exceed the model's "
-                                       f"{self.batcher.capacity}", "max_tokens")
+        for p, ids in enumerate(prompts):
+            max_new = self._max_new(req, chat, ids)
             for k in range(req.n):
                 index = p * req.n + k
-                seed = None if req.seed is None else req.seed + k
-                job = GenerationRequest(ids, max_new, lambda e, i=index: emit(i, e), req.temperature, 0, req.top_p,
-                                        seed, logprobs)
+                seed = {} if req.seed is None else {"seed": req.seed + k}
+                job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed), lambda e, i=index: emit(i, e),
+                                logprobs, grammar)
                 choices.append(Choice(index, job, self.generator, stops))
         return choices
 
-    async def answer(self, request: Request, req, prompts: list[str], kind: str, logprobs: int | None):
+    def _decoding(self, req) -> tuple[DecodingConfig, Grammar | None]:
+        """The server's decoding (generation.json, then ``aiayn serve``'s flags) with the request's sampling
+        fields and ``response_format``; the grammar it asks for, compiled (400 naming what is wrong)."""
+        fields = {"temperature": req.temperature, "top_p": req.top_p, **schema_of(req.response_format)}
+        try:
+            decoding = self.generator.decoding.replace(**{k: v for k, v in fields.items() if v is not None})
+            return decoding, self.generator.grammars.for_decoding(decoding)
+        except ValueError as err:
+            field = "response_format" if str(err).startswith(("json_schema", "grammar")) else str(err).split(":")[0]
+            raise OpenAIError(400, f"{field}: {err}", field) from None
+
+    def _max_new(self, req, chat: bool, ids: list[int]) -> int:
+        """The request's limit; without one, a completion's is OpenAI's 16, a chat's the end of its turn: the
+        checkpoint's generation.json limit if it sets one, else as far as the server's limit and the context go."""
+        given = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        if given is not None:
+            return given
+        if not chat:
+            return 16
+        if "max_new_tokens" in self.generator.decoding.changes():
+            return self.generator.decoding.max_new_tokens
+        return max(1, min(self.limits.max_new_tokens, self.batcher.capacity - len(ids)))
+
+    async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None):
+        """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion)."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
 
         def emit(index: int, event: dict) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
-        choices = self._jobs(req, prompts, logprobs, emit)
-        for choice in choices:
-            self.batcher.submit(choice.job)
+        choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"))
+        try:
+            self.batcher.submit(*(choice.job for choice in choices))
+        except Refused as err:
+            raise openai_refusal(err) from None
         head = {"id": f"{'chatcmpl' if kind.startswith('chat') else 'cmpl'}-{uuid.uuid4().hex}",
                 "object": kind + (".chunk" if req.stream and kind.startswith("chat") else ""),
                 "created": int(time.time()), "model": self.name}

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 import torch
 
 from aiayn.decoding.engine import Engine
+from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
 from aiayn.model.transformer import TransformerModel
-from aiayn.serve.jobs import Chore, EncoderWork, GenerationRequest, TranslationRequest
+from aiayn.serve.jobs import Chore, DecodeJob, EncoderWork, Refusal, Refused
+from aiayn.serve.limits import Limits
 
-__all__ = ["GenerationRequest", "Scheduler", "TranslationRequest"]
-Job = GenerationRequest | TranslationRequest
+__all__ = ["DecodeJob", "Refusal", "Refused", "Scheduler"]
+Job = DecodeJob
 
 
 @dataclass
@@ -50,12 +52,15 @@ class Scheduler:
         threads: compute threads of the decoding thread (``serve/threads.py``; None: as is).
         encode: encoder-only work, ``(texts, options) -> one result per text``; ``wait_ms``: how long the first
             such request waits for company.
+        limits: what one request may ask (:meth:`admission` checks a job against them).
     """
 
     def __init__(self, model: TransformerModel, max_batch: int = 16, capacity: int | None = None,
                  prefix_cache: PromptCache | None = None, static: bool = False, threads: int | None = None,
-                 encode: Callable[[list[str], Hashable], list] | None = None, wait_ms: float = 5.0) -> None:
+                 encode: Callable[[list[str], Hashable], list] | None = None, wait_ms: float = 5.0,
+                 limits: Limits | None = None) -> None:
         self.model, self.max_batch, self.prefix_cache, self.static = model, max_batch, prefix_cache, static
+        self.limits = limits or Limits()
         self.capacity, self.threads = capacity or model.config.max_len, threads
         self.encode, self.wait = encode, wait_ms / 1000
         self.engine = Engine(model, capacity=self.capacity, prompt_cache=prefix_cache)
@@ -85,14 +90,53 @@ class Scheduler:
         self._stop.set()
         self.thread.join(timeout=10)
 
-    def submit(self, job: Job) -> None:
-        """Queue a generation or translation request (a prompt too long for the cache is a ValueError)."""
-        if isinstance(job, GenerationRequest) and len(job.prompt) + job.max_new_tokens > self.capacity:
-            raise ValueError(f"prompt and max_new_tokens: {len(job.prompt)} + {job.max_new_tokens} "
-                             f"tokens exceed the model's {self.capacity}")
-        self.submitted += 1
-        job.submitted_at = time.perf_counter()
-        self.waiting.put(job)
+    def admission(self, *jobs: Job) -> Refusal | None:
+        """The one admission check, for jobs that come together (one request's): each job's decoding resolved
+        against the model, in place (:meth:`DecodingConfig.resolve`: a strategy the model cannot run is
+        ``invalid``); over the limits (length, beam, the cache) ``too_long``; a language model with
+        ``limits.max_streams`` requests open ``busy``. None: all may be submitted."""
+        for job in jobs:
+            try:
+                job.decoding = job.decoding.resolve(self.model.config)
+            except ValueError as err:
+                return Refusal("invalid", str(err).split(":")[0], str(err))
+            refusal = self._over_limits(job)
+            if refusal is not None:
+                return refusal
+        if self.model.config.arch == "decoder-only" and self.open_requests + len(jobs) > self.limits.max_streams:
+            return Refusal("busy", "n", f"busy: {self.open_requests} generations running or waiting (the server's "
+                                        f"limit is {self.limits.max_streams}); try again shortly")
+        return None
+
+    def _over_limits(self, job: Job) -> Refusal | None:
+        cfg, limits = job.decoding, self.limits
+        if cfg.num_return_sequences != 1:
+            return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one "
+                           "sequence here (the OpenAI routes take n)")
+        if cfg.strategy == "beam" and cfg.beam_size > limits.max_beam_size:
+            return Refusal("too_long", "beam_size", f"beam_size: {cfg.beam_size} > the server's limit "
+                                                    f"{limits.max_beam_size}")
+        if cfg.max_new_tokens is not None and cfg.max_new_tokens > limits.max_new_tokens:
+            return Refusal("too_long", "max_new_tokens", f"max_new_tokens: {cfg.max_new_tokens} > the server's "
+                                                         f"limit {limits.max_new_tokens}")
+        job.decoding = cfg = cfg.replace(max_new_tokens=cfg.max_new_tokens or limits.max_new_tokens)
+        start = self.engine.start_width(torch.tensor([job.inputs]))
+        if start + cfg.max_new_tokens > self.capacity:
+            return Refusal("too_long", "max_new_tokens", f"prompt and max_new_tokens: {len(job.inputs)} + "
+                                                         f"{cfg.max_new_tokens} tokens exceed the model's "
+                                                         f"{self.capacity}")
+        return None
+
+    def submit(self, *jobs: Job) -> None:
+        """Queue decode jobs that come together (one request's): all, or none with :class:`Refused` (the
+        :meth:`admission` check's refusal)."""
+        refusal = self.admission(*jobs)
+        if refusal is not None:
+            raise Refused(refusal)
+        for job in jobs:
+            self.submitted += 1
+            job.submitted_at = time.perf_counter()
+            self.waiting.put(job)
 
     def submit_encoder(self, texts: list[str], options: Hashable) -> Future:
         """Queue encoder-only work; the future gets one result per text."""
@@ -151,6 +195,8 @@ class Scheduler:
         if job.cancelled:
             self._done(job, "cancelled")
             return True
+        if job.decoding.strategy == "mask-predict":  # every position at once, not step by step: alone, now
+            return self._run_alone(job)
         try:
             group, inputs, beams = job.group(self.model)
         except ValueError as err:  # a request the engine cannot decode: its own error
@@ -168,6 +214,16 @@ class Scheduler:
         self.largest_batch = max(self.largest_batch, self.engine.rows)
         if group.done:  # nothing to generate (a limit of 0)
             self._leave([self.running[-1]])
+        return True
+
+    def _run_alone(self, job: Job) -> bool:
+        try:
+            ids = generate(self.model, torch.tensor([job.inputs]), config=job.decoding)[0]
+        except Exception as err:  # the request gets it; the thread lives on
+            job.fail(err)
+            self._done(job, "error")
+            return True
+        self._done(job, None, outputs=(ids, "stop"))
         return True
 
     def _run_encoder_work(self) -> None:
@@ -211,7 +267,7 @@ class Scheduler:
             self._leave(self.running, "error")
             return
         for running in self.running:
-            running.job.after_step(running.group, self.model.config.eos_id)
+            running.job.after_step(running.group)
         finished = [r for r in self.running if r.group.done]
         if self.static and len(finished) < len(self.running):
             return
@@ -225,10 +281,17 @@ class Scheduler:
         for r in leaving:
             self._done(r.job, reason or ("cancelled" if r.job.cancelled else None), r.group)
 
-    def _done(self, job: Job, reason: str | None, group=None) -> None:
-        """Count the request finished, then tell it (its answer may go out at once)."""
+    def _done(self, job: Job, reason: str | None, group=None, outputs: tuple | None = None) -> None:
+        """Count the request finished, then tell it (its answer may go out at once): its ids and the reason its
+        rows group gives (``reason``: cancelled or error, which the scheduler decided)."""
         self.finished += 1
         self.cancelled += reason == "cancelled"
-        if self.on_finish is not None and reason != "error":
+        if reason == "error":
+            return
+        if outputs is None:
+            outputs = group.outputs()[0] if group is not None else (job.generated, "cancelled")
+        ids, why = outputs
+        job.generated, job.finish_reason = list(ids), reason or why
+        if self.on_finish is not None:
             self.on_finish(job)
-        job.finish(group, reason)
+        job.finish(ids, reason or why)
