@@ -92,9 +92,10 @@ CHAT_TEXTS = ["Translate to English: Ein Mann fährt ein Pferd.", "A man rides a
               "Two dogs play.", "What is the capital of France?", "Paris is the capital of France."]
 
 
-def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: bool = True) -> Path:
+def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: bool | str = True) -> Path:
     """A tiny random decoder-only checkpoint with a byte-level BPE, ChatML special tokens and a chat template (as an
-    imported instruct model has): ``<|im_end|>`` is its EOS, a padding row appended."""
+    imported instruct model has; ``template``: ChatML, or this template's text): ``<|im_end|>`` is its EOS, a
+    padding row appended."""
     import json
 
     from tokenizers import ByteLevelBPETokenizer
@@ -107,7 +108,7 @@ def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: b
     bpe.train_from_iterator(CHAT_TEXTS * 5, vocab_size=320, show_progress=False,
                             special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     settings = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
-    settings.update({"chat_template": CHATML} if template else {})
+    settings.update({"chat_template": template if isinstance(template, str) else CHATML} if template else {})
     tokenizers = HFTokenizers(bpe._tokenizer.to_str(), json.dumps(settings))
     vocab = len(tokenizers.src)
     cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=vocab + 1, n_encoder_layers=0, dropout=0.0,

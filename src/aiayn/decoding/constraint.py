@@ -9,12 +9,21 @@ once per tokenizer and text (:class:`Grammars` caches it); each row gets its own
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
 _BITS = torch.arange(32, dtype=torch.int32)
+# How constrained JSON is written unless a schema says otherwise (its "x-guidance"): one space after ":" and ","
+# as json.dumps writes it, and no other whitespace (free whitespace lets a model pad forever).
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def styled(schema: dict) -> dict:
+    """``schema`` with :data:`JSON_STYLE` where it sets no ``x-guidance`` of its own."""
+    return schema if "x-guidance" in schema else {**schema, "x-guidance": JSON_STYLE}
 
 
 class Grammar:
@@ -91,8 +100,8 @@ class Grammars:
             return self._cache[key]
         name = "json_schema" if json_schema is not None else "grammar"
         try:
-            spec = (llguidance.LLMatcher.grammar_from_json_schema(json_schema) if json_schema is not None else
-                    llguidance.LLMatcher.grammar_from_lark(grammar))
+            spec = (llguidance.LLMatcher.grammar_from_json_schema(styled(json.loads(json_schema)))
+                    if json_schema is not None else llguidance.LLMatcher.grammar_from_lark(grammar))
             problem = llguidance.LLMatcher.validate_grammar(spec, self.tokenizer())
         except (ValueError, TypeError) as err:
             problem = str(err)

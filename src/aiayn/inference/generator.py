@@ -53,14 +53,18 @@ class TextGenerator:
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
         # an imported model's template, if it has one
         self.chat_template = tokenizers.apply_chat_template if getattr(tokenizers, "chat_template", None) else None
+        self.takes_tools = bool(self.chat_template and tokenizers.takes_tools)
 
-    def chat_prompt(self, messages: list[dict]) -> str:
-        """The prompt text of a conversation (``[{"role", "content"}]``), by the model's chat template; a model
-        without one is a ValueError."""
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text of a conversation (``[{"role", "content"}]``) and the ``tools`` it may call, by the
+        model's chat template; a model without one (or without tools in it, when given some) is a ValueError."""
         if self.chat_template is None:
             raise ValueError("this model has no chat template (an imported model's tokenizer_config.json brings "
                              "one); send a plain prompt")
-        return self.chat_template(messages)
+        if tools and not self.takes_tools:
+            raise ValueError("tools: this model's chat template takes no tools (Qwen2.5's and Hermes-style "
+                             "templates do)")
+        return self.chat_template(messages, tools=tools) if tools else self.chat_template(messages)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """The ids of a conversation's prompt (:meth:`rendered_ids` of :meth:`chat_prompt`)."""

@@ -17,9 +17,11 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aiayn.inference.generator import TextGenerator
+from aiayn.serve.choices import Calls
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai_text import OpenAIError, TextRoutes
 from aiayn.serve.scheduler import Scheduler
+from aiayn.serve.tools import template_messages
 
 
 class Sampling(BaseModel):
@@ -67,11 +69,60 @@ class CompletionRequest(Sampling):
     logprobs: int | None = Field(None, ge=0, le=5)
 
 
-class ChatMessage(BaseModel):
+class CalledFunction(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class ChatMessage(BaseModel):
+    """A message: ``content``; an assistant's may instead hold the ``tool_calls`` it made, a ``tool`` message
+    answers one of them (``tool_call_id``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _content_given(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content: give the message's text (only an assistant's tool calls may go without)")
+        return self
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema of the arguments
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+
+
+class ToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: ChosenFunction
 
 
 class ChatRequest(Sampling):
@@ -79,6 +130,9 @@ class ChatRequest(Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Tool] | None = Field(None, max_length=64)
+    tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # accepted; a call constrained by the grammar is one call
 
 
 class EmbeddingRequest(BaseModel):
@@ -145,14 +199,33 @@ def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: Text
     async def chat(request: Request):
         req = await parse(request, ChatRequest)
         check_model(req.model, name)
+        tools, choice = chat_tools(req)
         try:
-            prompt = generator.chat_prompt([m.model_dump(exclude_none=True) for m in req.messages])
+            messages = template_messages([m.model_dump(exclude_none=True) for m in req.messages])
+            prompt = generator.chat_prompt(messages, tools if choice != "none" else None)
         except ValueError as err:
-            raise OpenAIError(400, f"messages: {err}", "messages") from None
+            field = "tools" if str(err).startswith("tools") else "messages"
+            raise OpenAIError(400, str(err) if field == "tools" else f"messages: {err}", field) from None
         texts.check_size([prompt], "messages")
         ids = generator.rendered_ids(prompt)
         top = (req.top_logprobs or 0) if req.logprobs else None
-        return await texts.answer(request, req, [ids], "chat.completion", top)
+        calls = Calls(tools, choice) if tools and choice != "none" else None
+        return await texts.answer(request, req, [ids], "chat.completion", top, calls)
+
+
+def chat_tools(req: ChatRequest) -> tuple[list[dict] | None, str | dict]:
+    """The request's tools (OpenAI's function specs) and its ``tool_choice`` (default: ``auto`` with tools, else
+    ``none``); a choice that names no function offered is a 400."""
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    choice = req.tool_choice or ("auto" if tools else "none")
+    if not isinstance(choice, str):
+        choice = choice.model_dump()
+    if choice != "none" and not tools and choice != "auto":
+        raise OpenAIError(400, "tool_choice: give tools to choose from", "tool_choice")
+    if isinstance(choice, dict) and choice["function"]["name"] not in {t["function"]["name"] for t in tools}:
+        raise OpenAIError(400, f"tool_choice: no function named {choice['function']['name']!r} in tools",
+                          "tool_choice")
+    return tools, choice
 
 
 def _add_embeddings(app: FastAPI, name: str, limits: Limits, embed) -> None:

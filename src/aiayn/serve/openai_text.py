@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammar
-from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.choices import Calls, Choice
 from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import Scheduler
@@ -52,55 +53,6 @@ def schema_of(response_format) -> dict:
     return {"json_schema": json.dumps(response_format.json_schema.schema_ or {})}
 
 
-class StopText:
-    """The text of one choice as its tokens arrive, cut before the first stop string. Text that could still
-    become a stop string is held back until it cannot."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self.stops, self.text, self.sent, self.stopped = [s for s in stops if s], "", 0, False
-
-    def add(self, piece: str) -> str:
-        """The text that may be sent now."""
-        self.text += piece
-        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.text, self.stopped = self.text[:cut], True
-            return self.flush()
-        hold = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
-        return self._send(len(self.text) - hold)
-
-    def flush(self) -> str:
-        return self._send(len(self.text))
-
-    def _send(self, end: int) -> str:
-        end = max(end, self.sent)
-        new, self.sent = self.text[self.sent:end], end
-        return new
-
-
-class Choice:
-    """One choice: its job, its text so far, its tokens' log-probabilities."""
-
-    def __init__(self, index: int, job: DecodeJob, generator: TextGenerator, stops: list[str]) -> None:
-        self.index, self.job, self.generator = index, job, generator
-        self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
-        self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
-
-    def take(self, event: dict) -> str:
-        """A token event -> the text it adds (after stop strings)."""
-        piece = self.stream.add(event["id"])
-        if "logprob" in event and not self.stop.stopped:
-            self.tokens.append({"id": event["id"], "text": self.generator.tokenizer.decode([event["id"]]),
-                                "logprob": event["logprob"], "top": event["top"]})
-        text = "" if self.stop.stopped else self.stop.add(piece)
-        if self.stop.stopped:
-            self.job.cancelled = True  # its row leaves at the next step
-        return text
-
-    def finish_reason(self, event: dict) -> str:
-        return "stop" if self.stop.stopped or event["finish_reason"] == "stop" else "length"
-
-
 class TextRoutes:
     """What the two text endpoints share: jobs in, OpenAI's answer out."""
 
@@ -113,12 +65,13 @@ class TextRoutes:
             raise OpenAIError(413, f"{field}: over the server's limit of {self.limits.max_chars} characters / "
                                    f"{self.limits.max_texts} prompts", field)
 
-    def _jobs(self, req, prompts: list[list[int]], logprobs: int | None, emit, chat: bool) -> list[Choice]:
+    def _jobs(self, req, prompts: list[list[int]], logprobs: int | None, emit, chat: bool,
+              calls: Calls | None) -> list[Choice]:
         count = len(prompts) * req.n
         if count > self.limits.max_beam_size:
             raise OpenAIError(400, f"n: {count} choices; the server takes {self.limits.max_beam_size} a request", "n")
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        base, grammar = self._decoding(req)
+        base, grammar = self._decoding(req, calls)
         choices = []
         for p, ids in enumerate(prompts):
             max_new = self._max_new(req, chat, ids)
@@ -127,13 +80,18 @@ class TextRoutes:
                 seed = {} if req.seed is None else {"seed": req.seed + k}
                 job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed), lambda e, i=index: emit(i, e),
                                 logprobs, grammar)
-                choices.append(Choice(index, job, self.generator, stops))
+                choices.append(Choice(index, job, self.generator, stops, calls))
         return choices
 
-    def _decoding(self, req) -> tuple[DecodingConfig, Grammar | None]:
+    def _decoding(self, req, calls: Calls | None) -> tuple[DecodingConfig, Grammar | None]:
         """The server's decoding (generation.json, then ``aiayn serve``'s flags) with the request's sampling
-        fields and ``response_format``; the grammar it asks for, compiled (400 naming what is wrong)."""
+        fields, its ``response_format`` or its tool choice's grammar; that grammar, compiled (400 naming what is
+        wrong)."""
         fields = {"temperature": req.temperature, "top_p": req.top_p, **schema_of(req.response_format)}
+        if calls is not None and calls.grammar is not None:
+            if fields.get("json_schema"):
+                raise OpenAIError(400, "response_format: not with a required or named tool_choice", "response_format")
+            fields["grammar"] = calls.grammar
         try:
             decoding = self.generator.decoding.replace(**{k: v for k, v in fields.items() if v is not None})
             return decoding, self.generator.grammars.for_decoding(decoding)
@@ -153,14 +111,16 @@ class TextRoutes:
             return self.generator.decoding.max_new_tokens
         return max(1, min(self.limits.max_new_tokens, self.batcher.capacity - len(ids)))
 
-    async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None):
-        """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion)."""
+    async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None,
+                     calls: Calls | None = None):
+        """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion); ``calls``:
+        the chat's tools."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
 
         def emit(index: int, event: dict) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
-        choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"))
+        choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"), calls)
         try:
             self.batcher.submit(*(choice.job for choice in choices))
         except Refused as err:
@@ -180,10 +140,10 @@ class TextRoutes:
                 index, event = found
                 choice = choices[index]
                 if "finish_reason" in event:
-                    texts[index] += choice.stop.flush()
-                    reasons[index] = choice.finish_reason(event)
+                    text, _, reasons[index] = choice.end(event)
                 else:
-                    texts[index] += choice.take(event)
+                    text, _ = choice.take(event)
+                texts[index] += text
         finally:
             for choice in choices:
                 choice.job.cancelled = True
@@ -191,12 +151,16 @@ class TextRoutes:
         return {**head, "choices": body, "usage": self._usage(choices)}
 
     def _choice(self, kind: str, choice: Choice, text: str, reason: str | None, logprobs: int | None,
-                delta: bool = False, first: bool = False) -> dict:
+                delta: bool = False, first: bool = False, calls: list[dict] | None = None) -> dict:
         chat = kind.startswith("chat")
         out = {"index": choice.index, "finish_reason": reason}
-        if chat:
-            message = {"role": "assistant"} if first or not delta else {}
-            out["delta" if delta else "message"] = {**message, **({"content": text} if text or not delta else {})}
+        if chat and delta:
+            out["delta"] = {**({"role": "assistant"} if first else {}), **({"content": text} if text else {}),
+                            **({"tool_calls": calls} if calls else {})}
+        elif chat:
+            made = [{k: v for k, v in call.items() if k != "index"} for call in choice.calls]
+            content = text.strip() or None if made else text
+            out["message"] = {"role": "assistant", "content": content, **({"tool_calls": made} if made else {})}
         else:
             out["text"] = text
         tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
@@ -219,13 +183,14 @@ class TextRoutes:
                 index, event = await events.get()
                 choice = choices[index]
                 if "finish_reason" in event:
-                    text, reason = choice.stop.flush(), choice.finish_reason(event)
+                    text, calls, reason = choice.end(event)
                     done.add(index)
                 else:
-                    text, reason = choice.take(event), None
-                    if not text and not first[index] and not choice.tokens:
+                    (text, calls), reason = choice.take(event), None
+                    if not text and not calls and not first[index] and not choice.tokens:
                         continue
-                body = self._choice(kind, choice, text, reason, logprobs, delta=True, first=first[index])
+                body = self._choice(kind, choice, text, reason, logprobs, delta=True, first=first[index],
+                                    calls=calls)
                 first[index] = False
                 yield f"data: {json.dumps({**head, 'choices': [body]}, ensure_ascii=False)}\n\n"
                 if await request.is_disconnected():

@@ -123,25 +123,45 @@ class HFTokenizers(TokenizerPair):
         value = self.config.get(name)
         return value.get("content") if isinstance(value, dict) else value
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """The prompt text of a conversation, rendered by the model's chat template in a Jinja2 sandbox."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        """The prompt text of a conversation (and the ``tools`` it may call, OpenAI's function specs), rendered by
+        the model's chat template in a Jinja2 sandbox as ``transformers`` renders it (its ``tojson``)."""
         from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         if self.chat_template is None:
             raise ValueError(f"{CONFIG}: this model has no chat_template; send a plain prompt")
-
-        def raise_exception(message: str):
-            raise TemplateError(message)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
         try:
-            return env.from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt,
+            return _environment().from_string(self.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
                 **{name: self.special_token(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")})
         except TemplateError as err:
             raise ValueError(f"chat template: {err}") from None
+
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the chat template reads ``tools`` (Qwen2.5's, Hermes-style and Llama 3.1's do)."""
+        from jinja2 import meta
+
+        return self.chat_template is not None and \
+            "tools" in meta.find_undeclared_variables(_environment().parse(self.chat_template))
+
+
+def _environment():
+    """The sandbox chat templates render in: ``raise_exception`` and ``tojson`` as ``transformers`` gives them."""
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str):
+        raise TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = tojson
+    return env
 
 
 def _read_config(path: Path) -> str | None:

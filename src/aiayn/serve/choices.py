@@ -1,0 +1,82 @@
+"""One choice of an OpenAI text answer: its job, its text after stop strings (``StopText``), its tool calls taken
+out of the text (``serve/tools.py``) and its tokens' log-probabilities."""
+
+from __future__ import annotations
+
+from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.serve.jobs import DecodeJob
+from aiayn.serve.tools import ToolStream, call_grammar
+
+
+class StopText:
+    """The text of one choice as its tokens arrive, cut before the first stop string. Text that could still
+    become a stop string is held back until it cannot."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops, self.text, self.sent, self.stopped = [s for s in stops if s], "", 0, False
+
+    def add(self, piece: str) -> str:
+        """The text that may be sent now."""
+        self.text += piece
+        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.text, self.stopped = self.text[:cut], True
+            return self.flush()
+        hold = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+        return self._send(len(self.text) - hold)
+
+    def flush(self) -> str:
+        return self._send(len(self.text))
+
+    def _send(self, end: int) -> str:
+        end = max(end, self.sent)
+        new, self.sent = self.text[self.sent:end], end
+        return new
+
+
+class Calls:
+    """A chat request's tools: the functions offered, the ``tool_choice``, and the grammar that enforces a
+    ``required`` or named choice (``serve/tools.py``)."""
+
+    def __init__(self, tools: list[dict], choice: str | dict) -> None:
+        self.names = {t["function"]["name"] for t in tools}
+        self.grammar = call_grammar(tools, choice)
+
+
+class Choice:
+    """One choice: its job, its text so far (after stop strings; tool calls taken out), its tokens'
+    log-probabilities, the tool calls it made."""
+
+    def __init__(self, index: int, job: DecodeJob, generator: TextGenerator, stops: list[str],
+                 calls: Calls | None = None) -> None:
+        self.index, self.job, self.generator = index, job, generator
+        self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
+        self.tools = None if calls is None else ToolStream(calls.names)
+        self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
+        self.calls: list[dict] = []  # tool-call deltas, in order
+
+    def take(self, event: dict) -> tuple[str, list[dict]]:
+        """A token event -> the text it adds (after stop strings) and the tool calls it completes."""
+        piece = self.stream.add(event["id"])
+        if "logprob" in event and not self.stop.stopped:
+            self.tokens.append({"id": event["id"], "text": self.generator.tokenizer.decode([event["id"]]),
+                                "logprob": event["logprob"], "top": event["top"]})
+        text = "" if self.stop.stopped else self.stop.add(piece)
+        if self.stop.stopped:
+            self.job.cancelled = True  # its row leaves at the next step
+        return self._calls(text)
+
+    def end(self, event: dict) -> tuple[str, list[dict], str]:
+        """The final event -> the text still held, the calls it completes, the finish reason (``tool_calls``
+        when the choice made any)."""
+        text, deltas = self._calls(self.stop.flush())
+        text += "" if self.tools is None else self.tools.flush()
+        stopped = self.stop.stopped or event["finish_reason"] == "stop"
+        return text, deltas, "tool_calls" if self.calls else "stop" if stopped else "length"
+
+    def _calls(self, text: str) -> tuple[str, list[dict]]:
+        if self.tools is None:
+            return text, []
+        text, deltas = self.tools.add(text)
+        self.calls.extend(deltas)
+        return text, deltas

@@ -1,0 +1,112 @@
+"""Tool calling through the official OpenAI client: a whole agent loop (the model calls a function, the program runs
+it, the result goes back, the model answers) on a small model whose chat template takes tools; ``required`` and a
+named function enforced by the grammar; calls streamed as tool-call deltas; a template without tools refused."""
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.app import create_app
+from aiayn.serve.limits import Limits
+from aiayn.serve.tools import ToolStream, parse_calls
+
+from conftest import chat_checkpoint, serving
+
+# A Hermes-style template (the tool-call format of Qwen2.5 and Hermes 2 Pro), written small for the test model.
+HERMES = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "</tools>\nCall a function as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant\n{% for call in m.tool_calls %}"
+    "<tool_call>\n{\"name\": \"{{ call.function.name }}\", \"arguments\": {{ call.function.arguments | tojson }}}"
+    "\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo"]},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
+    "additionalProperties": False}}}
+
+
+def get_weather(city: str, days: int) -> str:
+    return f"{city}: sunny for {days} days"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = chat_checkpoint(tmp_path_factory.mktemp("tools") / "ckpt", template=HERMES)
+    limits = Limits(max_chars=4000)
+    with serving(create_app(TextGenerator.from_checkpoint(folder), limits, name="tiny-tools"), limits) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+
+def test_an_agent_loop_through_the_official_client(server):
+    messages = [{"role": "user", "content": "What is the weather in Paris this week?"}]
+    first = server.chat.completions.create(model="tiny-tools", messages=messages, tools=[WEATHER, TIME],
+                                           tool_choice="required", temperature=0, max_tokens=200)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name in ("get_weather", "get_time")
+    arguments = json.loads(call.function.arguments)  # a JSON string, following the function's schema
+    jsonschema.validate(arguments, (WEATHER if call.function.name == "get_weather" else TIME)["function"]["parameters"])
+    named = server.chat.completions.create(model="tiny-tools", messages=messages, tools=[WEATHER, TIME], max_tokens=200,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                           temperature=0)
+    call = named.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    result = get_weather(**json.loads(call.function.arguments))  # the program runs the function
+    messages += [named.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": result}]
+    final = server.chat.completions.create(model="tiny-tools", messages=messages, tools=[WEATHER], max_tokens=12,
+                                           temperature=0, tool_choice="none")
+    assert final.choices[0].message.tool_calls is None and final.choices[0].finish_reason in ("stop", "length")
+    assert isinstance(final.choices[0].message.content, str)
+
+
+def test_tool_calls_stream_as_deltas_equal_to_the_whole_answer(server):
+    request = {"model": "tiny-tools", "messages": [{"role": "user", "content": "Time in Paris?"}],
+               "tools": [WEATHER, TIME], "tool_choice": "required", "temperature": 0, "max_tokens": 200}
+    whole = server.chat.completions.create(**request).choices[0].message.tool_calls[0]
+    deltas = [c.choices[0] for c in server.chat.completions.create(**request, stream=True) if c.choices]
+    calls = [d for chunk in deltas for d in (chunk.delta.tool_calls or [])]
+    assert len(calls) == 1 and calls[0].index == 0 and calls[0].id.startswith("call_")
+    assert (calls[0].function.name, calls[0].function.arguments) == (whole.function.name, whole.function.arguments)
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+def test_tools_are_refused_for_a_template_without_them_and_bad_requests_are_400(tmp_path):
+    folder = chat_checkpoint(tmp_path / "ckpt")  # ChatML without tools
+    limits = Limits(max_chars=4000)
+    with serving(create_app(TextGenerator.from_checkpoint(folder), limits, name="plain"), limits) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "hi"}]
+        with pytest.raises(openai.BadRequestError, match="tools: this model's chat template takes no tools"):
+            client.chat.completions.create(model="plain", messages=messages, tools=[WEATHER])
+        with pytest.raises(openai.BadRequestError, match="tool_choice: no function named 'nope'"):
+            client.chat.completions.create(model="plain", messages=messages, tools=[WEATHER],
+                                           tool_choice={"type": "function", "function": {"name": "nope"}})
+        with pytest.raises(openai.BadRequestError, match="tool_choice: give tools"):
+            client.chat.completions.create(model="plain", messages=messages, tool_choice="required")
+
+
+def test_parsing_calls_and_holding_a_call_until_it_closes():
+    text = 'Sure.<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
+    content, calls = parse_calls(text, {"get_time"})
+    assert content == "Sure." and calls[0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
+    assert parse_calls(text, {"other"}) == (text, [])  # a function not offered stays text
+    stream, sent, deltas = ToolStream({"get_time"}), "", []
+    for piece in ["Sure.<tool", "_call>\n{\"name\": \"get_time\", ", "\"arguments\": {\"zone\": \"UTC\"}}\n</tool_",
+                  "call> done"]:
+        text_now, found = stream.add(piece)
+        sent, deltas = sent + text_now, deltas + found
+    assert sent == "Sure. done" and [d["function"]["name"] for d in deltas] == ["get_time"]
+    assert deltas[0]["index"] == 0 and stream.flush() == ""
