@@ -61,7 +61,7 @@ def test_generation_json_is_read_and_checked(tmp_path):
 def test_the_command_line_and_http_options_are_the_fields():
     from aiayn.cli.main import build_parser
     from aiayn.serve.app import TranslateRequest
-    from aiayn.serve.family import GenerateRequest
+    from aiayn.serve.generate import GenerateRequest
 
     parser = build_parser("test")
     for command in ("translate", "evaluate", "generate", "distill", "serve"):

@@ -41,6 +41,24 @@ def _add_serve(sub) -> None:
                    help="encoder-only: how long a request waits for others to batch with")
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
     add_adapter(p)
+    p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER",
+                   help="serve a LoRA adapter folder (PEFT's format) as model NAME beside the base model, unmerged: "
+                        "rows of every adapter and of the base decode in one batch (repeat for more)")
+
+
+def lora_options(given: list[str], base_name: str | None) -> dict[str, str]:
+    """``--lora NAME=ADAPTER`` flags -> {name: folder}; a malformed or repeated name is a one-line error."""
+    from aiayn.cli.common import UserError
+
+    found: dict[str, str] = {}
+    for item in given:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise UserError(f"--lora {item}: write NAME=ADAPTER_FOLDER")
+        if name in found or name == base_name:
+            raise UserError(f"--lora {item}: the name {name!r} is taken; give each adapter its own")
+        found[name] = folder
+    return found
 
 
 def _add_limits(p) -> None:
@@ -60,7 +78,8 @@ def serve(args: argparse.Namespace) -> int:
     note_emulated_bf16(args)
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
                **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
-               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching)
+               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching,
+               loras=lora_options(args.lora, args.model_name))
     return 0
 
 

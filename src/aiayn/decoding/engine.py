@@ -80,16 +80,21 @@ class Engine:
         return self._room(max(widths), [*self.groups, *(g for g, _, _ in self.joining), group]) <= self.capacity
 
     @torch.no_grad()
-    def admit(self, group: Rows, inputs: Tensor, beams: int = 1) -> None:
+    def admit(self, group: Rows, inputs: Tensor, beams: int = 1, adapter: int = 0) -> None:
         """Start ``group`` on ``inputs`` (B, S): sources, or right-padded prompts (each stands for ``beams`` rows).
         Its start columns are computed alone (from the prompt cache where it can); its rows join the running
-        batch at the next step, with every group admitted since (one copy of the batch for all of them)."""
+        batch at the next step, with every group admitted since (one copy of the batch for all of them).
+        ``adapter``: the LoRA adapter its rows run (``model/multi_lora.py``; 0, the base model)."""
         if group.done:
             return
         tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams)  # (b, t0)
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
-        if self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
+        if adapter:
+            if self.model.adapter_rows is None:
+                raise ValueError("adapter: this model has no adapters attached")
+            state.adapters = torch.full((tokens.size(0),), adapter, dtype=torch.long, device=tokens.device)
+        elif self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
             prompt = tokens[0].tolist()
             self.prompt_cache.load(prompt, state.cache, 0)
             self._settle(tokens, state)

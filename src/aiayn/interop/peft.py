@@ -83,28 +83,39 @@ def read_adapter_config(folder: Path) -> dict:
     return config
 
 
-def load_adapter(model, folder: str | Path) -> list[str]:
-    """Wrap the layers the adapter in ``folder`` adapts and load its tensors (unmerged); returns their paths.
-    A tensor for a module the model does not have, or of the wrong shape, is a ValueError naming it."""
+def read_adapter(model, folder: str | Path) -> dict[str, tuple[Tensor, Tensor, float]]:
+    """An adapter folder's updates for ``model``: layer path -> (A (r, in), B (out, r), scaling alpha / r). A
+    tensor for a module the model does not have, or of the wrong shape, is a ValueError naming it."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
     config = read_adapter_config(folder)
     if not (folder / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"{folder / ADAPTER_WEIGHTS}: missing; an adapter folder has it")
-    tensors = load_file(str(folder / ADAPTER_WEIGHTS))
     ours = {theirs: mine for mine, theirs in hf_modules(model.config).items()}
-    pairs = _by_module(tensors, folder)
-    paths = []
-    for module, (a, b) in pairs.items():
+    scaling = float(config.get("lora_alpha", config["r"])) / config["r"]
+    found = {}
+    for module, (a, b) in _by_module(load_file(str(folder / ADAPTER_WEIGHTS)), folder).items():
         path = ours.get(module, module)
-        layer = _wrap(model, path, config, folder)
-        for name, tensor, target in ((f"{module}.lora_A", a, layer.lora_A), (f"{module}.lora_B", b, layer.lora_B)):
-            if tuple(tensor.shape) != tuple(target.weight.shape):
+        base = _linear(model, path, folder)
+        for name, tensor, shape in ((f"{module}.lora_A", a, (config["r"], base.in_features)),
+                                    (f"{module}.lora_B", b, (base.out_features, config["r"]))):
+            if tuple(tensor.shape) != shape:
                 raise ValueError(f"{folder / ADAPTER_WEIGHTS}: {name} has shape {tuple(tensor.shape)}, the model "
-                                 f"needs {tuple(target.weight.shape)}")
-            with torch.no_grad():
-                target.weight.copy_(tensor)
+                                 f"needs {shape}")
+        found[path] = (a, b, scaling)
+    return found
+
+
+def load_adapter(model, folder: str | Path) -> list[str]:
+    """Wrap the layers the adapter in ``folder`` adapts and load its tensors (unmerged); returns their paths."""
+    config = read_adapter_config(Path(folder))
+    paths = []
+    for path, (a, b, _) in read_adapter(model, folder).items():
+        layer = _wrap(model, path, config, Path(folder))
+        with torch.no_grad():
+            layer.lora_A.weight.copy_(a)
+            layer.lora_B.weight.copy_(b)
         paths.append(path)
     return paths
 
@@ -124,19 +135,26 @@ def _by_module(tensors: dict[str, Tensor], folder: Path) -> dict[str, tuple[Tens
     return {m: (ab["lora_A"], ab["lora_B"]) for m, ab in found.items()}
 
 
-def _wrap(model, path: str, config: dict, folder: Path) -> LoRALinear:
+def _linear(model, path: str, folder: Path):
+    """The linear layer at ``path`` (a LoRA-wrapped one's base), or a ValueError naming what is wrong."""
     parent_path, _, attr = path.rpartition(".")
     try:
-        parent = model.get_submodule(parent_path)
-        base = getattr(parent, attr)
+        layer = getattr(model.get_submodule(parent_path), attr)
     except AttributeError:
         raise ValueError(f"{folder / ADAPTER_WEIGHTS}: the model has no module {path} (is this adapter for "
                          f"another model?)") from None
-    if isinstance(base, LoRALinear):
-        return base
-    if type(base) is not torch.nn.Linear:
+    layer = layer.base if isinstance(layer, LoRALinear) else layer
+    if type(layer) is not torch.nn.Linear:
         raise ValueError(f"{folder / ADAPTER_WEIGHTS}: module {path} is not a linear layer")
-    layer = LoRALinear(base, config["r"], float(config.get("lora_alpha", config["r"])),
+    return layer
+
+
+def _wrap(model, path: str, config: dict, folder: Path) -> LoRALinear:
+    parent_path, _, attr = path.rpartition(".")
+    parent = model.get_submodule(parent_path)
+    if isinstance(getattr(parent, attr), LoRALinear):
+        return getattr(parent, attr)
+    layer = LoRALinear(_linear(model, path, folder), config["r"], float(config.get("lora_alpha", config["r"])),
                        float(config.get("lora_dropout") or 0.0))
     setattr(parent, attr, layer)
     return layer

@@ -180,6 +180,8 @@ class DecodeState:
             lengths are left-aligned by padding); None when every row starts at column 0.
         output: the output projection for this decode, (..., D) -> (..., C): the rows of a vocabulary
             shortlist's C candidates (``aiayn.inference.shortlist``); None = the model's own, over all V tokens.
+        adapters: (B,) the LoRA adapter each row runs (0: the base model; ``model/multi_lora.py``); None: all
+            the base.
     """
 
     cache: DecoderCache | None
@@ -187,6 +189,7 @@ class DecodeState:
     src_mask: Tensor | None = None
     left_pad: Tensor | None = None
     output: Callable[[Tensor], Tensor] | None = None
+    adapters: Tensor | None = None
 
     @property
     def position(self) -> int:
@@ -197,8 +200,9 @@ class DecodeState:
         """Keep rows ``index`` (beam search). ``within_groups``: rows move only among the beams of their
         own input, which share one source and one padding, so those need no copy."""
         if not within_groups:
-            self.memory, self.src_mask, self.left_pad = (
-                None if t is None else t.index_select(0, index) for t in (self.memory, self.src_mask, self.left_pad))
+            self.memory, self.src_mask, self.left_pad, self.adapters = (
+                None if t is None else t.index_select(0, index)
+                for t in (self.memory, self.src_mask, self.left_pad, self.adapters))
         if self.cache is not None:
             self.cache.reorder(index, within_groups)
 
@@ -216,8 +220,12 @@ class DecodeState:
             if any(st.src_mask is not None or st.memory.size(1) != s for st, _, _ in parts):
                 src_mask = torch.cat([pad_to(pick(_real(st), index), s, 1, False) for st, index, _ in parts])
         left_pad = torch.cat([pick(_left_pad(st), index) + shift for st, index, shift in parts])  # (B,)
+        adapters = None
+        if any(st.adapters is not None for st, _, _ in parts):
+            adapters = torch.cat([pick(_adapters(st), index) for st, index, _ in parts])  # (B,)
         cache = DecoderCache.assemble([(st.cache, index, shift) for st, index, shift in parts], capacity)
-        return DecodeState(cache, memory, src_mask, left_pad if bool(left_pad.any()) else None, parts[0][0].output)
+        return DecodeState(cache, memory, src_mask, left_pad if bool(left_pad.any()) else None, parts[0][0].output,
+                           adapters)
 
     @property
     def rows(self) -> int:
@@ -229,6 +237,13 @@ def _real(state: DecodeState) -> Tensor:
     if state.src_mask is not None:
         return state.src_mask
     return torch.ones(state.memory.shape[:2], dtype=torch.bool, device=state.memory.device)
+
+
+def _adapters(state: DecodeState) -> Tensor:
+    """(B,) each row's adapter (zeros, the base, when the state has none)."""
+    if state.adapters is not None:
+        return state.adapters
+    return torch.zeros(state.rows, dtype=torch.long, device=state.cache.layers[0].self_kv.k.device)
 
 
 def _left_pad(state: DecodeState) -> Tensor:

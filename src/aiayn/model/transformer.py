@@ -34,6 +34,7 @@ class TransformerModel(nn.Module):
     """
 
     arch = ""
+    adapter_rows = None  # many LoRA adapters in one batch: model/multi_lora.py's AdapterRows, once attached
 
     def __init__(self, config: ModelConfig) -> None:
         """A preset's config (arch encoder-decoder, the default) is taken by every member: its sizes are
@@ -261,6 +262,9 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
+        if self.adapter_rows is not None:  # each row's own LoRA adapter (state.adapters; None: the base)
+            with self.adapter_rows.rows(state.adapters):
+                return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
         return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:

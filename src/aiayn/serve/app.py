@@ -31,6 +31,7 @@ from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
+from aiayn.serve.tokens import add_token_routes
 from aiayn.visual.attention import attention_for
 from aiayn.visual.inside import inside_for
 from aiayn.visual.refinement import refinement_for
@@ -141,6 +142,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
     add_metrics(app, batcher)
     add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
+    add_token_routes(app, translator.tokenizers.src, translator.model.config.max_len, limits)
     _add_inspection_routes(app, translator, batcher, limits)
     return app
 
@@ -219,14 +221,26 @@ def _check_attention(req: AttentionRequest, translator: Translator, limits: Limi
         raise HTTPException(413, f"source has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
 
 
+def _attach_loras(model, loras: dict[str, str]) -> None:
+    from aiayn.interop.peft import read_adapter
+    from aiayn.model.multi_lora import attach_adapters
+
+    if model.config.arch != "decoder-only":
+        raise ValueError(f"--lora: several adapters in one batch are served for language models, not "
+                         f"{model.config.arch}; merge one with aiayn merge, or pass --adapter")
+    attach_adapters(model, {name: read_adapter(model, folder) for name, folder in loras.items()})
+
+
 def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
-               api_key: str | None = None, batching: str = "continuous", int4: bool = False) -> None:
+               api_key: str | None = None, batching: str = "continuous", int4: bool = False,
+               loras: dict[str, str] | None = None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
-    folder's); ``api_key``: every route but /health needs it."""
+    folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
+    (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``)."""
     from aiayn.inference.embed import Embedder, Pooling
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
@@ -237,6 +251,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     folder = resolve_checkpoint(checkpoint)
     model, tokenizers = load_checkpoint(folder, prepare=prepare)  # read once; the engine follows the member
+    if loras:
+        _attach_loras(model, loras)
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
     embedder = None
     if model.config.arch == "decoder-only":

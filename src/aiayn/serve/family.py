@@ -1,48 +1,35 @@
-"""The server for the other family members: POST /generate (decoder-only, continuous batching, optional
-Server-Sent Events), POST /fill-mask and POST /embed (encoder-only), all through the one scheduler
-(``serve/scheduler.py``). The translation routes live in ``serve/app.py``."""
+"""The server for the other family members: a language model's routes (POST /generate in ``serve/generate.py``,
+/tokenize, the attention pictures, /v1), POST /fill-mask and POST /embed (encoder-only), all through the one
+scheduler (``serve/scheduler.py``). The translation routes live in ``serve/app.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from contextlib import asynccontextmanager
 
 import torch
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
-from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.generate import add_generate
 from aiayn.serve.http import (
     STATIC,
-    DecodingOptions,
     base_app,
     check_size,
     health_body,
-    native_refusal,
-    request_decoding,
 )
-from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
+from aiayn.serve.tokens import add_token_routes
 from aiayn.visual.attention import lm_attention_for
 from aiayn.visual.inside import lm_inside_for
-
-
-class GenerateRequest(DecodingOptions):
-    """A prompt and decoding options (one continuation: greedy, sampled, the best beam, or following a
-    ``json_schema`` or ``grammar``); ``stream`` answers with Server-Sent Events, one per token."""
-
-    model_config = ConfigDict(extra="forbid")
-    prompt: str
-    stream: bool = False
 
 
 class TextAttentionRequest(BaseModel):
@@ -96,7 +83,10 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
     add_metrics(app, batcher)
     _add_page_and_health(app, engine.model.config, limits, batcher)
     if isinstance(engine, TextGenerator):
-        _add_generate(app, engine, batcher, limits)
+        chat = None if engine.chat_template is None else \
+            (lambda messages, prompt: engine.rendered_ids(engine.chat_template(messages, prompt)))
+        add_token_routes(app, engine.tokenizer, batcher.capacity, limits, chat)
+        add_generate(app, engine, batcher, limits)
         _add_lm_attention(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
@@ -148,46 +138,6 @@ def _add_encoder_routes(app: FastAPI, name: str, limits: Limits, queue: Schedule
     add_openai_routes(app, name, limits, embed=embed)
 
 
-def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
-    """POST /generate, whole or streamed as server-sent events."""
-
-    @app.post("/generate")
-    async def generate(req: GenerateRequest, request: Request):
-        """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
-        ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
-        decoding = request_decoding(req, generator.decoding)
-        prompt = _checked_prompt(req.prompt, limits, generator)
-        loop, events = asyncio.get_running_loop(), asyncio.Queue()
-        emit = lambda e: loop.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
-        job = DecodeJob(prompt, decoding, emit, grammar=_grammar(generator, decoding))
-        try:
-            batcher.submit(job)
-        except Refused as err:
-            raise native_refusal(err) from None
-        if req.stream:
-            return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
-        try:
-            final, _ = await _collect(events)
-        finally:
-            job.cancelled = True  # a client that went away frees its row at the next step
-        if final["finish_reason"] == "error":
-            raise HTTPException(500, final["detail"])
-        return {"text": generator.tokenizer.decode(final["ids"]), **_counts(final)}
-
-
-def _grammar(generator: TextGenerator, decoding: DecodingConfig):
-    """The compiled grammar a request's ``json_schema`` or ``grammar`` asks for (422 naming what is wrong)."""
-    try:
-        return generator.grammars.for_decoding(decoding)
-    except ValueError as err:
-        raise HTTPException(422, str(err)) from None
-
-
-def _counts(final: dict) -> dict:
-    """A final event as the native routes answer it: the finish reason and the token counts."""
-    return {k: final[k] for k in ("finish_reason", "prompt_tokens", "completion_tokens") if k in final}
-
-
 def _add_lm_attention(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
     """/attention and /attention/head of a language model: a text's causal self-attention, run alone between
     two generation steps."""
@@ -224,42 +174,6 @@ def _check_text(text: str, generator: TextGenerator, limits: Limits) -> None:
     n_tokens = len(generator.tokenizer.encode(text))
     if n_tokens > limits.max_attention_tokens:
         raise HTTPException(413, f"text has {n_tokens} tokens; /attention takes up to {limits.max_attention_tokens}")
-
-
-def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list[int]:
-    """The prompt's ids, or 413/422 for a text over the size limit or empty (lengths: the scheduler's check)."""
-    check_size([text], limits)
-    if not text:
-        raise HTTPException(422, "prompt: empty; give the text to continue")
-    return generator.prompt_ids(text)
-
-
-async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
-    ids = []
-    while "finish_reason" not in (event := await events.get()):
-        ids.append(event["id"])
-    return event, ids
-
-
-async def _sse(job: DecodeJob, events: asyncio.Queue, generator: TextGenerator, request: Request):
-    """Server-Sent Events: ``data: {"text", "id"}`` per token, then ``data: {"finish_reason", ...}``."""
-    text = TextStream(generator.tokenizer)
-    try:
-        while True:
-            event = await events.get()
-            if "finish_reason" in event:
-                text_of = generator.tokenizer.decode(event["ids"])
-                yield f"data: {json.dumps({**_counts(event), 'text': text_of, **_detail(event)})}\n\n"
-                return
-            yield f"data: {json.dumps({'text': text.add(event['id']), 'id': event['id']}, ensure_ascii=False)}\n\n"
-            if await request.is_disconnected():
-                return
-    finally:
-        job.cancelled = True
-
-
-def _detail(event: dict) -> dict:
-    return {"detail": event["detail"]} if "detail" in event else {}
 
 
 def _encoder_work(filler: MaskFiller, embedder: Embedder | None):

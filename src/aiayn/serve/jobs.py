@@ -52,13 +52,15 @@ class DecodeJob:
     before temperature and filtering, and ``"top"``, the likeliest ``(id, logprob)``), then once
     ``{"finish_reason": "stop" | "length" | "cancelled" | "error", "ids", "prompt_tokens",
     "completion_tokens"}``: the reason is the rows group's (the row that ended it). ``grammar``: a compiled
-    grammar the output follows (``decoding/constraint.py``)."""
+    grammar the output follows (``decoding/constraint.py``); ``adapter``: the LoRA adapter its rows run (0: the
+    base model; ``model/multi_lora.py``)."""
 
     inputs: list[int]
     decoding: DecodingConfig
     emit: Callable[[dict], None] = _ignore
     logprobs: int | None = None
     grammar: Grammar | None = None
+    adapter: int = 0
     generated: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)  # time.perf_counter() as each token came
     submitted_at: float = 0.0

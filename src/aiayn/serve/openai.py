@@ -168,37 +168,48 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
     async def openai_error(_request: Request, err: OpenAIError):
         return err.response()
 
+    names = [name, *(() if generator is None or generator.model.adapter_rows is None else
+                     generator.model.adapter_rows.names)]
+    context = None if batcher is None else batcher.capacity
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "aiayn"}]}
+        """The model served and each LoRA adapter served beside it, with the context they take
+        (``max_model_len``, vLLM's name)."""
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "aiayn",
+                                            **({"max_model_len": context} if context else {}),
+                                            **({"parent": name} if n != name else {})} for n in names]}
 
     if generator is not None:
-        _add_text_routes(app, name, TextRoutes(name, generator, batcher, limits), generator)
+        _add_text_routes(app, names, TextRoutes(name, generator, batcher, limits), generator)
     if embed is not None:
         _add_embeddings(app, name, limits, embed)
 
 
-def check_model(model: str, name: str) -> None:
-    """A request for another model than the one served is 404, as OpenAI answers it."""
-    if model != name:
-        raise OpenAIError(404, f"model {model!r} does not exist; this server serves {name!r}", "model",
-                          "model_not_found")
+def check_model(model: str, names: list[str] | str) -> int:
+    """Which of the models served a request names: 0 the base, k its k-th LoRA adapter; another is 404, as
+    OpenAI answers it."""
+    names = [names] if isinstance(names, str) else names
+    if model not in names:
+        raise OpenAIError(404, f"model {model!r} does not exist; this server serves {', '.join(map(repr, names))}",
+                          "model", "model_not_found")
+    return names.index(model)
 
 
-def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: TextGenerator) -> None:
+def _add_text_routes(app: FastAPI, names: list[str], texts: TextRoutes, generator: TextGenerator) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request):
         req = await parse(request, CompletionRequest)
-        check_model(req.model, name)
+        adapter = check_model(req.model, names)
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         texts.check_size(prompts, "prompt")
         ids = [generator.prompt_ids(p) for p in prompts]
-        return await texts.answer(request, req, ids, "text_completion", req.logprobs)
+        return await texts.answer(request, req, ids, "text_completion", req.logprobs, adapter=adapter)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         req = await parse(request, ChatRequest)
-        check_model(req.model, name)
+        adapter = check_model(req.model, names)
         tools, choice = chat_tools(req)
         try:
             messages = template_messages([m.model_dump(exclude_none=True) for m in req.messages])
@@ -210,7 +221,7 @@ def _add_text_routes(app: FastAPI, name: str, texts: TextRoutes, generator: Text
         ids = generator.rendered_ids(prompt)
         top = (req.top_logprobs or 0) if req.logprobs else None
         calls = Calls(tools, choice) if tools and choice != "none" else None
-        return await texts.answer(request, req, [ids], "chat.completion", top, calls)
+        return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter)
 
 
 def chat_tools(req: ChatRequest) -> tuple[list[dict] | None, str | dict]:

@@ -112,22 +112,24 @@ class TextRoutes:
         return max(1, min(self.limits.max_new_tokens, self.batcher.capacity - len(ids)))
 
     async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None,
-                     calls: Calls | None = None):
+                     calls: Calls | None = None, adapter: int = 0):
         """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion); ``calls``:
-        the chat's tools."""
+        the chat's tools; ``adapter``: the LoRA adapter the request's ``model`` names (0: the base)."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
 
         def emit(index: int, event: dict) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
         choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"), calls)
+        for choice in choices:
+            choice.job.adapter = adapter
         try:
             self.batcher.submit(*(choice.job for choice in choices))
         except Refused as err:
             raise openai_refusal(err) from None
         head = {"id": f"{'chatcmpl' if kind.startswith('chat') else 'cmpl'}-{uuid.uuid4().hex}",
                 "object": kind + (".chunk" if req.stream and kind.startswith("chat") else ""),
-                "created": int(time.time()), "model": self.name}
+                "created": int(time.time()), "model": req.model}
         if req.stream:
             return StreamingResponse(self._sse(request, req, choices, events, head, kind),
                                      media_type="text/event-stream")

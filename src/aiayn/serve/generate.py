@@ -1,0 +1,119 @@
+"""POST /generate: a language model continues a prompt, the answer whole or streamed as Server-Sent Events, one
+decode job through the scheduler (its decoding: the server's defaults with the request's fields; a ``json_schema``
+or ``grammar`` constrains it; ``adapter`` picks a LoRA adapter served beside the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ConfigDict, Field
+
+from aiayn.decoding.config import DecodingConfig
+from aiayn.inference.generator import TextGenerator, TextStream
+from aiayn.serve.http import DecodingOptions, check_size, native_refusal, request_decoding
+from aiayn.serve.jobs import DecodeJob, Refused
+from aiayn.serve.limits import Limits
+from aiayn.serve.scheduler import Scheduler
+
+
+class GenerateRequest(DecodingOptions):
+    """A prompt and decoding options (one continuation: greedy, sampled, the best beam, or following a
+    ``json_schema`` or ``grammar``); ``stream`` answers with Server-Sent Events, one per token."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
+    stream: bool = False
+    adapter: str | None = Field(None, description="a LoRA adapter served beside the model (aiayn serve --lora "
+                                                  "NAME=...): its NAME; unset, the base model")
+
+
+def add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
+    """POST /generate, whole or streamed as server-sent events."""
+
+    @app.post("/generate")
+    async def generate(req: GenerateRequest, request: Request):
+        """Continue ``prompt``: {"text", "finish_reason", "prompt_tokens", "completion_tokens"}, or with
+        ``stream`` one SSE event per token ({"text", "id"}) and a last one with the finish reason and counts."""
+        decoding = request_decoding(req, generator.decoding)
+        prompt = _checked_prompt(req.prompt, limits, generator)
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        emit = lambda e: loop.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
+        job = DecodeJob(prompt, decoding, emit, grammar=_grammar(generator, decoding),
+                        adapter=_adapter(generator, req.adapter))
+        try:
+            batcher.submit(job)
+        except Refused as err:
+            raise native_refusal(err) from None
+        if req.stream:
+            return StreamingResponse(_sse(job, events, generator, request), media_type="text/event-stream")
+        try:
+            final, _ = await _collect(events)
+        finally:
+            job.cancelled = True  # a client that went away frees its row at the next step
+        if final["finish_reason"] == "error":
+            raise HTTPException(500, final["detail"])
+        return {"text": generator.tokenizer.decode(final["ids"]), **_counts(final)}
+
+
+def _grammar(generator: TextGenerator, decoding: DecodingConfig):
+    """The compiled grammar a request's ``json_schema`` or ``grammar`` asks for (422 naming what is wrong)."""
+    try:
+        return generator.grammars.for_decoding(decoding)
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+
+
+def _adapter(generator: TextGenerator, name: str | None) -> int:
+    """The index of the adapter a request names (0: none, the base model); one not served is 422."""
+    if name is None:
+        return 0
+    if generator.model.adapter_rows is None:
+        raise HTTPException(422, "adapter: this server serves no adapters (aiayn serve --lora NAME=FOLDER)")
+    try:
+        return generator.model.adapter_rows.number(name)
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+
+
+def _counts(final: dict) -> dict:
+    """A final event as the native routes answer it: the finish reason and the token counts."""
+    return {k: final[k] for k in ("finish_reason", "prompt_tokens", "completion_tokens") if k in final}
+
+
+def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list[int]:
+    """The prompt's ids, or 413/422 for a text over the size limit or empty (lengths: the scheduler's check)."""
+    check_size([text], limits)
+    if not text:
+        raise HTTPException(422, "prompt: empty; give the text to continue")
+    return generator.prompt_ids(text)
+
+
+async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
+    ids = []
+    while "finish_reason" not in (event := await events.get()):
+        ids.append(event["id"])
+    return event, ids
+
+
+async def _sse(job: DecodeJob, events: asyncio.Queue, generator: TextGenerator, request: Request):
+    """Server-Sent Events: ``data: {"text", "id"}`` per token, then ``data: {"finish_reason", ...}``."""
+    text = TextStream(generator.tokenizer)
+    try:
+        while True:
+            event = await events.get()
+            if "finish_reason" in event:
+                text_of = generator.tokenizer.decode(event["ids"])
+                yield f"data: {json.dumps({**_counts(event), 'text': text_of, **_detail(event)})}\n\n"
+                return
+            yield f"data: {json.dumps({'text': text.add(event['id']), 'id': event['id']}, ensure_ascii=False)}\n\n"
+            if await request.is_disconnected():
+                return
+    finally:
+        job.cancelled = True
+
+
+def _detail(event: dict) -> dict:
+    return {"detail": event["detail"]} if "detail" in event else {}

@@ -1,0 +1,54 @@
+"""What clients expect beside generation: /tokenize and /detokenize in vLLM's shape (a prompt's or a conversation's
+token count against the model's context), and several end ids stopping a row on the OpenAI routes."""
+
+import openai
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from aiayn import generate
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.app import create_app
+from aiayn.serve.limits import Limits
+
+from conftest import chat_checkpoint, serving
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory) -> TextGenerator:
+    return TextGenerator.from_checkpoint(chat_checkpoint(tmp_path_factory.mktemp("tokens") / "ckpt"))
+
+
+def test_tokenize_and_detokenize_in_vllms_shape(generator):
+    messages = [{"role": "user", "content": "Two dogs play."}]
+    with TestClient(create_app(generator, Limits(max_chars=500))) as client:
+        found = client.post("/tokenize", json={"prompt": "A man rides a horse.", "return_token_strs": True}).json()
+        ids = generator.prompt_ids("A man rides a horse.")
+        assert found["tokens"] == ids and found["count"] == len(ids)
+        assert found["max_model_len"] == client.app.state.batcher.capacity
+        assert found["token_strs"] == generator.tokenizer.pieces(ids)
+        chat = client.post("/tokenize", json={"messages": messages}).json()
+        assert chat["tokens"] == generator.chat_ids(messages) and chat["count"] == len(chat["tokens"])
+        back = client.post("/detokenize", json={"tokens": ids}).json()
+        assert back == {"prompt": generator.tokenizer.decode(ids)} and "horse" in back["prompt"]
+        assert client.post("/tokenize", json={"prompt": "a", "messages": messages}).status_code == 422
+        bad = client.post("/detokenize", json={"tokens": [1, 10**6]})
+        assert bad.status_code == 422 and "1000000 is not an id" in bad.json()["detail"]
+        assert client.post("/tokenize", json={"prompt": "a" * 501}).status_code == 413
+
+
+def test_any_of_several_end_ids_stops_an_openai_answer(generator, tmp_path):
+    """A token of the model's (seeded, sampled) answer made an extra end id (as Llama 3 and Qwen2 list several):
+    the answer stops before it, finish_reason "stop"."""
+    ids = torch.tensor([generator.prompt_ids("Two dogs")])
+    tokens = generate(generator.model, ids, "sample", max_new_tokens=10, temperature=1.0, seed=5)[0]
+    at = next(j for j in range(1, len(tokens)) if tokens[j] not in tokens[:j])  # a token new to the answer
+    folder = chat_checkpoint(tmp_path / "ckpt")
+    stopping = TextGenerator.from_checkpoint(folder)
+    stopping.model.config = stopping.model.config.replace(stop_ids=(tokens[at],))
+    limits = Limits(max_chars=500)
+    with serving(create_app(stopping, limits, name="m"), limits) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        done = client.completions.create(model="m", prompt="Two dogs", max_tokens=10, temperature=1.0, seed=5)
+    assert done.choices[0].finish_reason == "stop" and done.usage.completion_tokens == at
+    assert done.choices[0].text == generator.tokenizer.decode(tokens[:at])
