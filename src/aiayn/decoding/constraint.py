@@ -42,29 +42,44 @@ class RowConstraint:
 
     def __init__(self, grammar: Grammar) -> None:
         import llguidance
-        import llguidance.torch as lt
 
         self.matcher = llguidance.LLMatcher(grammar.tokenizer, grammar.spec)
-        self.words = lt.allocate_token_bitmask(1, grammar.tokenizer.vocab_size)  # (1, ceil(V / 32)) int32
-        self._fill = lt.fill_next_token_bitmask
+        self.vocab = grammar.tokenizer.vocab_size
 
     @property
     def stopped(self) -> bool:
         """Whether the grammar can take nothing more (the row is complete)."""
         return self.matcher.is_stopped()
 
-    def allowed(self, width: int) -> Tensor:
-        """(width,) bool: the tokens the grammar allows next (columns past the tokenizer's vocabulary never)."""
-        self._fill(self.matcher, self.words, 0)
-        bits = ((self.words[0, :, None] >> _BITS) & 1).flatten().bool()  # (32 * words,)
-        if bits.numel() >= width:
-            return bits[:width]
-        return torch.cat([bits, bits.new_zeros(width - bits.numel())])
-
     def take(self, token: int) -> None:
         """Feed the token chosen (an end id where the grammar may end stops it)."""
         if not self.matcher.consume_token(token):
             raise RuntimeError(f"grammar: token {token} was not allowed ({self.matcher.get_error()})")
+
+
+def allowed(rows: list[RowConstraint], width: int) -> Tensor:
+    """(n, width) bool: for each row, the tokens its grammar allows next (columns past its tokenizer's vocabulary
+    never). The n masks are computed together, in parallel, by llguidance's executor."""
+    import llguidance.torch as lt
+
+    words = torch.zeros(len(rows), (max(r.vocab for r in rows) + 31) // 32, dtype=torch.int32)  # (n, W) bitmask
+    lt.fill_next_token_bitmask_par(_executor(), [(r.matcher, i) for i, r in enumerate(rows)], words)
+    bits = ((words[:, :, None] >> _BITS) & 1).flatten(1).bool()  # (n, 32 * W)
+    if bits.size(1) >= width:
+        return bits[:, :width]
+    return torch.cat([bits, bits.new_zeros(len(rows), width - bits.size(1))], dim=1)
+
+
+_EXECUTOR = []
+
+
+def _executor():
+    """llguidance's thread pool for masks, made once."""
+    if not _EXECUTOR:
+        import llguidance
+
+        _EXECUTOR.append(llguidance.LLExecutor())
+    return _EXECUTOR[0]
 
 
 class Grammars:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from aiayn.decoding.constraint import allowed
 from aiayn.decoding.core import Columns, strip
 
 Chooser = Callable[[Tensor], Tensor]  # (B, V) scores with forbidden tokens at -inf -> (B,) columns picked
@@ -78,9 +79,12 @@ class TokenRows:
 
     def _constrain(self, scores: Tensor) -> None:
         """Constrained live rows: tokens their grammar does not allow next -> -inf (scores (B, V), in place)."""
-        for row, constraint in enumerate(self.constraints):
-            if constraint is not None and not self.finished[row]:
-                scores[row].masked_fill_(~constraint.allowed(scores.size(1)), float("-inf"))
+        live = self.finished.logical_not().tolist()
+        rows = [r for r, c in enumerate(self.constraints) if c is not None and live[r]]
+        if rows:
+            index = torch.tensor(rows, device=scores.device)
+            masks = allowed([self.constraints[r] for r in rows], scores.size(1)).to(scores.device)  # (n, V)
+            scores[index] = scores[index].masked_fill(~masks, float("-inf"))
 
     def _feed(self, nxt: Tensor) -> Tensor:
         """Give each constrained live row's grammar its token; (B,) bool: the rows whose grammar is complete."""
