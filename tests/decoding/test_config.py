@@ -84,3 +84,30 @@ def test_length_penalty_walks_from_the_cli_and_http_to_the_beam_through_three_fi
     assert walk == ["decoding/beam.py", "decoding/config.py", "decoding/generation.py"], naming
     assert not any(re.search(r"\balpha\b", (SRC / p).read_text()) for p in ("cli/common.py", "serve/app.py",
                                                                                "inference/translator.py"))
+
+
+def test_one_resolve_chooses_the_strategy_for_every_model():
+    """The product's defaults, chosen in one place: mask-predict for a CMLM, beam for translation with a beam, sampling
+    for a language model with a temperature, else greedy; what the model cannot run is an error naming the field;
+    no other module chooses a default strategy."""
+    from aiayn.model.config import ModelConfig
+
+    mt, lm = ModelConfig.preset("tiny"), ModelConfig.preset("tiny", arch="decoder-only")
+    cmlm, bert = mt.replace(cmlm=True), ModelConfig.preset("tiny", arch="encoder-only")
+    cases = [(mt, {}, "beam"), (mt, {"beam_size": 1}, "greedy"),
+             (mt, {"strategy": "sample", "temperature": 0}, "greedy"), (lm, {}, "sample"),
+             (lm, {"temperature": 0}, "greedy"), (lm, {"strategy": "beam"}, "beam"), (cmlm, {}, "mask-predict")]
+    for model, options, strategy in cases:
+        resolved = DecodingConfig(**options).resolve(model)
+        assert resolved.strategy == strategy, (model.arch, options)
+        assert resolved.resolve(model) == resolved  # resolving twice changes nothing
+    assert DecodingConfig().resolve(lm).max_new_tokens == 200 and DecodingConfig().resolve(mt).max_new_tokens is None
+    refused = [(lm, {"strategy": "mask-predict"}, "strategy"), (cmlm, {"strategy": "greedy"}, "strategy"),
+               (bert, {}, "strategy"), (lm, {"temperature": 0, "num_return_sequences": 2}, "num_return_sequences"),
+               (mt, {"json_schema": "{}"}, "json_schema")]
+    for model, options, field in refused:
+        with pytest.raises(ValueError, match=f"^{field}: "):
+            DecodingConfig(**options).resolve(model)
+    choosers = sorted(p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
+                      if re.search(r'"mask-predict" if|"beam" if|"sample" if', p.read_text(encoding="utf-8")))
+    assert choosers == ["decoding/config.py"], choosers

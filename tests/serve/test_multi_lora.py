@@ -34,8 +34,8 @@ def served(tmp_path_factory):
     folders = {}
     for name, (targets, rank, seed) in ADAPTERS.items():
         model, _ = load_checkpoint(base)
-        apply_lora(model, rank, 2.0 * rank, targets)
         torch.manual_seed(seed)
+        apply_lora(model, rank, 2.0 * rank, targets)
         for layer in lora_layers(model).values():
             torch.nn.init.normal_(layer.lora_B.weight, std=0.5)
         folders[name] = root / name
@@ -92,7 +92,8 @@ def test_each_adapter_is_a_model_on_v1_and_an_adapter_field_on_generate(served):
         for name in ("base", "de"):
             done = client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=12, temperature=0)
             expected = alone(base, folders.get(name), PROMPTS[0])
-            assert done.choices[0].text == tokenizers.src.decode(expected) and done.model == name
+            assert done.usage.completion_tokens == len(expected) and done.model == name
+            assert done.choices[0].text == tokenizers.src.decode(expected).rstrip("\ufffd")  # whole characters
         with pytest.raises(openai.NotFoundError, match="'it' does not exist"):
             client.completions.create(model="it", prompt="a", max_tokens=2)
     with TestClient(create_app(TextGenerator(model, tokenizers), limits)) as native:
@@ -109,3 +110,27 @@ def test_lora_flags_are_checked_before_anything_loads(served, capsys):
     base, _ = served
     assert main(["serve", "--checkpoint", str(base), "--lora", "fr"]) == 2
     assert "--lora fr: write NAME=ADAPTER_FOLDER" in capsys.readouterr().err
+
+
+def test_adapter_rows_skip_the_prompt_cache_and_translation_models_are_refused(served, model):
+    from aiayn.decoding.prefix import PromptCache
+    from aiayn.serve.app import _attach_loras
+
+    base, folders = served
+    lm, tokenizers = load_checkpoint(base)
+    rows = attach_adapters(lm, {"fr": read_adapter(lm, folders["fr"])})
+    store = PromptCache(lm, block_size=4)
+    prompt = TextGenerator(lm, tokenizers).prompt_ids(PROMPTS[0] * 2)
+    finished = threading.Semaphore(0)
+    batcher = Scheduler(lm, max_batch=4, capacity=64, prefix_cache=store)
+    batcher.start()
+    try:
+        for adapter in (rows.number("fr"), 0):
+            batcher.submit(DecodeJob(prompt, DecodingConfig(strategy="greedy", max_new_tokens=3),
+                                     lambda e: "finish_reason" in e and finished.release(), adapter=adapter))
+            assert finished.acquire(timeout=60)
+    finally:
+        batcher.stop()
+    assert store.misses == 1 and store.hits == 0  # the adapter's row neither read nor stored the base's blocks
+    with pytest.raises(ValueError, match="--lora: several adapters in one batch are served for language models"):
+        _attach_loras(model, {"fr": str(folders["fr"])})

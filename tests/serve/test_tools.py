@@ -110,3 +110,14 @@ def test_parsing_calls_and_holding_a_call_until_it_closes():
         sent, deltas = sent + text_now, deltas + found
     assert sent == "Sure. done" and [d["function"]["name"] for d in deltas] == ["get_time"]
     assert deltas[0]["index"] == 0 and stream.flush() == ""
+
+
+def test_the_agent_loop_of_the_docs_runs(server, capsys):
+    """docs/serving.md's agent loop, run as it is written against this server (its address and model name)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
+    code = doc.split("<!-- agent-loop -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("http://127.0.0.1:8000/v1", str(server.base_url)).replace('"MODEL"', '"tiny-tools"')
+    exec(compile(code, "docs/serving.md", "exec"), {})
+    assert capsys.readouterr().out.strip() != ""  # the final answer was printed
