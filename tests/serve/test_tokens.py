@@ -52,3 +52,25 @@ def test_any_of_several_end_ids_stops_an_openai_answer(generator, tmp_path):
         done = client.completions.create(model="m", prompt="Two dogs", max_tokens=10, temperature=1.0, seed=5)
     assert done.choices[0].finish_reason == "stop" and done.usage.completion_tokens == at
     assert done.choices[0].text == generator.tokenizer.decode(tokens[:at])
+
+
+def test_v1_starts_from_generation_json_and_a_chat_runs_to_the_end_of_its_turn(tmp_path):
+    """The server's decoding (generation.json: here temperature 0) is /v1's too; a chat without max_tokens runs to
+    its end or the server's limit, a completion without it stops at OpenAI's 16."""
+    from aiayn.decoding.config import DecodingConfig
+
+    folder = chat_checkpoint(tmp_path / "ckpt")
+    (folder / "generation.json").write_text('{"temperature": 0.0}')
+    greedy = TextGenerator.from_checkpoint(folder)
+    assert greedy.decoding == DecodingConfig(temperature=0.0)
+    limits = Limits(max_chars=500, max_new_tokens=40)
+    messages = [{"role": "user", "content": "Two dogs play."}]
+    with serving(create_app(greedy, limits, name="m"), limits) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        chat = client.chat.completions.create(model="m", messages=messages)  # no max_tokens, no temperature
+        completion = client.completions.create(model="m", prompt="Two dogs")
+    expected = generate(greedy.model, torch.tensor([greedy.chat_ids(messages)]), "greedy", max_new_tokens=40)[0]
+    assert chat.usage.completion_tokens == len(expected)  # greedy, as generation.json says, up to the limit
+    assert chat.choices[0].finish_reason == ("length" if len(expected) == 40 else "stop")
+    assert completion.usage.completion_tokens <= 16 and (completion.usage.completion_tokens == 16
+                                                         or completion.choices[0].finish_reason == "stop")
