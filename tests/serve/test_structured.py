@@ -130,3 +130,13 @@ def test_generate_json_schema_flag_reads_a_file(generator, tmp_path, capsys):
         main(["generate", "--checkpoint", str(folder), "--prompt", "a", "--json-schema", str(tmp_path / "no.json")])
     assert missing.value.code == 2
     assert "no.json" in capsys.readouterr().err
+
+
+def test_a_sentencepiece_model_aiayn_trained_follows_a_schema_too(lm_run):
+    """llguidance reads a SentencePiece vocabulary from its pieces (``<0xNN>`` bytes, ``▁`` spaces)."""
+    trained = TextGenerator.from_checkpoint(lm_run)
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}, "n": {"type": "integer", "minimum": 0,
+                                                                                "maximum": 9}},
+              "required": ["a", "n"], "additionalProperties": False}
+    (text,) = trained.generate("the cat ", 60, temperature=0, json_schema=json.dumps(schema))
+    jsonschema.validate(json.loads(text), schema)
