@@ -18,7 +18,26 @@ TARGETS = {"q": ("q_proj",), "k": ("k_proj",), "v": ("v_proj",), "o": ("out_proj
            "ffn": ("linear1", "linear2", "gate_proj", "up_proj", "down_proj")}
 
 
-class LoRALinear(nn.Module):
+class WrappedLinear(nn.Module):
+    """A linear layer ``base`` with something added to its output: it reads as its base (sizes, weight)."""
+
+    base: nn.Module
+
+    @property
+    def in_features(self) -> int:
+        return self.base.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.base.out_features
+
+    @property
+    def weight(self) -> Tensor:
+        """The frozen base weight (code that reads a linear's weight, such as a tied output, reads W)."""
+        return self.base.weight
+
+
+class LoRALinear(WrappedLinear):
     """``base`` (frozen) plus (alpha / r) B A dropout(x). Shape: (..., in_features) -> (..., out_features).
 
     Args:
@@ -41,19 +60,6 @@ class LoRALinear(nn.Module):
         nn.init.zeros_(self.lora_B.weight)
         self.r, self.alpha, self.scaling = r, alpha, alpha / r
         self.dropout = Dropout(dropout)
-
-    @property
-    def in_features(self) -> int:
-        return self.base.in_features
-
-    @property
-    def out_features(self) -> int:
-        return self.base.out_features
-
-    @property
-    def weight(self) -> Tensor:
-        """The frozen base weight (code that reads a linear's weight, such as a tied output, reads W)."""
-        return self.base.weight
 
     def forward(self, x: Tensor) -> Tensor:
         return self.base(x) + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from aiayn.model.lora import WrappedLinear
+
 
 class AdapterRows:
     """The adapter of each row of the batch being computed, shared by every :class:`MultiLoRALinear` of a model:
@@ -37,7 +39,7 @@ class AdapterRows:
             self.index = before
 
 
-class MultiLoRALinear(nn.Module):
+class MultiLoRALinear(WrappedLinear):
     """``base`` plus each row's adapter update. Shape: (B, T, in) -> (B, T, out).
 
     Args:
@@ -62,18 +64,6 @@ class MultiLoRALinear(nn.Module):
                 b_all[k, :, : b.size(1)] = b * scaling
         self.register_buffer("lora_A", a_all)  # (N+1, R, in)
         self.register_buffer("lora_B", b_all)  # (N+1, out, R)
-
-    @property
-    def in_features(self) -> int:
-        return self.base.in_features
-
-    @property
-    def out_features(self) -> int:
-        return self.base.out_features
-
-    @property
-    def weight(self) -> Tensor:
-        return self.base.weight
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.base(x)
