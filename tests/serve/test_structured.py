@@ -140,3 +140,22 @@ def test_a_sentencepiece_model_aiayn_trained_follows_a_schema_too(lm_run):
               "required": ["a", "n"], "additionalProperties": False}
     (text,) = trained.generate("the cat ", 60, temperature=0, json_schema=json.dumps(schema))
     jsonschema.validate(json.loads(text), schema)
+
+
+def test_a_row_whose_grammar_allows_no_token_ends_alone(monkeypatch):
+    """A grammar the vocabulary cannot continue ends its row ("stop", no token), not the batch."""
+    import aiayn.decoding.greedy as greedy
+    from aiayn.decoding.core import Columns
+    from aiayn.model.config import ModelConfig
+
+    class Stuck:
+        stopped = False
+
+        def take(self, token):
+            raise AssertionError("a finished row takes no token")
+
+    monkeypatch.setattr(greedy, "allowed", lambda rows, width: torch.zeros(len(rows), width, dtype=torch.bool))
+    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=12)
+    rows = greedy.TokenRows(torch.tensor([5, 5]), greedy.argmax, cfg.eos_id, cfg.pad_id, constraints=[Stuck(), None])
+    nxt, _ = rows.advance(torch.randn(2, 12), Columns(cfg))
+    assert rows.reasons == ["stop", None] and nxt[0] == cfg.pad_id and rows.live.tolist() == [False, True]

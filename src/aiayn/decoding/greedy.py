@@ -85,6 +85,9 @@ class TokenRows:
             index = torch.tensor(rows, device=scores.device)
             masks = allowed([self.constraints[r] for r in rows], scores.size(1)).to(scores.device)  # (n, V)
             scores[index] = scores[index].masked_fill(~masks, float("-inf"))
+            dead = torch.zeros_like(self.finished)
+            dead[index] = ~masks.any(dim=1)  # the grammar allows no token this vocabulary has: the row ends
+            self._finish(dead, "stop")
 
     def _feed(self, nxt: Tensor) -> Tensor:
         """Give each constrained live row's grammar its token; (B,) bool: the rows whose grammar is complete."""

@@ -11,6 +11,7 @@ Shape legend: B batch, S source length, T target length, V vocabulary, D d_model
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -262,10 +263,9 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
-        if self.adapter_rows is not None:  # each row's own LoRA adapter (state.adapters; None: the base)
-            with self.adapter_rows.rows(state.adapters):
-                return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
-        return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
+        rows = nullcontext() if self.adapter_rows is None else self.adapter_rows.rows(state.adapters)
+        with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
+            return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
