@@ -24,18 +24,22 @@ def cited(text: str) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     return files, names, pairs
 
 
+def missing_in(text: str, tests: dict[str, set[str]]) -> list[str]:
+    """What ``text`` names that tests/ lacks: files, bare test names, and ``file::test`` pairs with or without the
+    tests/ prefix (a pair whose file does not exist is missing too)."""
+    everywhere = set().union(*tests.values())
+    files, names, pairs = cited(text)
+    missing = [f"tests/{f}" for f in files if f not in tests] + [n for n in names if n not in everywhere]
+    for file, name in pairs:
+        owners = [f for f in tests if f == file or f.endswith("/" + file)]
+        if not any(name in tests[f] for f in owners):
+            missing.append(f"{file}::{name}")
+    return missing
+
+
 def test_every_test_file_and_test_the_docs_name_exists():
     tests = defined_tests()
-    everywhere = set().union(*tests.values())
-    missing = []
-    for doc in DOCS:
-        files, names, pairs = cited(doc.read_text(encoding="utf-8"))
-        missing += [f"{doc.name}: tests/{f}" for f in files if f not in tests]
-        missing += [f"{doc.name}: {n}" for n in names if n not in everywhere]
-        for file, name in pairs:
-            owners = [f for f in tests if f == file or f.endswith("/" + file)]
-            if owners and not any(name in tests[f] for f in owners):
-                missing.append(f"{doc.name}: {file}::{name}")
+    missing = [f"{doc.name}: {m}" for doc in DOCS for m in missing_in(doc.read_text(encoding="utf-8"), tests)]
     assert not missing, "named in the docs but not in tests/: " + "; ".join(sorted(set(missing)))
 
 
@@ -44,6 +48,12 @@ def test_the_check_sees_a_missing_name():
     assert files == ["serve/test_app.py"] and "test_gone_away" in names
     assert pairs == [("serve/test_app.py", "test_nothing_like_this")]
     assert "test_nothing_like_this" not in set().union(*defined_tests().values())
+    tests = defined_tests()
+    real = "model/test_transformer.py::test_decoder_only_is_causal"
+    assert real.split("::")[1] in tests["model/test_transformer.py"]
+    # without the tests/ prefix, and a file that does not exist: both reported
+    assert missing_in(f"`{real}`, `model/test_transformer.py::test_not_there`, `model/test_gone.py::test_x`",
+                      tests) == ["model/test_transformer.py::test_not_there", "model/test_gone.py::test_x"]
 
 
 def slug(heading: str) -> str:

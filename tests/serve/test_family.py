@@ -174,11 +174,13 @@ def test_a_cancelled_request_leaves_the_batch(generator):
         while len(events) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         job.cancelled = True
+        at_cancel, tokens_then = batcher.steps, len(events)
         while "finish_reason" not in events[-1] and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         batcher.stop()
     assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.engine.tokens is None
+    assert batcher.steps - at_cancel <= 2 and len(events) - 1 - tokens_then <= 2  # gone at the next step, not at 100
 
 
 def test_lm_attention_is_causal_per_layer_and_head(generator):
@@ -230,6 +232,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_row(generator):
             time.sleep(0.05)
         assert health["open_requests"] == 0 and health["cancelled"] == 1
         assert not app.state.batcher.rows and app.state.batcher.engine.tokens is None
+        assert health["steps"] < 100  # freed within steps of the disconnect, not decoded on towards 900 tokens
 
 
 def test_generate_refuses_bad_decoding_options_with_422(lm_run):
