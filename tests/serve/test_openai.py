@@ -228,7 +228,8 @@ def test_sigterm_finishes_the_streams_in_flight_refuses_new_work_and_exits_0(lm_
         knocker.start()
         rest = list(chunks)
         knocker.join()
-        assert refused and refused[0] != 200
+        # the docs' promise: 503 for a request that still reaches it, else no listening socket; never a 500 or a hang
+        assert refused and refused[0] in (503, "ConnectError", "RemoteProtocolError"), refused
         text = first.choices[0].text + "".join(c.choices[0].text for c in rest)
         assert rest[-1].choices[0].finish_reason == "length" and len(text) == 60  # a character model: 60 tokens
         assert proc.wait(timeout=60) == 0
