@@ -13,6 +13,7 @@ import httpx
 import pytest
 import torch
 
+from aiayn import generate
 from aiayn.inference.embed import Embedder
 from aiayn.inference.generator import TextGenerator
 from serve.test_family import alone
@@ -89,7 +90,7 @@ def test_stop_strings_cut_the_text(lm):
 
 
 def test_logprobs_of_a_greedy_completion(lm):
-    client, _ = lm
+    client, generator = lm
     done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=8, temperature=0, logprobs=3)
     lp = done.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
@@ -97,6 +98,13 @@ def test_logprobs_of_a_greedy_completion(lm):
     for chosen, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert len(top) == 3 and logprob <= 0
         assert abs(logprob - max(top.values())) < 1e-6 and top[chosen] == pytest.approx(logprob)  # greedy: the top
+    # the model's own log-softmax over the whole text, position by position
+    prompt = generator.prompt_ids("the cat ")
+    ids = prompt + generate(generator.model, torch.tensor([prompt]), "greedy", max_new_tokens=8)[0]
+    with torch.no_grad():
+        logp = generator.model(torch.tensor([ids]))[0].float().log_softmax(-1)  # (T, V)
+    expected = [float(logp[len(prompt) - 1 + i, ids[len(prompt) + i]]) for i in range(8)]
+    assert lp.token_logprobs == pytest.approx(expected, abs=1e-4)
 
 
 def test_streamed_completion_equals_the_whole_one(lm):
@@ -123,23 +131,31 @@ def test_errors_are_openai_errors(lm):
 
 
 def test_metrics_count_requests_tokens_and_latencies(lm):
-    """Prometheus' text format, after this module's earlier requests (each test client sends its own)."""
+    """Prometheus' text format: one completion of 5 tokens moves each count by exactly what it did."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    client, _ = lm
-    client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=5, temperature=0)
+    client, generator = lm
     url = str(client.base_url).removesuffix("/v1/")
+    auth = {"Authorization": f"Bearer {KEY}"}
+
+    def scrape() -> dict:
+        text = httpx.get(url + "/metrics", headers=auth).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = scrape()
+    client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=5, temperature=0)
     assert httpx.get(url + "/metrics").status_code == 401  # behind the key, as every route but /health
-    text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
-    assert samples[("aiayn_requests_total", (("endpoint", "/v1/completions"), ("status", "200")))] >= 1
-    assert samples[("aiayn_requests_total", (("endpoint", "/metrics"), ("status", "401")))] == 1
-    generated = samples[("aiayn_generation_tokens_total", ())]
-    assert generated >= 5 and samples[("aiayn_prompt_tokens_total", ())] >= 8
-    assert samples[("aiayn_time_to_first_token_seconds_count", ())] >= 1
-    assert samples[("aiayn_inter_token_latency_seconds_count", ())] >= 4
-    assert ("aiayn_running_rows", ()) in samples and ("aiayn_prefix_cache_bytes", ()) in samples
+    after = scrape()
+    moved = {key: after[key] - before.get(key, 0) for key in after}
+    assert moved[("aiayn_requests_total", (("endpoint", "/v1/completions"), ("status", "200")))] == 1
+    assert moved[("aiayn_requests_total", (("endpoint", "/metrics"), ("status", "401")))] == 1
+    assert moved[("aiayn_requests_total", (("endpoint", "/metrics"), ("status", "200")))] == 1  # the first scrape
+    assert moved[("aiayn_generation_tokens_total", ())] == 5
+    assert moved[("aiayn_prompt_tokens_total", ())] == len(generator.prompt_ids("the cat "))
+    assert moved[("aiayn_time_to_first_token_seconds_count", ())] == 1
+    assert moved[("aiayn_inter_token_latency_seconds_count", ())] == 4  # 5 tokens, 4 gaps
+    assert ("aiayn_running_rows", ()) in after and ("aiayn_prefix_cache_bytes", ()) in after
 
 
 def test_the_api_key_guards_every_route_but_health(lm):
@@ -147,8 +163,16 @@ def test_the_api_key_guards_every_route_but_health(lm):
     url = str(client.base_url).rstrip("/")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
-    assert httpx.get(url.removesuffix("/v1") + "/generate").status_code == 401
-    assert httpx.get(url.removesuffix("/v1") + "/health").status_code == 200
+    root = url.removesuffix("/v1")
+    schema = httpx.get(root + "/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
+    routes = [(method, path) for path, ops in schema["paths"].items() for method in ops if path != "/health"]
+    routes += [("get", "/"), ("get", "/docs"), ("get", "/openapi.json"), ("get", "/metrics"), ("get", "/static/app.js")]
+    assert len(routes) > 10 and ("post", "/tokenize") in routes
+    for method, path in routes:  # every route the server has, without a key and with a wrong one
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            answer = httpx.request(method.upper(), root + path, headers=headers, json={})
+            assert answer.status_code == 401, (method, path, headers, answer.status_code)
+    assert httpx.get(root + "/health").status_code == 200
 
 
 @pytest.fixture(scope="module")
