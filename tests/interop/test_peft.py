@@ -97,6 +97,7 @@ def test_merge_and_the_adapter_flag(llama, tmp_path, capsys):
     ids = torch.randint(5, 100, (2, 9))
     with torch.no_grad():
         assert (merged(ids) - model.eval()(ids)).abs().max() <= 1e-5
+        assert (merged(ids) - load_checkpoint(ckpt)[0].eval()(ids)).abs().max() > 1e-3  # the adapter changes it
     capsys.readouterr()
     common = ["--prompt", "w5 w6 w7", "--temperature", "0", "--max-new-tokens", "8"]
     assert main(["generate", "--checkpoint", str(tmp_path / "merged"), *common]) == 0

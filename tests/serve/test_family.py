@@ -348,4 +348,6 @@ def test_a_language_model_serves_in_int8_and_int4(lm_run, bits):
         answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0})
     assert answer.status_code == 200 and answer.json()["completion_tokens"] == 12
     fp32 = TextGenerator.from_checkpoint(lm_run).generate("the cat ", 12, temperature=0)[0]
-    assert sum(a == b for a, b in zip(answer.json()["text"], fp32, strict=False)) >= 6  # a trained text, not noise
+    assert answer.json()["text"] == int8.generate("the cat ", 12, temperature=0)[0]  # the server: the library's
+    agree = sum(a == b for a, b in zip(answer.json()["text"], fp32, strict=False))
+    assert agree >= 10, (answer.json()["text"], fp32)  # a trained text: at most 2 of 12 characters differ
