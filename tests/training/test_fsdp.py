@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from aiayn import TransformerModel
@@ -47,6 +48,22 @@ def test_fsdp_gives_the_losses_of_ddp(runs):
     assert len(ddp) == len(sharded) == 6
     assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ddp, sharded, strict=True)), (ddp, sharded)
     assert sharded[-1] < sharded[0]
+
+
+def test_each_rank_holds_its_share_and_the_weights_equal_ddps(runs):
+    """Sharded, not DDP under another name: rank 0 holds about half the parameters and half of Adam's moments
+    (two processes); the trained weights equal DDP's by value."""
+    records = [json.loads(line) for line in (runs / "fsdp" / "metrics.jsonl").read_text().splitlines()]
+    share = next(r["fsdp_rank0"] for r in records if "fsdp_rank0" in r)
+    half = share["parameters"] / 2
+    assert 0.45 * share["parameters"] <= share["rank_parameters"] <= 0.55 * share["parameters"], share
+    assert 0.9 * half * 2 <= share["rank_optimizer_elements"] <= 1.1 * half * 2, share  # exp_avg + exp_avg_sq
+    ddp, sharded = (load_file(str(runs / r / "last" / "model.safetensors")) for r in ("ddp", "fsdp"))
+    for name in ddp:
+        if name.endswith("k_proj.bias"):  # its gradient is 0 (softmax ignores a constant): Adam walks on rounding
+            assert ddp[name].abs().max() < 1e-3 and sharded[name].abs().max() < 1e-3, name  # noise, both ways
+        else:
+            assert torch.allclose(ddp[name], sharded[name], rtol=0, atol=1e-5), name
 
 
 def test_an_fsdp_checkpoint_is_an_ordinary_one(runs):

@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from aiayn.model.layers import DecoderLayer, EncoderLayer
 
@@ -42,6 +43,19 @@ def shard(model: nn.Module, device: torch.device) -> None:
         if isinstance(module, (EncoderLayer, DecoderLayer)):
             fully_shard(module, mesh=mesh)
     fully_shard(model, mesh=mesh)
+
+
+def local_share(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """What this rank holds: the model's parameters (elements), this rank's shard of them, and its optimizer
+    state's elements (Adam's two moments of its shard; step counters left out)."""
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    moments = [t for state in optimizer.state.values() for t in state.values()
+               if isinstance(t, torch.Tensor) and t.dim() > 0]
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "rank_parameters": sum(local(p).numel() for p in model.parameters()),
+            "rank_optimizer_elements": sum(local(t).numel() for t in moments)}
 
 
 class PlainTwin:

@@ -216,6 +216,8 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr(self.step)
             loss, tokens = self.train_step(window)
+            if cfg.fsdp and self.step == 1:  # what rank 0 holds of the sharded model and optimizer state
+                self.runlog.write({"step": 1, "fsdp_rank0": fsdp.local_share(self.model, self.optimizer)})
             if self.step % memory.EVERY == 0:
                 memory.release_free_memory()  # resident memory stays flat over ever-new batch shapes
             self.train_seconds += time.perf_counter() - started
