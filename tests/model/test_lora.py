@@ -66,3 +66,20 @@ def test_unknown_targets_are_named():
         apply_lora(_model(), 2, 4.0, "q,attn")
     with pytest.raises(ValueError, match="lora_r: must be a positive integer"):
         LoRALinear(nn.Linear(2, 2), r=0)
+
+
+def test_the_adapters_random_start_is_the_same_in_every_process():
+    """Each A's random draw goes to the same layer whatever the process's string hashing (PYTHONHASHSEED): a run
+    and its resumption after a kill start from the same adapter (it once followed a set's order)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from aiayn.model.transformer import DecoderOnly; from aiayn.model.config import ModelConfig;"
+            "from aiayn.model.lora import apply_lora, adapter_state; torch.manual_seed(0);"
+            "m = DecoderOnly(ModelConfig.preset('tiny', arch='decoder-only', vocab_size=40)); torch.manual_seed(1);"
+            "apply_lora(m, 4, 8.0, 'q,k,v,o,ffn');"
+            "print(sum(float(t.sum()) * (i + 1) for i, t in enumerate(adapter_state(m).values())))")
+    sums = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in "0123"}
+    assert len(sums) == 1, sums

@@ -77,3 +77,28 @@ def test_a_lora_runs_step_adapters_average_into_an_adapter(lm_run, tmp_path, cap
     assert main(["generate", "--checkpoint", str(lm_run), "--adapter", str(tmp_path / "avg"), "--prompt", "the bird",
                  "--temperature", "0", "--max-new-tokens", "8"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_a_lora_run_killed_mid_way_resumes_to_the_same_adapter(lm_run, tmp_path):
+    """SIGKILL during a LoRA fine-tune, then --resume: the adapter tensors of a run never interrupted, bit for bit."""
+    import signal
+    import subprocess
+    import sys
+
+    from tiny_runs import step_of, wait_for_step
+
+    def aiayn(*args: str) -> list[str]:
+        return [sys.executable, "-m", "aiayn", *args]
+
+    whole = subprocess.run(aiayn(*_lora(lm_run, tmp_path, "whole", 60)), capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    killed = _lora(lm_run, tmp_path, "killed", 60)
+    proc = subprocess.Popen(aiayn(*killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_step(tmp_path / "killed", 10, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = step_of(tmp_path / "killed")
+    resumed = subprocess.run(aiayn(*killed, "--resume"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = (load_file(str(tmp_path / run / "last" / "adapter_model.safetensors")) for run in ("whole", "killed"))
+    assert 10 <= killed_at < 60 and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), killed_at

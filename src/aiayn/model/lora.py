@@ -98,9 +98,8 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: str | list[str] 
         param.requires_grad_(False)
     wrapped = []
     for path, module in list(model.named_modules()):
-        for attr in names:
-            child = getattr(module, attr, None)
-            if type(child) is nn.Linear:
+        for attr, child in list(module.named_children()):  # the module's own order, not a set's: each A's random
+            if attr in names and type(child) is nn.Linear:  # draw is the same in every process (PYTHONHASHSEED)
                 setattr(module, attr, LoRALinear(child, r, alpha, dropout))
                 wrapped.append(f"{path}.{attr}" if path else attr)
     if not wrapped:
