@@ -4,6 +4,8 @@ made loads into aiayn equally; ``aiayn merge`` equals the unmerged adapter; ``--
 bad adapter folders are one line."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -107,7 +109,9 @@ def test_merge_and_the_adapter_flag(llama, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("how, words", [("rank", "has shape"), ("module", "has no module"),
-                                        ("dora", "use_dora (DoRA) is not supported"), ("config", "missing")])
+                                        ("dora", "use_dora (DoRA) is not supported"), ("config", "missing"),
+                                        ("truncated", "adapter_model.safetensors: not a safetensors file, damaged or truncated"),
+                                        ("shape", "has shape (4, 7)")])
 def test_bad_adapter_folders_are_one_line(llama, tmp_path, capsys, how, words):
     from safetensors.torch import load_file, save_file
 
@@ -126,6 +130,13 @@ def test_bad_adapter_folders_are_one_line(llama, tmp_path, capsys, how, words):
                   str(adapter / "adapter_model.safetensors"))
     elif how == "dora":
         (adapter / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    elif how == "truncated":
+        data = (adapter / "adapter_model.safetensors").read_bytes()
+        (adapter / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
+    elif how == "shape":
+        tensors = load_file(str(adapter / "adapter_model.safetensors"))
+        first = next(k for k in tensors if k.endswith("lora_A.weight"))
+        save_file({**tensors, first: torch.zeros(4, 7)}, str(adapter / "adapter_model.safetensors"))
     else:
         (adapter / "adapter_config.json").unlink()
     capsys.readouterr()
@@ -134,3 +145,9 @@ def test_bad_adapter_folders_are_one_line(llama, tmp_path, capsys, how, words):
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
     assert not (tmp_path / "m").exists()
+    for command in (["generate", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--prompt", "w5"],
+                    ["serve", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--port", "0"],
+                    ["serve", "--checkpoint", str(ckpt), "--lora", f"bad={adapter}", "--port", "0"]):
+        # the server refuses to start (a timeout here would mean it served the base model instead)
+        done = subprocess.run([sys.executable, "-m", "aiayn", *command], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, (command, done.stderr)

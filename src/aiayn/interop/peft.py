@@ -19,7 +19,7 @@ from torch import Tensor
 from aiayn.interop.hf_export import marian_problems
 from aiayn.interop.llama import llama_problems, tensor_names
 from aiayn.interop.marian import layer_names
-from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_tensors
 from aiayn.model.config import ModelConfig
 from aiayn.model.lora import LoRALinear, adapter_state, lora_layers
 
@@ -86,8 +86,6 @@ def read_adapter_config(folder: Path) -> dict:
 def read_adapter(model, folder: str | Path) -> dict[str, tuple[Tensor, Tensor, float]]:
     """An adapter folder's updates for ``model``: layer path -> (A (r, in), B (out, r), scaling alpha / r). A
     tensor for a module the model does not have, or of the wrong shape, is a ValueError naming it."""
-    from safetensors.torch import load_file
-
     folder = Path(folder)
     config = read_adapter_config(folder)
     if not (folder / ADAPTER_WEIGHTS).is_file():
@@ -95,7 +93,7 @@ def read_adapter(model, folder: str | Path) -> dict[str, tuple[Tensor, Tensor, f
     ours = {theirs: mine for mine, theirs in hf_modules(model.config).items()}
     scaling = float(config.get("lora_alpha", config["r"])) / config["r"]
     found = {}
-    for module, (a, b) in _by_module(load_file(str(folder / ADAPTER_WEIGHTS)), folder).items():
+    for module, (a, b) in _by_module(read_tensors(folder / ADAPTER_WEIGHTS), folder).items():
         path = ours.get(module, module)
         base = _linear(model, path, folder)
         for name, tensor, shape in ((f"{module}.lora_A", a, (config["r"], base.in_features)),

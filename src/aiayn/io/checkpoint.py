@@ -85,6 +85,17 @@ def save_weights(model: nn.Module, folder: Path) -> None:
     save_model(model, str(folder / WEIGHTS))
 
 
+def read_tensors(file: Path) -> dict:
+    """Every tensor of a safetensors file by name; a damaged or truncated file is a ValueError naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(file))
+    except SafetensorError as err:
+        raise ValueError(f"{file}: not a safetensors file, damaged or truncated ({err}); copy it again") from None
+
+
 def load_weights(model: nn.Module, folder: Path) -> None:
     """Read ``model.safetensors`` into ``model``; every tensor must match by name and shape."""
     from safetensors import SafetensorError
