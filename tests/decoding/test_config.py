@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "aiayn"
                                         ("length_penalty", math.inf), ("max_len_a", math.nan), ("max_len_b", -1),
                                         ("max_new_tokens", 0), ("min_new_tokens", -1), ("temperature", -1.0),
                                         ("temperature", math.nan), ("top_k", -2), ("top_p", 0.0), ("top_p", 1.5),
-                                        ("seed", -1), ("seed", 2**63), ("num_return_sequences", 0),
+                                        ("seed", -1), ("seed", 2**53), ("num_return_sequences", 0),
                                         ("strategy", "typical"), ("beam_size", True)])
 def test_every_field_checks_itself_and_the_error_names_it(field, bad):
     with pytest.raises(ValueError, match=f"^{field}: must be"):
@@ -111,3 +111,27 @@ def test_one_resolve_chooses_the_strategy_for_every_model():
     choosers = sorted(p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
                       if re.search(r'"mask-predict" if|"beam" if|"sample" if', p.read_text(encoding="utf-8")))
     assert choosers == ["decoding/config.py"], choosers
+
+
+def test_the_bounds_the_http_schema_states_are_the_rules():
+    """``BOUNDS`` (what /openapi.json says of each decoding field) agrees with the checks: a value on a bound
+    passes, one beyond it is refused."""
+    from aiayn.decoding.config import BOUNDS, _problem
+
+    for name, bounds in BOUNDS.items():
+        for key, edge in bounds.items():
+            if key == "max_length":
+                assert _problem(name, "a" * edge) is None and _problem(name, "a" * (edge + 1)), name
+            elif key == "pattern":
+                assert re.search(edge, "<2de> x") and _problem(name, "<2de> x") is None, name
+                assert not re.search(edge, " x") and _problem(name, " x"), name
+            elif key == "min_length":
+                assert _problem(name, "a" * edge) is None and _problem(name, ""), name
+            elif key == "gt":
+                assert _problem(name, edge) and _problem(name, edge + 1e-6) is None, name
+            else:
+                inside = edge if key in ("ge", "le") else None
+                beyond = edge - 1 if key == "ge" else edge + 1
+                if isinstance(edge, float) or name in ("top_p",):
+                    beyond = edge - 0.5 if key == "ge" else edge + 0.5
+                assert _problem(name, inside) is None and _problem(name, beyond), (name, key)

@@ -25,3 +25,21 @@ def test_filter_logits_top_k_and_top_p():
     kept = torch.isfinite(filter_logits(logits, top_p=0.8))[0].tolist()
     assert kept == [True, True, False, False]  # 0.5 + 0.3 reaches 0.8
     assert torch.isfinite(filter_logits(logits, top_p=0.5))[0].tolist() == [True, False, False, False]
+
+
+def test_a_tiny_temperature_samples_the_likeliest_token_not_nan():
+    """Found by fuzzing the server: temperature 2.2e-308 made the scaled logits overflow (inf, then NaN
+    probabilities and a 500); it is the arg-max, as the limit of sampling at temperature -> 0."""
+    from aiayn.decoding.sampling import draw
+
+    logits = torch.tensor([[1.0, 3.0, 2.0, float("-inf")]])
+    for temperature in (2.2250738585072014e-308, 1e-30):
+        assert draw(logits, torch.Generator().manual_seed(0), temperature).item() == 1
+
+
+def test_a_top_p_that_rounds_to_zero_keeps_the_likeliest_token():
+    """Found by fuzzing the server: top_p 5e-324 is 0 in float32, and every token was dropped (NaN, a 500)."""
+    from aiayn.decoding.sampling import draw
+
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    assert draw(logits, torch.Generator().manual_seed(0), top_p=5e-324).item() == 1

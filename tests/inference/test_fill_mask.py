@@ -31,7 +31,8 @@ def test_fill_mask_cli(mlm_run):
     assert text.stdout.startswith("<mask> 1: sat ")
 
 
-@pytest.mark.parametrize("args, words", [(["a dog ran"], "no <mask>"), (["a <mask>", "--top-k", "0"], "--top-k")])
+@pytest.mark.parametrize("args, words", [(["a dog ran"], "no <mask>"), ([""], "no <mask>"),
+                                        (["a <mask>", "--top-k", "0"], "--top-k")])
 def test_fill_mask_mistakes_are_one_line(mlm_run, args, words):
     result = aiayn("fill-mask", "--checkpoint", str(mlm_run), *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr and words in result.stderr, result.stderr

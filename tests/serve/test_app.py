@@ -55,7 +55,7 @@ def test_decoding_options(client, translator):
     ({"text": "a", "beam_size": 0}, 422, "beam_size"),
     ({"text": "a", "texts": ["b"]}, 422, "exactly one"),
     ({}, 422, "exactly one"),
-    ({"texts": []}, 422, "at least one"),
+    ({"texts": []}, 422, "at least 1 item"),
     ({"text": "a", "colour": "red"}, 422, "colour"),
     ({"text": 5}, 422, "text"),
 ])
@@ -109,7 +109,7 @@ def test_inside_one_head_equals_the_attention_weights(client):
         assert len(inside["keys"]) == len(inside["scores"]) == len(inside["mask"]) == len(inside["weights"])
         assert len(inside["query"]) == len(inside["output"]) == len(inside["keys"][0])
     bad = client.post("/attention/head", json={"source": "a b c", "kind": "encoder", "query": 50})
-    assert bad.status_code == 422 and "query" in bad.json()["detail"]
+    assert bad.status_code == 404 and "query: 50 is not a token position" in bad.json()["detail"]  # no such row
     assert client.post("/attention/head", json={"source": "a b", "kind": "upward"}).status_code == 422
     assert client.post("/attention/head", json={"source": "a b", "layer": -1}).status_code == 422
 
@@ -189,7 +189,8 @@ def test_non_finite_numbers_are_422_not_500(client, value):
 def test_lone_surrogates_are_422_not_500(client, path, raw):
     response = client.post(path, content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
-    assert "surrogate" in response.json()["detail"]
+    detail = str(response.json()["detail"])  # our check's words, or pydantic's where a field's pattern reads first
+    assert "surrogate" in detail or "unicode string" in detail
 
 
 def test_health_hides_the_checkpoint_path_and_docs_need_no_cdn(client):

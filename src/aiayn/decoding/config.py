@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from aiayn.io.checkpoint import GENERATION
 from aiayn.io.files import read_json
 
 STRATEGIES = ("greedy", "beam", "sample", "mask-predict")
+PREFIX = r"(?:[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)*)?"  # source_prefix: words, one space between (a regex)
 TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
 
 
@@ -135,23 +137,34 @@ def _default(name: str):
 _RULES = {  # field -> (test, what it must be)
     "strategy": (lambda v: v is None or v in STRATEGIES, f"one of {', '.join(STRATEGIES)}"),
     "beam_size": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
-    "length_penalty": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
-    "max_len_a": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
-    "max_len_b": (lambda v: v is None or (_int(v) and v >= 0), "a whole number >= 0"),
+    "length_penalty": (lambda v: _real(v) and 0 <= v <= 10, "a number in [0, 10]"),
+    "max_len_a": (lambda v: _real(v) and 0 <= v <= 100, "a number in [0, 100]"),
+    "max_len_b": (lambda v: v is None or (_int(v) and 0 <= v <= 100_000), "a whole number in [0, 100000]"),
     "max_new_tokens": (lambda v: v is None or (_int(v) and v >= 1), "a whole number >= 1"),
     "min_new_tokens": (lambda v: _int(v) and v >= 0, "a whole number >= 0"),
-    "temperature": (lambda v: _real(v) and v >= 0, "a finite number >= 0 (0 = greedy)"),
+    "temperature": (lambda v: _real(v) and 0 <= v <= 100, "a number in [0, 100] (0 = greedy)"),
     "top_k": (lambda v: _int(v) and v >= 0, "a whole number >= 0 (0 = all tokens)"),
     "top_p": (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**63), "a whole number in [0, 2^63)"),
+    "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**53), "a whole number in [0, 2^53) (exact in JSON)"),
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
     "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
     "length_beam": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
-    "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 32 and v == " ".join(v.split()),
-                      "text of at most 32 characters without line breaks or outer spaces"),
+    "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 32 and re.fullmatch(PREFIX, v) is not None,
+                      "text of at most 32 characters: words of visible characters, one space between them"),
     "json_schema": (lambda v: v is None or _schema_text(v), "the text of a JSON object (a JSON schema)"),
     "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "the text of a grammar"),
 }
+
+
+# The numeric rules above as bounds a request schema can state (pydantic's ge / le / gt; the HTTP routes' fields
+# carry them, so /openapi.json says what the checks refuse; tests/decoding/test_config.py holds them to _RULES).
+BOUNDS = {"beam_size": {"ge": 1}, "length_penalty": {"ge": 0, "le": 10}, "max_len_a": {"ge": 0, "le": 100},
+          "max_len_b": {"ge": 0, "le": 100_000},
+          "max_new_tokens": {"ge": 1}, "min_new_tokens": {"ge": 0}, "temperature": {"ge": 0, "le": 100},
+          "top_k": {"ge": 0},
+          "top_p": {"gt": 0, "le": 1}, "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
+          "iterations": {"ge": 1, "le": 100}, "length_beam": {"ge": 1, "le": 100},
+          "source_prefix": {"max_length": 32, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
 
 
 def _schema_text(v) -> bool:

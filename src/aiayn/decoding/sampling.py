@@ -16,7 +16,11 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         raise ValueError(f"temperature: must be > 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p: must be in (0, 1], got {top_p}")
-    logits = logits / temperature
+    scaled = logits / temperature
+    if not bool(torch.isfinite(scaled[torch.isfinite(logits)]).all()):  # a temperature so small the scaled scores
+        best = logits.max(dim=-1, keepdim=True).values  # overflow: its limit, the likeliest tokens alone
+        scaled = torch.zeros_like(logits).masked_fill(logits < best, float("-inf"))
+    logits = scaled
     if 0 < top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -24,7 +28,8 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
-        drop_sorted = before >= top_p  # the first token is always kept
+        drop_sorted = before >= top_p
+        drop_sorted[..., 0] = False  # the likeliest token is always kept (a top_p that rounds to 0 included)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

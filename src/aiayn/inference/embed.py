@@ -111,7 +111,15 @@ class Embedder:
         return torch.cat(out) if out else torch.zeros(0, self.model.config.d_model)
 
     def _batch(self, texts: list[str]) -> Tensor:
+        """Vectors of ``texts``; a text without tokens (empty, or spaces a tokenizer drops) is the zero vector."""
         rows = [self.ids(t) for t in texts]
+        kept = [i for i, row in enumerate(rows) if row]
+        out = torch.zeros(len(rows), self.model.config.d_model)
+        if kept:
+            out[kept] = self._vectors([rows[i] for i in kept])
+        return out
+
+    def _vectors(self, rows: list[list[int]]) -> Tensor:
         pad = self.model.config.pad_id
         ids = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)  # (B, S)
         for i, row in enumerate(rows):

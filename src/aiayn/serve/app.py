@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
-from aiayn.serve.family import create_family_app
+from aiayn.serve.declared import NONBLANK, Whole, declare_fields, one_of
+from aiayn.serve.family import create_family_app, one_output, vocabulary
 from aiayn.serve.http import (
     STATIC,
     DecodingOptions,
@@ -26,23 +27,23 @@ from aiayn.serve.http import (
     serve_until_stopped,
     server_config,
 )
-from aiayn.serve.jobs import DecodeJob, Refused
+from aiayn.serve.jobs import DecodeJob, Refusal, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.metrics import add_metrics
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
 from aiayn.serve.tokens import add_token_routes
 from aiayn.visual.attention import attention_for
-from aiayn.visual.inside import inside_for
+from aiayn.visual.inside import NoSuchPosition, inside_for
 from aiayn.visual.refinement import refinement_for
 
 
 class TranslateRequest(DecodingOptions):
     """One ``text`` or a list of ``texts``, and optional decoding options (server defaults otherwise)."""
 
-    model_config = ConfigDict(extra="forbid")
-    text: str | None = None
-    texts: list[str] | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra=one_of("text", "texts"))
+    text: str = Field(None)  # exactly one of text and texts; neither may be null
+    texts: list[str] = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _one_of(self) -> TranslateRequest:
@@ -55,7 +56,7 @@ class AttentionRequest(BaseModel):
     """A source sentence and, optionally, the target to force (default: the model's translation)."""
 
     model_config = ConfigDict(extra="forbid")
-    source: str
+    source: str = Field(pattern=NONBLANK)
     target: str | None = None
 
 
@@ -63,7 +64,7 @@ class RefinementRequest(BaseModel):
     """A source sentence for Mask-Predict, and optionally T and l (default: the server's decoding)."""
 
     model_config = ConfigDict(extra="forbid")
-    source: str
+    source: str = Field(pattern=NONBLANK)
     iterations: int | None = Field(None, ge=1, le=100)
     length_beam: int | None = Field(None, ge=1, le=100)
 
@@ -72,9 +73,10 @@ class HeadRequest(AttentionRequest):
     """Inside one head: which attention, layer, head and query row (0-based) to open."""
 
     kind: Literal["encoder", "decoder_self", "cross"] = "cross"
-    layer: int = Field(0, ge=0)
-    head: int = Field(0, ge=0)
-    query: int = Field(0, ge=0, description="the row: a source token (encoder) or a decoder input token")
+    layer: Whole = Field(0, ge=0)
+    head: Whole = Field(0, ge=0)
+    query: Whole = Field(0, ge=0, description="the row: a source token (encoder) or a decoder input token (past the "
+                                              "text: 404)")
 
 
 async def _translate(batcher: Scheduler, translator: Translator, texts: list[str],
@@ -143,6 +145,13 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
     add_openai_routes(app, name, limits)  # GET /v1/models; a translator has no OpenAI text route
     _add_routes(app, translator, batcher, limits, info or {})
     add_token_routes(app, translator.tokenizers.src, translator.model.config.max_len, limits)
+    cfg = translator.model.config
+    declare_fields(app, {"HeadRequest": {"layer": {"maximum": max(cfg.n_encoder_layers, cfg.n_decoder_layers) - 1},
+                                         "head": {"maximum": cfg.n_heads - 1}},
+                         "DetokenizeRequest": {"tokens": {"items": vocabulary(translator.tokenizers.src)}},
+                         "TranslateRequest": {**one_output(limits, ("mask-predict",) if cfg.cmlm else
+                                                           ("greedy", "beam", "sample")),
+                                              "json_schema": {"type": "null"}, "grammar": {"type": "null"}}})
     _add_inspection_routes(app, translator, batcher, limits)
     return app
 
@@ -169,7 +178,14 @@ def _add_routes(app: FastAPI, translator: Translator, batcher: Scheduler, limits
         if not texts:
             raise HTTPException(422, "texts: give at least one text")
         check_size(texts, limits)
-        results = await _translate(batcher, translator, texts, request_decoding(req, translator.decoding))
+        decoding = request_decoding(req, translator.decoding)
+        if decoding.json_schema is not None or decoding.grammar is not None:
+            field = "json_schema" if decoding.json_schema is not None else "grammar"
+            raise HTTPException(422, f"{field}: structured output is for language models; a translation takes none")
+        checked = batcher.decoding_for(decoding)  # every request's, an all-empty one's too (no job to check it)
+        if isinstance(checked, Refusal):
+            raise native_refusal(Refused(checked))
+        results = await _translate(batcher, translator, texts, decoding)
         return {"translation": results[0]} if req.text is not None else {"translations": results}
 
 
@@ -178,14 +194,14 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
     decoding steps."""
     cfg = translator.model.config
 
-    @app.post("/attention")
+    @app.post("/attention", include_in_schema=not cfg.cmlm)  # a CMLM has none: 422, and not in the schema
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
         _check_attention(req, translator, limits)
         maps = await asyncio.wrap_future(batcher.run_alone(attention_for, translator, req.source, req.target))
         return {**maps.to_dict(), "heads": cfg.n_heads}
 
-    @app.post("/refinement")
+    @app.post("/refinement", include_in_schema=cfg.cmlm)
     async def refinement(req: RefinementRequest) -> dict:
         """A CMLM's Mask-Predict on ``source``: {"source_tokens", "steps": [{"tokens", "probabilities",
         "predicted"}] per iteration, "translation"}."""
@@ -196,7 +212,7 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
                                                             req.length_beam))
         return found.to_dict()
 
-    @app.post("/attention/head")
+    @app.post("/attention/head", include_in_schema=not cfg.cmlm)
     async def attention_head(req: HeadRequest) -> dict:
         """Inside one head: for row ``query`` of ``kind`` in ``layer``/``head`` (0-based), the query vector,
         keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
@@ -204,6 +220,8 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
         try:
             found = await asyncio.wrap_future(batcher.run_alone(inside_for, translator, req.source, req.target,
                                                                 req.kind, req.layer, req.head, req.query))
+        except NoSuchPosition as err:
+            raise HTTPException(404, str(err)) from None
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         return found.to_dict()

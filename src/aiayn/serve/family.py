@@ -16,6 +16,7 @@ from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.embed import Embedder
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
+from aiayn.serve.declared import NONBLANK, Whole, declare_fields
 from aiayn.serve.generate import add_generate
 from aiayn.serve.http import (
     STATIC,
@@ -29,27 +30,27 @@ from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
 from aiayn.serve.tokens import add_token_routes
 from aiayn.visual.attention import lm_attention_for
-from aiayn.visual.inside import lm_inside_for
+from aiayn.visual.inside import NoSuchPosition, lm_inside_for
 
 
 class TextAttentionRequest(BaseModel):
     """A text (a prompt and its continuation) to draw the language model's causal attention over."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str
+    text: str = Field(pattern=NONBLANK)
 
 
 class TextHeadRequest(TextAttentionRequest):
     """Inside one head: the layer, head and query token (0-based) to open."""
 
-    layer: int = Field(0, ge=0)
-    head: int = Field(0, ge=0)
-    query: int = Field(0, ge=0, description="the query token's position in text")
+    layer: Whole = Field(0, ge=0)
+    head: Whole = Field(0, ge=0)
+    query: Whole = Field(0, ge=0, description="the query token's position in text (past its end: 404)")
 
 
 class FillMaskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str
+    text: str = Field(pattern="<mask>", description="a text with one or more <mask> words to predict")
     top_k: int = Field(5, ge=1, le=100)
 
 
@@ -86,12 +87,38 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         chat = None if engine.chat_template is None else \
             (lambda messages, prompt: engine.rendered_ids(engine.chat_template(messages, prompt)))
         add_token_routes(app, engine.tokenizer, batcher.capacity, limits, chat)
+        _declare_bounds(app, engine, limits)
         add_generate(app, engine, batcher, limits)
         _add_lm_attention(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
         _add_encoder_routes(app, name, limits, batcher, embedder)
     return app
+
+
+def _declare_bounds(app: FastAPI, generator: TextGenerator, limits: Limits) -> None:
+    """What /openapi.json can bound for this model: its layers and heads, its vocabulary, its adapters, the
+    server's length limit."""
+    cfg, rows = generator.model.config, generator.model.adapter_rows
+    adapters = [{"enum": rows.names}] if rows is not None else []
+    declare_fields(app, {"TextHeadRequest": {"layer": {"maximum": cfg.n_decoder_layers - 1},
+                                             "head": {"maximum": cfg.n_heads - 1}},
+                         "DetokenizeRequest": {"tokens": {"items": vocabulary(generator.tokenizer)}},
+                         "GenerateRequest": {"adapter": {"anyOf": [*adapters, {"type": "null"}]},
+                                             **one_output(limits, ("greedy", "beam", "sample"))}})
+
+
+def one_output(limits: Limits, strategies: tuple[str, ...]) -> dict:
+    """The decoding fields' bounds where a request decodes one output: the strategies the model runs, one
+    sequence, the server's length and beam limits."""
+    return {"strategy": {"anyOf": [{"enum": list(strategies)}, {"type": "null"}]},
+            "num_return_sequences": {"maximum": 1}, "max_new_tokens": {"maximum": limits.max_new_tokens},
+            "beam_size": {"maximum": limits.max_beam_size}}
+
+
+def vocabulary(tokenizer) -> dict:
+    """The JSON schema of one of ``tokenizer``'s ids."""
+    return {"type": "integer", "minimum": 0, "maximum": len(tokenizer) - 1}
 
 
 def _family_scheduler(engine: TextGenerator | MaskFiller, limits: Limits, max_batch: int, threads: int | None,
@@ -162,6 +189,8 @@ def _add_lm_attention(app: FastAPI, generator: TextGenerator, batcher: Scheduler
                                 req.head, req.query)
         try:
             return (await asyncio.wrap_future(job)).to_dict()
+        except NoSuchPosition as err:
+            raise HTTPException(404, str(err)) from None
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
 

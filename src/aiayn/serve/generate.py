@@ -24,7 +24,7 @@ class GenerateRequest(DecodingOptions):
     ``json_schema`` or ``grammar``); ``stream`` answers with Server-Sent Events, one per token."""
 
     model_config = ConfigDict(extra="forbid")
-    prompt: str
+    prompt: str = Field(min_length=1)
     stream: bool = False
     adapter: str | None = Field(None, description="a LoRA adapter served beside the model (aiayn serve --lora "
                                                   "NAME=...): its NAME; unset, the base model")

@@ -16,9 +16,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from aiayn.decoding.config import DecodingConfig, names
+from aiayn.decoding.config import BOUNDS, DecodingConfig, names
+from aiayn.serve.declared import number, whole
 from aiayn.serve.jobs import Refused
 from aiayn.serve.limits import Limits
 
@@ -29,8 +30,16 @@ log = logging.getLogger("aiayn.serve")
 def _decoding_fields() -> dict:
     """Every ``DecodingConfig`` field as an optional request field (unset: the server's default)."""
     hints = typing.get_type_hints(DecodingConfig)
-    return {f.name: (hints[f.name] | None, Field(None, description=f.metadata["help"]))
-            for f in dataclasses.fields(DecodingConfig)}
+    numbers = {int: (int, whole), float: (float, number), int | None: (int, whole), float | None: (float, number)}
+    fields = {}
+    for f in dataclasses.fields(DecodingConfig):
+        kind, check = numbers.get(hints[f.name], (hints[f.name], None))
+        kind = typing.Literal[f.metadata["choices"]] if "choices" in f.metadata else kind
+        extra = [Field(**BOUNDS[f.name])] if f.name in BOUNDS else []  # on the value's type: the schema states them
+        extra += [BeforeValidator(check)] if check else []  # JSON's numbers, not true or "1"
+        kind = typing.Annotated[(kind, *extra)] if extra else kind
+        fields[f.name] = (kind | None, Field(None, description=f.metadata["help"]))
+    return fields
 
 
 DecodingOptions: type[BaseModel] = create_model(
@@ -39,11 +48,11 @@ DecodingOptions: type[BaseModel] = create_model(
 
 
 def request_decoding(req: BaseModel, base: DecodingConfig) -> DecodingConfig:
-    """``base`` (the server's defaults) with the request's decoding fields replaced; an invalid value is 422
-    naming the field. What the model cannot run or the server will not is the scheduler's one admission check
-    (:func:`native_refusal` maps it)."""
+    """``base`` (the server's defaults) with the request's decoding fields replaced (null, as unset: the server's
+    value); an invalid value is 422 naming the field. What the model cannot run or the server will not is the
+    scheduler's one admission check (:func:`native_refusal` maps it)."""
     try:
-        return base.replace(**req.model_dump(exclude_unset=True, include=set(names())))
+        return base.replace(**req.model_dump(exclude_unset=True, exclude_none=True, include=set(names())))
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.choices import Calls
+from aiayn.serve.declared import declare
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai_text import OpenAIError, TextRoutes
 from aiayn.serve.scheduler import Scheduler
@@ -49,19 +50,25 @@ class JsonSchemaFormat(BaseModel):
     description: str | None = None
 
 
-class ResponseFormat(BaseModel):
-    """``{"type": "text" | "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema",
-    "strict"}}``: the output is JSON (following the schema), by constrained decoding."""
-
+class TextFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
+    type: Literal["text"]
 
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if (self.type == "json_schema") != (self.json_schema is not None):
-            raise ValueError('json_schema: give it exactly when type is "json_schema"')
-        return self
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+# ``{"type": "text" | "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``:
+# the output is JSON (following the schema), by constrained decoding
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponse, Field(discriminator="type")]
 
 
 class CompletionRequest(Sampling):
@@ -82,22 +89,33 @@ class ToolCall(BaseModel):
     function: CalledFunction
 
 
-class ChatMessage(BaseModel):
-    """A message: ``content``; an assistant's may instead hold the ``tool_calls`` it made, a ``tool`` message
-    answers one of them (``tool_call_id``)."""
+class TextMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user"]
+    content: str
+    name: str | None = None
+
+
+class AssistantMessage(BaseModel):
+    """An earlier answer: its text, or the tool calls it made (or both)."""
 
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["assistant"]
     content: str | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
 
-    @model_validator(mode="after")
-    def _content_given(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError("content: give the message's text (only an assistant's tool calls may go without)")
-        return self
+
+class ToolMessage(BaseModel):
+    """A tool's result, answering the call ``tool_call_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["tool"]
+    content: str
+    tool_call_id: str
+
+
+ChatMessage = Annotated[TextMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
 class FunctionSpec(BaseModel):
@@ -167,6 +185,9 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
     @app.exception_handler(OpenAIError)
     async def openai_error(_request: Request, err: OpenAIError):
         return err.response()
+
+    declare(app, {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatRequest,
+                  "/v1/embeddings": EmbeddingRequest})
 
     names = [name, *(() if generator is None or generator.model.adapter_rows is None else
                      generator.model.adapter_rows.names)]

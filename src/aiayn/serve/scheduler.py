@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
@@ -91,41 +92,43 @@ class Scheduler:
         self.thread.join(timeout=10)
 
     def admission(self, *jobs: Job) -> Refusal | None:
-        """The one admission check, for jobs that come together (one request's): each job's decoding resolved
-        against the model, in place (:meth:`DecodingConfig.resolve`: a strategy the model cannot run is
-        ``invalid``); over the limits (length, beam, the cache) ``too_long``; a language model with
-        ``limits.max_streams`` requests open ``busy``. None: all may be submitted."""
+        """The one admission check, for jobs that come together (one request's): each job's decoding
+        (:meth:`decoding_for`, set on the job), the cache its input and limit need, and, for a language model, no
+        more than ``limits.max_streams`` requests open (``busy``). None: all may be submitted."""
         for job in jobs:
-            try:
-                job.decoding = job.decoding.resolve(self.model.config)
-            except ValueError as err:
-                return Refusal("invalid", str(err).split(":")[0], str(err))
-            refusal = self._over_limits(job)
-            if refusal is not None:
-                return refusal
+            decoding = self.decoding_for(job.decoding)
+            if isinstance(decoding, Refusal):
+                return decoding
+            job.decoding = decoding
+            start = self.engine.start_width(torch.tensor([job.inputs]))
+            if start + decoding.max_new_tokens > self.capacity:
+                return Refusal("too_long", "max_new_tokens", f"prompt and max_new_tokens: {len(job.inputs)} + "
+                                                             f"{decoding.max_new_tokens} tokens exceed the model's "
+                                                             f"{self.capacity}")
         if self.model.config.arch == "decoder-only" and self.open_requests + len(jobs) > self.limits.max_streams:
             return Refusal("busy", "n", f"busy: {self.open_requests} generations running or waiting (the server's "
                                         f"limit is {self.limits.max_streams}); try again shortly")
         return None
 
-    def _over_limits(self, job: Job) -> Refusal | None:
-        cfg, limits = job.decoding, self.limits
+    def decoding_for(self, decoding: DecodingConfig) -> DecodingConfig | Refusal:
+        """A request's decoding resolved against the model (:meth:`DecodingConfig.resolve`: a strategy the model
+        cannot run is ``invalid``) with its length limit set (unset: the default, cut to the server's limit),
+        or the refusal: one output per job, a beam or a length over the server's limits (``too_long``)."""
+        limits, given = self.limits, decoding.max_new_tokens is not None
+        try:
+            cfg = decoding.resolve(self.model.config)
+        except ValueError as err:
+            return Refusal("invalid", str(err).split(":")[0], str(err))
         if cfg.num_return_sequences != 1:
             return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one "
                            "sequence here (the OpenAI routes take n)")
-        if cfg.strategy == "beam" and cfg.beam_size > limits.max_beam_size:
+        if cfg.beam_size > limits.max_beam_size:
             return Refusal("too_long", "beam_size", f"beam_size: {cfg.beam_size} > the server's limit "
                                                     f"{limits.max_beam_size}")
-        if cfg.max_new_tokens is not None and cfg.max_new_tokens > limits.max_new_tokens:
+        if given and cfg.max_new_tokens > limits.max_new_tokens:
             return Refusal("too_long", "max_new_tokens", f"max_new_tokens: {cfg.max_new_tokens} > the server's "
                                                          f"limit {limits.max_new_tokens}")
-        job.decoding = cfg = cfg.replace(max_new_tokens=cfg.max_new_tokens or limits.max_new_tokens)
-        start = self.engine.start_width(torch.tensor([job.inputs]))
-        if start + cfg.max_new_tokens > self.capacity:
-            return Refusal("too_long", "max_new_tokens", f"prompt and max_new_tokens: {len(job.inputs)} + "
-                                                         f"{cfg.max_new_tokens} tokens exceed the model's "
-                                                         f"{self.capacity}")
-        return None
+        return cfg.replace(max_new_tokens=min(cfg.max_new_tokens or limits.max_new_tokens, limits.max_new_tokens))
 
     def submit(self, *jobs: Job) -> None:
         """Queue decode jobs that come together (one request's): all, or none with :class:`Refused` (the

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aiayn.serve.declared import Whole, declare_fields, one_of
 from aiayn.serve.http import check_size
 from aiayn.serve.limits import Limits
 
@@ -13,10 +14,10 @@ from aiayn.serve.limits import Limits
 class TokenizeRequest(BaseModel):
     """A ``prompt``, or chat ``messages`` rendered by the model's template; ``model`` is accepted (one model)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=one_of("prompt", "messages"))
     model: str | None = None
-    prompt: str | None = None
-    messages: list[dict] | None = Field(None, min_length=1)
+    prompt: str = Field(None)  # exactly one of prompt and messages; neither may be null
+    messages: list[dict] = Field(None, min_length=1)
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     return_token_strs: bool = False
@@ -29,14 +30,17 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str | None = None
-    tokens: list[int] = Field(max_length=65536)
+    tokens: list[Whole] = Field(max_length=65536)
 
 
 def add_token_routes(app: FastAPI, tokenizer, context: int, limits: Limits, chat=None) -> None:
     """The two routes over ``tokenizer`` (the model's input side); ``context``: the most tokens a prompt and its
-    continuation may take (``max_model_len``); ``chat(messages, add_generation_prompt)``: the template's ids."""
+    continuation may take (``max_model_len``); ``chat(messages, add_generation_prompt)``: the template's ids
+    (None: the model has no template, and the schema takes no ``messages``)."""
+    if chat is None:
+        declare_fields(app, {"TokenizeRequest": {"messages": {"not": {}}}})
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest) -> dict:

@@ -84,7 +84,8 @@ class SentencePieceTokenizer(Tokenizer):
         marker the tokenizer puts before it is dropped: in training a masked piece carries its own)."""
         ids = self.encode(text)
         space = self.sp.piece_to_id("\u2581")  # SentencePiece's word-start marker
-        return [t for t, nxt in zip(ids, [*ids[1:], None], strict=True) if not (t == space and nxt == MASK_ID)]
+        following = [*ids[1:], None][: len(ids)]  # an empty text has no ids, and nothing follows them
+        return [t for t, nxt in zip(ids, following, strict=True) if not (t == space and nxt == MASK_ID)]
 
     def special_ids(self) -> list[int]:
         """Ids that are never a prediction (padding, BOS, EOS, UNK, mask)."""

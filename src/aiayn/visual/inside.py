@@ -15,6 +15,10 @@ from aiayn.model.attention import MultiHeadAttention, attention_scores
 from aiayn.visual.attention import AttentionMaps, attention_for, lm_attention_for
 
 
+class NoSuchPosition(ValueError):
+    """A query position past the text (the server answers 404: the schema cannot bound it, the text can)."""
+
+
 @dataclass
 class HeadInside:
     """One query row of one head. Vectors are d_k long; per-key lists are as long as the keys.
@@ -83,7 +87,7 @@ def inside_head(module: MultiHeadAttention, run: Callable[[], AttentionMaps], ki
     maps, (query_in, kv_in, mask), weights = _captured(module, run)
     rows, cols = maps.axes(kind)
     if not 0 <= query < len(rows):
-        raise ValueError(f"query: {query} is not a token position (0 to {len(rows) - 1})")
+        raise NoSuchPosition(f"query: {query} is not a token position (0 to {len(rows) - 1})")
     q, k, v = module.heads(query_in, kv_in)  # (B, H, T, D), (B, H_kv, S, D), (B, H_kv, S, D)
     group = module.n_heads // module.n_kv_heads
     kv_head = head // group  # grouped-query attention: the head its group shares

@@ -1,0 +1,118 @@
+"""What /openapi.json declares beyond FastAPI's defaults, so that the schema says what the server does (a client
+generated from it, or Schemathesis, meets no undeclared answer): every error status a route can answer with its
+body's shape, and the request bodies of the OpenAI routes (which parse their own JSON to answer in OpenAI's
+error shape)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import FastAPI
+from pydantic import BaseModel, BeforeValidator
+
+STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions")
+MESSAGE = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
+OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type"],
+    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                   "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+NATIVE = {"400": "the body is not JSON", "401": "missing or wrong API key (with --api-key)",
+          "404": "no such position (a query past the text)",
+          "408": "the body did not arrive in time",
+          "413": "a size over the server's limits", "422": "an invalid request: a field, a value, or a decoding the "
+          "model cannot run", "429": "busy: too many requests open", "503": "shutting down"}
+OPENAI = {"400": "an invalid request, in OpenAI's shape", "401": "missing or wrong API key",
+          "404": "no such model", "413": "a size over the server's limits", "429": "busy", "503": "shutting down"}
+
+
+def declare(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
+    """Make ``app.openapi()`` declare every route's error answers (native routes: ``{"detail": ...}``, a string or
+    FastAPI's list of field errors; ``/v1``: OpenAI's error object) and the request bodies in ``bodies``
+    (path -> model) that a route reads itself."""
+    make = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = make()
+        for path, operations in schema["paths"].items():
+            for operation in operations.values():
+                _errors(operation, path)
+                if path in STREAMS:  # "stream": true answers Server-Sent Events
+                    operation["responses"]["200"].setdefault("content", {})["text/event-stream"] = {"schema": {}}
+                if path in bodies:
+                    operation["requestBody"] = {"required": True, "content": {"application/json": {
+                        "schema": bodies[path].model_json_schema(ref_template="#/components/schemas/{model}")}}}
+        for model in bodies.values():
+            for name, definition in model.model_json_schema(ref_template="#/components/schemas/{model}").get(
+                    "$defs", {}).items():
+                schema.setdefault("components", {}).setdefault("schemas", {}).setdefault(name, definition)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+
+
+def declare_fields(app: FastAPI, fields: dict[str, dict[str, dict]]) -> None:
+    """Make ``app.openapi()`` state bounds only this server knows (model -> field -> JSON schema keywords merged
+    into the field's schema): the layers and heads its model has, its vocabulary, the adapters it serves."""
+    make = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = make()
+        components = schema.get("components", {}).get("schemas", {})
+        for model, changes in fields.items():
+            for name, keywords in changes.items():
+                if model in components:
+                    components[model]["properties"][name].update(keywords)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+
+
+def whole(value):
+    """A whole-number field's check before pydantic's, as JSON schema's ``integer`` means it: 90.0 is 90; true,
+    false and "90" are not numbers."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("a whole number")
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def number(value):
+    """A real-number field's check before pydantic's: true, false and "0.5" are not numbers."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("a number")
+    return value
+
+
+Whole = Annotated[int, BeforeValidator(whole)]  # a token id, a position, a layer, a head
+
+
+def _errors(operation: dict, path: str) -> None:
+    responses = operation.setdefault("responses", {})
+    if path.startswith("/v1/"):
+        responses.pop("422", None)  # the OpenAI routes answer 400, in OpenAI's shape
+        for code, description in OPENAI.items():
+            responses.setdefault(code, _json(description, OPENAI_ERROR))
+        return
+    listed = {"$ref": "#/components/schemas/HTTPValidationError"}
+    for code, description in NATIVE.items():
+        body = {"anyOf": [MESSAGE, listed]} if code == "422" else MESSAGE
+        responses[code] = _json(description, body)
+
+
+def one_of(*fields: str) -> dict:
+    """A request model's ``json_schema_extra`` for "exactly one of these fields" (its validator's rule)."""
+    return {"oneOf": [{"required": [name]} for name in fields]}
+
+
+# a text with a character that is not a space (a field's ``pattern``), spaces as Python's str.isspace: written out,
+# for \s differs between regular expression engines (pydantic's, the generators', JavaScript's)
+NONBLANK = "[^\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
+
+def _json(description: str, schema: dict) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}

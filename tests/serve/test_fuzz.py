@@ -1,0 +1,72 @@
+"""The HTTP API fuzzed from its own schema (Schemathesis, every check): a live server of each kind (translator;
+language model with the OpenAI routes and an API key; encoder) answers every generated request, valid and
+invalid, with a status and a body its /openapi.json declares: no 5xx, no undeclared status or shape, a valid
+request accepted and an invalid one refused; and it is alive afterwards. Bounded: a few hundred requests."""
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from aiayn.inference.embed import Embedder, Pooling
+from aiayn.inference.fill_mask import MaskFiller
+from aiayn.inference.generator import TextGenerator
+from aiayn.inference.load import load_checkpoint
+from aiayn.inference.translator import Translator
+from aiayn.serve.app import create_app
+from aiayn.serve.limits import Limits
+
+from conftest import chat_checkpoint, serving
+
+EXAMPLES = 12  # per operation: 100-150 requests a server
+LIMITS = Limits(max_new_tokens=16, max_attention_tokens=32, read_timeout_s=2.0)
+
+
+def fuzz(url: str, headers: dict) -> list[str]:
+    """Every operation of the server's schema, ``EXAMPLES`` generated valid requests and as many invalid ones each;
+    the failures found."""
+    spec = httpx.get(url + "/openapi.json", headers=headers).json()
+    failures = []
+    for operation in (result.ok() for result in schemathesis.openapi.from_dict(spec).get_all_operations()):
+        for mode in schemathesis.GenerationMode:
+            try:
+                check(operation, mode, url, headers)
+            except Exception as err:  # this operation's failures, reported together at the end
+                if any(words in str(err) for words in ("Cannot generate test data", "Unable to satisfy")):
+                    continue  # no request of this kind exists (no valid one declared; nothing to break in a GET)
+                failures.append(f"{operation.method.upper()} {operation.path} ({mode.value}): {str(err)[:600]}")
+    return failures
+
+
+def check(operation, mode, url: str, headers: dict) -> None:
+    @given(case=operation.as_strategy(mode))
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def call(case):
+        if mode == schemathesis.GenerationMode.POSITIVE and isinstance(case.body, dict):  # their languages:
+            case.body.pop("grammar", None)  # a grammar's or a JSON schema's text, tested elsewhere
+            case.body.pop("json_schema", None)
+        response = case.call(base_url=url, headers=headers, timeout=30)
+        # 413: a limit the server counts in tokens (the schema can bound characters only), never a 5xx or 422
+        excluded = [positive_data_acceptance] if response.status_code == 413 else []
+        case.validate_response(response, headers=headers, excluded_checks=excluded)
+
+    call()
+
+
+@pytest.mark.parametrize("kind", ["translator", "language model", "encoder"])
+def test_every_route_answers_what_its_schema_declares(kind, trained_run, mlm_run, tmp_path):
+    headers = {}
+    if kind == "translator":
+        app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), LIMITS)
+    elif kind == "language model":
+        key = "fuzz-key"
+        headers = {"Authorization": f"Bearer {key}"}
+        app = create_app(TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "lm")), LIMITS, api_key=key)
+    else:
+        model, tokenizers = load_checkpoint(mlm_run)
+        app = create_app(MaskFiller(model, tokenizers), LIMITS, embedder=Embedder(model, tokenizers, Pooling()))
+    with serving(app, LIMITS) as url:
+        failures = fuzz(url, headers)
+        assert httpx.get(url + "/health").json()["status"] == "ok"  # alive after it all
+    assert not failures, "\n\n".join(failures)
