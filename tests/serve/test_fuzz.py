@@ -70,3 +70,13 @@ def test_every_route_answers_what_its_schema_declares(kind, trained_run, mlm_run
         failures = fuzz(url, headers)
         assert httpx.get(url + "/health").json()["status"] == "ok"  # alive after it all
     assert not failures, "\n\n".join(failures)
+
+
+def test_an_empty_text_embeds_to_the_zero_vector_beside_the_others(mlm_run):
+    """Found by the fuzzing above: an empty text (no tokens) was a 500; it is the zero vector, and its batch-mates
+    are what they are alone."""
+    model, tokenizers = load_checkpoint(mlm_run)
+    embedder = Embedder(model, tokenizers, Pooling())
+    together = embedder.embed(["", "the cat sat", "   "])
+    assert together[0].abs().sum() == 0 and together[2].abs().sum() == 0
+    assert (together[1] - embedder.embed(["the cat sat"])[0]).abs().max() < 1e-5
