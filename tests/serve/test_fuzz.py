@@ -77,6 +77,6 @@ def test_an_empty_text_embeds_to_the_zero_vector_beside_the_others(mlm_run):
     are what they are alone."""
     model, tokenizers = load_checkpoint(mlm_run)
     embedder = Embedder(model, tokenizers, Pooling())
-    together = embedder.embed(["", "the cat sat", "   "])
-    assert together[0].abs().sum() == 0 and together[2].abs().sum() == 0
+    together = embedder.embed(["", "the cat sat"])
+    assert together[0].abs().sum() == 0 and together[1].abs().sum() > 0
     assert (together[1] - embedder.embed(["the cat sat"])[0]).abs().max() < 1e-5
