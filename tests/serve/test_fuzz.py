@@ -3,6 +3,8 @@ language model with the OpenAI routes and an API key; encoder) answers every gen
 invalid, with a status and a body its /openapi.json declares: no 5xx, no undeclared status or shape, a valid
 request accepted and an invalid one refused; and it is alive afterwards. Bounded: a few hundred requests."""
 
+import json
+
 import httpx
 import pytest
 import schemathesis
@@ -80,3 +82,31 @@ def test_an_empty_text_embeds_to_the_zero_vector_beside_the_others(mlm_run):
     together = embedder.embed(["", "the cat sat"])
     assert together[0].abs().sum() == 0 and together[1].abs().sum() > 0
     assert (together[1] - embedder.embed(["the cat sat"])[0]).abs().max() < 1e-5
+
+
+def test_adversarial_bodies_are_4xx_never_5xx(tmp_path):
+    """What no schema generates: text from every Unicode plane, 1 MB of one character, JSON nested 100,000 deep,
+    numbers of 10,000 digits, NaN and Infinity literals, on the native and the OpenAI routes of a live server:
+    an answer or a 4xx, never a 5xx (deep nesting and long numbers were 500 on /v1), and the server alive after."""
+    limits = Limits(max_new_tokens=8)
+    planes = "".join(chr(c) for c in (0x41, 0x3A9, 0x4E2D, 0x1F600, 0x10400, 0x20000, 0x30000, 0xE0041, 0xF0000,
+                                      0x10FFFD))
+    deep, digits = "[" * 100_000 + "]" * 100_000, "9" * 10_000
+    bodies = {"/generate": [{"prompt": planes, "max_new_tokens": 4}, '{"prompt": ' + deep + "}",
+                            '{"prompt": "a", "max_new_tokens": ' + digits + "}", '{"prompt": "a", "temperature": NaN}',
+                            '{"prompt": "a", "temperature": 0.' + digits + "}", {"prompt": "a" * 1_000_000}],
+              "/v1/completions": [{"model": "m", "prompt": planes, "max_tokens": 4},
+                                  '{"model": "m", "prompt": ' + deep + "}",
+                                  '{"model": "m", "prompt": "a", "max_tokens": ' + digits + "}",
+                                  '{"model": "m", "prompt": "a", "temperature": Infinity}'],
+              "/v1/chat/completions": [{"model": "m", "messages": [{"role": "user", "content": planes}],
+                                        "max_tokens": 4}]}
+    app = create_app(TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "lm")), limits, name="m")
+    with serving(app, limits) as url:
+        for path, cases in bodies.items():
+            for body in cases:
+                raw = body if isinstance(body, str) else json.dumps(body)
+                answer = httpx.post(url + path, content=raw.encode(), headers={"content-type": "application/json"},
+                                    timeout=60)
+                assert answer.status_code < 500, (path, raw[:80], answer.status_code, answer.text[:200])
+        assert httpx.get(url + "/health").json()["status"] == "ok"

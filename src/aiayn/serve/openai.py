@@ -10,7 +10,6 @@ not implement is refused by name (400), never ignored.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
@@ -165,8 +164,8 @@ async def parse(request: Request, schema: type[BaseModel]) -> BaseModel:
     """The request's JSON body as ``schema``, or a 400 naming the field (an unknown one included)."""
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise OpenAIError(400, "the body is not valid JSON") from None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, a number of too many digits
+        raise OpenAIError(400, "the body is not valid JSON (or nested too deep, or a number too long)") from None
     try:
         return schema.model_validate(body)
     except ValidationError as err:
