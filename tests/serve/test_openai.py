@@ -274,5 +274,6 @@ def test_a_client_that_gives_up_on_a_whole_answer_frees_its_rows(lm):
             break
         time.sleep(0.01)
     assert health["cancelled"] == before["cancelled"] + 16 and health["open_requests"] == 0
-    # greedy runs all 256 tokens here (no end id): the rows left long before, within the 50 ms check and a step
-    assert health["steps"] - before["steps"] < 128
+    # greedy runs all 256 tokens here (no end id), so without the cancel the batch takes 256 steps; with it the
+    # rows leave once the disconnect is seen (checked every 50 ms), well before: a margin for a fast machine
+    assert health["steps"] - before["steps"] < 224

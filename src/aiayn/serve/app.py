@@ -10,11 +10,11 @@ from typing import Literal
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
-from aiayn.serve.declared import NONBLANK, Whole, declare_fields, one_of
+from aiayn.serve.declared import NONBLANK, ExactlyOne, Whole, declare_fields
 from aiayn.serve.family import create_family_app, one_output, vocabulary
 from aiayn.serve.http import (
     STATIC,
@@ -38,18 +38,13 @@ from aiayn.visual.inside import NoSuchPosition, inside_for
 from aiayn.visual.refinement import refinement_for
 
 
-class TranslateRequest(DecodingOptions):
+class TranslateRequest(DecodingOptions, ExactlyOne):
     """One ``text`` or a list of ``texts``, and optional decoding options (server defaults otherwise)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=one_of("text", "texts"))
+    model_config = ConfigDict(extra="forbid")
+    one_of = ("text", "texts")
     text: str = Field(None)  # exactly one of text and texts; neither may be null
     texts: list[str] = Field(None, min_length=1)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> TranslateRequest:
-        if (self.text is None) == (self.texts is None):
-            raise ValueError('give exactly one of "text" or "texts"')
-        return self
 
 
 class AttentionRequest(BaseModel):

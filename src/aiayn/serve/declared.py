@@ -5,10 +5,11 @@ error shape)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, ClassVar
 
 from fastapi import FastAPI
-from pydantic import BaseModel, BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions")
 MESSAGE = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
@@ -29,12 +30,7 @@ def declare(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
     """Make ``app.openapi()`` declare every route's error answers (native routes: ``{"detail": ...}``, a string or
     FastAPI's list of field errors; ``/v1``: OpenAI's error object) and the request bodies in ``bodies``
     (path -> model) that a route reads itself."""
-    make = app.openapi
-
-    def openapi() -> dict:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = make()
+    def edit(schema: dict) -> None:
         for path, operations in schema["paths"].items():
             for operation in operations.values():
                 _errors(operation, path)
@@ -47,30 +43,50 @@ def declare(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
             for name, definition in model.model_json_schema(ref_template="#/components/schemas/{model}").get(
                     "$defs", {}).items():
                 schema.setdefault("components", {}).setdefault("schemas", {}).setdefault(name, definition)
-        app.openapi_schema = schema
-        return schema
 
-    app.openapi = openapi
+    _after_openapi(app, edit)
 
 
 def declare_fields(app: FastAPI, fields: dict[str, dict[str, dict]]) -> None:
     """Make ``app.openapi()`` state bounds only this server knows (model -> field -> JSON schema keywords merged
     into the field's schema): the layers and heads its model has, its vocabulary, the adapters it serves."""
-    make = app.openapi
-
-    def openapi() -> dict:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = make()
+    def edit(schema: dict) -> None:
         components = schema.get("components", {}).get("schemas", {})
         for model, changes in fields.items():
             for name, keywords in changes.items():
                 if model in components:
                     components[model]["properties"][name].update(keywords)
-        app.openapi_schema = schema
-        return schema
+
+    _after_openapi(app, edit)
+
+
+def _after_openapi(app: FastAPI, edit: Callable[[dict], None]) -> None:
+    """``app.openapi()`` with ``edit`` applied once to the schema FastAPI makes (and any edits before it)."""
+    make = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = make()
+            edit(schema)
+            app.openapi_schema = schema
+        return app.openapi_schema
 
     app.openapi = openapi
+
+
+class ExactlyOne(BaseModel):
+    """A request that takes exactly one of the fields ``one_of`` names: its check and its schema's ``oneOf``,
+    from the one list (the fields default to None and are not nullable)."""
+
+    one_of: ClassVar[tuple[str, ...]] = ()
+    model_config = ConfigDict(json_schema_extra=lambda schema, cls: schema.update(
+        oneOf=[{"required": [name]} for name in cls.one_of]))
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        if sum(getattr(self, name) is not None for name in self.one_of) != 1:
+            raise ValueError("give exactly one of " + " or ".join(f'"{name}"' for name in self.one_of))
+        return self
 
 
 def whole(value):
@@ -102,11 +118,6 @@ def _errors(operation: dict, path: str) -> None:
     for code, description in NATIVE.items():
         body = {"anyOf": [MESSAGE, listed]} if code == "422" else MESSAGE
         responses[code] = _json(description, body)
-
-
-def one_of(*fields: str) -> dict:
-    """A request model's ``json_schema_extra`` for "exactly one of these fields" (its validator's rule)."""
-    return {"oneOf": [{"required": [name]} for name in fields]}
 
 
 # a text with a character that is not a space (a field's ``pattern``), spaces as Python's str.isspace: written out,

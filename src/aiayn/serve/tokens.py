@@ -4,29 +4,24 @@ the chat template) against the model's context before it sends it, and reads ids
 from __future__ import annotations
 
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.serve.declared import Whole, declare_fields, one_of
+from aiayn.serve.declared import ExactlyOne, Whole, declare_fields
 from aiayn.serve.http import check_size
 from aiayn.serve.limits import Limits
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(ExactlyOne):
     """A ``prompt``, or chat ``messages`` rendered by the model's template; ``model`` is accepted (one model)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=one_of("prompt", "messages"))
+    model_config = ConfigDict(extra="forbid", strict=True)
+    one_of = ("prompt", "messages")
     model: str | None = None
     prompt: str = Field(None)  # exactly one of prompt and messages; neither may be null
     messages: list[dict] = Field(None, min_length=1)
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
     return_token_strs: bool = False
-
-    @model_validator(mode="after")
-    def _one_of(self) -> TokenizeRequest:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError('give exactly one of "prompt" or "messages"')
-        return self
 
 
 class DetokenizeRequest(BaseModel):
