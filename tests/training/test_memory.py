@@ -5,13 +5,15 @@ batch shapes; measured by benchmarks/bench_rss.py); AIAYN_MALLOC=default leaves 
 import ctypes.util
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from aiayn.training import memory
-from tiny_runs import train_command, write_recipe
+from tiny_runs import train_command, wait_for_step, workers, write_recipe
 
 CHECK = """
 import ctypes, ctypes.util
@@ -64,7 +66,7 @@ def test_jemalloc_is_preloaded_where_found_unless_glibc_is_asked_for(tmp_path, m
     assert memory.jemalloc_environment({"PATH": "/bin"}) is None  # not on this system: nothing to do
     lib.write_bytes(b"")
     assert memory.jemalloc_environment({"PATH": "/bin"}) == {"PATH": "/bin", "LD_PRELOAD": str(lib)}
-    assert memory.jemalloc_environment({"LD_PRELOAD": "/x.so"})["LD_PRELOAD"] == f"{lib} /x.so"  # theirs kept
+    assert memory.jemalloc_environment({"LD_PRELOAD": "/x.so"}) is None  # the user's own preload: left alone
     assert memory.jemalloc_environment({"LD_PRELOAD": str(lib)}) is None  # already preloaded: no second restart
     for setting in ("glibc", "default"):
         assert memory.jemalloc_environment({"AIAYN_MALLOC": setting}) is None
@@ -81,18 +83,53 @@ def test_a_mistyped_allocator_stops_the_command_with_a_one_line_error(tmp_path):
         "(unset means jemalloc)"
 
 
-def _malloc_of_a_run(tmp_path, name: str, env: dict) -> str:
+def _malloc_of_a_run(tmp_path, name: str, env: dict) -> tuple[str, str]:
+    """The malloc a tiny training run logged, and its console (stderr)."""
     recipe = write_recipe(tmp_path, name, max_steps=2, eval_every=2, bleu_sentences=0, keep_last=0)
     result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, env=env,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     first = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
-    return first["malloc"]
+    return first["malloc"], result.stderr
 
 
-def test_aiayn_train_runs_under_jemalloc_where_the_system_has_it(tmp_path):
+RESTART = "aiayn: restarting under jemalloc ({}) to keep memory flat over a long run; AIAYN_MALLOC=glibc turns " \
+    "this off"
+
+
+def _libc() -> str:
+    """The path of the C library this process has loaded (a harmless LD_PRELOAD of the user's own)."""
+    maps = Path("/proc/self/maps").read_text().split()
+    return next(word for word in maps if "/libc.so" in word or "/libc-" in word)
+
+
+def test_aiayn_train_runs_under_jemalloc_where_the_system_has_it_and_says_so(tmp_path):
     # the system's answer, not the code's (make install / .ci/run install Debian's libjemalloc2): ldconfig's cache
     found = ctypes.util.find_library("jemalloc") is not None
-    env = {k: v for k, v in os.environ.items() if k != "AIAYN_MALLOC"}
-    assert _malloc_of_a_run(tmp_path, "auto", env) == ("jemalloc" if found else "glibc")
-    assert _malloc_of_a_run(tmp_path, "glibc", {**env, "AIAYN_MALLOC": "glibc"}) == "glibc"
+    env = {k: v for k, v in os.environ.items() if k not in ("AIAYN_MALLOC", "LD_PRELOAD")}
+    malloc, console = _malloc_of_a_run(tmp_path, "auto", env)
+    assert malloc == ("jemalloc" if found else "glibc")
+    assert (RESTART.format(memory.jemalloc_path()) in console.splitlines()) == found, console[-2000:]
+    malloc, console = _malloc_of_a_run(tmp_path, "glibc", {**env, "AIAYN_MALLOC": "glibc"})
+    assert malloc == "glibc" and "restarting" not in console
+    malloc, console = _malloc_of_a_run(tmp_path, "theirs", {**env, "LD_PRELOAD": _libc()})
+    assert malloc == "glibc" and "restarting" not in console  # the user's LD_PRELOAD: never restarted
+
+
+def test_every_torchrun_worker_restarts_under_jemalloc_and_the_console_says_it_once(tmp_path):
+    found = ctypes.util.find_library("jemalloc") is not None  # ldconfig's answer (.ci/run installs it)
+    recipe = write_recipe(tmp_path, "ddp", max_steps=400, eval_every=4, bleu_sentences=0, keep_last=0)
+    env = {k: v for k, v in os.environ.items() if k not in ("AIAYN_MALLOC", "LD_PRELOAD")}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "aiayn", "train", "--config", str(recipe)]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                          env={**env, "OMP_NUM_THREADS": "1"}) as job:
+        try:
+            wait_for_step(tmp_path / "ddp", 4, job)
+            ranks = workers(job.pid)
+            maps = [Path(f"/proc/{pid}/maps").read_text() for pid in ranks]
+        finally:
+            job.send_signal(signal.SIGTERM)
+            console = job.communicate(timeout=120)[1]
+    assert len(ranks) == 2 and all(("libjemalloc" in m) == found for m in maps), (ranks, console[-2000:])
+    assert console.splitlines().count(RESTART.format(memory.jemalloc_path())) == found, console[-2000:]

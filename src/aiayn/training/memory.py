@@ -6,8 +6,9 @@ next: resident memory grew without bound (measured on the de->en recipe: 1.3 GB 
 five, ~6 GB at 30 minutes). jemalloc, whose size classes and decay give freed pages back, keeps it flat at the
 same speed (12 minutes of the recipe: largest RSS 1.63 GB against 2.74 GB for glibc trimmed, growth 0.98
 against 1.08; docs/translation.md). So the training commands (``aiayn train``, ``experiment``, ``distill``)
-restart themselves with the system's jemalloc preloaded (``restart_under_jemalloc``: same pid, same arguments;
-Debian's libjemalloc2, which ``make install`` installs). Where there is none, or with ``AIAYN_MALLOC=glibc``,
+restart themselves with the system's jemalloc preloaded (``restart_under_jemalloc``: same pid, same arguments,
+a console line that says so; Debian's libjemalloc2, which ``make install`` installs; never when the user set
+LD_PRELOAD). Where there is none, or with ``AIAYN_MALLOC=glibc``,
 glibc stays and the trainer hands the heap's free pages back every ``EVERY`` steps (``malloc_trim(0)``): flat
 just after each trim, but what ten steps touch in between grows as the heap fragments. ``AIAYN_MALLOC=default``
 leaves glibc untouched, for measuring. (Fixing glibc's mmap threshold instead kept memory flat over five
@@ -48,25 +49,31 @@ def allocator() -> str:
 
 
 def jemalloc_environment(environ: dict[str, str]) -> dict[str, str] | None:
-    """The environment that preloads jemalloc, or None: already loaded, not found, or AIAYN_MALLOC names glibc
-    (``glibc``: glibc with the trims; ``default``: glibc untouched, for measuring); any other value is refused."""
+    """The environment that preloads jemalloc, or None: not found, AIAYN_MALLOC names glibc (``glibc``: glibc with
+    the trims; ``default``: glibc untouched, for measuring), or LD_PRELOAD already set (jemalloc by an earlier
+    restart, or a library of the user's own, which is never touched); any other AIAYN_MALLOC is refused."""
     setting = environ.get("AIAYN_MALLOC", "jemalloc")
     if setting not in MALLOCS:
         raise ValueError(f"AIAYN_MALLOC={setting}: expected one of {', '.join(MALLOCS)} (unset means jemalloc)")
     lib = jemalloc_path()
-    if setting != "jemalloc" or lib is None or lib in environ.get("LD_PRELOAD", ""):
+    if setting != "jemalloc" or lib is None or environ.get("LD_PRELOAD", "").strip():
         return None
-    return {**environ, "LD_PRELOAD": " ".join(filter(None, [lib, environ.get("LD_PRELOAD")]))}
+    return {**environ, "LD_PRELOAD": lib}
 
 
 def restart_under_jemalloc() -> None:
     """Replace this process by the same command with jemalloc preloaded (same pid, arguments and environment
-    otherwise; torchrun's workers too); returns only where there is nothing to do."""
+    otherwise; torchrun's workers too), saying so on the console (once per machine under torchrun); returns only
+    where there is nothing to do."""
     env = jemalloc_environment(dict(os.environ))
-    if env is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(sys.executable, sys.orig_argv, env)
+    if env is None:
+        return
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"aiayn: restarting under jemalloc ({env['LD_PRELOAD']}) to keep memory flat over a long run; "
+              "AIAYN_MALLOC=glibc turns this off", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, env)
 
 
 @cache
