@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean browser jemalloc notebook smollm2
+.PHONY: demo test lint install clean browser jemalloc notebook smollm2 docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,8 +54,12 @@ notebook: $(STAMP)
 	$(PY) scripts/tour_outputs.py docs/tour.md docs/tour.zh.md
 	$(VENV)/bin/jupytext --to ipynb --set-kernel python3 -o notebooks/tour.ipynb docs/tour.md
 
+# The docs as a site (mkdocs.yml; the API reference from the docstrings) into site/; --strict: a broken link fails.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

@@ -262,3 +262,14 @@ def live_server(trained_run):
     app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)
     with serving(app, limits) as url:
         yield url, app
+
+
+def parses(command: str) -> None:
+    """``aiayn ARGS`` (or ``torchrun ... -m aiayn ARGS``) parsed by aiayn's parser as written; argparse exits on a
+    mistake (README's commands and the --help examples are held to it)."""
+    import shlex
+
+    from aiayn.cli.main import build_parser
+
+    words = shlex.split(command)
+    build_parser("test").parse_args(words[words.index("aiayn") + 1:])

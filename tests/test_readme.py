@@ -1,4 +1,4 @@
-"""The README's Python tour runs as written, and its claims about the two models' logits hold."""
+"""The README: short, its Python tour runs as written, and every aiayn command in it is one the parser takes."""
 
 import re
 import subprocess
@@ -19,10 +19,23 @@ def test_readme_python_tour_runs(tmp_path):
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
 
 
-def test_readme_parameter_table_matches_count_parameters():
+def test_the_parameter_table_matches_count_parameters():
     from aiayn import ModelConfig, count_parameters
 
-    text = README.read_text(encoding="utf-8")
+    text = (README.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     for preset in ("tiny", "small", "base", "big"):
         count = count_parameters(ModelConfig.preset(preset, vocab_size=37000))
         assert f"| {preset} |" in text and f"{count:,}" in text, preset
+
+
+def test_the_readme_is_short_and_every_command_in_it_parses():
+    from conftest import parses
+
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    commands = [part.split("#")[0].strip() for block in blocks for line in block.splitlines()
+                for part in line.split("&&") if "aiayn " in part.split("#")[0]]
+    assert len(commands) >= 20, commands  # learn, train, run, adapt, serve, go bigger: 3-5 each
+    for command in commands:
+        parses(command.split("| ", 1)[-1])

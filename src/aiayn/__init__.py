@@ -14,7 +14,12 @@ _EXPORTS = {
     "build_model": "aiayn.model.transformer", "ModelConfig": "aiayn.model.config",
     "count_parameters": "aiayn.model.params", "generate": "aiayn.decoding", "pack": "aiayn.inference.precision",
     "quantize": "aiayn.inference.precision", "Embedder": "aiayn.inference.embed",
-    "import_pretrained": "aiayn.interop",
+    "import_pretrained": "aiayn.interop", "DecodingConfig": "aiayn.decoding.config",
+    "Translator": "aiayn.inference.translator", "TextGenerator": "aiayn.inference.generator",
+    "Trainer": "aiayn.training.trainer", "TrainConfig": "aiayn.training.config",
+    "load_tokenizers": "aiayn.tokenizers", "SentencePiecePair": "aiayn.tokenizers.sentencepiece",
+    "HFTokenizers": "aiayn.tokenizers.hf", "export_hf": "aiayn.interop.hf_export",
+    "export_gguf": "aiayn.interop.gguf_export", "export_ctranslate2": "aiayn.interop.ctranslate2",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

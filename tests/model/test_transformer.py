@@ -167,7 +167,7 @@ def test_wrong_class_for_arch_is_a_clear_error():
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "base"])
 def test_every_member_takes_any_preset(preset):
-    """README: DecoderOnly(config)(ids) and EncoderOnly(config)(ids) with a preset's config."""
+    """docs/architecture.md: DecoderOnly(config)(ids) and EncoderOnly(config)(ids) with a preset's config."""
     config = ModelConfig.preset(preset, vocab_size=100)
     ids = random_ids(2, 5, vocab=100)
     for cls in (DecoderOnly, EncoderOnly):

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from aiayn.io.files import atomic_directory
-from aiayn.training.config import TrainConfig
+from aiayn.training.config import RECIPES, TrainConfig, read_recipe
 from aiayn.training.trainer import Trainer
 from tiny_runs import TINY, kill_and_resume, torchrun, train_command, write_recipe
 
@@ -252,8 +252,7 @@ def test_a_fresh_start_after_a_kill_before_the_first_checkpoint_logs_once(tmp_pa
     assert sum("data" in r for r in records) == 1 and records[0]["data"]["train_pairs"] > 1
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_recipe_is_valid(path):
     cfg = TrainConfig.from_yaml(path)
     if path.name.startswith("wmt14"):  # the paper's settings (section 5)
@@ -275,3 +274,18 @@ def test_training_runs_on_each_device(tmp_path, device_name):
     from aiayn.inference.translator import Translator
 
     assert len(Translator.from_checkpoint(tmp_path / "run", "cpu").translate(["a b c"])) == 1
+
+
+def test_a_recipe_is_a_path_or_the_name_of_one_aiayn_carries(tmp_path, monkeypatch):
+    from aiayn.training.config import recipe_path
+
+    assert (Path(__file__).resolve().parents[2] / "configs").resolve() == RECIPES  # the checkout's configs/ link
+    assert recipe_path("multi30k-de-en") == recipe_path("multi30k-de-en.yaml") == RECIPES / "multi30k-de-en.yaml"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "multi30k-de-en.yaml").write_text("data: reverse\n")  # a file of the user's own wins
+    assert recipe_path("multi30k-de-en.yaml") == Path("multi30k-de-en.yaml")
+    assert read_recipe("multi30k-de-en.yaml") == {"data": "reverse"}
+    assert read_recipe("multi30k-de-en")["data"] == "multi30k"
+    with pytest.raises(ValueError, match=r"^nope/multi30k-de-en: config file not found \(a path, or one of the "
+                                         r"recipes aiayn carries: multi30k-both, .*shakespeare-char.*\)$"):
+        recipe_path("nope/multi30k-de-en")  # a path with a folder is never a packaged name

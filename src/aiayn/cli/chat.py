@@ -13,6 +13,7 @@ from aiayn.cli.common import (
     add_decoding_options,
     add_precision,
     decoding_options,
+    examples,
     precision_options,
 )
 
@@ -24,7 +25,10 @@ def add_parsers(sub) -> None:
                        description="A conversation with a decoder-only checkpoint through its chat template, each "
                                    "reply streamed as it is generated. " + HELP + ". Ctrl-C stops the reply. The "
                                    "oldest turns are dropped when the conversation outgrows the context. With stdin "
-                                   "not a terminal, each line is one user turn.")
+                                   "not a terminal, each line is one user turn.",
+                       **examples("aiayn chat --checkpoint runs/smollm2",
+                                  'aiayn chat --checkpoint runs/smollm2 --system "Answer in one word." --temperature 0',
+                                  "aiayn chat --checkpoint runs/smollm2 --adapter runs/ft/best"))
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--system", help="the system message (default: the template's own, if it has one)")
     p.add_argument("--device", default="cpu")

@@ -23,6 +23,21 @@ def read_input(path: str | None) -> list[str]:
     return read_lines(path) if path else decode_lines(sys.stdin.buffer, "<stdin>")
 
 
+class _Examples(argparse.HelpFormatter):
+    """argparse's help, with the examples of ``examples()`` kept line by line (the description still wrapped)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*commands: str) -> dict:
+    """``add_parser`` keywords that end a command's --help with these example command lines
+    (tests/cli/test_help.py parses each one)."""
+    return {"epilog": "examples:\n" + "\n".join(f"  {command}" for command in commands), "formatter_class": _Examples}
+
+
 def add_overwrite(p, what: str = "") -> None:
     """--overwrite: the one way to let a command replace a path aiayn did not write."""
     p.add_argument("--overwrite", action="store_true",

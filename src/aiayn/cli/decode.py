@@ -16,6 +16,7 @@ from aiayn.cli.common import (
     add_precision,
     claim,
     decoding_options,
+    examples,
     precision_options,
     read_input,
     translator_from_args,
@@ -26,7 +27,11 @@ from aiayn.cli.common import (
 
 def _add_translate_evaluate(sub) -> None:
     p = sub.add_parser("translate", help="translate lines from stdin (or --input) to stdout (or --output)",
-                       description="Translate one sentence a line with a checkpoint (a run folder means its best/).")
+                       description="Translate one sentence a line with a checkpoint (a run folder means its best/).",
+                       **examples('echo "Ein Hund rennt." | aiayn translate --checkpoint runs/m30k',
+                                  "aiayn translate --checkpoint runs/m30k --input test.de --output test.en",
+                                  "aiayn translate --checkpoint runs/m30k --beam-size 4 --length-penalty 0.6 --int8",
+                                  "aiayn translate --checkpoint runs/opus-de-en --adapter runs/lora/best"))
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--input", help="file to translate (plain or .gz; default: stdin)")
     p.add_argument("--output", help="file to write (default: stdout)")
@@ -52,7 +57,13 @@ def _add_translate_evaluate(sub) -> None:
 def _add_family(sub) -> None:
     g = sub.add_parser("generate", help="continue a prompt with a language model (decoder-only checkpoint)",
                        description="Continue --prompt (or stdin) with a decoder-only checkpoint, streaming the text "
-                                   "as it is generated. --temperature 0 is greedy.")
+                                   "as it is generated. --temperature 0 is greedy.",
+                       **examples('aiayn generate --checkpoint runs/shakespeare --prompt "ROMEO:" --temperature 0.8 '
+                                  "--seed 1",
+                                  'aiayn generate --checkpoint runs/smollm2 --prompt "The capital of France is" '
+                                  "--temperature 0 --int4",
+                                  "aiayn generate --checkpoint runs/smollm2 --json-schema person.json --prompt "
+                                  '"A person as JSON:"'))
     g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
     g.add_argument("--device", default="cpu")

@@ -12,6 +12,7 @@ from aiayn.cli.common import (
     add_field_flags,
     add_precision,
     decoding_options,
+    examples,
     note_emulated_bf16,
     precision_options,
 )
@@ -20,7 +21,11 @@ from aiayn.cli.common import (
 def _add_serve(sub) -> None:
     p = sub.add_parser("serve", help="HTTP server: translation API and a web page that shows attention",
                        description="Serve a checkpoint with FastAPI + uvicorn: POST /translate, POST /attention, "
-                                   "GET /health, GET / (web page), OpenAPI docs at /docs.")
+                                   "GET /health, GET / (web page), OpenAPI docs at /docs.",
+                       **examples("aiayn serve --checkpoint runs/m30k",
+                                  "aiayn serve --checkpoint runs/smollm2 --api-key KEY --model-name smollm2",
+                                  "aiayn serve --checkpoint runs/smollm2 --lora ft=runs/ft/best",
+                                  "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080"))
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)

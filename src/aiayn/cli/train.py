@@ -16,6 +16,7 @@ from aiayn.cli.common import (
     add_overwrite,
     claim,
     decoding_options,
+    examples,
 )
 
 
@@ -29,8 +30,15 @@ def _add_train(sub) -> None:
                        description="Train from a YAML recipe and/or flags (flags win). DATA is a built-in name "
                                    "(multi30k, tatoeba-cmn, copy, reverse, numbers) or a path: a TSV "
                                    "(source<TAB>target) or a prefix of PREFIX.SRC / PREFIX.TGT files (plain or .gz); "
-                                   "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.")
-    p.add_argument("--config", help="YAML recipe (see configs/)")
+                                   "for lm / mlm, a plain text file. RUN gets best/, last/ and metrics.jsonl.",
+                       **examples("aiayn train --config multi30k-de-en --output runs/m30k",
+                                  "aiayn train --data pairs.tsv --preset small --max-steps 20000 --output runs/mine",
+                                  "aiayn train --config shakespeare-char --output runs/shakespeare",
+                                  "aiayn train --init-from runs/smollm2 --task chat --data train.jsonl --lora-r 8 "
+                                  "--output runs/ft",
+                                  "aiayn train --output runs/m30k --resume"))
+    p.add_argument("--config", help="a YAML recipe: a path, or the name of one aiayn carries (multi30k-de-en, "
+                   "multi30k-en-de, shakespeare-char, ...)")
     add_overwrite(p, "a folder that holds no run: train into it anyway")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last/ checkpoint "
                    "(with its recipe; flags may change only limits such as --max-steps)")

@@ -1,4 +1,4 @@
-"""Synthetic sequence tasks that need no files (SPEC section 2: the copy task)."""
+"""Synthetic sequence tasks that need no files (the copy task of the paper's tutorials)."""
 
 from __future__ import annotations
 

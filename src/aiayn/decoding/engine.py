@@ -1,4 +1,4 @@
-"""The step-level decoding engine (SPEC section 3): groups of rows join a running batch, step together and leave.
+"""The step-level decoding engine: groups of rows join a running batch, step together and leave.
 
 A decoding strategy is a group of rows (:class:`Rows`): greedy or sampled continuations
 (:class:`aiayn.decoding.greedy.TokenRows`), the beams of beam search (:class:`aiayn.decoding.beam.BeamRows`).

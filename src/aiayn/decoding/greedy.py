@@ -1,4 +1,4 @@
-"""The rows of one token per step that greedy search and sampling share (SPEC section 3); the search itself is
+"""The rows of one token per step that greedy search and sampling share; the search itself is
 ``aiayn.generate`` (``greedy_search`` in ``decoding/generation.py``)."""
 
 from __future__ import annotations

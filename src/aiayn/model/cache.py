@@ -1,4 +1,4 @@
-"""A standalone, preallocated KV cache for incremental decoding (section 3 of SPEC: generation).
+"""A standalone, preallocated KV cache for incremental decoding (generation).
 
 The model reads and fills it; decoding code (``aiayn.decoding``) creates it and reorders it for beams.
 """

@@ -1,7 +1,7 @@
 """Residual dropout (section 5.4) with a cheaper mask on CPU.
 
 On CPU, ``torch.nn.Dropout`` draws its mask with ``bernoulli_``: one call of the generator per element, a
-quarter of a training step of the Multi30k recipes in a profile (docs/translation.md, "Dropout's mask on CPU";
+quarter of a training step of the Multi30k recipes in a profile (docs/translation-results.md, "Dropout's mask on CPU";
 ``benchmarks/bench_dropout.py`` measures the gain). :class:`Dropout` draws
 64 random bits at a time from the same generator and cuts them into four 16-bit uniforms, so an element is
 dropped with probability ``round(p * 65536) / 65536`` (``p`` to within 1e-5) and the survivors are scaled by

@@ -188,13 +188,29 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+RECIPES = Path(__file__).resolve().parents[1] / "configs"  # the recipes installed with the package
+
+
+def recipe_path(name: str | Path) -> Path:
+    """A recipe file: the path given, else the packaged recipe of that name (``multi30k-de-en`` or
+    ``multi30k-de-en.yaml``: the recipes an installed aiayn carries, with no checkout); a ValueError naming both
+    when neither exists."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    packaged = RECIPES / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
+    if path.parent == Path(".") and packaged.is_file():
+        return packaged
+    names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.yaml")))
+    raise ValueError(f"{name}: config file not found (a path, or one of the recipes aiayn carries: {names})")
+
+
 def read_recipe(path: str | Path) -> dict:
-    """The mapping of a YAML recipe file; a missing or malformed file is a one-line error naming it."""
+    """The mapping of a YAML recipe file or packaged recipe name (:func:`recipe_path`); a missing or malformed file
+    is a one-line error naming it."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: config file not found")
+    path = recipe_path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:

@@ -1,1 +1,1 @@
-"""Pictures of what happens inside: attention per head, positional encodings, tensor shapes (SPEC section 4)."""
+"""Pictures of what happens inside: attention per head, positional encodings, tensor shapes."""

@@ -1,0 +1,40 @@
+"""benchmarks/bench_soak.py in its two-minute version (the 30-minute figures are in docs/serving.md): a
+language-model server with an API key and a translation server under a steady mix of streamed, whole, dropped,
+over-limit and unauthorised requests: no 5xx, no request lost, nothing left open, file descriptors back where
+they were, memory within 15% of its value at minute one for the second; SIGTERM under load lets the streams in
+flight end whole, exits 0 and leaves nothing listening."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from conftest import chat_checkpoint
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_soak.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_soak", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_soak"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_two_minutes_of_mixed_load_lose_nothing_and_sigterm_drains(trained_run, tmp_path):
+    bench = _bench()
+    lm = chat_checkpoint(tmp_path / "lm")
+    figures = bench.soak(str(lm), str(trained_run), minutes=2, rate=6, every=5, warmup=10)
+    summary = {k: v for k, v in figures.items() if not k.endswith("per_minute")}
+    assert figures["5xx"] == 0 and figures["lost"] == 0, summary
+    assert figures["kinds_exercised"] == sorted(kind.__name__ for kind, *_ in bench.MIX), summary
+    assert min(figures["ok"], figures["refused"], figures["cancelled"]) > 0, summary
+    assert figures["requests"] == sum(figures[r] for r in bench.RESULTS)
+    for name in ("lm", "mt"):
+        assert figures[f"{name}_open_requests_after"] == 0, summary  # no dropped request left a row behind
+        assert figures[f"{name}_fds_rest_after"] <= figures[f"{name}_fds_rest_before"] + 2, summary
+        assert figures[f"{name}_threads_max_late"] <= figures[f"{name}_threads_max_early"] + 2, summary
+        assert figures[f"{name}_rss_growth"] < 1.15, summary  # the second minute against the first's end
+    assert figures["in_flight"] == figures["in_flight_whole"] == 3, summary  # streams running at SIGTERM end whole
+    assert figures["exit_code"] == 0 and figures["listening_after"] == 0, summary
+    assert figures["translator_exit_code"] == 0, summary
