@@ -84,13 +84,13 @@ def test_a_mistyped_allocator_stops_the_command_with_a_one_line_error(tmp_path):
 
 
 def _malloc_of_a_run(tmp_path, name: str, env: dict) -> tuple[str, str]:
-    """The malloc a tiny training run logged, and its console (stderr)."""
+    """The malloc a tiny training run logged, and its console (stdout: stderr is for errors)."""
     recipe = write_recipe(tmp_path, name, max_steps=2, eval_every=2, bleu_sentences=0, keep_last=0)
     result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, env=env,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     first = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
-    return first["malloc"], result.stderr
+    return first["malloc"], result.stdout
 
 
 RESTART = "aiayn: restarting under jemalloc ({}) to keep memory flat over a long run; AIAYN_MALLOC=glibc turns " \
@@ -122,7 +122,7 @@ def test_every_torchrun_worker_restarts_under_jemalloc_and_the_console_says_it_o
     env = {k: v for k, v in os.environ.items() if k not in ("AIAYN_MALLOC", "LD_PRELOAD")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                "aiayn", "train", "--config", str(recipe)]
-    with subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                           env={**env, "OMP_NUM_THREADS": "1"}) as job:
         try:
             wait_for_step(tmp_path / "ddp", 4, job)
@@ -130,6 +130,6 @@ def test_every_torchrun_worker_restarts_under_jemalloc_and_the_console_says_it_o
             maps = [Path(f"/proc/{pid}/maps").read_text() for pid in ranks]
         finally:
             job.send_signal(signal.SIGTERM)
-            console = job.communicate(timeout=120)[1]
+            console = job.communicate(timeout=120)[0]
     assert len(ranks) == 2 and all(("libjemalloc" in m) == found for m in maps), (ranks, console[-2000:])
     assert console.splitlines().count(RESTART.format(memory.jemalloc_path())) == found, console[-2000:]

@@ -68,9 +68,9 @@ def restart_under_jemalloc() -> None:
     env = jemalloc_environment(dict(os.environ))
     if env is None:
         return
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # stdout: stderr is for errors, each one line
         print(f"aiayn: restarting under jemalloc ({env['LD_PRELOAD']}) to keep memory flat over a long run; "
-              "AIAYN_MALLOC=glibc turns this off", file=sys.stderr)
+              "AIAYN_MALLOC=glibc turns this off")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, sys.orig_argv, env)
