@@ -2,18 +2,17 @@
 
 Token-count batching makes every batch a new tensor shape, so a training process frees and allocates blocks of
 ever-different sizes. glibc's malloc keeps freed heap memory for reuse, and blocks of one size rarely fit the
-next: resident memory grew without bound (measured on the de->en recipe: 1.3 GB after a minute, 2.8 GB after
-five, ~6 GB at 30 minutes). jemalloc, whose size classes and decay give freed pages back, keeps it flat at full
-speed (the recipe's hour: largest RSS 1.69 GB against 3.92 GB for glibc trimmed, growth after minute 3 1.013
-against 1.205, 1.17x its tokens/s; docs/translation-results.md). So the training commands (``aiayn train``,
-``experiment``, ``distill``) restart themselves with the system's jemalloc preloaded (``restart_under_jemalloc``: same pid, same arguments,
-a console line that says so; Debian's libjemalloc2, which ``make install`` installs; never when the user set
-LD_PRELOAD). Where there is none, or with ``AIAYN_MALLOC=glibc``,
-glibc stays and the trainer hands the heap's free pages back every ``EVERY`` steps (``malloc_trim(0)``): flat
-just after each trim, but what ten steps touch in between grows as the heap fragments. ``AIAYN_MALLOC=default``
-leaves glibc untouched, for measuring. (Fixing glibc's mmap threshold instead kept memory flat over five
-minutes, but cost 40% of the training speed: every large block then pays for fresh pages.) Measured by
-``benchmarks/bench_rss.py``.
+next: resident memory grew without bound (measured on the de->en recipe: 1.3 GB after a minute, 2.8 GB after five,
+~6 GB at 30 minutes). jemalloc, whose size classes and decay give freed pages back, keeps it flat at full speed
+(the recipe's hour: largest RSS 1.69 GB against 3.92 GB for glibc trimmed, growth after minute 3 1.013 against
+1.205, 1.17x its tokens/s; docs/translation-results.md). So the training commands (``aiayn train``,
+``experiment``, ``distill``) restart themselves with the system's jemalloc preloaded (``restart_under_jemalloc``:
+same pid, same arguments, a console line that says so; Debian's libjemalloc2, which ``make install`` installs;
+never when the user set LD_PRELOAD). Where there is none, or with ``AIAYN_MALLOC=glibc``, glibc stays and the
+trainer hands the heap's free pages back every ``EVERY`` steps (``malloc_trim(0)``): flat just after each trim,
+but what ten steps touch in between grows as the heap fragments. ``AIAYN_MALLOC=default`` leaves glibc untouched,
+for measuring. (Fixing glibc's mmap threshold instead kept memory flat over five minutes, but cost 40% of the
+training speed: every large block then pays for fresh pages.) Measured by ``benchmarks/bench_rss.py``.
 """
 
 from __future__ import annotations
