@@ -188,3 +188,59 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
 def make_llama():
     """The builder itself: ``make_llama(folder, kind, shard, seed, **config_overrides)``."""
     return llama_folder
+
+
+T5_FLAVOURS = {  # T5 v1.0 (ReLU, output tied and rescaled), v1.1 as transformers 5 builds it (gated GELU, tied, not
+    # rescaled), Flan-T5 as released (gated GELU, an output projection of its own, not rescaled)
+    "v1.0": dict(feed_forward_proj="relu"), "v1.1": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+    "flan": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)}
+
+
+def t5_folder(folder, flavour="v1.1", shard=False, seed=0):
+    """A tiny T5ForConditionalGeneration (2 + 2 layers, d 32, 4 heads of 8, 8 relative buckets up to 20 positions, so
+    short sentences reach the logarithmic buckets) with every weight random (norm gains and bias tables too), a
+    SentencePiece unigram model with T5's ids (<pad> 0, </s> 1, <unk> 2) and 4 sentinels. ``flan``: the output
+    projection its own tensor, ``tie_word_embeddings`` false in config.json, as Flan-T5 folders are."""
+    import sentencepiece as spm
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
+
+    folder = folder / "hf"
+    folder.mkdir(parents=True)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXTS * 20), model_writer=buf, vocab_size=60,
+                                   model_type="unigram", hard_vocab_limit=False, minloglevel=2, pad_id=0, eos_id=1,
+                                   unk_id=2, bos_id=-1)
+    (folder / "spiece.model").write_bytes(buf.getvalue())
+    tok = T5Tokenizer.from_pretrained(folder, extra_ids=4)
+    config = T5Config(vocab_size=len(tok) + 3, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2,
+                      num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                      decoder_start_token_id=0, **T5_FLAVOURS[flavour])
+    torch.manual_seed(seed)
+    model = T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.3 if param.dim() == 1 else 0.2)
+    model.save_pretrained(folder, max_shard_size="20KB" if shard else "1GB")
+    tok.save_pretrained(folder)
+    if flavour == "flan":
+        name = "model.safetensors" if not shard else json.loads(
+            (folder / "model.safetensors.index.json").read_text())["weight_map"]["shared.weight"]
+        tensors = load_file(folder / name)
+        tensors["lm_head.weight"] = torch.randn(config.vocab_size, 32, generator=torch.Generator().manual_seed(seed))
+        save_file(tensors, folder / name, metadata={"format": "pt"})
+        if shard:
+            index = json.loads((folder / "model.safetensors.index.json").read_text())
+            index["weight_map"]["lm_head.weight"] = name
+            (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        hf = json.loads((folder / "config.json").read_text())
+        hf.pop("scale_decoder_outputs", None)
+        (folder / "config.json").write_text(json.dumps(hf | {"tie_word_embeddings": False}))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_t5():
+    """The builder itself: ``make_t5(folder, flavour, shard, seed)`` -> the Hugging Face folder."""
+    return t5_folder

@@ -48,8 +48,9 @@ def test_the_recipe_checks_what_both_directions_needs():
 
 def test_the_source_prefix_is_checked():
     assert DecodingConfig(source_prefix="<2de>").source_prefix == "<2de>"
-    for bad in ("a\nb", " <2de>", "x" * 33, 3):
-        with pytest.raises(ValueError, match="source_prefix: must be text of at most 32 characters"):
+    assert DecodingConfig(source_prefix="translate English to German: ").source_prefix.endswith(": ")
+    for bad in ("a\nb", " <2de>", "x" * 65, "a  b", "a: \t", "ab  ", 3):
+        with pytest.raises(ValueError, match="source_prefix: must be text of at most 64 characters"):
             DecodingConfig(source_prefix=bad)
 
 

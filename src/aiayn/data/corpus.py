@@ -72,8 +72,9 @@ def target_tag(lang: str) -> str:
 
 
 def with_prefix(prefix: str, text: str) -> str:
-    """``text`` led by ``prefix`` and a space; an empty prefix or a blank text is left as it is."""
-    return f"{prefix} {text}" if prefix and text.strip() else text
+    """``text`` led by ``prefix`` and one space (a prefix ending in one, as T5's task prefixes, keeps only its
+    own); an empty prefix or a blank text is left as it is."""
+    return f"{prefix.removesuffix(' ')} {text}" if prefix and text.strip() else text
 
 
 def tagged(pairs: Parallel, tgt_lang: str) -> Parallel:

@@ -16,7 +16,8 @@ from aiayn.io.checkpoint import GENERATION
 from aiayn.io.files import read_json
 
 STRATEGIES = ("greedy", "beam", "sample", "mask-predict")
-PREFIX = r"(?:[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)*)?"  # source_prefix: words, one space between (a regex)
+# source_prefix: words, one space between, and at most one space after (T5's "translate English to German: ")
+PREFIX = r"(?:[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)* ?)?"
 TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
 
 
@@ -149,8 +150,9 @@ _RULES = {  # field -> (test, what it must be)
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
     "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
     "length_beam": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
-    "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 32 and re.fullmatch(PREFIX, v) is not None,
-                      "text of at most 32 characters: words of visible characters, one space between them"),
+    "source_prefix": (lambda v: isinstance(v, str) and len(v) <= 64 and re.fullmatch(PREFIX, v) is not None,
+                      "text of at most 64 characters: words of visible characters, one space between them "
+                      "(and at most one after)"),
     "json_schema": (lambda v: v is None or _schema_text(v), "the text of a JSON object (a JSON schema)"),
     "grammar": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "the text of a grammar"),
 }
@@ -164,7 +166,7 @@ BOUNDS = {"beam_size": {"ge": 1}, "length_penalty": {"ge": 0, "le": 10}, "max_le
           "top_k": {"ge": 0},
           "top_p": {"gt": 0, "le": 1}, "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
           "iterations": {"ge": 1, "le": 100}, "length_beam": {"ge": 1, "le": 100},
-          "source_prefix": {"max_length": 32, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
+          "source_prefix": {"max_length": 64, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
 
 
 def _schema_text(v) -> bool:

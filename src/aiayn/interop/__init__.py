@@ -1,7 +1,7 @@
-"""Pretrained models in and out: a local Hugging Face model folder (Marian, GPT-2, BERT, a sentence-transformers
+"""Pretrained models in and out: a local Hugging Face model folder (Marian, T5, GPT-2, BERT, a sentence-transformers
 BERT, Llama, Qwen2, Mistral) becomes an ordinary aiayn checkpoint (``import_pretrained``); an aiayn model
-becomes a Hugging Face folder (Marian, GPT-2, Llama) or a CTranslate2 model (``hf_export``, ``ctranslate2``).
-The folder's reading is ``hf_folder``; each family member maps its own tensors (``marian``, ``gpt2``,
+becomes a Hugging Face folder (Marian, T5, GPT-2, Llama) or a CTranslate2 model (``hf_export``, ``ctranslate2``).
+The folder's reading is ``hf_folder``; each family member maps its own tensors (``marian``, ``t5``, ``gpt2``,
 ``bert``, ``llama``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.interop import bert, gpt2, llama, marian, sentence
+from aiayn.interop import bert, gpt2, llama, marian, sentence, t5
 from aiayn.interop.gguf import read_gguf
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
@@ -39,7 +39,8 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     if kind in llama.MODEL_TYPES:  # large: read tensor by tensor, never the whole folder at once
         model, tokenizers = llama.import_llama(folder, config)
     else:
-        importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert}
+        importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert,
+                     "t5": t5.import_t5, "mt5": t5.import_t5}
         model, tokenizers = importers[kind](folder, config, read_weights(folder))
     write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite,
                      write_extra=None if pooling is None else pooling.save)

@@ -1,5 +1,5 @@
 """aiayn translators out to Hugging Face: a Marian folder that ``MarianMTModel.from_pretrained`` loads, with
-the same logits (CTranslate2 export: ``interop/ctranslate2.py``).
+the same logits, or a T5 folder for a T5-shaped model (``interop/t5.py``; CTranslate2 export: ``interop/ctranslate2.py``).
 
 Marian's Transformer is the paper's post-norm encoder-decoder with sinusoidal positions laid out in halves
 (every sin, then every cos). An aiayn model with the paper's interleaved layout is exported exactly all the
@@ -100,7 +100,29 @@ def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = Fals
     if model.config.arch != "encoder-decoder":
         raise ValueError(f"{checkpoint}: export --format hf takes translators and language models, not "
                          f"{model.config.arch} checkpoints")
+    if model.config.positions == "relative":
+        return _export_t5(model, tokenizers, checkpoint, output, overwrite)
     return _export_marian(model, tokenizers, checkpoint, output, overwrite)
+
+
+def _export_t5(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
+    from aiayn.interop.t5 import export_t5, t5_problems
+    from aiayn.io.files import atomic_directory
+    from aiayn.io.run import resolve_checkpoint
+
+    problems = t5_problems(model.config)
+    if problems:
+        raise ValueError(f"{checkpoint}: T5 cannot express {'; '.join(problems)}")
+    from aiayn.tokenizers.hf import HFTokenizers
+
+    if not isinstance(tokenizers, HFTokenizers):
+        raise ValueError(f"{checkpoint}: export --format hf writes a T5 with one tokenizer.json (an imported T5's); "
+                         "this checkpoint's tokenizers are not one")
+    with atomic_directory(output, "export", overwrite) as tmp:
+        export_t5(model, tmp)
+        write_generation(tmp, DecodingConfig.load(resolve_checkpoint(checkpoint)))
+        tokenizers.save(tmp)
+    return Path(output)
 
 
 def _export_language_model(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "mistral")  # model_type values of config.json
+SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "mistral", "t5", "mt5")  # model_type values of config.json
 
 
 def read_config(folder: Path) -> dict:

@@ -2,7 +2,7 @@
 named ``base_model.model.<module>.lora_A.weight`` / ``.lora_B.weight``.
 
 The module names are the Hugging Face model's where aiayn's model has a Hugging Face twin with the very same
-tensors (a Llama-family model with the halves rotary layout, a Marian model with the halves sinusoid layout:
+tensors (a Llama-family model with the halves rotary layout, a Marian model with the halves sinusoid layout, a T5:
 what ``aiayn import`` gives and ``aiayn export --format hf`` writes without any permutation), so the adapter
 loads with ``PeftModel.from_pretrained`` on the exported model and an adapter PEFT trained loads into aiayn.
 Other models keep aiayn's own module names (a PEFT-shaped folder for aiayn alone).
@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.interop import t5
 from aiayn.interop.hf_export import marian_problems
 from aiayn.interop.llama import llama_problems, tensor_names
 from aiayn.interop.marian import layer_names
+from aiayn.interop.t5 import t5_problems
 from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_tensors
 from aiayn.model.config import ModelConfig
 from aiayn.model.lora import LoRALinear, adapter_state, lora_layers
@@ -34,6 +36,8 @@ def hf_modules(cfg: ModelConfig) -> dict[str, str]:
         pairs = [(ours, theirs) for theirs, ours in tensor_names(cfg).items()]
     elif cfg.arch == "encoder-decoder" and not marian_problems(cfg) and cfg.sinusoid_layout == "halves":
         pairs = layer_names(cfg)
+    elif cfg.arch == "encoder-decoder" and not t5_problems(cfg):
+        pairs = t5.layer_names(cfg)
     else:
         return {}
     return {ours[: -len(".weight")]: theirs[: -len(".weight")] for ours, theirs in pairs if ours.endswith(".weight")}

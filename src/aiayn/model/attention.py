@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -21,16 +22,20 @@ def attention_scores(q: Tensor, k: Tensor) -> Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
-def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Equation (1) written out: softmax(Q K^T / sqrt(d_k)) V, masked scores set to -inf.
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                        bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Equation (1) written out: softmax(Q K^T / sqrt(d_k) + bias) V, masked scores set to -inf.
 
     Args:
         q: (..., T, D) queries; k: (..., S, D) keys; v: (..., S, Dv) values.
         mask: bool, True = may attend, broadcastable to (..., T, S); None = attend everywhere.
+        bias: float, added to the scores (T5's relative positions), broadcastable to (..., T, S); None = none.
     Returns:
         output (..., T, Dv) and the attention weights (..., T, S); fully masked rows are all zeros.
     """
     scores = attention_scores(q, k)  # (..., T, S)
+    if bias is not None:
+        scores = scores + bias
     if mask is None:
         return (weights := scores.softmax(dim=-1)) @ v, weights
     live = mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with at least one visible key
@@ -40,17 +45,22 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = N
 
 
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                   dropout_p: float = 0.0) -> Tensor:
+                   dropout_p: float = 0.0, bias: Tensor | None = None) -> Tensor:
     """The same as :func:`reference_attention` (output only) through ``F.scaled_dot_product_attention``.
 
     ``dropout_p`` drops attention weights (training only). Fully masked rows give zeros. k and v may have
     fewer heads than q (grouped-query attention: q (B, H, T, D), k and v (B, H_kv, S, D), H_kv divides H).
+    ``bias``: float scores added before the softmax (SDPA's float mask), masked keys then set to -inf.
     """
     gqa = q.size(1) != k.size(1)
+    bias = None if bias is None else bias.to(q.dtype)
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, enable_gqa=gqa)
     live = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~live, dropout_p=dropout_p, enable_gqa=gqa)
+    attend = mask | ~live  # a fully masked row attends everywhere, then is zeroed
+    if bias is not None:
+        attend = torch.where(attend, bias, float("-inf"))  # (B, H, T, S) float
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, dropout_p=dropout_p, enable_gqa=gqa)
     return out * live
 
 
@@ -130,7 +140,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
                 cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
-                offset: int | Tensor = 0, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                offset: int | Tensor = 0, need_weights: bool = False,
+                bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key_value``.
 
         Args:
@@ -140,6 +151,7 @@ class MultiHeadAttention(nn.Module):
             static_kv: keys/values computed once (cross-attention over the encoder memory).
             offset: absolute position of the first query (rotary positions with a cache); (B,) per row.
             need_weights: also return the per-head weights (B, H, T, S) through the reference path.
+            bias: float (1 or B, H, T, S_total) added to the scores (T5's relative position bias), or None.
         Returns:
             output (B, T, d_model) and the weights or None.
         """
@@ -149,8 +161,8 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             groups = self.n_heads // self.n_kv_heads
-            out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask)
+            out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias)
         else:
-            out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0)
+            out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0, bias)
         out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
         return self.out_proj(out), weights

@@ -19,7 +19,7 @@ from aiayn.model.layers import (
     SwiGLUFeedForward,
     make_norm,
 )
-from aiayn.model.positions import RotaryEmbedding
+from aiayn.model.positions import RelativePositionBias, RotaryEmbedding
 
 
 def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
@@ -54,13 +54,20 @@ def build_feed_forward(cfg: ModelConfig) -> nn.Module:
     return kind(cfg.d_model, cfg.d_ff, dropout, cfg.activation, cfg.ffn_bias)
 
 
+def _relative(cfg: ModelConfig, bidirectional: bool) -> RelativePositionBias | None:
+    """T5's bias table of a stack (shared by its layers), or None for other positions."""
+    if cfg.positions != "relative":
+        return None
+    return RelativePositionBias(cfg.n_heads, cfg.relative_buckets, cfg.relative_max_distance, bidirectional)
+
+
 def build_encoder(cfg: ModelConfig) -> Encoder:
     rope = _rope(cfg)  # one for every layer (no parameters)
     layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
                            eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, rope),
                            ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_encoder_layers)]
-    return Encoder(layers, _final_norm(cfg))
+    return Encoder(layers, _final_norm(cfg), _relative(cfg, bidirectional=True))
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
@@ -71,14 +78,14 @@ def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
                            cross_attn=build_attention(cfg) if cross_attention else None,
                            ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
               for _ in range(cfg.n_decoder_layers)]
-    return Decoder(layers, _final_norm(cfg))
+    return Decoder(layers, _final_norm(cfg), _relative(cfg, bidirectional=False))
 
 
 def build_output(cfg: ModelConfig, vocab: int, tokens: TokenEmbedding) -> nn.Linear:
-    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing; a bias only with
-    ``output_bias`` (Marian)."""
+    """Pre-softmax linear layer (section 3.4); its weight is the embedding's when sharing (``decoder``, ``all``); a
+    bias only with ``output_bias`` (Marian)."""
     proj = nn.Linear(cfg.d_model, vocab, bias=cfg.output_bias)
-    if cfg.share_embeddings != "none":
+    if cfg.share_embeddings in ("decoder", "all"):
         proj.weight = tokens.weight
     return proj
 

@@ -25,8 +25,8 @@ ROPE_LAYOUTS = ("interleaved", "halves")
 # rope_scaling: the keys each rule needs (the rule's name is under "type").
 ROPE_SCALING = {"linear": ("factor",),
                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
-POSITIONS = ("sinusoidal", "learned", "rope", "none")
-SHARING = ("none", "decoder", "all")
+POSITIONS = ("sinusoidal", "learned", "rope", "relative", "none")
+SHARING = ("none", "decoder", "inputs", "all")
 
 PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256),
@@ -74,12 +74,20 @@ class ModelConfig:
             ``None`` = all earlier tokens (causal self-attention of decoders only).
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
             no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
-        positions: sinusoidal (section 3.5) | learned | rope (rotary) | none.
+        positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's bias on the attention
+            logits by bucketed relative position: one table of ``relative_buckets`` x heads per stack, shared by its
+            layers; bidirectional in the encoder, causal in the decoder) | none.
+        relative_buckets, relative_max_distance: T5's ``relative_attention_num_buckets`` (32) and
+            ``relative_attention_max_distance`` (128): distances below half the buckets (of a direction) get one
+            each, longer ones logarithmic buckets up to the maximum distance.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
             Marian models do not).
         sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
             ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
-        share_embeddings: none | decoder (target embedding = output projection) | all (source too).
+        share_embeddings: none | decoder (target embedding = output projection) | inputs (source and target
+            embeddings one table, the output projection its own: T5 v1.1) | all (all three, section 3.4).
+        rescale_output: multiply the decoder's output by d_model ** -0.5 before the projection (T5 v1.0's tied
+            output; the paper has none).
         max_len: longest sequence for learned positions (sinusoidal and rope take any length).
         embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
         output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM
@@ -112,6 +120,9 @@ class ModelConfig:
     norm: str = "post"
     positions: str = "sinusoidal"
     share_embeddings: str = "all"
+    rescale_output: bool = False
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
     max_len: int = 1024
     layer_norm_eps: float = 1e-5
     norm_type: str = "layernorm"
@@ -283,14 +294,20 @@ def _validate(cfg: ModelConfig) -> None:
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
                          f"{cfg.pad_id}")
+    if cfg.positions == "relative" and (cfg.relative_buckets < 4 or cfg.relative_buckets % 2
+                                        or cfg.relative_max_distance <= cfg.relative_buckets // 2):
+        raise ValueError(f"relative_buckets: T5's buckets need an even count of at least 4 and relative_max_distance "
+                         f"above half of it; got {cfg.relative_buckets} and {cfg.relative_max_distance}")
     if cfg.positions == "rope" and cfg.d_head % 2:
         raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         value = getattr(cfg, name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
-    if cfg.share_embeddings == "all" and cfg.arch == "encoder-decoder" and cfg.target_vocab != cfg.vocab_size:
-        raise ValueError("share_embeddings: 'all' needs one joint vocabulary (tgt_vocab_size == vocab_size)")
+    if (cfg.share_embeddings in ("all", "inputs") and cfg.arch == "encoder-decoder"
+            and cfg.target_vocab != cfg.vocab_size):
+        raise ValueError(f"share_embeddings: {cfg.share_embeddings!r} needs one joint vocabulary "
+                         "(tgt_vocab_size == vocab_size)")
     _check_special_ids(cfg)
     if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
         raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

@@ -16,7 +16,7 @@ from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import DecoderCache, LayerCache
 from aiayn.model.dropout import Dropout
 from aiayn.model.packed import stack_linears
-from aiayn.model.positions import RotaryEmbedding
+from aiayn.model.positions import RelativePositionBias, RotaryEmbedding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
 
@@ -129,13 +129,14 @@ class EncoderLayer(nn.Module):
         self.res_attn = Residual(d_model, dropout, norm_first, eps, norm_type)
         self.res_ffn = Residual(d_model, dropout, norm_first, eps, norm_type)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None,
-                need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
-        """x (B, S, D); mask broadcastable to (B, H, S, S). Returns x and {"self": (B, H, S, S)} if asked."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False,
+                bias: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """x (B, S, D); mask broadcastable to (B, H, S, S); bias (1, H, S, S) added to the self-attention scores
+        (T5's relative positions) or None. Returns x and {"self": (B, H, S, S)} if asked."""
         weights: dict[str, Tensor] = {}
 
         def attend(y: Tensor) -> Tensor:
-            out, w = self.self_attn(y, y, mask, need_weights=need_weights)
+            out, w = self.self_attn(y, y, mask, need_weights=need_weights, bias=bias)
             if w is not None:
                 weights["self"] = w
             return out
@@ -168,8 +169,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int | Tensor = 0,
-                need_weights: bool = False) -> tuple[Tensor, dict[str, Tensor]]:
-        """x (B, T, D), memory (B, S, D); self_mask (.., T, T_total), cross_mask (.., T, S).
+                need_weights: bool = False, bias: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """x (B, T, D), memory (B, S, D); self_mask (.., T, T_total), cross_mask (.., T, S); bias (1, H, T,
+        T_total) added to the self-attention scores (T5's relative positions; cross-attention has none) or None.
 
         With a cache, x holds only the new positions (starting at ``offset``); past keys/values come
         from the cache and the memory's keys/values are computed once.
@@ -178,7 +180,7 @@ class DecoderLayer(nn.Module):
 
         def self_attend(y: Tensor) -> Tensor:
             kv = None if cache is None else cache.self_kv
-            out, w = self.self_attn(y, y, self_mask, cache=kv, offset=offset, need_weights=need_weights)
+            out, w = self.self_attn(y, y, self_mask, cache=kv, offset=offset, need_weights=need_weights, bias=bias)
             if w is not None:
                 weights["self"] = w
             return out
@@ -201,38 +203,48 @@ class DecoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """N encoder layers; pre-norm adds a final LayerNorm."""
+    """N encoder layers; pre-norm adds a final LayerNorm; ``position_bias`` (T5's relative positions) is computed
+    once per call and added in every layer's self-attention."""
 
-    def __init__(self, layers: list[EncoderLayer], final_norm: nn.Module | None = None) -> None:
+    def __init__(self, layers: list[EncoderLayer], final_norm: nn.Module | None = None,
+                 position_bias: RelativePositionBias | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm
+        self.position_bias = position_bias
 
     def forward(self, x: Tensor, mask: Tensor | None = None,
                 need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """x (B, S, D) -> (B, S, D), and per-layer attention weights when asked."""
+        bias = None if self.position_bias is None else self.position_bias(x.size(1), x.size(1))  # (1, H, S, S)
         all_weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, need_weights)
+            x, w = layer(x, mask, need_weights, bias)
             all_weights.append(w)
         return (self.norm(x) if self.norm is not None else x), all_weights
 
 
 class Decoder(nn.Module):
-    """N decoder layers; pre-norm adds a final LayerNorm."""
+    """N decoder layers; pre-norm adds a final LayerNorm; ``position_bias`` as in :class:`Encoder` (causal)."""
 
-    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module | None = None) -> None:
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module | None = None,
+                 position_bias: RelativePositionBias | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = final_norm
+        self.position_bias = position_bias
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 cross_mask: Tensor | None = None, cache: DecoderCache | None = None, offset: int | Tensor = 0,
                 need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """x (B, T, D) -> (B, T, D), and per-layer attention weights when asked."""
+        bias = None
+        if self.position_bias is not None:  # the T new queries come after the cache's positions
+            t = x.size(1)
+            bias = self.position_bias(t, t + (0 if cache is None else cache.position))  # (1, H, T, T_total)
         all_weights = []
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = layer(x, memory, self_mask, cross_mask, layer_cache, offset, need_weights)
+            x, w = layer(x, memory, self_mask, cross_mask, layer_cache, offset, need_weights, bias)
             all_weights.append(w)
         return (self.norm(x) if self.norm is not None else x), all_weights

@@ -28,9 +28,10 @@ def count_parameters(config: ModelConfig) -> int:
     dec_layer = 2 * _attention(c) + _ffn(c) + 3 * norm
     final = norm if c.norm == "pre" else 0
     learned = c.max_len * d if c.positions == "learned" else 0
-    head_tied = c.share_embeddings != "none"
+    learned += c.relative_buckets * c.n_heads if c.positions == "relative" else 0  # a bias table per stack
+    head_tied = c.share_embeddings in ("decoder", "all")
     if c.arch == "encoder-decoder":
-        tables = c.vocab_size * d + (0 if c.share_embeddings == "all" else c.target_vocab * d)
+        tables = c.vocab_size * d + (0 if c.share_embeddings in ("all", "inputs") else c.target_vocab * d)
         head = 0 if head_tied else c.target_vocab * d
         stacks = c.n_encoder_layers * enc_layer + c.n_decoder_layers * dec_layer + 2 * final
         return tables + head + stacks + 2 * learned

@@ -141,3 +141,48 @@ class RotaryEmbedding(nn.Module):
         x0, x1 = pairs[..., 0], pairs[..., 1]  # (B, H, T, D/2) each
         rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # (B, H, T, D/2, 2)
         return rotated.flatten(-2)  # (B, H, T, D)
+
+
+def relative_buckets(relative: Tensor, bidirectional: bool, n_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """T5's bucket of each relative position (key position - query position), Raffel et al. 2020, section 2.1.
+
+    Bidirectional (the encoder): half of the buckets for keys before the query, half for keys after it. Causal
+    (the decoder): every bucket for keys at or before the query (later keys share bucket 0; the mask hides them).
+    Within a direction, distances below half of its buckets get a bucket each; longer ones share buckets that
+    grow logarithmically up to ``max_distance``, and everything farther shares the last. Same shape, int64.
+    """
+    if bidirectional:
+        n_buckets //= 2
+        offset = (relative > 0).long() * n_buckets  # keys after the query: the upper half
+        distance = relative.abs()
+    else:
+        offset = torch.zeros_like(relative)
+        distance = (-relative).clamp(min=0)  # how far back the key is
+    exact = n_buckets // 2
+    logarithmic = exact + (torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                           * (n_buckets - exact)).long()
+    far = logarithmic.clamp(max=n_buckets - 1)
+    return offset + torch.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias: a learned scalar per (bucket, head) added to the attention logits.
+
+    One table per stack, shared by all of its layers (``aiayn.model.layers.Encoder``/``Decoder`` compute the bias
+    once per call and give it to every layer's self-attention). Query i of T sits at key column S - T + i (the new
+    positions of a cached decoder come last), so only the two lengths are needed: relative positions are column
+    differences, which left padding and dropped prefixes do not change.
+    """
+
+    def __init__(self, n_heads: int, n_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True) -> None:
+        super().__init__()
+        self.table = nn.Embedding(n_buckets, n_heads)
+        self.n_buckets, self.max_distance, self.bidirectional = n_buckets, max_distance, bidirectional
+
+    def forward(self, q_len: int, k_len: int) -> Tensor:
+        """The bias (1, H, T, S) for T queries over S keys, in the table's dtype and device."""
+        device = self.table.weight.device
+        q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (T, 1)
+        k_pos = torch.arange(k_len, device=device)[None, :]  # (1, S)
+        buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)  # (T, S)
+        return self.table(buckets).permute(2, 0, 1)[None]  # (T, S, H) -> (1, H, T, S)

@@ -89,7 +89,7 @@ class EncoderDecoder(TransformerModel):
         super().__init__(config)
         cfg = config
         src_tokens = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings, cfg.pad_id)
-        tgt_tokens = (src_tokens if cfg.share_embeddings == "all"
+        tgt_tokens = (src_tokens if cfg.share_embeddings in ("all", "inputs")
                       else TokenEmbedding(cfg.target_vocab, cfg.d_model, cfg.scale_embeddings, cfg.pad_id))
         self.src_embed = build_embedding(cfg, src_tokens)
         self.tgt_embed = build_embedding(cfg, tgt_tokens)
@@ -125,7 +125,14 @@ class EncoderDecoder(TransformerModel):
                 rows that joined a running batch later, ``aiayn.decoding.engine``); its BOS is position 0.
         """
         hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False, left_pad=left_pad)
-        return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
+        return self.project(hidden[:, -1:] if last else hidden, output)
+
+    def project(self, hidden: Tensor, output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """The pre-softmax projection (B, T, D) -> (B, T, V) (section 3.4), the decoder's output first scaled by
+        d_model ** -0.5 with ``rescale_output`` (T5 v1.0: its output weight is the unscaled embedding)."""
+        if self.config.rescale_output:
+            hidden = hidden * self.config.d_model ** -0.5
+        return (self.output if output is None else output)(hidden)
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
                 need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
@@ -196,7 +203,7 @@ class CMLM(EncoderDecoder):
         self_mask = key_mask(padding_mask(tgt_ids, self.config.pad_id))  # (B, 1, 1, T): no causal mask
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         hidden, _ = self.decoder(self.tgt_embed(tgt_ids), memory, self_mask, cross_mask)
-        return self.output(hidden)
+        return self.project(hidden)
 
     def length_logits(self, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Scores (B, max_len + 1) of each target length, from the mean of the memory's real positions."""
