@@ -158,7 +158,7 @@ def test_an_aiayn_lora_adapter_on_t5_loads_in_peft(t5, tmp_path):
     from aiayn.interop.peft import save_adapter
     from aiayn.model.lora import apply_lora
 
-    flavour, folder, hf, _, ckpt = t5
+    _, folder, _, _, ckpt = t5
     model, _ = load_checkpoint(ckpt)
     apply_lora(model, r=4, alpha=8.0, targets="q,k,v,o,ffn")
     with torch.no_grad():

@@ -1,5 +1,6 @@
 """aiayn translators out to Hugging Face: a Marian folder that ``MarianMTModel.from_pretrained`` loads, with
-the same logits, or a T5 folder for a T5-shaped model (``interop/t5.py``; CTranslate2 export: ``interop/ctranslate2.py``).
+the same logits, or a T5 folder for a T5-shaped model (``interop/t5.py``; CTranslate2 export:
+``interop/ctranslate2.py``).
 
 Marian's Transformer is the paper's post-norm encoder-decoder with sinusoidal positions laid out in halves
 (every sin, then every cos). An aiayn model with the paper's interleaved layout is exported exactly all the

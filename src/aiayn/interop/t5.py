@@ -59,7 +59,8 @@ def t5_config(hf: dict, unk_id: int, untied: bool) -> ModelConfig:
         positions="relative", relative_buckets=hf.get("relative_attention_num_buckets", 32),
         relative_max_distance=hf.get("relative_attention_max_distance", 128), qkv_bias=False, out_bias=False,
         ffn_bias=False, scale_attention=False, scale_embeddings=False,
-        share_embeddings="inputs" if untied else "all", rescale_output=bool(rescale), max_len=hf.get("n_positions", 512),
+        share_embeddings="inputs" if untied else "all", rescale_output=bool(rescale),
+        max_len=hf.get("n_positions", 512),
         pad_id=hf.get("pad_token_id", 0), bos_id=hf.get("decoder_start_token_id", 0), eos_id=_first(hf, "eos_token_id"),
         unk_id=unk_id)
 
@@ -79,9 +80,10 @@ def layer_names(cfg: ModelConfig) -> list[tuple[str, str]]:
             blocks.append(("cross_attn", "EncDecAttention", "res_cross"))
         for i in range(n):
             for j, (mine, theirs, residual) in enumerate(blocks):
-                names += [(f"{side}.layers.{i}.{mine}.{p}.weight", f"{side}.block.{i}.layer.{j}.{theirs}.{q}.weight")
+                block = f"{side}.block.{i}.layer.{j}"
+                names += [(f"{side}.layers.{i}.{mine}.{p}.weight", f"{block}.{theirs}.{q}.weight")
                           for p, q in ATTENTION.items()]
-                names.append((f"{side}.layers.{i}.{residual}.norm.weight", f"{side}.block.{i}.layer.{j}.layer_norm.weight"))
+                names.append((f"{side}.layers.{i}.{residual}.norm.weight", f"{block}.layer_norm.weight"))
             j = len(blocks)
             names += [(f"{side}.layers.{i}.ffn.{p}.weight", f"{side}.block.{i}.layer.{j}.DenseReluDense.{q}.weight")
                       for p, q in ffn.items()]
