@@ -30,22 +30,28 @@ def train_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "aiayn", "train", *args]
 
 
-def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node 2 -m aiayn ARGS`` (one thread each). A run still going after
-    ``timeout`` seconds fails the test with every process's stack (faulthandler on SIGABRT), and none of its
-    processes is left holding the cores."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-               "aiayn", *args]
+def torchrun(*args: str, timeout: float = 300, program: tuple[str, ...] = ("-m", "aiayn"),
+             stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2 -m aiayn ARGS`` (one thread each; ``program``: another module or
+    a script; ``stdin``: text rank 0 may read). A run still going after ``timeout`` seconds fails the test with every
+    process's stack (faulthandler on SIGABRT), and none of its processes is left holding the cores."""
+    command = [*torchrun_command(), *program, *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
+            stdout, stderr = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:  # a hang (seen once in an FSDP run under the full suite's load)
             abort([*workers(proc.pid), proc.pid])
             stderr = proc.communicate(timeout=20)[1]
             stacks = stderr[max(stderr.find("Fatal Python error"), 0):]  # faulthandler's dumps, each process's
             pytest.fail(f"torchrun {' '.join(args)} hung for {timeout:g} s; the stacks at that moment:\n{stacks}")
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def torchrun_command(nproc: int = 2) -> list[str]:
+    """``torchrun --standalone --nproc_per_node N``, as a command for subprocess (the program follows)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
 
 
 def workers(pid: int) -> list[int]:

@@ -232,3 +232,15 @@ def test_the_spiece_converter_refuses_what_is_not_a_unigram_model(tmp_path):
                                    model_type="bpe", hard_vocab_limit=False, minloglevel=2)
     with pytest.raises(ValueError, match="unigram"):
         spiece_tokenizer_json(buf.getvalue(), 0, tmp_path / "spiece.model")
+
+
+def test_show_positions_draws_an_imported_t5s_tables(t5, tmp_path, capsys, trained_run):
+    _, _, _, _, ckpt = t5
+    assert main(["show", "positions", "--kind", "relative", "--checkpoint", str(ckpt), "--length", "30",
+                 "--output", str(tmp_path / "rel.png")]) == 0
+    assert (tmp_path / "rel.png").stat().st_size > 10_000
+    capsys.readouterr()
+    assert main(["show", "positions", "--kind", "relative", "--checkpoint", str(trained_run),
+                 "--output", str(tmp_path / "no.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "positions sinusoidal" in err and "(a T5)" in err and "\n" not in err

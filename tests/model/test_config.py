@@ -44,6 +44,9 @@ def test_json_round_trip(tmp_path):
     ({"bos_id": 2}, "bos_id and unk_id may equal pad_id"),  # BOS and EOS share an id
     ({"bos_id": 5, "unk_id": 5}, "bos_id and unk_id"),  # BOS and UNK share an id that is not PAD
     ({"sinusoid_layout": "split"}, "sinusoid_layout"),
+    ({"positions": "relative", "relative_buckets": 5}, "relative_buckets"),
+    ({"positions": "relative", "relative_buckets": 32, "relative_max_distance": 16}, "relative_max_distance"),
+    ({"tgt_vocab_size": 10, "share_embeddings": "inputs"}, "share_embeddings"),
 ])
 def test_bad_values_name_the_field(changes, field):
     with pytest.raises(ValueError, match=field):

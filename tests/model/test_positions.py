@@ -7,9 +7,11 @@ import torch
 
 from aiayn.model.positions import (
     LearnedPositions,
+    RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositions,
     position_ids,
+    relative_buckets,
     sinusoidal_encoding,
 )
 
@@ -84,3 +86,22 @@ def test_rope_tables_equal_the_angles_computed_directly():
         torch.testing.assert_close(cos, angle.cos(), rtol=0, atol=0)
         torch.testing.assert_close(sin, angle.sin(), rtol=0, atol=0)
     assert rope.tables[(x.device, x.dtype)][0].size(0) >= 1004
+
+
+def test_relative_buckets_written_out():
+    """T5's buckets for 8 buckets up to distance 20: bidirectional, 4 a direction, 0 and 1 exact, then logarithmic;
+    causal, 8 for keys at or before the query, 0-3 exact; later keys share bucket 0."""
+    offsets = torch.tensor([-30, -20, -10, -5, -3, -2, -1, 0, 1, 2, 3, 5, 10, 20, 30])
+    assert relative_buckets(offsets, True, 8, 20).tolist() == [3, 3, 3, 2, 2, 2, 1, 0, 5, 6, 6, 6, 7, 7, 7]
+    assert relative_buckets(offsets, False, 8, 20).tolist() == [7, 7, 6, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_the_relative_bias_depends_on_key_minus_query_only_and_new_queries_come_last():
+    torch.manual_seed(0)
+    bias = RelativePositionBias(n_heads=3, n_buckets=8, max_distance=20, bidirectional=False)
+    full = bias(12, 12)  # (1, H, T, S)
+    assert full.shape == (1, 3, 12, 12)
+    for d in range(-11, 12):  # every diagonal is one value per head
+        diagonal = full[0].diagonal(offset=d, dim1=1, dim2=2)  # (H, 12 - |d|)
+        assert torch.equal(diagonal, diagonal[:, :1].expand_as(diagonal))
+    torch.testing.assert_close(bias(3, 12), full[:, :, 9:])  # a cached decoder's three newest queries

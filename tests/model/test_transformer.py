@@ -8,7 +8,7 @@ from aiayn.model.transformer import TransformerModel
 
 from conftest import random_ids, tiny
 
-POSITIONS = ["sinusoidal", "learned", "rope"]
+POSITIONS = ["sinusoidal", "learned", "rope", "relative"]
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
@@ -77,12 +77,12 @@ def test_base_parameter_count_matches_analytical():
 
 
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only", "encoder-only"])
-@pytest.mark.parametrize("share", ["none", "decoder", "all"])
-@pytest.mark.parametrize("positions", ["learned", "rope"])
+@pytest.mark.parametrize("share", ["none", "decoder", "inputs", "all"])
+@pytest.mark.parametrize("positions", ["learned", "rope", "relative"])
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_parameter_count_every_variant(arch, share, positions, norm):
     cfg = tiny(arch=arch, share_embeddings=share, positions=positions, norm=norm,
-               tgt_vocab_size=None if share == "all" else 33)
+               tgt_vocab_size=None if share in ("all", "inputs") else 33)
     model = build_model(cfg)
     assert isinstance(model, {"encoder-decoder": EncoderDecoder, "decoder-only": DecoderOnly,
                               "encoder-only": EncoderOnly}[arch])
@@ -97,6 +97,18 @@ def test_weight_tying_three_ways():
     assert dec.src_embed.tokens is not dec.tgt_embed.tokens
     both = EncoderDecoder(tiny(share_embeddings="all"))
     assert both.src_embed.tokens is both.tgt_embed.tokens and both.output.weight is both.src_embed.tokens.weight
+    inputs = EncoderDecoder(tiny(share_embeddings="inputs"))  # T5 v1.1: one embedding, an output of its own
+    assert inputs.src_embed.tokens is inputs.tgt_embed.tokens
+    assert inputs.output.weight is not inputs.src_embed.tokens.weight
+
+
+def test_rescale_output_scales_the_decoder_output_by_one_over_sqrt_d_model():
+    model = EncoderDecoder(tiny(norm="pre")).eval()
+    rescaled = EncoderDecoder(tiny(norm="pre", rescale_output=True)).eval()
+    rescaled.load_state_dict(model.state_dict())
+    src, tgt = random_ids(2, 5), random_ids(2, 4)
+    with torch.no_grad():  # the output has no bias: the logits themselves scale
+        torch.testing.assert_close(rescaled(src, tgt), model(src, tgt) * 64 ** -0.5, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only", "encoder-only"])

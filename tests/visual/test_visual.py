@@ -32,6 +32,18 @@ def test_plot_positions_writes_the_format_asked(tmp_path, suffix, magic):
     assert [p.name for p in tmp_path.iterdir()] == [f"pe{suffix}"]  # no temp file left behind
 
 
+def test_plot_relative_draws_random_tables_and_refuses_bad_sizes(tmp_path):
+    from aiayn.visual.positions import plot_relative, relative_bias_table
+
+    out = plot_relative(40, tmp_path / "rel.png", buckets=16, max_distance=32, heads=4)
+    assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_size > 10_000
+    encoder, decoder, origin = relative_bias_table(None, 16, 32, 4)
+    assert encoder.bidirectional and not decoder.bidirectional and origin.startswith("random")
+    assert encoder.table.weight.shape == (16, 4) and encoder.table.weight.std() > 0.5  # N(0, 1), not the init
+    with pytest.raises(ValueError, match="--buckets even"):
+        plot_relative(40, tmp_path / "bad.png", buckets=7)
+
+
 def test_plot_positions_rejects_bad_output(tmp_path):
     with pytest.raises(ValueError, match="should end in"):
         plot_positions(16, 20, tmp_path / "pe.txt")

@@ -169,8 +169,44 @@ def add_adapter(p) -> None:
                    "adapter_model.safetensors) to run the checkpoint with, unmerged")
 
 
+def add_tensor_parallel(p) -> None:
+    """--tensor-parallel, for the commands that run a model under torchrun (translate, generate, embed, serve)."""
+    p.add_argument("--tensor-parallel", action="store_true", dest="tensor_parallel",
+                   help="split every attention and feed-forward block over the processes of torchrun "
+                        "(torchrun --nproc-per-node N -m aiayn ...): each holds 1/N of their weights and KV cache; "
+                        "rank 0 reads and writes (docs/scaling.md)")
+
+
+def start_parallel(args: argparse.Namespace):
+    """With --tensor-parallel: join torchrun's processes (``inference.tensor_parallel.start``) and keep this
+    process's place as ``args.parallel``; else None."""
+    args.parallel = None
+    if getattr(args, "tensor_parallel", False):
+        from aiayn.inference.tensor_parallel import start
+
+        if getattr(args, "adapter", None) or getattr(args, "lora", None):
+            raise UserError("--tensor-parallel splits plain weights: merge the adapter first (aiayn merge), then "
+                            "split the merged checkpoint")
+        args.parallel = start(args.device)
+    return args.parallel
+
+
+def leader_only(args: argparse.Namespace) -> bool:
+    """Whether this process reads the input and writes the output: always, but under --tensor-parallel rank 0."""
+    parallel = getattr(args, "parallel", None)
+    return parallel is None or parallel.leader
+
+
+def leader_reads(args: argparse.Namespace, read):
+    """``read()`` here, or under --tensor-parallel on rank 0 and shared with every rank."""
+    parallel = getattr(args, "parallel", None)
+    return read() if parallel is None else parallel.on_leader(read)
+
+
 def adapter_hook(args: argparse.Namespace):
-    """What ``load_checkpoint(prepare=...)`` takes for ``--adapter`` (None without one)."""
+    """What ``load_checkpoint(prepare=...)`` takes for ``--adapter`` or ``--tensor-parallel`` (None without)."""
+    if getattr(args, "parallel", None) is not None:
+        return args.parallel.prepare
     if not getattr(args, "adapter", None):
         return None
     from functools import partial

@@ -14,11 +14,15 @@ from aiayn.cli.common import (
     add_decoding_options,
     add_overwrite,
     add_precision,
+    add_tensor_parallel,
     claim,
     decoding_options,
     examples,
+    leader_only,
+    leader_reads,
     precision_options,
     read_input,
+    start_parallel,
     translator_from_args,
     warn_truncated,
     write_output,
@@ -37,6 +41,7 @@ def _add_translate_evaluate(sub) -> None:
     p.add_argument("--output", help="file to write (default: stdout)")
     add_overwrite(p)
     add_decoding(p)
+    add_tensor_parallel(p)
     e = sub.add_parser("evaluate", help="translate a test set and print sacreBLEU and chrF",
                        description="Translate --src with a checkpoint and score against --ref with sacreBLEU "
                                    "(13a tokenisation, cased, detokenised) and chrF, with their signatures.")
@@ -67,6 +72,7 @@ def _add_family(sub) -> None:
     g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
     g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
     g.add_argument("--device", default="cpu")
+    add_tensor_parallel(g)
     add_decoding_options(g)
     add_adapter(g)
     add_precision(g)
@@ -88,14 +94,20 @@ def _add_family(sub) -> None:
     e.add_argument("--output", help="F.npy or F.jsonl (default: JSON lines on stdout)")
     e.add_argument("--batch-size", type=int, default=32, dest="batch_size")
     e.add_argument("--device", default="cpu")
+    add_tensor_parallel(e)
     add_overwrite(e)
 
 
 def translate(args: argparse.Namespace) -> int:
-    claim(args.output, "translate", args)
-    lines = read_input(args.input)
+    start_parallel(args)
+    if leader_only(args):
+        claim(args.output, "translate", args)
+    lines = leader_reads(args, lambda: read_input(args.input))
     translator = translator_from_args(args)
-    write_output(translator.translate(lines, args.batch_size), args.output)
+    hypotheses = translator.translate(lines, args.batch_size)
+    if not leader_only(args):
+        return 0
+    write_output(hypotheses, args.output)
     warn_truncated(translator, args.input or "<stdin>")
     if translator.draft is not None:
         print(translator.speculative.summary(), file=sys.stderr)
@@ -144,7 +156,8 @@ def generate(args: argparse.Namespace) -> int:
 
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
-    prompt = args.prompt if args.prompt is not None else "\n".join(read_input(None))
+    start_parallel(args)
+    prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(None)))
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               **precision_options(args))
     decoding = generator.decoding.replace(**options)
@@ -184,9 +197,14 @@ def embed(args: argparse.Namespace) -> int:
         raise UserError(f"--output {args.output}: name it F.npy (one float32 array) or F.jsonl (one list per line)")
     if args.batch_size < 1:
         raise UserError("--batch-size: must be a positive integer")
-    claim(args.output, "embed", args)
-    lines = read_input(args.input)
-    vectors = Embedder.from_checkpoint(args.checkpoint, args.device, batch_size=args.batch_size).embed(lines)
+    start_parallel(args)
+    if leader_only(args):
+        claim(args.output, "embed", args)
+    lines = leader_reads(args, lambda: read_input(args.input))
+    vectors = Embedder.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
+                                       batch_size=args.batch_size).embed(lines)
+    if not leader_only(args):
+        return 0
     if args.output and args.output.endswith(".npy"):
         import numpy as np
 

@@ -11,6 +11,7 @@ from aiayn.cli.common import (
     add_decoding_options,
     add_field_flags,
     add_precision,
+    add_tensor_parallel,
     decoding_options,
     examples,
     note_emulated_bf16,
@@ -31,6 +32,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--port", type=int, default=8000)
     add_precision(p)
     p.add_argument("--device", default="cpu")
+    add_tensor_parallel(p)
     p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
                    "(default: the checkpoint folder's name)")
     p.add_argument("--api-key", dest="api_key", default=os.environ.get("AIAYN_API_KEY"),
@@ -76,15 +78,17 @@ def _add_limits(p) -> None:
 def serve(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from aiayn.cli.common import start_parallel
     from aiayn.serve.app import run_server
     from aiayn.serve.limits import Limits
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)
+    parallel = start_parallel(args)
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
                **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
                prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching,
-               loras=lora_options(args.lora, args.model_name))
+               loras=lora_options(args.lora, args.model_name), parallel=parallel)
     return 0
 
 

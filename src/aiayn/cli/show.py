@@ -71,9 +71,17 @@ def _add_math_pictures(what) -> tuple:
     """``show positions``, ``mask`` and ``shapes``: pictures of the paper's definitions, no checkpoint."""
     from aiayn.model.config import PRESETS
 
-    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products")
+    p = what.add_parser("positions", help="the sinusoidal encoding matrix and its position dot products, or T5's "
+                                          "relative position biases (--kind relative)")
+    p.add_argument("--kind", choices=["sinusoidal", "relative"], default="sinusoidal",
+                   help="sinusoidal (section 3.5) or relative (T5's bias by bucketed offset)")
     p.add_argument("--d-model", type=int, default=128, dest="d_model")
     p.add_argument("--length", type=int, default=100, help="number of positions")
+    p.add_argument("--checkpoint", help="relative: draw this T5-shaped checkpoint's trained tables (default: random)")
+    p.add_argument("--buckets", type=int, default=32, help="relative, random tables: buckets (default: 32)")
+    p.add_argument("--max-distance", type=int, default=128, dest="max_distance",
+                   help="relative, random tables: the distance the last bucket starts at (default: 128)")
+    p.add_argument("--heads", type=int, default=8, help="relative, random tables: heads (default: 8)")
     p.add_argument("--output", default="positions.png", help="PNG, SVG or PDF file (default: positions.png)")
     m = what.add_parser("mask", help="a mask matrix (causal, padding, cross) as text, or a picture with --output",
                         description="Rows are queries, columns keys; 1 = may attend (built by aiayn.model.masks).")
@@ -91,7 +99,11 @@ def _add_math_pictures(what) -> tuple:
 
 def show(args: argparse.Namespace) -> int:
     claim(args.output, "show", args)
-    if args.what == "positions":
+    if args.what == "positions" and args.kind == "relative":
+        from aiayn.visual.positions import plot_relative
+
+        print(plot_relative(args.length, args.output, args.checkpoint, args.buckets, args.max_distance, args.heads))
+    elif args.what == "positions":
         from aiayn.visual.positions import plot_positions
 
         print(plot_positions(args.d_model, args.length, args.output))

@@ -140,18 +140,29 @@ class Engine:
         if self.joining:
             self.join()
         scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
+        self._apply(*self._choose(scores))
+
+    def _choose(self, scores: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Each group picks its rows' next tokens from ``scores`` (B, V): the tokens (B,) and, when a beam search
+        reordered its rows, the row each row continues (B,) (None: every row its own)."""
         nexts, orders, start = [], [], 0
         for group in self.groups:
             nxt, order = group.advance(scores[start: start + group.size], self.columns)
             nexts.append(nxt)
             orders.append((start, group.size, order))
             start += group.size
+        index = None
         if any(order is not None for _, _, order in orders):
             index = torch.cat([torch.arange(first, first + size, device=self.tokens.device) if order is None
                                else order + first for first, size, order in orders])  # (B,)
+        return torch.cat(nexts), index
+
+    def _apply(self, nexts: Tensor, index: Tensor | None) -> None:
+        """Rows reordered by ``index`` (beams move within their own sentence only), then ``nexts`` appended."""
+        if index is not None:
             self.tokens = self.tokens.index_select(0, index)
-            self.state.reorder(index, within_groups=True)  # beams move within their own sentence only
-        self.tokens = torch.cat([self.tokens, torch.cat(nexts)[:, None]], dim=1)  # (B, W+1)
+            self.state.reorder(index, within_groups=True)
+        self.tokens = torch.cat([self.tokens, nexts[:, None]], dim=1)  # (B, W+1)
         self.steps += 1
 
     def remove_done(self) -> list[Rows]:

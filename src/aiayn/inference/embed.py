@@ -95,8 +95,10 @@ class Embedder:
         self.max_len = min(self.pooling.max_seq_length or model.config.max_len, model.config.max_len)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", **options) -> Embedder:
-        model, tokenizers = load_checkpoint(path, "encoder-only")
+    def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
+                        **options) -> Embedder:
+        """``prepare`` as in ``load_checkpoint`` (``--tensor-parallel``: the model split over processes)."""
+        model, tokenizers = load_checkpoint(path, "encoder-only", prepare)
         return cls(model, tokenizers, Pooling.load(resolve_checkpoint(path)), device, **options)
 
     def ids(self, text: str) -> list[int]:

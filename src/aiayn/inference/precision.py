@@ -98,6 +98,10 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
     its dtype)."""
     if int8 and int4:
         raise ValueError("--int8 and --int4: choose one")
+    if getattr(model, "tensor_parallel", 1) > 1:  # split over processes (inference/tensor_parallel.py): as it is
+        if int8 or int4 or bf16:
+            raise ValueError("--tensor-parallel decodes the float32 weights it split; leave out --int8, --int4, --bf16")
+        return model.eval()
     if (int8 or int4) and torch.device(device).type != "cpu":
         raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
     dtype = torch.bfloat16 if bf16 else None

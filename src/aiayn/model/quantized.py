@@ -66,7 +66,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
             return _dequantized_product(self, x)
-        rows = x.reshape(-1, self.in_features).to(self.dtype)  # (rows, K)
+        rows = x.reshape(-1, self.in_features).to(self.dtype).contiguous()  # (rows, K): the kernels read it densely
         y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.kernel_scale)  # (rows, N)
         return _output(y, x, self.out_features, self.bias)
 
@@ -112,7 +112,7 @@ class Int4Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
             return _dequantized_product(self, x)
-        rows = x.reshape(-1, self.in_features).to(self.dtype)  # (rows, K)
+        rows = x.reshape(-1, self.in_features).to(self.dtype).contiguous()  # (rows, K): the kernels read it densely
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, self.group_size,
                                                       self.scale_zero)  # (rows, N')
         return _output(y, x, self.out_features, self.bias)

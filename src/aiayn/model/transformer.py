@@ -63,10 +63,11 @@ class TransformerModel(nn.Module):
         return model.eval()
 
     def new_cache(self, batch: int, max_len: int, like: Tensor) -> DecoderCache:
-        """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device."""
+        """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device; it holds
+        the key/value heads the layers have (this rank's alone when split: ``inference/tensor_parallel.py``)."""
         cfg = self.config
-        return DecoderCache.allocate(cfg.n_decoder_layers, batch, cfg.kv_heads, max_len, cfg.d_head,
-                                     like.device, like.dtype)
+        heads = self.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, heads, max_len, cfg.d_head, like.device, like.dtype)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:

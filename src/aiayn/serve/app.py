@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
+import torch
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -147,7 +148,8 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
                          "TranslateRequest": {**one_output(limits, ("mask-predict",) if cfg.cmlm else
                                                            ("greedy", "beam", "sample")),
                                               "json_schema": {"type": "null"}, "grammar": {"type": "null"}}})
-    _add_inspection_routes(app, translator, batcher, limits)
+    if getattr(translator.model, "tensor_parallel", 1) == 1:  # split, a rank sees its own heads only: no pictures
+        _add_inspection_routes(app, translator, batcher, limits)
     return app
 
 
@@ -248,12 +250,13 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous", int4: bool = False,
-               loras: dict[str, str] | None = None) -> None:
+               loras: dict[str, str] | None = None, parallel=None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
     folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
-    (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``)."""
+    (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
+    process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``)."""
     from aiayn.inference.embed import Embedder, Pooling
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.generator import TextGenerator
@@ -277,4 +280,17 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16, int4=int4)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
                      name=name or Path(checkpoint).resolve().name, api_key=api_key, batching=batching)
-    serve_until_stopped(server_config(app, host, port, limits))
+    if parallel is None:
+        serve_until_stopped(server_config(app, host, port, limits))
+        return
+    from aiayn.serve.mirror import follow, lead
+
+    if not parallel.leader:
+        torch.set_num_threads(threads or torch.get_num_threads())
+        follow(app.state.batcher, parallel)
+        return
+    leader = lead(app.state.batcher, parallel)
+    try:
+        serve_until_stopped(server_config(app, host, port, limits))
+    finally:
+        leader.stop()

@@ -89,7 +89,8 @@ def create_family_app(engine: TextGenerator | MaskFiller, limits: Limits, max_ba
         add_token_routes(app, engine.tokenizer, batcher.capacity, limits, chat)
         _declare_bounds(app, engine, limits)
         add_generate(app, engine, batcher, limits)
-        _add_lm_attention(app, engine, batcher, limits)
+        if getattr(engine.model, "tensor_parallel", 1) == 1:  # split, a rank sees its own heads only: no pictures
+            _add_lm_attention(app, engine, batcher, limits)
         add_openai_routes(app, name, limits, engine, batcher)
     else:
         _add_encoder_routes(app, name, limits, batcher, embedder)
