@@ -63,12 +63,13 @@ class Server:
         return {"rss": int(field_of["VmRSS"]) / 1024, "fds": fds, "threads": int(field_of["Threads"])}
 
 
-def start(name: str, checkpoint: str, *flags: str) -> Server:
+def start(name: str, checkpoint: str, *flags: str, log_dir: str | None = None) -> Server:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    # the server's stderr: a file, not a pipe (a pipe nobody reads would stall it); it lives as long as the server
-    log = tempfile.TemporaryFile("w+")  # noqa: SIM115
+    # the server's stderr: a file, not a pipe (a pipe nobody reads would stall it); it lives as long as the server,
+    # or stays in ``log_dir`` as NAME.log
+    log = tempfile.TemporaryFile("w+") if log_dir is None else open(Path(log_dir) / f"{name}.log", "w+")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port", str(port),
                              "--max-chars", str(MAX_CHARS), *flags], stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
@@ -295,8 +296,10 @@ def summarize(run: Soak, seconds: float, rest_before: dict, rest_after: dict, te
     figures = {"requests": len(run.outcomes), **term}
     for result in RESULTS:
         figures[result] = sum(o.result == result for o in run.outcomes)
-    figures["lost_examples"] = [f"{o.kind} at {o.at:.1f}s: {o.detail}" for o in run.outcomes
-                                if o.result in ("lost", "5xx")][:5]
+    bad = [o for o in run.outcomes if o.result in ("lost", "5xx")]
+    figures["lost_examples"] = [f"{o.kind} at {o.at:.1f}s: {o.detail}" for o in bad][:5]
+    figures["lost_by_minute"] = {str(m): sum(int(o.at // 60) == m for o in bad) for m in sorted({int(o.at // 60)
+                                                                                             for o in bad})}
     figures["kinds_exercised"] = sorted({o.kind for o in run.outcomes})
     for kind in WHOLE:
         early = [o.seconds for o in run.outcomes if o.kind == kind and o.result == "ok" and 0 <= o.at < window]
@@ -345,13 +348,13 @@ async def _soak(servers: dict[str, Server], minutes: float, rate: float, every: 
 
 
 def soak(lm: str, translator: str, minutes: float = 30, rate: float = 3.0, every: float = 10.0,
-         warmup: float = 30.0, seed: int = 0) -> dict:
+         warmup: float = 30.0, seed: int = 0, log_dir: str | None = None) -> dict:
     """Start both servers, soak them, stop them (the translator by SIGTERM at the end, exit code checked);
     the figures (see the module's docstring)."""
     servers: dict[str, Server] = {}
     try:
-        servers["lm"] = start("lm", lm, "--api-key", KEY, "--model-name", "soak")
-        servers["mt"] = start("mt", translator)
+        servers["lm"] = start("lm", lm, "--api-key", KEY, "--model-name", "soak", log_dir=log_dir)
+        servers["mt"] = start("mt", translator, log_dir=log_dir)
         figures = asyncio.run(_soak(servers, minutes, rate, every, warmup, seed))
         servers["mt"].proc.send_signal(signal.SIGTERM)
         figures["translator_exit_code"] = servers["mt"].proc.wait(timeout=90)
@@ -373,8 +376,10 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples of each server")
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds of load before the clock starts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-dir", dest="log_dir", help="keep each server's stderr there (lm.log, mt.log)")
     args = parser.parse_args()
-    figures = soak(args.lm, args.translator, args.minutes, args.rate, args.every, args.warmup, args.seed)
+    figures = soak(args.lm, args.translator, args.minutes, args.rate, args.every, args.warmup, args.seed,
+                   args.log_dir)
     config = f"soak/{args.minutes:g}min/rate{args.rate:g}"
     for name in ("lm", "mt"):
         for sample in figures.pop(f"{name}_per_minute"):

@@ -6,7 +6,7 @@ threads divided among them), greedy continuations of random prompts at each batc
 bytes of the parameters it holds, the bytes of its KV cache for the batch, its peak RSS, and the new tokens a
 second (all rows together). Prints JSON lines {"config", "metric", "value", "unit"}; compare within one run.
 
-    python benchmarks/bench_tensor_parallel.py --checkpoint runs/smollm2 [--procs 1 2] [--batch 1 16]
+    python benchmarks/bench_tensor_parallel.py --checkpoint CHECKPOINT|smollm2-shaped [--procs 1 2] [--batch 1 16]
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ import os
 import subprocess
 import sys
 import time
+
+
+# SmolLM2-135M has 9 heads and 3 key/value heads, which split over no even number of processes: the same widths,
+# depth and vocabulary with 8 heads of 72 and 4 key/value heads (``--checkpoint smollm2-shaped``)
+SMOLLM2_SHAPED = dict(arch="decoder-only", vocab_size=49152, d_model=576, n_heads=8, n_kv_heads=4, head_dim=72,
+                      d_ff=1536, n_decoder_layers=30, n_encoder_layers=0, norm="pre", norm_type="rmsnorm",
+                      feed_forward="swiglu", activation="silu", positions="rope", rope_layout="halves",
+                      qkv_bias=False, out_bias=False, ffn_bias=False, scale_embeddings=False, dropout=0.0,
+                      max_len=2048, layer_norm_eps=1e-5, position_base=100000.0)
 
 
 def _rss_peak_mb() -> float:
@@ -35,7 +44,16 @@ def worker(args: argparse.Namespace) -> None:
     from aiayn.inference.tensor_parallel import local_bytes, start
 
     parallel = start(args.device) if "WORLD_SIZE" in os.environ else None
-    model, _ = load_checkpoint(args.checkpoint, prepare=None if parallel is None else parallel.prepare)
+    prepare = None if parallel is None else parallel.prepare
+    if args.checkpoint == "smollm2-shaped":  # SmolLM2-135M's shape with 8 query and 4 key/value heads, random
+        from aiayn import build_model
+        from aiayn.model.config import ModelConfig
+
+        torch.manual_seed(0)  # the same weights in every process
+        model = build_model(ModelConfig(**SMOLLM2_SHAPED)).eval()
+        model = model if prepare is None else prepare(model)
+    else:
+        model, _ = load_checkpoint(args.checkpoint, prepare=prepare)
     model.eval().to(args.device if parallel is None else parallel.device)
     procs, rank = (1, 0) if parallel is None else (parallel.world, parallel.rank)
     config = {"checkpoint": os.path.basename(os.path.normpath(args.checkpoint)), "procs": procs, "rank": rank,
@@ -63,7 +81,8 @@ def emit(config: dict, metric: str, value: float, unit: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint whose heads divide over the processes, or "
+                        "smollm2-shaped (random weights of SmolLM2-135M's shape with 8 and 4 heads)")
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--prompt-tokens", type=int, default=32, dest="prompt_tokens")

@@ -86,3 +86,39 @@ def test_an_idle_keep_alive_connection_is_closed_after_5_s(trained_run):
         waited = time.monotonic() - started
     assert answer is not None and answer.startswith(b"HTTP/1.1 200"), answer
     assert 4.5 < waited < 9, f"closed after {waited:.1f} s"
+
+
+def test_a_stream_outlives_the_body_read_timeout():
+    """Once the body is in, BodyLimit times nothing: a streamed answer waits on receive() for the client's
+    disconnect for as long as it streams (found by the 30-minute soak: streams over 10 s were cut with a 408)."""
+    import asyncio
+
+    import pytest
+    from fastapi import HTTPException
+
+    from aiayn.serve.http import BodyLimit
+
+    async def run(messages: list[tuple[float, dict]]) -> list[str]:
+        seen = []
+
+        async def receive():
+            delay, message = messages.pop(0)
+            await asyncio.sleep(delay)
+            return message
+
+        async def app(scope, receive, send):  # reads its body, then listens for the disconnect as a stream does
+            while True:
+                message = await receive()
+                seen.append(message["type"])
+                if message["type"] == "http.disconnect":
+                    return
+
+        await BodyLimit(app, max_bytes=100, timeout_s=0.05)({"type": "http", "headers": []}, receive, None)
+        return seen
+
+    body = {"type": "http.request", "body": b"{}", "more_body": False}
+    late = [(0.0, body), (0.3, {"type": "http.disconnect"})]  # the client leaves 6 timeouts after its body
+    assert asyncio.run(run(late)) == ["http.request", "http.disconnect"]
+    slow_body = [(0.0, {**body, "more_body": True}), (0.3, body)]  # the body's second part comes too late
+    with pytest.raises(HTTPException, match="408: request body not received within 0.05 s"):
+        asyncio.run(run(slow_body))

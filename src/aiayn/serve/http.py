@@ -139,7 +139,7 @@ class BearerKey:
 class BodyLimit:
     """ASGI middleware: a request body over ``max_bytes`` gets 413, whether it declares its length or not
     (a chunked body is counted as it arrives and cut off at the limit); a body that does not arrive
-    within ``timeout_s`` gets 408."""
+    within ``timeout_s`` gets 408. Once the body is in, the answer takes as long as it takes (a stream)."""
 
     def __init__(self, app, max_bytes: int, timeout_s: float = 10.0) -> None:
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
@@ -150,10 +150,12 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_bytes:
             return await self._too_large(scope, receive, send)
-        received = 0
+        received, whole = 0, False
 
         async def counted():
-            nonlocal received
+            nonlocal received, whole
+            if whole:  # the body is in: what is left to receive is the client's disconnect, as late as it comes
+                return await receive()  # (a streamed answer waits on it the whole time it streams)
             try:
                 message = await asyncio.wait_for(receive(), self.timeout_s)
             except TimeoutError:
@@ -161,6 +163,7 @@ class BodyLimit:
             received += len(message.get("body", b""))
             if received > self.max_bytes:
                 raise HTTPException(413, f"request body over {self.max_bytes} bytes")
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             return message
 
         await self.app(scope, counted, send)
