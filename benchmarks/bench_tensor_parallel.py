@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 
-
 # SmolLM2-135M has 9 heads and 3 key/value heads, which split over no even number of processes: the same widths,
 # depth and vocabulary with 8 heads of 72 and 4 key/value heads (``--checkpoint smollm2-shaped``)
 SMOLLM2_SHAPED = dict(arch="decoder-only", vocab_size=49152, d_model=576, n_heads=8, n_kv_heads=4, head_dim=72,

@@ -81,7 +81,8 @@ def plot_relative(length: int, output: str | Path, checkpoint: str | Path | None
     axes[0].legend()
     axes[0].grid(alpha=0.3)
     with torch.no_grad():
-        weights, bias = encoder.table.weight.detach().float(), encoder(length, length)[0, 0].float()  # (buckets, H), (L, L)
+        weights = encoder.table.weight.detach().float()  # (buckets, H)
+        bias = encoder(length, length)[0, 0].float()  # (L, L): head 0
     image = axes[1].imshow(weights.T.numpy(), cmap="RdBu", aspect="auto", interpolation="nearest")
     axes[1].set(title=f"encoder bias table, {origin}", xlabel="bucket", ylabel="head")
     fig.colorbar(image, ax=axes[1])
