@@ -99,6 +99,20 @@ def test_without_torchrun_the_flag_is_one_line(trained_run, capsys):
     assert main(["translate", "--checkpoint", str(trained_run), "--tensor-parallel"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--tensor-parallel: no process group to join; run it under torchrun" in err and "\n" not in err
+    assert main(["translate", "--checkpoint", str(trained_run), "--tensor-parallel", "--adapter", "ad"]) == 2
+    assert "merge the adapter first (aiayn merge)" in capsys.readouterr().err
+
+
+def test_a_split_model_decodes_in_float32_only(trained_run):
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.precision import inference_copy
+
+    model, _ = load_checkpoint(trained_run)
+    model.tensor_parallel = 2  # as parallelize leaves it
+    assert inference_copy(model) is model  # no copy, no packing, no fusing of the split projections
+    for flag in ("int8", "int4", "bf16"):
+        with pytest.raises(ValueError, match="--tensor-parallel decodes the float32 weights it split"):
+            inference_copy(model, **{flag: True})
 
 
 def _one_process(*args: str, stdin: str | None = None) -> str:
@@ -115,6 +129,9 @@ def test_translate_generate_and_embed_print_what_one_process_prints(trained_run,
                 ("generate", "--checkpoint", str(lm_run), "--prompt", "the cat", "--max-new-tokens", "12",
                  "--temperature", "0"),
                 ("embed", "--checkpoint", str(mlm_run), "--input", str(source))]
+    unreadable = torchrun("translate", "--checkpoint", str(trained_run), "--input", str(tmp_path / "none.txt"),
+                          "--tensor-parallel")
+    assert unreadable.returncode != 0 and unreadable.stderr.count("none.txt") >= 2  # every rank stops, with its line
     for command in commands:
         split = torchrun(*command, "--tensor-parallel")
         assert split.returncode == 0, split.stderr[-3000:]

@@ -139,7 +139,10 @@ def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair
         return ShardedTranslationTask(cfg.data, model_cfg, cfg.max_len, cfg.max_tokens, cfg.seed, cfg.rdrop)
     if cfg.subword_dropout and not isinstance(tokenizers.src, SentencePieceTokenizer):
         raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
-    return build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout, rdrop=cfg.rdrop)
+    task = build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout, rdrop=cfg.rdrop)
+    if cfg.glance:  # the validation task scores Mask-Predict's loss, with or without glancing in training
+        task.glance = (cfg.glance, cfg.glance if cfg.glance_end is None else cfg.glance_end)
+    return task
 
 
 def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, model_cfg: ModelConfig,

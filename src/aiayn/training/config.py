@@ -93,6 +93,10 @@ class TrainConfig:
     rdrop: float = _f(0.0, "R-Drop weight alpha (translation): each batch runs twice, with two dropout masks, and "
                       "alpha/2 times the symmetric KL between the two predictions is added (0 = off; twice the "
                       "compute per batch)")
+    glance: float = _f(0.0, "glancing training (GLAT, Qian et al. 2021) for task cmlm: a first pass without gradient, "
+                       "then this share of its wrong predictions revealed as decoder inputs and the loss on the rest "
+                       "(the paper starts at 0.5; 0 = off: Mask-Predict's random masks)")
+    glance_end: float | None = _f(None, "glancing: the share at the last step, reached linearly (default: glance)")
     clip_norm: float = _f(1.0, "gradient norm clipping (0 = none)")
     eval_every: int = _f(500, "steps between validations and checkpoints")
     keep_last: int = _f(5, "step checkpoints kept for `aiayn average`")
@@ -123,6 +127,12 @@ class TrainConfig:
             raise ValueError("auto_steps: needs time_limit_min, the minutes the steps must fill")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
+        for name in ("glance", "glance_end"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: a share of the wrong predictions, in [0, 1]; got {value!r}")
+        if (self.glance or self.glance_end) and self.task != "cmlm":
+            raise ValueError("glance: glancing training is for task cmlm")
         if not 0.0 <= self.subword_dropout < 1.0:
             raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
         if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):

@@ -125,3 +125,35 @@ def cmlm_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Genera
     lengths = (tgt != cfg.pad_id).sum(dim=1)  # (B,)
     length_loss = F.cross_entropy(length_logits.float(), lengths, reduction="sum")
     return loss + length_weight * length_loss, int((labels != cfg.pad_id).sum())
+
+
+def glance_targets(guess: Tensor, tgt: Tensor, pad_id: int, mask_id: int, ratio: float,
+                   gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """GLAT's glancing sampling (Qian et al., 2021, section 3): in each row, ``guess`` (B, T) (a first pass's
+    predictions) got d of the reference ``tgt``'s (B, T) real tokens wrong; floor(ratio * d) reference tokens, at
+    positions drawn uniformly among the real ones, are revealed as decoder inputs and the other real positions are
+    ``<mask>``. Returns the decoder inputs and the labels (B, T) each: the reference where the loss is taken (the
+    positions not revealed), ``pad_id`` elsewhere."""
+    real = tgt != pad_id  # (B, T)
+    wrong = ((guess != tgt) & real).sum(dim=1)  # (B,): d
+    reveal = (wrong.float() * ratio).floor().long()  # (B,)
+    keys = torch.rand(tgt.shape, generator=gen).to(tgt.device).masked_fill(~real, 2.0)  # padding sorts last
+    ranks = keys.argsort(dim=1).argsort(dim=1)  # (B, T): each position's place in its row's random order
+    revealed = (ranks < reveal[:, None]) & real  # (B, T)
+    return tgt.masked_fill(real & ~revealed, mask_id), tgt.masked_fill(revealed, pad_id)
+
+
+def glancing_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Generator, ratio: float,
+                  smoothing: float = 0.0, length_weight: float = 0.1) -> tuple[Tensor, int]:
+    """A CMLM's summed loss with glancing training (GLAT): a first pass without gradient from all-``<mask>``
+    inputs, :func:`glance_targets` reveals ``ratio`` of its mistakes, a second pass is trained on the positions
+    not revealed (label-smoothed cross-entropy) plus ``length_weight`` times the length loss, as
+    :func:`cmlm_loss`; and the number of tokens the loss is taken on."""
+    real = tgt != cfg.pad_id
+    with torch.no_grad():
+        guess = model(src, tgt.masked_fill(real, cfg.mask_id)).argmax(dim=-1)  # (B, T)
+    inputs, labels = glance_targets(guess, tgt, cfg.pad_id, cfg.mask_id, ratio, gen)
+    logits, length_logits = model(src, inputs, with_length=True)  # (B, T, V), (B, max_len + 1)
+    loss = label_smoothed_cross_entropy(logits, labels, cfg.pad_id, smoothing, reduction="sum")
+    length_loss = F.cross_entropy(length_logits.float(), real.sum(dim=1), reduction="sum")
+    return loss + length_weight * length_loss, int((labels != cfg.pad_id).sum())

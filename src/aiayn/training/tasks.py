@@ -19,6 +19,7 @@ from aiayn.model.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.tokenizers import TokenizerPair
 from aiayn.training.objective import (
     cmlm_loss,
+    glancing_loss,
     label_smoothed_cross_entropy,
     mask_targets,
     shift_target,
@@ -115,6 +116,8 @@ class CMLMTask(TranslationTask):
     EOS. The masks are seeded by the batch's content, so a resumed run masks as the uninterrupted one."""
 
     length_weight = 0.1
+    glance: tuple[float, float] | None = None  # glancing training (GLAT): the reveal ratio at the start and end
+    progress = 0.0  # the share of training done (the trainer sets it before each step): anneals the ratio
 
     def collate(self, indices: list[int]) -> tuple[Tensor, Tensor]:
         return (pad_batch([self.src[i] for i in indices], self.cfg.pad_id),
@@ -122,6 +125,11 @@ class CMLMTask(TranslationTask):
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
         src, tgt = batch
+        if self.glance is not None:
+            start, end = self.glance
+            ratio = start + (end - start) * min(max(self.progress, 0.0), 1.0)
+            return glancing_loss(model, self.cfg, src, tgt, self._generator(tgt), ratio, smoothing,
+                                 self.length_weight)
         return cmlm_loss(model, self.cfg, src, tgt, self._generator(tgt), smoothing, self.length_weight)
 
     def mask_targets(self, tgt: Tensor) -> tuple[Tensor, Tensor]:

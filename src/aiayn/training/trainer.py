@@ -164,6 +164,7 @@ class Trainer:
     def train_step(self, window: list[list[int]]) -> tuple[float, int]:
         """Forward/backward over the accumulation window; loss normalised by the global token count."""
         total_loss, tokens = 0.0, 0
+        self.task.progress = self.step / max(self.cfg.max_steps, 1)  # annealed options (glancing) read it
         for i, indices in enumerate(window):
             batch = to_device(self.task.collate(indices), self.device)
             sync = i == len(window) - 1 or not self.dist.enabled
