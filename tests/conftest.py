@@ -273,3 +273,20 @@ def parses(command: str) -> None:
 
     words = shlex.split(command)
     build_parser("test").parse_args(words[words.index("aiayn") + 1:])
+
+
+def wait_until_serving(url: str, proc, seconds: float = 60.0) -> None:
+    """Wait until ``url``'s /health answers 200; the server process ``proc`` ending first fails with its stderr."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+    raise AssertionError(f"{url} did not answer /health within {seconds:g} s")

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from aiayn.inference.tensor_parallel import check_divisible
 from aiayn.model.config import ModelConfig
 from tiny_runs import abort, torchrun, torchrun_command, workers
 
-from conftest import tiny
+from conftest import tiny, wait_until_serving
 
 CHECK = r'''
 import json, sys
@@ -168,12 +167,7 @@ def test_a_split_server_answers_as_the_library_and_drains_on_sigterm(lm_run):
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.25)
+        wait_until_serving(url, proc)
         generator = TextGenerator.from_checkpoint(lm_run)
         body = {"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0}
         several = [httpx.post(f"{url}/generate", json=body, timeout=60) for _ in range(2)]

@@ -18,6 +18,8 @@ from aiayn.inference.embed import Embedder
 from aiayn.inference.generator import TextGenerator
 from serve.test_family import alone
 
+from conftest import wait_until_serving
+
 openai = pytest.importorskip("openai")
 KEY = "test-key-not-secret"
 
@@ -34,13 +36,7 @@ def live_server(checkpoint, name: str):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     live_server.last = proc
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-            assert proc.poll() is None, proc.stderr.read()[-2000:]
+        wait_until_serving(f"http://127.0.0.1:{port}", proc)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         if proc.poll() is None:
