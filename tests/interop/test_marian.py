@@ -91,7 +91,7 @@ def _broken_copy(marian, tmp_path):
 
 
 @pytest.mark.parametrize("breakage, words", [
-    ("model_type", "model_type 't5' is not supported; aiayn imports marian"),
+    ("model_type", "model_type 'bart' is not supported; aiayn imports marian"),
     ("no_vocab", "vocab.json: missing"),
     ("shape", "tensor for encoder.layers.0.ffn.linear1.weight has shape"),
     ("missing_tensor", "tensor model.encoder.layers.1.fc2.bias is missing"),
@@ -105,7 +105,7 @@ def test_bad_folders_give_one_line_errors(marian, tmp_path, capsys, breakage, wo
     config = json.loads((folder / "config.json").read_text())
     weights = load_file(folder / "model.safetensors")
     if breakage in ("model_type", "activation", "separate"):
-        config.update({"model_type": {"model_type": "t5"}, "activation": {"activation_function": "gelu_fast"},
+        config.update({"model_type": {"model_type": "bart"}, "activation": {"activation_function": "gelu_fast"},
                        "separate": {"share_encoder_decoder_embeddings": False}}[breakage])
         (folder / "config.json").write_text(json.dumps(config))
     elif breakage == "no_vocab":
