@@ -74,20 +74,16 @@ class ModelConfig:
             ``None`` = all earlier tokens (causal self-attention of decoders only).
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
             no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
-        positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's bias on the attention
-            logits by bucketed relative position: one table of ``relative_buckets`` x heads per stack, shared by its
-            layers; bidirectional in the encoder, causal in the decoder) | none.
-        relative_buckets, relative_max_distance: T5's ``relative_attention_num_buckets`` (32) and
-            ``relative_attention_max_distance`` (128): distances below half the buckets (of a direction) get one
-            each, longer ones logarithmic buckets up to the maximum distance.
+        positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's learned bias per bucketed
+            offset and head, ``model/positions.py``) | none.
+        relative_buckets, relative_max_distance: T5's ``relative_attention_num_buckets`` and ``..._max_distance``.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
             Marian models do not).
         sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
             ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
-        share_embeddings: none | decoder (target embedding = output projection) | inputs (source and target
-            embeddings one table, the output projection its own: T5 v1.1) | all (all three, section 3.4).
-        rescale_output: multiply the decoder's output by d_model ** -0.5 before the projection (T5 v1.0's tied
-            output; the paper has none).
+        share_embeddings: none | decoder (target embedding = output projection) | inputs (one table for source and
+            target, the output its own: T5 v1.1) | all (all three, section 3.4).
+        rescale_output: the decoder's output times d_model ** -0.5 before the projection (T5 v1.0).
         max_len: longest sequence for learned positions (sinusoidal and rope take any length).
         embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
         output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM

@@ -280,8 +280,13 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         engine = Translator(model, tokenizers, device, defaults, int8=int8, bf16=bf16, int4=int4)
     app = create_app(engine, limits, max_batch, wait_ms, threads=threads, embedder=embedder,
                      name=name or Path(checkpoint).resolve().name, api_key=api_key, batching=batching)
+    _serve(app, server_config(app, host, port, limits), parallel, threads)
+
+
+def _serve(app: FastAPI, config, parallel, threads: int | None) -> None:
+    """uvicorn until stopped; under ``--tensor-parallel`` rank 0 serves and leads, the other ranks follow it."""
     if parallel is None:
-        serve_until_stopped(server_config(app, host, port, limits))
+        serve_until_stopped(config)
         return
     from aiayn.serve.mirror import follow, lead
 
@@ -291,6 +296,6 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         return
     leader = lead(app.state.batcher, parallel)
     try:
-        serve_until_stopped(server_config(app, host, port, limits))
+        serve_until_stopped(config)
     finally:
         leader.stop()

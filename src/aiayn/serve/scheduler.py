@@ -119,9 +119,8 @@ class Scheduler:
             cfg = decoding.resolve(self.model.config)
         except ValueError as err:
             return Refusal("invalid", str(err).split(":")[0], str(err))
-        if cfg.strategy == "mask-predict" and getattr(self.model, "tensor_parallel", 1) > 1:
-            return Refusal("invalid", "strategy", "strategy: mask-predict decodes alone, outside the engine that "
-                                                  "--tensor-parallel mirrors; serve this model in one process")
+        if cfg.strategy == "mask-predict" and getattr(self.model, "tensor_parallel", 1) > 1:  # outside the engine
+            return Refusal("invalid", "strategy", "strategy: mask-predict is not served with --tensor-parallel")
         if cfg.num_return_sequences != 1:
             return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one "
                            "sequence here (the OpenAI routes take n)")

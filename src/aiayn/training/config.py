@@ -127,12 +127,7 @@ class TrainConfig:
             raise ValueError("auto_steps: needs time_limit_min, the minutes the steps must fill")
         if self.rdrop and self.task != "translation":
             raise ValueError("rdrop: R-Drop needs task translation")
-        for name in ("glance", "glance_end"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: a share of the wrong predictions, in [0, 1]; got {value!r}")
-        if (self.glance or self.glance_end) and self.task != "cmlm":
-            raise ValueError("glance: glancing training is for task cmlm")
+        self._check_glance()
         if not 0.0 <= self.subword_dropout < 1.0:
             raise ValueError(f"subword_dropout: must be in [0, 1), got {self.subword_dropout!r}")
         if self.subword_dropout and (self.task != "translation" or self.tokenizer_type != "bpe"):
@@ -150,6 +145,15 @@ class TrainConfig:
             DecodingConfig().replace(**self.decoding)
         except ValueError as err:
             raise ValueError(f"decoding.{err}") from None
+
+    def _check_glance(self) -> None:
+        """Glancing: shares in [0, 1], for the CMLM task only."""
+        for name in ("glance", "glance_end"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: a share of the wrong predictions, in [0, 1]; got {value!r}")
+        if (self.glance or self.glance_end) and self.task != "cmlm":
+            raise ValueError("glance: glancing training is for task cmlm")
 
     def _check_pretrained(self) -> None:
         """LoRA and the chat task adapt a pretrained model (init_from)."""
