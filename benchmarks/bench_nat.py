@@ -9,7 +9,7 @@ Prints JSON lines {"config", "metric", "value", "unit"}.
 
     python benchmarks/bench_nat.py --source test.de.gz --reference test.en.gz --system A=RUN:beam_size=4 \\
         --system B=CMLM_RUN:iterations=10,length_beam=5 [--valid-source val.de.gz --valid-reference val.en.gz] \\
-        [--latency-sentences 100] [--batches 16 64]
+        [--latency-sentences 100] [--batches 16 64] [--device cuda]
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ def parse_system(text: str) -> tuple[str, str, dict]:
 
 def measure(name: str, translator: Translator, sources: list[str], references: list[str], args) -> None:
     """sacreBLEU and chrF of the translations at the largest batch, its sentences/s and the other batches' (and
-    the validation set's scores), then the latency per sentence at batch 1 over the first sentences (after a
-    warm-up)."""
+    the validation set's scores), then the latency per sentence at batch 1 over the first sentences (each
+    after a warm-up)."""
     batches = sorted(args.batches, reverse=True)
+    translator.translate(sources[: batches[0]], batch_size=batches[0])  # warm-up (a GPU's first kernels)
     for i, batch in enumerate(batches):
         start = time.perf_counter()
         hyps = translator.translate(sources, batch_size=batch)
@@ -74,12 +75,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--valid-source", dest="valid_source", help="a second set, scored only")
     parser.add_argument("--valid-reference", dest="valid_reference", help="its references")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
     sources, references = read_lines(args.source), read_lines(args.reference)
     for text in args.system:
         name, checkpoint, options = parse_system(text)
         draft = options.pop("draft", None)
-        translator = Translator.from_checkpoint(checkpoint, draft=draft, decoding=options)
+        translator = Translator.from_checkpoint(checkpoint, args.device, draft=draft, decoding=options)
         measure(name, translator, sources, references, args)
 
 

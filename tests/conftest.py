@@ -188,6 +188,14 @@ def cmlm_run(tmp_path_factory) -> Path:
     return trained_once(tmp_path_factory, "cmlm", train) / "run"
 
 
+@pytest.fixture(scope="session")
+def ctc_run(tmp_path_factory) -> Path:
+    """A tiny CTC model trained on the reverse task by the CLI, with glancing."""
+    def train(folder: Path) -> None:
+        _train_reverse(folder, "--task", "ctc", "--glance", "0.5", "--max-steps", "300", "--eval-every", "300")
+    return trained_once(tmp_path_factory, "ctc", train) / "run"
+
+
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
 
 

@@ -151,6 +151,32 @@ def test_a_cmlm_page_shows_mask_predict_iteration_by_iteration(browser, cmlm_ser
     page.close()
 
 
+def test_a_ctc_page_shows_what_each_upsampled_position_emits(browser, ctc_run):
+    from aiayn.inference.translator import Translator
+    from aiayn.serve.app import create_app
+    from aiayn.serve.limits import Limits
+
+    limits = Limits()
+    with serving(create_app(Translator.from_checkpoint(ctc_run), limits), limits) as url:
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_function("document.querySelector('#beam').options[0].textContent === 'CTC, one pass'")
+        page.fill("#source", "a b c d e f")
+        page.click("#translate")
+        page.wait_for_selector("#refinement:not([hidden])", timeout=30_000)
+        found = httpx.post(f"{url}/refinement", json={"source": "a b c d e f"}).json()
+        assert page.locator("#translation").inner_text() == found["translation"]
+        rows = page.locator("#refinement-table tr")
+        assert rows.count() == 2 and page.locator("#explorer").is_hidden()
+        assert rows.nth(0).locator("td:not(:first-child)").all_inner_texts() == found["inputs"]
+        shown = rows.nth(1).locator("td:not(:first-child)")
+        assert shown.all_inner_texts() == found["steps"][0]["tokens"]
+        framed = [c == "predicted" for c in shown.evaluate_all("cells => cells.map(c => c.className)")]
+        assert framed == found["steps"][0]["predicted"] and len(framed) == 2 * len(found["source_tokens"])
+        assert page.locator("#refinement-title").inner_text() == "CTC: what each position emits"
+        page.close()
+
+
 def _lm_server(lm_run, step_delay: float = 0.0):
     """A live server for the tiny language model; ``step_delay`` seconds added to each decoding step."""
     import time

@@ -29,6 +29,7 @@ class Counting:
 
     def translate(self, texts, **options):
         self.asked += len(texts)
+        self.batch_sizes = {*getattr(self, "batch_sizes", ()), options.get("batch_size")}
         return self.inner.translate(texts, **options)
 
 
@@ -36,8 +37,9 @@ def test_distilled_corpus_holds_the_teachers_translations_and_resumes(trained_ru
     splits = load_splits(str(corpus / "train.tsv"), valid=str(corpus / "valid.tsv"))
     teacher = Counting(Translator.from_checkpoint(trained_run))
     out = tmp_path / "distilled"
-    record = distill(teacher, splits, out, beam_size=2, chunk=10, progress=False)
+    record = distill(teacher, splits, out, beam_size=2, chunk=10, progress=False, batch_size=3)
     assert record["chunks"] == 5 and record["chunks_computed"] == 5 and teacher.asked == 45
+    assert teacher.batch_sizes == {3}  # translated 3 sentences at a time
     lines = (out / "train.tsv").read_text().splitlines()
     assert [line.split("\t")[0] for line in lines] == splits.train.sources
     expected = Translator.from_checkpoint(trained_run).translate(splits.train.sources[:10], beam_size=2)
@@ -54,7 +56,7 @@ def test_distilled_corpus_holds_the_teachers_translations_and_resumes(trained_ru
 def test_distill_command_then_train_on_the_folder(trained_run, corpus, tmp_path, capsys):
     out = tmp_path / "distilled"
     assert main(["distill", "--teacher", str(trained_run), "--data", str(corpus / "train.tsv"), "--output", str(out),
-                 "--beam-size", "1", "--chunk", "20"]) == 0
+                 "--beam-size", "1", "--chunk", "20", "--batch-size", "7"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["sentences"] > 0
     splits = load_splits(str(out))
     assert len(splits.train) == len((out / "train.tsv").read_text().splitlines()) - splits.train.dropped["empty"]

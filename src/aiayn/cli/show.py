@@ -47,10 +47,13 @@ def _add_checkpoint_pictures(what) -> tuple:
     a.add_argument("--kind", choices=["all", "encoder", "decoder_self", "cross"], default="all")
     a.add_argument("--output", default="attention.png", help="PNG, SVG or PDF file (default: attention.png)")
     a.add_argument("--device", default="cpu")
-    r = what.add_parser("refinement", help="Mask-Predict's iterations for one sentence (a CMLM checkpoint)",
+    r = what.add_parser("refinement", help="Mask-Predict's iterations, or a CTC model's best path, for one sentence",
                         description="Translate SENTENCE with Mask-Predict and show each iteration: the tokens, "
-                                    "their probabilities, and the positions it predicted again (marked *).")
-    r.add_argument("--checkpoint", required=True, help="a CMLM checkpoint or run folder (aiayn train --task cmlm)")
+                                    "their probabilities, and the positions it predicted again (marked *); with a "
+                                    "CTC checkpoint, what each upsampled position emits and what the collapse keeps "
+                                    "(marked *).")
+    r.add_argument("--checkpoint", required=True, help="a CMLM or CTC checkpoint or run folder (aiayn train --task "
+                                                       "cmlm or ctc)")
     r.add_argument("sentence", help="the source sentence")
     r.add_argument("--iterations", type=int, help="T (default: the checkpoint's decoding)")
     r.add_argument("--length-beam", type=int, dest="length_beam", help="l (default: the checkpoint's decoding)")
@@ -157,15 +160,18 @@ def _show_saturation(args: argparse.Namespace) -> None:
 def _show_refinement(args: argparse.Namespace) -> None:
     from aiayn.inference.translator import Translator
     from aiayn.visual.figures import check_output
-    from aiayn.visual.refinement import format_refinement, plot_refinement, refinement_for
+    from aiayn.visual.refinement import alignment_for, format_refinement, plot_refinement, refinement_for
 
     if args.output:
         check_output(args.output)
     translator = Translator.from_checkpoint(args.checkpoint, args.device)
-    if not translator.model.config.cmlm:
-        raise UserError(f"--checkpoint: {args.checkpoint} is autoregressive; refinement is Mask-Predict's (a CMLM "
-                        "checkpoint, aiayn train --task cmlm)")
-    found = refinement_for(translator, args.sentence, args.iterations, args.length_beam)
+    if not translator.model.config.parallel_decoding:
+        raise UserError(f"--checkpoint: {args.checkpoint} is autoregressive; refinement is Mask-Predict's or CTC's "
+                        "(a CMLM or CTC checkpoint, aiayn train --task cmlm or ctc)")
+    if translator.model.config.ctc_upsample:
+        found = alignment_for(translator, args.sentence)
+    else:
+        found = refinement_for(translator, args.sentence, args.iterations, args.length_beam)
     sys.stdout.write(format_refinement(found))
     if args.output:
         print(plot_refinement(found, args.output))

@@ -154,6 +154,8 @@ def _add_distill(sub) -> None:
     add_corpus(p)
     p.add_argument("--output", required=True, help="the corpus folder to write")
     p.add_argument("--chunk", type=int, default=1000, help="sentences per resumable chunk (default: 1000)")
+    p.add_argument("--batch-size", type=int, default=64, dest="batch_size",
+                   help="sentences translated together (default: 64; a GPU takes several hundred)")
     add_overwrite(p)
     p.add_argument("--device", default="cpu")
     add_decoding_options(p)
@@ -164,13 +166,14 @@ def distill(args: argparse.Namespace) -> int:
     from aiayn.inference.translator import Translator
     from aiayn.training.distill import distill
 
-    if args.chunk < 1:
-        raise ValueError("--chunk: must be at least 1")
+    if args.chunk < 1 or args.batch_size < 1:
+        raise ValueError(f"--{'chunk' if args.chunk < 1 else 'batch-size'}: must be at least 1")
     claim(args.output, "distill", args, folder=True, own_files=("distill.json", "parts"))
     splits = load_splits(args.data, args.src_lang, args.tgt_lang, args.data_dir)
     translator = Translator.from_checkpoint(args.teacher, args.device, decoding=decoding_options(args))
     about = {"teacher": str(args.teacher), "data": args.data}
-    print(json.dumps(distill(translator, splits, args.output, args.chunk, about, overwrite=args.overwrite)))
+    print(json.dumps(distill(translator, splits, args.output, args.chunk, about, overwrite=args.overwrite,
+                             batch_size=args.batch_size)))
     return 0
 
 

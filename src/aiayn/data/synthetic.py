@@ -13,9 +13,10 @@ def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len
                max_len: int = 10, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """Random ids (above the specials) of length min_len..max_len; the target is the source (or reversed).
 
-    Returns src (B, S) and tgt = ``<s> ... </s>`` (B, S+2), both right-padded. A CMLM's ``<mask>`` is never drawn.
+    Returns src (B, S) and tgt = ``<s> ... </s>`` (B, S+2), both right-padded. A CMLM's ``<mask>`` (a CTC model's
+    blank) is never drawn.
     """
-    first = 1 + max(*cfg.special_ids, *((cfg.mask_id,) if cfg.cmlm else ()))
+    first = 1 + max(*cfg.special_ids, *((cfg.mask_id,) if cfg.parallel_decoding else ()))
     srcs, tgts = [], []
     for _ in range(batch):
         n = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))

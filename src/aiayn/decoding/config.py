@@ -15,7 +15,8 @@ from pathlib import Path
 from aiayn.io.checkpoint import GENERATION
 from aiayn.io.files import read_json
 
-STRATEGIES = ("greedy", "beam", "sample", "mask-predict")
+STRATEGIES = ("greedy", "beam", "sample", "mask-predict", "ctc")
+PARALLEL = {"mask-predict": "cmlm", "ctc": "ctc"}  # the non-autoregressive strategies, and the task of each
 # source_prefix: words, one space between, and at most one space after (T5's "translate English to German: ")
 PREFIX = r"(?:[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)* ?)?"
 TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
@@ -33,8 +34,9 @@ class DecodingConfig:
     naming the field (exit 2 on the command line, 422 over HTTP).
     """
 
-    strategy: str | None = _option(None, "greedy | beam | sample | mask-predict (default: mask-predict for a "
-                                         "CMLM, beam when --beam-size > 1 for translation, sample when "
+    strategy: str | None = _option(None, "greedy | beam | sample | mask-predict | ctc (default: mask-predict "
+                                         "for a CMLM, ctc's best path for a CTC model, beam when --beam-size > 1 "
+                                         "for translation, sample when "
                                          "--temperature > 0 for text, else greedy)",
                                    choices=STRATEGIES)
     beam_size: int = _option(4, "beam size; 1 = greedy")
@@ -87,18 +89,20 @@ class DecodingConfig:
         cannot run is a ValueError naming the field."""
         if model.arch == "encoder-only":
             raise ValueError("strategy: an encoder-only model does not generate text; use fill-mask or embed")
-        default = ("mask-predict" if model.cmlm else "beam" if model.arch == "encoder-decoder" and self.beam_size > 1
-                   else "sample" if model.arch == "decoder-only" and self.temperature > 0 else "greedy")
+        default = (model.parallel_decoding or ("beam" if model.arch == "encoder-decoder" and self.beam_size > 1
+                   else "sample" if model.arch == "decoder-only" and self.temperature > 0 else "greedy"))
         strategy = self.strategy or default
         strategy = "greedy" if strategy == "sample" and self.temperature == 0 else strategy
-        if model.cmlm != (strategy == "mask-predict"):
-            raise ValueError(f"strategy: {strategy} " + ("cannot decode a CMLM checkpoint; use mask-predict"
-                                                         if model.cmlm else "needs a CMLM checkpoint (aiayn train "
-                                                         "--task cmlm)"))
+        own = model.parallel_decoding  # a non-autoregressive model decodes its own way, and nothing else does
+        if own and strategy != own:
+            raise ValueError(f"strategy: {strategy} cannot decode a {PARALLEL[own].upper()} checkpoint; use {own}")
+        if not own and strategy in PARALLEL:
+            raise ValueError(f"strategy: {strategy} needs a {PARALLEL[strategy].upper()} checkpoint (aiayn train "
+                             f"--task {PARALLEL[strategy]})")
         if strategy == "greedy" and self.num_return_sequences != 1:
             raise ValueError("num_return_sequences: greedy decoding gives one sequence; use beam or sample")
-        if strategy == "mask-predict" and self.num_return_sequences != 1:
-            raise ValueError("num_return_sequences: mask-predict gives one translation per input")
+        if strategy in PARALLEL and self.num_return_sequences != 1:
+            raise ValueError(f"num_return_sequences: {strategy} gives one translation per input")
         if (self.json_schema or self.grammar) and strategy not in ("greedy", "sample"):
             raise ValueError(f"{'json_schema' if self.json_schema else 'grammar'}: constrained decoding is greedy "
                              f"or sampled, not {strategy}")

@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.beam import BeamRows, Hypothesis
-from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS, DecodingConfig
+from aiayn.decoding.config import PARALLEL, TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.constraint import Grammar, Grammars
 from aiayn.decoding.core import length_limits
+from aiayn.decoding.ctc import best_path
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
@@ -66,9 +67,11 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
     model.eval()
     if candidates is not None and (draft_model is not None or cfg.strategy == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
-    if cfg.strategy == "mask-predict":
+    if cfg.strategy in PARALLEL:
         if candidates is not None or draft_model is not None:
-            raise ValueError("strategy mask-predict: one translation per input, without a shortlist or a draft")
+            raise ValueError(f"strategy {cfg.strategy}: one translation per input, without a shortlist or a draft")
+        if cfg.strategy == "ctc":
+            return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft_model is not None:
         if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar:
@@ -130,8 +133,9 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     :func:`generate` and the server both build their groups here."""
     cfg = cfg.resolve(model.config)  # as it is when resolved already
     limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
-    if cfg.strategy == "mask-predict":
-        raise ValueError("strategy mask-predict: decodes every position at once, not token by token; use generate")
+    if cfg.strategy in PARALLEL:
+        raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
+                         "generate")
     if cfg.strategy == "greedy":
         constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
         return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token, constraints), src_ids, 1

@@ -1,7 +1,7 @@
 """The conditional masked language model of Mask-Predict (Ghazvininejad et al., 2019): the Transformer's
 encoder-decoder whose decoder attends over the whole target (no causal mask), plus a length predictor. The class
-lives beside the other family members (``model/transformer.py``, which builds it for ``config.cmlm``); here are
-the helpers decoding uses.
+lives beside the other family members and the CTC model (``model/transformer.py``, which builds it for
+``config.cmlm``); here are the helpers decoding uses.
 
 Training replaces some target tokens by ``<mask>`` and predicts them from the source and the other target
 tokens (``aiayn.training.tasks.CMLMTask``); decoding predicts every position at once and refines the least

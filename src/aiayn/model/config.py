@@ -94,6 +94,9 @@ class ModelConfig:
         cmlm: an encoder-decoder trained as Mask-Predict's conditional masked language model
             (``aiayn.model.cmlm``): its decoder attends over the whole target, and a length predictor reads the
             encoder output. Decoded with ``strategy="mask-predict"``.
+        ctc_upsample: 0, or a CTC model (``aiayn.model.transformer.CTC``, 2 or more): its decoder reads the source ids,
+            each repeated this many times, with no causal mask, and emits a token or the blank (``mask_id``) at
+            each position. Decoded with ``strategy="ctc"``.
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
@@ -145,6 +148,7 @@ class ModelConfig:
     unk_id: int = SPECIAL_IDS["unk_id"]
     mask_id: int = MASK_ID
     cmlm: bool = False
+    ctc_upsample: int = 0
     stop_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -179,6 +183,16 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def parallel_decoding(self) -> str | None:
+        """A non-autoregressive model's decoding strategy: mask-predict (a CMLM), ctc (a CTC model), else None."""
+        return "mask-predict" if self.cmlm else "ctc" if self.ctc_upsample else None
+
+    @property
+    def blank_id(self) -> int:
+        """A CTC model's blank: the ``<mask>`` id (never a token of the text)."""
+        return self.mask_id
 
     @property
     def end_ids(self) -> tuple[int, ...]:
@@ -269,6 +283,18 @@ def _check_special_ids(cfg: ModelConfig) -> None:
                          "equal pad_id)")
 
 
+def _check_non_autoregressive(cfg: ModelConfig) -> None:
+    """A CMLM or a CTC model: an encoder-decoder with absolute positions; one of the two."""
+    kind = "a CMLM" if cfg.cmlm else "a CTC model"
+    if cfg.ctc_upsample and (cfg.ctc_upsample < 2 or cfg.cmlm or cfg.arch != "encoder-decoder"):
+        raise ValueError(f"ctc_upsample: 0, or 2 or more for a CTC encoder-decoder (not a CMLM); got "
+                         f"{cfg.ctc_upsample} ({cfg.arch}{', cmlm' if cfg.cmlm else ''})")
+    if (cfg.cmlm or cfg.ctc_upsample) and cfg.positions not in ("sinusoidal", "learned"):
+        raise ValueError(f"positions: {kind} needs absolute positions (sinusoidal or learned), not {cfg.positions}: "
+                         "with them alone equal decoder inputs (all <mask>, a repeated source id) give equal "
+                         "predictions")
+
+
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
                           ("positions", POSITIONS), ("share_embeddings", SHARING),
@@ -283,10 +309,7 @@ def _validate(cfg: ModelConfig) -> None:
     _check_rope_scaling(cfg.rope_scaling)
     if cfg.cmlm and cfg.arch != "encoder-decoder":
         raise ValueError(f"cmlm: a conditional masked LM is an encoder-decoder, not {cfg.arch}")
-    if cfg.cmlm and cfg.positions not in ("sinusoidal", "learned"):
-        raise ValueError(f"positions: a CMLM needs absolute positions (sinusoidal or learned), not {cfg.positions}: "
-                         "with them alone an all-<mask> target gives every position the same input and the same "
-                         "prediction")
+    _check_non_autoregressive(cfg)
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
                          f"{cfg.pad_id}")

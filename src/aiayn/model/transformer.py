@@ -3,6 +3,9 @@
 - EncoderDecoder: the paper's model (Figure 1).
 - DecoderOnly: GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention).
 - EncoderOnly: BERT-style bidirectional encoder with a token-level output head.
+- CMLM and CTC: non-autoregressive encoder-decoders, every target position at once (no causal mask): Mask-Predict's
+  conditional masked LM with a length predictor (Ghazvininejad et al., 2019; ``decoding/mask_predict.py``), and
+  a decoder over the source upsampled whose best path is collapsed (Libovický & Helcl, 2018; ``decoding/ctc.py``).
 
 Masks are bool, True = may attend; padding is derived from ``config.pad_id``.
 Shape legend: B batch, S source length, T target length, V vocabulary, D d_model.
@@ -179,7 +182,30 @@ class EncoderDecoder(TransformerModel):
                 "cross": [w["cross"] for w in dec_w]}
 
 
-class CMLM(EncoderDecoder):
+class NonAutoregressive(EncoderDecoder):
+    """What the CMLM and the CTC model share: a decoder over the whole target at once, no step interface."""
+
+    def decode_all(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V) for every target position at once; padding (pad_id) is never attended to.
+
+        Args:
+            tgt_ids: (B, T) decoder inputs; memory: (B, S, D); src_mask: (B, S) bool, True = real source token.
+        """
+        self_mask = key_mask(padding_mask(tgt_ids, self.config.pad_id))  # (B, 1, 1, T): no causal mask
+        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        hidden, _ = self.decoder(self.tgt_embed(tgt_ids), memory, self_mask, cross_mask)
+        return self.project(hidden)
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True, beams: int = 1):
+        raise TypeError(f"a {type(self).__name__} checkpoint decodes non-autoregressively: use strategy "
+                        f"{self.config.parallel_decoding}")
+
+    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
+        raise TypeError(f"attention maps are drawn for autoregressive models; a {type(self).__name__} has no "
+                        "causal decoder")
+
+
+class CMLM(NonAutoregressive):
     """``forward(src_ids (B, S), tgt_ids (B, T)) -> logits (B, T, V)`` at every target position, each seeing
     all non-pad target tokens (``<mask>`` included); with ``with_length`` also the length logits (B, max_len + 1).
 
@@ -199,13 +225,6 @@ class CMLM(EncoderDecoder):
         logits = self.decode_all(tgt_ids, memory, src_mask)
         return (logits, self.length_logits(memory, src_mask)) if with_length else logits
 
-    def decode_all(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Logits (B, T, V) for every target position at once; padding (pad_id) is never attended to."""
-        self_mask = key_mask(padding_mask(tgt_ids, self.config.pad_id))  # (B, 1, 1, T): no causal mask
-        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
-        hidden, _ = self.decoder(self.tgt_embed(tgt_ids), memory, self_mask, cross_mask)
-        return self.project(hidden)
-
     def length_logits(self, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Scores (B, max_len + 1) of each target length, from the mean of the memory's real positions."""
         if src_mask is None:
@@ -215,11 +234,24 @@ class CMLM(EncoderDecoder):
             pooled = (memory * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, D)
         return self.length_head(pooled)
 
-    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True, beams: int = 1):
-        raise TypeError("a CMLM checkpoint decodes non-autoregressively: use strategy mask-predict")
 
-    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
-        raise TypeError("attention maps are drawn for autoregressive models; a CMLM has no causal decoder")
+class CTC(NonAutoregressive):
+    """``forward(src_ids (B, S), inputs (B, U) | None) -> logits (B, U, V)``: one prediction per upsampled
+    position, a token or the blank (``config.blank_id``, the ``<mask>`` id).
+
+    The decoder's inputs default to :meth:`upsampled` (the source ids, each repeated ``ctc_upsample`` times:
+    Gu et al.'s uniform copy at a fixed rate); glancing training (``aiayn.training.objective``) replaces some
+    of them by the tokens of the reference's best alignment.
+    """
+
+    def forward(self, src_ids: Tensor, inputs: Tensor | None = None) -> Tensor:
+        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S), True = real token
+        inputs = self.upsampled(src_ids) if inputs is None else inputs
+        return self.decode_all(inputs, self.encode(src_ids), src_mask)
+
+    def upsampled(self, src_ids: Tensor) -> Tensor:
+        """(B, S) -> (B, S * upsample): each id repeated in place; right padding stays at the right."""
+        return src_ids.repeat_interleave(self.config.ctc_upsample, dim=1)  # (B, U)
 
 
 class DecoderOnly(TransformerModel):
@@ -315,5 +347,8 @@ MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderO
 
 
 def build_model(config: ModelConfig) -> TransformerModel:
-    """The model class that ``config.arch`` names (a ``CMLM`` for ``config.cmlm``), freshly initialised."""
-    return CMLM(config) if config.cmlm else MODEL_CLASSES[config.arch](config)
+    """The model class that ``config.arch`` names (a ``CMLM`` for ``config.cmlm``, a ``CTC`` for
+    ``config.ctc_upsample``), freshly initialised."""
+    if config.cmlm or config.ctc_upsample:
+        return (CMLM if config.cmlm else CTC)(config)
+    return MODEL_CLASSES[config.arch](config)

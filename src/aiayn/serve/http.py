@@ -193,7 +193,7 @@ def _add_guards(app: FastAPI, limits: Limits) -> None:
 def health_body(cfg, limits: Limits, **counts) -> dict:
     """What GET /health answers: liveness, the model's dimensions, the limits, and the engine's counts."""
     model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers",
-                                          "cmlm")}
+                                          "cmlm", "ctc_upsample")}
     return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.config import PARALLEL, DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
@@ -119,8 +119,8 @@ class Scheduler:
             cfg = decoding.resolve(self.model.config)
         except ValueError as err:
             return Refusal("invalid", str(err).split(":")[0], str(err))
-        if cfg.strategy == "mask-predict" and getattr(self.model, "tensor_parallel", 1) > 1:  # outside the engine
-            return Refusal("invalid", "strategy", "strategy: mask-predict is not served with --tensor-parallel")
+        if cfg.strategy in PARALLEL and getattr(self.model, "tensor_parallel", 1) > 1:  # outside the engine
+            return Refusal("invalid", "strategy", f"strategy: {cfg.strategy} is not served with --tensor-parallel")
         if cfg.num_return_sequences != 1:
             return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one "
                            "sequence here (the OpenAI routes take n)")
@@ -200,7 +200,7 @@ class Scheduler:
         if job.cancelled:
             self._done(job, "cancelled")
             return True
-        if job.decoding.strategy == "mask-predict":  # every position at once, not step by step: alone, now
+        if job.decoding.strategy in PARALLEL:  # every position at once, not step by step: alone, now
             return self._run_alone(job)
         try:
             group, inputs, beams = job.group(self.model)

@@ -16,9 +16,9 @@ from aiayn.training.chat import ChatTask, read_conversations
 from aiayn.training.config import TrainConfig
 from aiayn.training.finetune import ARCH_OF_TASK
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, noam_lr
-from aiayn.training.tasks import BlockTask, CMLMTask, ShardedTranslationTask, TranslationTask
+from aiayn.training.tasks import BlockTask, CMLMTask, CTCTask, ShardedTranslationTask, TranslationTask
 
-PAIRED = ("translation", "cmlm")  # the tasks that learn from source -> target pairs
+PAIRED = ("translation", "cmlm", "ctc")  # the tasks that learn from source -> target pairs
 
 
 def pick_device(name: str) -> torch.device:
@@ -124,9 +124,10 @@ def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
 def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
     arch = ARCH_OF_TASK[cfg.task]
     share = "all" if tokenizers.joint else "decoder"
-    base = {"arch": arch, "cmlm": cfg.task == "cmlm", "vocab_size": len(tokenizers.src), "share_embeddings": share,
-            "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
-            "max_len": max(cfg.max_len, cfg.block_size) + 2}
+    upsample = cfg.model.get("ctc_upsample", 2) if cfg.task == "ctc" else 0  # a CTC decoder reads S * upsample
+    base = {"arch": arch, "cmlm": cfg.task == "cmlm", "ctc_upsample": upsample, "vocab_size": len(tokenizers.src),
+            "share_embeddings": share, "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
+            "max_len": max(cfg.max_len * max(upsample, 1), cfg.block_size) + 2}
     return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
 
 
@@ -140,7 +141,7 @@ def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair
     if cfg.subword_dropout and not isinstance(tokenizers.src, SentencePieceTokenizer):
         raise ValueError("subword_dropout: BPE-dropout needs aiayn's own SentencePiece tokenizer")
     task = build_task(cfg, splits.train, tokenizers, model_cfg, subword_dropout=cfg.subword_dropout, rdrop=cfg.rdrop)
-    if cfg.glance:  # the validation task scores Mask-Predict's loss, with or without glancing in training
+    if cfg.glance:  # the validation task scores the plain loss, with or without glancing in training
         task.glance = (cfg.glance, cfg.glance if cfg.glance_end is None else cfg.glance_end)
     return task
 
@@ -153,7 +154,7 @@ def build_task(cfg: TrainConfig, pairs: Parallel, tokenizers: TokenizerPair, mod
     if cfg.task == "chat":
         return ChatTask(pairs.sources, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed)
     if cfg.task in PAIRED:
-        kind = CMLMTask if cfg.task == "cmlm" else TranslationTask
+        kind = CMLMTask if cfg.task == "cmlm" else CTCTask if cfg.task == "ctc" else TranslationTask
         return kind(pairs, tokenizers, model_cfg, cfg.max_len, cfg.max_tokens, seed, subword_dropout, rdrop)
     return BlockTask(pairs.sources, tokenizers, model_cfg, cfg.block_size, cfg.max_tokens, seed,
                      masked=cfg.task == "mlm")

@@ -17,7 +17,7 @@ from aiayn.io.run import RunFolder
 from aiayn.model.config import PRESETS, ModelConfig
 from aiayn.model.fields import typed_fields
 
-TASKS = ("translation", "cmlm", "lm", "mlm", "chat")
+TASKS = ("translation", "cmlm", "ctc", "lm", "mlm", "chat")
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizers.MODEL_TYPES (no torch here)
@@ -37,7 +37,9 @@ class TrainConfig:
 
     data: str = _f("numbers", "dataset name (multi30k, tatoeba-cmn, copy, reverse, numbers) or path")
     task: str = _f("translation", "what to train: translation (encoder-decoder), cmlm (Mask-Predict's "
-                   "non-autoregressive encoder-decoder), lm (decoder-only), mlm (encoder-only), chat (fine-tune a "
+                   "non-autoregressive encoder-decoder), ctc (a non-autoregressive encoder-decoder trained with CTC "
+                   "over the source upsampled model.ctc_upsample times, default 2), lm (decoder-only), "
+                   "mlm (encoder-only), chat (fine-tune a "
                    "chat model from init_from on a JSON-lines file of {\"messages\": [...]}, the loss on the "
                    "assistant's turns)", TASKS)
     src_lang: str | None = _f(None, "source language (file suffix for PREFIX.SRC files)")
@@ -93,7 +95,8 @@ class TrainConfig:
     rdrop: float = _f(0.0, "R-Drop weight alpha (translation): each batch runs twice, with two dropout masks, and "
                       "alpha/2 times the symmetric KL between the two predictions is added (0 = off; twice the "
                       "compute per batch)")
-    glance: float = _f(0.0, "glancing training (GLAT, Qian et al. 2021) for task cmlm: a first pass without gradient, "
+    glance: float = _f(0.0, "glancing training (GLAT, Qian et al. 2021) for task cmlm or ctc: a first pass without "
+                       "gradient, "
                        "then this share of its wrong predictions revealed as decoder inputs and the loss on the rest "
                        "(the paper starts at 0.5; 0 = off: Mask-Predict's random masks)")
     glance_end: float | None = _f(None, "glancing: the share at the last step, reached linearly (default: glance)")
@@ -147,13 +150,16 @@ class TrainConfig:
             raise ValueError(f"decoding.{err}") from None
 
     def _check_glance(self) -> None:
-        """Glancing: shares in [0, 1], for the CMLM task only."""
+        """Glancing: shares in [0, 1], for the CMLM and CTC tasks only; a CTC model's upsampling."""
         for name in ("glance", "glance_end"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: a share of the wrong predictions, in [0, 1]; got {value!r}")
-        if (self.glance or self.glance_end) and self.task != "cmlm":
-            raise ValueError("glance: glancing training is for task cmlm")
+        if (self.glance or self.glance_end) and self.task not in ("cmlm", "ctc"):
+            raise ValueError("glance: glancing training is for task cmlm or ctc")
+        upsample = self.model.get("ctc_upsample", 2 if self.task == "ctc" else 0) if isinstance(self.model, dict) else 0
+        if (self.task == "ctc") != bool(upsample) or upsample == 1:
+            raise ValueError(f"model.ctc_upsample: 2 or more for task ctc, and only there; got {upsample!r}")
 
     def _check_pretrained(self) -> None:
         """LoRA and the chat task adapt a pretrained model (init_from)."""

@@ -10,10 +10,18 @@ from tqdm import tqdm
 
 from aiayn.data.synthetic import copy_batch
 from aiayn.decoding import greedy_search
+from aiayn.decoding.ctc import best_path
 from aiayn.decoding.mask_predict import mask_predict
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import CMLM, EncoderDecoder, build_model
-from aiayn.training.objective import cmlm_loss, label_smoothed_cross_entropy, make_optimizer, noam_lr, shift_target
+from aiayn.model.transformer import CMLM, CTC, EncoderDecoder, build_model
+from aiayn.training.objective import (
+    cmlm_loss,
+    ctc_loss,
+    label_smoothed_cross_entropy,
+    make_optimizer,
+    noam_lr,
+    shift_target,
+)
 
 
 @dataclass(frozen=True)
@@ -28,15 +36,17 @@ class CopyRecipe:
     label_smoothing: float = 0.0
     seed: int = 0
     cmlm: bool = False  # Mask-Predict's conditional masked LM instead of the autoregressive decoder
+    ctc: int = 0  # a CTC model reading the source upsampled this many times instead (0: none)
 
 
 def copy_config(recipe: CopyRecipe) -> ModelConfig:
-    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64, cmlm=recipe.cmlm)
+    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64, cmlm=recipe.cmlm,
+                              ctc_upsample=recipe.ctc)
 
 
 def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> EncoderDecoder:
-    """Train a tiny encoder-decoder (or, with ``recipe.cmlm``, a CMLM) to copy random id sequences of length
-    5-10."""
+    """Train a tiny encoder-decoder (or, with ``recipe.cmlm``, a CMLM; with ``recipe.ctc``, a CTC model) to
+    copy random id sequences of length 5-10."""
     torch.manual_seed(recipe.seed)
     gen = torch.Generator().manual_seed(recipe.seed)
     cfg = copy_config(recipe)
@@ -57,13 +67,17 @@ def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> Enco
 
 def copy_loss(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor, recipe: CopyRecipe,
               gen: torch.Generator) -> torch.Tensor:
-    """Teacher forcing's mean cross-entropy (section 5), or a CMLM's masked-token loss per masked token (its
-    target without ``<s>`` and ``</s>``)."""
+    """Teacher forcing's mean cross-entropy (section 5), a CMLM's masked-token loss per masked token, or a CTC
+    model's loss per target token (the last two on the target without ``<s>`` and ``</s>``)."""
     cfg = model.config
+    plain = tgt[:, 1:].masked_fill(tgt[:, 1:] == cfg.eos_id, cfg.pad_id)  # (B, S+1): no <s>, no </s>
     if isinstance(model, CMLM):
-        plain = tgt[:, 1:].masked_fill(tgt[:, 1:] == cfg.eos_id, cfg.pad_id)  # (B, S+1): no <s>, no </s>
         loss, masked = cmlm_loss(model, cfg, src, plain, gen, recipe.label_smoothing)
         return loss / masked
+    if isinstance(model, CTC):
+        inputs = model.upsampled(src)  # (B, S * upsample)
+        loss, tokens = ctc_loss(model(src, inputs), inputs, plain, cfg)
+        return loss / tokens
     tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
     return label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
 
@@ -71,11 +85,14 @@ def copy_loss(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor, recip
 def exact_match(model: EncoderDecoder, n: int = 1000, seed: int = 1234, iterations: int = 4,
                 length_beam: int = 1) -> tuple[float, list]:
     """Decode ``n`` fresh copy examples (greedy; a CMLM with Mask-Predict: ``iterations`` passes over the
-    ``length_beam`` likeliest lengths); return the exact-match rate and the (src, out) pairs."""
+    ``length_beam`` likeliest lengths; a CTC model by its best path); return the exact-match rate and the
+    (src, out) pairs."""
     gen = torch.Generator().manual_seed(seed)
     src, _ = copy_batch(model.config, n, gen)
     if isinstance(model, CMLM):
         outputs = mask_predict(model, src, iterations, length_beam)
+    elif isinstance(model, CTC):
+        outputs = best_path(model, src)
     else:
         outputs = greedy_search(model, src, max_new_tokens=src.size(1) + 2)
     sources = [[t for t in row if t != model.config.pad_id] for row in src.tolist()]

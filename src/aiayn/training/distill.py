@@ -24,9 +24,9 @@ def _tsv(pairs: Parallel) -> str:
 
 
 def distill(translator, splits: Splits, output: str | Path, chunk: int = 1000, about: dict | None = None,
-            progress: bool = True, overwrite: bool = False, **options) -> dict:
+            progress: bool = True, overwrite: bool = False, batch_size: int = 64, **options) -> dict:
     """Translate ``splits.train.sources`` with ``translator`` (its decoding, with ``options`` replaced: its
-    fields by name) into the corpus folder ``output``.
+    fields by name; ``batch_size`` sentences at a time) into the corpus folder ``output``.
 
     Returns the counts written to ``distill.json``: sentences, chunks computed now, chunks found done.
     """
@@ -42,7 +42,7 @@ def distill(translator, splits: Splits, output: str | Path, chunk: int = 1000, a
             done += 1
             continue
         batch = sources[start: start + chunk]
-        outputs = translator.translate(batch, decoding=decoding)
+        outputs = translator.translate(batch, batch_size=batch_size, decoding=decoding)
         atomic_write_text(part, _tsv(Parallel(batch, outputs)))
         computed += 1
     parts = [(out / "parts" / f"{i:06d}.tsv").read_text(encoding="utf-8") for i in range(len(starts))]

@@ -16,8 +16,8 @@ from aiayn.model.lora import apply_lora
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
 
-ARCH_OF_TASK = {"translation": "encoder-decoder", "cmlm": "encoder-decoder", "lm": "decoder-only",
-                "mlm": "encoder-only", "chat": "decoder-only"}
+ARCH_OF_TASK = {"translation": "encoder-decoder", "cmlm": "encoder-decoder", "ctc": "encoder-decoder",
+                "lm": "decoder-only", "mlm": "encoder-only", "chat": "decoder-only"}
 # Recipe fields that build a model or a tokenizer: with init_from, the checkpoint's are used, so a value other
 # than the default contradicts it (the field's default -> what it means).
 BUILDING_FIELDS = {"preset": "small", "vocab_size": 8000, "tokenizer_type": "bpe", "joint_vocab": True,

@@ -127,19 +127,25 @@ def cmlm_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Genera
     return loss + length_weight * length_loss, int((labels != cfg.pad_id).sum())
 
 
-def glance_targets(guess: Tensor, tgt: Tensor, pad_id: int, mask_id: int, ratio: float,
-                   gen: torch.Generator) -> tuple[Tensor, Tensor]:
+def glance_positions(guess: Tensor, tgt: Tensor, pad_id: int, ratio: float, gen: torch.Generator) -> Tensor:
     """GLAT's glancing sampling (Qian et al., 2021, section 3): in each row, ``guess`` (B, T) (a first pass's
-    predictions) got d of the reference ``tgt``'s (B, T) real tokens wrong; floor(ratio * d) reference tokens, at
-    positions drawn uniformly among the real ones, are revealed as decoder inputs and the other real positions are
-    ``<mask>``. Returns the decoder inputs and the labels (B, T) each: the reference where the loss is taken (the
-    positions not revealed), ``pad_id`` elsewhere."""
+    predictions) got d of the reference ``tgt``'s (B, T) real tokens wrong; floor(ratio * d) positions, drawn
+    uniformly among the real ones, are revealed. Returns them, (B, T) bool."""
     real = tgt != pad_id  # (B, T)
     wrong = ((guess != tgt) & real).sum(dim=1)  # (B,): d
     reveal = (wrong.float() * ratio).floor().long()  # (B,)
     keys = torch.rand(tgt.shape, generator=gen).to(tgt.device).masked_fill(~real, 2.0)  # padding sorts last
     ranks = keys.argsort(dim=1).argsort(dim=1)  # (B, T): each position's place in its row's random order
-    revealed = (ranks < reveal[:, None]) & real  # (B, T)
+    return (ranks < reveal[:, None]) & real
+
+
+def glance_targets(guess: Tensor, tgt: Tensor, pad_id: int, mask_id: int, ratio: float,
+                   gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """A CMLM's glanced inputs: the reference at the :func:`glance_positions`, ``<mask>`` at the other real
+    positions. Returns the decoder inputs and the labels (B, T) each: the reference where the loss is taken
+    (the positions not revealed), ``pad_id`` elsewhere."""
+    real = tgt != pad_id  # (B, T)
+    revealed = glance_positions(guess, tgt, pad_id, ratio, gen)
     return tgt.masked_fill(real & ~revealed, mask_id), tgt.masked_fill(revealed, pad_id)
 
 
@@ -157,3 +163,75 @@ def glancing_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Ge
     loss = label_smoothed_cross_entropy(logits, labels, cfg.pad_id, smoothing, reduction="sum")
     length_loss = F.cross_entropy(length_logits.float(), real.sum(dim=1), reduction="sum")
     return loss + length_weight * length_loss, int((labels != cfg.pad_id).sum())
+
+
+def ctc_loss(logits: Tensor, inputs: Tensor, tgt: Tensor, cfg) -> tuple[Tensor, int]:
+    """Connectionist temporal classification (Graves et al., 2006) through ``torch.nn.functional.ctc_loss``: minus
+    the log of the summed probability of every alignment of the upsampled positions that collapses (repeats
+    merged, blanks dropped) to the reference. Summed over the batch; and the number of reference tokens.
+
+    Args:
+        logits: (B, U, V) one prediction per upsampled position; inputs: (B, U) the decoder's inputs (pad_id
+            where a row is shorter); tgt: (B, T) references, pad_id after each; cfg: the ModelConfig.
+    """
+    log_probs = logits.float().log_softmax(dim=-1).transpose(0, 1)  # (U, B, V): the layout CTC takes
+    in_lengths, tgt_lengths = (inputs != cfg.pad_id).sum(dim=1), (tgt != cfg.pad_id).sum(dim=1)  # (B,) each
+    loss = F.ctc_loss(log_probs, tgt, in_lengths, tgt_lengths, blank=cfg.blank_id, reduction="sum",
+                      zero_infinity=True)
+    return loss, int(tgt_lengths.sum())
+
+
+@torch.no_grad()
+def ctc_alignment(log_probs: Tensor, in_lengths: Tensor, tgt: Tensor, tgt_lengths: Tensor, blank: int,
+                  pad_id: int) -> Tensor:
+    """The best CTC alignment (Viterbi): for each row, the label at every input position (a reference token or
+    ``blank``) on the likeliest path that collapses to the reference; ``pad_id`` past the row's input length.
+
+    Args:
+        log_probs: (B, U, V); in_lengths: (B,) input positions per row; tgt: (B, T) references, tgt_lengths (B,).
+    Returns:
+        (B, U) labels.
+    """
+    batch, width = log_probs.shape[:2]
+    labels = torch.full((batch, 2 * tgt.size(1) + 1), blank, dtype=torch.long, device=tgt.device)  # (B, L)
+    labels[:, 1::2] = tgt  # blank y1 blank y2 ... yT blank
+    emit = log_probs.gather(2, labels[:, None, :].expand(batch, width, labels.size(1)))  # (B, U, L)
+    states = torch.arange(labels.size(1), device=tgt.device)
+    valid = states < 2 * tgt_lengths[:, None] + 1  # (B, L)
+    skip = (labels != blank) & (labels != labels.roll(2, dims=1)) & (states >= 2)  # y_{s-2} -> y_s allowed
+    score = emit[:, 0].masked_fill((states > 1) | ~valid, float("-inf"))  # (B, L): a path starts at s 0 or 1
+    moves = []
+    for t in range(1, width):
+        stay, one = score, F.pad(score, (1, 0), value=float("-inf"))[:, :-1]
+        two = F.pad(score, (2, 0), value=float("-inf"))[:, :-2].masked_fill(~skip, float("-inf"))
+        best, move = torch.stack([stay, one, two], dim=-1).max(dim=-1)  # (B, L) each: back 0, 1 or 2 states
+        on = (t < in_lengths)[:, None]  # (B, 1): rows whose input is still running
+        score = torch.where(on, (best + emit[:, t]).masked_fill(~valid, float("-inf")), score)
+        moves.append(move)
+    last = 2 * tgt_lengths  # (B,): the final blank; the path ends there or on the last token
+    state = torch.where(score.gather(1, last[:, None])[:, 0] >= score.gather(1, (last - 1)[:, None])[:, 0],
+                        last, last - 1)  # (B,)
+    path = torch.full((batch, width), pad_id, dtype=torch.long, device=tgt.device)
+    for t in range(width - 1, -1, -1):
+        on = t < in_lengths  # (B,)
+        path[:, t] = torch.where(on, labels.gather(1, state[:, None])[:, 0], path[:, t])
+        if t:
+            state = torch.where(on, state - moves[t - 1].gather(1, state[:, None])[:, 0], state)
+    return path
+
+
+def ctc_glancing_loss(model: nn.Module, cfg, src: Tensor, tgt: Tensor, gen: torch.Generator,
+                      ratio: float) -> tuple[Tensor, int]:
+    """Glancing training through the best alignment (GLAT + CTC, as Gu & Kong 2021 and DSLP do): a first pass
+    without gradient, the reference's best alignment to it (:func:`ctc_alignment`), ``ratio`` of the positions
+    where the pass's argmax differs from that alignment revealed (their aligned labels, a token or the blank,
+    replace the decoder's inputs there), and :func:`ctc_loss` of a second pass on those inputs."""
+    inner = getattr(model, "module", model)  # DDP's wrapper keeps the model's methods on .module
+    inputs = inner.upsampled(src)  # (B, U)
+    with torch.no_grad():
+        logp = model(src, inputs).float().log_softmax(dim=-1)  # (B, U, V)
+        aligned = ctc_alignment(logp, (inputs != cfg.pad_id).sum(dim=1), tgt, (tgt != cfg.pad_id).sum(dim=1),
+                                cfg.blank_id, cfg.pad_id)  # (B, U)
+        revealed = glance_positions(logp.argmax(dim=-1), aligned, cfg.pad_id, ratio, gen)
+    glanced = torch.where(revealed, aligned, inputs)  # (B, U)
+    return ctc_loss(model(src, glanced), glanced, tgt, cfg)

@@ -8,6 +8,7 @@ batch into a summed loss and its number of predicted tokens (``loss``); the trai
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +20,8 @@ from aiayn.model.config import FIRST_ORDINARY_ID, ModelConfig
 from aiayn.tokenizers import TokenizerPair
 from aiayn.training.objective import (
     cmlm_loss,
+    ctc_glancing_loss,
+    ctc_loss,
     glancing_loss,
     label_smoothed_cross_entropy,
     mask_targets,
@@ -126,11 +129,14 @@ class CMLMTask(TranslationTask):
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
         src, tgt = batch
         if self.glance is not None:
-            start, end = self.glance
-            ratio = start + (end - start) * min(max(self.progress, 0.0), 1.0)
-            return glancing_loss(model, self.cfg, src, tgt, self._generator(tgt), ratio, smoothing,
+            return glancing_loss(model, self.cfg, src, tgt, self._generator(tgt), self.glance_ratio(), smoothing,
                                  self.length_weight)
         return cmlm_loss(model, self.cfg, src, tgt, self._generator(tgt), smoothing, self.length_weight)
+
+    def glance_ratio(self) -> float:
+        """Glancing's reveal ratio now: from its start to its end value, linearly in ``progress``."""
+        start, end = self.glance
+        return start + (end - start) * min(max(self.progress, 0.0), 1.0)
 
     def mask_targets(self, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """This batch's masks (:func:`aiayn.training.objective.mask_targets`), as :meth:`loss` draws them."""
@@ -138,6 +144,38 @@ class CMLMTask(TranslationTask):
 
     def _generator(self, tgt: Tensor) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 7919 + int(tgt.sum()))
+
+
+class CTCTask(CMLMTask):
+    """Translation pairs for a CTC model (``aiayn.model.transformer.CTC``): targets without BOS or EOS, the loss
+    :func:`~aiayn.training.objective.ctc_loss` (label smoothing is not applied to it), with ``glance`` through the
+    best alignment. A pair whose upsampled source is too short for its target (fewer positions than tokens plus
+    one blank between each two equal neighbours) has no alignment and is dropped (counted in ``too_long``)."""
+
+    def __init__(self, pairs: Parallel, tokenizers: TokenizerPair, cfg: ModelConfig, max_len: int, *args,
+                 **kwargs) -> None:
+        super().__init__(pairs, tokenizers, cfg, max_len, *args, **kwargs)
+        fits = [ctc_fits(len(s), t[1:-1], cfg.ctc_upsample) for s, t in zip(self.src, self.tgt, strict=True)]
+        self.too_long += fits.count(False)
+        self.src = self.plain_src = [s for s, ok in zip(self.src, fits, strict=True) if ok]
+        self.tgt = self.plain_tgt = [t for t, ok in zip(self.tgt, fits, strict=True) if ok]
+        if not self.src:
+            raise ValueError(f"model.ctc_upsample: no training pair fits {cfg.ctc_upsample} positions per source "
+                             "token; raise it")
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], smoothing: float) -> tuple[Tensor, int]:
+        src, tgt = batch
+        if self.glance is not None:
+            return ctc_glancing_loss(model, self.cfg, src, tgt, self._generator(tgt), self.glance_ratio())
+        inputs = getattr(model, "module", model).upsampled(src)  # (B, U); DDP keeps the model on .module
+        return ctc_loss(model(src, inputs), inputs, tgt, self.cfg)
+
+
+def ctc_fits(src_len: int, tgt: list[int], upsample: int) -> bool:
+    """Whether ``src_len * upsample`` positions can spell ``tgt`` under CTC: a position per token, and a blank
+    between each two equal neighbours."""
+    repeats = sum(a == b for a, b in pairwise(tgt))
+    return src_len * upsample >= len(tgt) + repeats
 
 
 class ShardedTranslationTask(TranslationTask):

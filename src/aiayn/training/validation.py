@@ -38,7 +38,7 @@ def validate(model, task, cfg: TrainConfig, valid: Parallel | None, tokenizers: 
     if cfg.task == "mlm":
         counts = [task.masked_accuracy(model, to_device(task.collate(b), device)) for b in task.batches(0)]
         result["valid_mask_acc"] = round(sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1), 4)
-    if cfg.task in ("translation", "cmlm") and cfg.bleu_sentences > 0:
+    if cfg.task in ("translation", "cmlm", "ctc") and cfg.bleu_sentences > 0:
         n = cfg.bleu_sentences
         hyps = Translator(model, tokenizers, device, beam_size=cfg.beam_size).translate(valid.sources[:n])
         scores = score(hyps, valid.targets[:n], "zh" if cfg.tgt_lang == "zh" else None)

@@ -1,5 +1,6 @@
-"""Mask-Predict seen from inside: each iteration's tokens, their probabilities, and which positions it predicted
-(``aiayn show refinement``, and the web page for a CMLM checkpoint)."""
+"""Non-autoregressive decoding seen from inside (``aiayn show refinement``, and the web page for a CMLM
+checkpoint): Mask-Predict's iterations (each one's tokens, their probabilities, the positions it predicted), or a
+CTC model's one pass (what each upsampled position emits, its probability, what the collapse keeps)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn.decoding.ctc import Alignment, best_path
 from aiayn.decoding.mask_predict import Iteration, mask_predict
 from aiayn.visual.figures import pyplot, save_figure
 
@@ -20,9 +22,11 @@ class Refinement:
     source_tokens: list[str]
     steps: list[dict]
     translation: str
+    inputs: list[str] | None = None  # a CTC model's: the decoder's inputs (the source pieces, upsampled)
 
     def to_dict(self) -> dict:
-        return {"source_tokens": self.source_tokens, "steps": self.steps, "translation": self.translation}
+        found = {"source_tokens": self.source_tokens, "steps": self.steps, "translation": self.translation}
+        return found if self.inputs is None else {**found, "inputs": self.inputs}
 
 
 @torch.no_grad()
@@ -43,20 +47,45 @@ def refinement_for(translator, sentence: str, iterations: int | None = None,
     return Refinement(translator.tokenizers.src.pieces(ids), steps, tgt.decode(out))
 
 
+BLANK = "ε"  # how a CTC blank is shown
+
+
+@torch.no_grad()
+def alignment_for(translator, sentence: str) -> Refinement:
+    """A CTC model's best path on ``sentence``: one step whose tokens are what each upsampled position emits
+    (:data:`BLANK` for the blank) and whose ``predicted`` marks the positions the collapse keeps."""
+    ids = translator.source_ids(sentence)
+    if not ids:
+        raise ValueError("sentence: empty; give a sentence to translate")
+    found: list[Alignment] = []
+    (out,) = best_path(translator.model, torch.tensor([ids], device=translator.device), alignments=found)
+    path, tgt, src = found[0], translator.tokenizers.tgt, translator.tokenizers.src
+    emitted = [BLANK if t == path.blank else piece for t, piece in zip(path.emitted, tgt.pieces(path.emitted),
+                                                                         strict=True)]
+    steps = [{"tokens": emitted, "probabilities": [round(p, 4) for p in path.probabilities], "predicted": path.kept}]
+    pieces = src.pieces(ids)
+    inputs = [piece for piece in pieces for _ in range(translator.model.config.ctc_upsample)]
+    return Refinement(pieces, steps, tgt.decode(out), inputs)
+
+
 def format_refinement(refinement: Refinement) -> str:
-    """A text table: one line per iteration; a predicted token is marked ``*`` with its probability."""
+    """A text table: one line per iteration (a CTC model: its one pass, after the line of its inputs); a
+    predicted token (a CTC model: one the collapse keeps) is marked ``*`` with its probability."""
     lines = [f"source: {' '.join(refinement.source_tokens)}"]
+    if refinement.inputs is not None:
+        lines.append("inputs: " + " ".join(refinement.inputs))
     for t, step in enumerate(refinement.steps, start=1):
         cells = [f"{'*' if new else ' '}{tok}({p:.2f})" for tok, p, new in
                  zip(step["tokens"], step["probabilities"], step["predicted"], strict=True)]
-        lines.append(f"iteration {t}: " + " ".join(cells))
+        lines.append(("best path: " if refinement.inputs is not None else f"iteration {t}: ") + " ".join(cells))
     lines.append(f"translation: {refinement.translation}")
     return "\n".join(lines) + "\n"
 
 
 def plot_refinement(refinement: Refinement, output: str | Path) -> Path:
     """One row per iteration, one column per target position: the token written in its cell, the cell's colour
-    its probability; positions the iteration predicted are framed."""
+    its probability; positions the iteration predicted are framed (a CTC model: one row, a column per upsampled
+    position, the kept ones framed)."""
     plt = pyplot()
     rows, cols = len(refinement.steps), len(refinement.steps[0]["tokens"])
     probs = [[p for p in step["probabilities"]] for step in refinement.steps]  # (iterations, L)
@@ -67,9 +96,16 @@ def plot_refinement(refinement: Refinement, output: str | Path) -> Path:
             ax.text(c, r, tok, ha="center", va="center", fontsize=8, color="white" if p < 0.6 else "black")
             if new:
                 ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
-    ax.set_yticks(range(rows), [f"iteration {t}" for t in range(1, rows + 1)], fontsize=8)
-    ax.set_xticks(range(cols), [str(c + 1) for c in range(cols)], fontsize=7)
-    ax.set_xlabel("target position (red frame: predicted at this iteration)")
-    ax.set_title(f"Mask-Predict: {refinement.translation}", fontsize=9)
+    if refinement.inputs is None:
+        ax.set_yticks(range(rows), [f"iteration {t}" for t in range(1, rows + 1)], fontsize=8)
+        ax.set_xticks(range(cols), [str(c + 1) for c in range(cols)], fontsize=7)
+        ax.set_xlabel("target position (red frame: predicted at this iteration)")
+        ax.set_title(f"Mask-Predict: {refinement.translation}", fontsize=9)
+    else:  # a CTC model: the upsampled positions under the inputs they read
+        ax.set_yticks([0], ["emits"], fontsize=8)
+        ax.set_xticks(range(cols), refinement.inputs, fontsize=7, rotation=60)
+        ax.set_xlabel(f"upsampled position: the source piece it reads (red frame: kept by the collapse; {BLANK}: "
+                      "blank)")
+        ax.set_title(f"CTC, one pass: {refinement.translation}", fontsize=9)
     fig.colorbar(image, ax=ax, shrink=0.8, label="probability")
     return save_figure(fig, output)

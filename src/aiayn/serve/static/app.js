@@ -1,6 +1,7 @@
 // The translation page: translate through POST /translate, then draw POST /attention and, for the highlighted
 // row of one head, POST /attention/head (explorer.js). A CMLM checkpoint (non-autoregressive, /health says
-// model.cmlm) decodes with Mask-Predict and shows its refinement (POST /refinement) instead of attention.
+// model.cmlm) decodes with Mask-Predict and shows its refinement (POST /refinement) instead of attention; a CTC
+// checkpoint (model.ctc_upsample) shows its one pass the same way: what each upsampled position emits.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -18,11 +19,11 @@ async function translate(event) {
   setStatus(t("translating"));
   try {
     const choice = Number($("beam").value);
-    const options = cmlm ? {iterations: choice} : {beam_size: choice};
+    const options = nar === "ctc" ? {} : nar ? {iterations: choice} : {beam_size: choice};
     const {translation} = await postJSON("/translate", {text: source, ...options});
     $("translation").textContent = translation;
-    if (cmlm) {
-      showRefinement(await postJSON("/refinement", {source, iterations: choice}));
+    if (nar) {
+      showRefinement(await postJSON("/refinement", {source, ...options}));
       setStatus(t("done"));
       return;
     }
@@ -40,12 +41,19 @@ async function translate(event) {
 
 // Mask-Predict: one row per iteration, a cell per target position: the token, its probability as the cell's
 // shade, and a frame where the iteration predicted it (the first predicts all, later ones the re-masked).
+// CTC: a row of the inputs (the source pieces, upsampled), then one row of what each position emits, framed
+// where the collapse keeps it.
 function showRefinement(found) {
   const table = $("refinement-table");
   table.replaceChildren();
+  if (found.inputs) {
+    const row = table.insertRow();
+    row.insertCell().textContent = t("ctc_inputs");
+    found.inputs.forEach((piece) => { row.insertCell().textContent = piece; });
+  }
   found.steps.forEach((step, i) => {
     const row = table.insertRow();
-    row.insertCell().textContent = t("iteration_n", {n: i + 1});
+    row.insertCell().textContent = found.inputs ? t("ctc_emits") : t("iteration_n", {n: i + 1});
     step.tokens.forEach((token, j) => {
       const cell = row.insertCell();
       const p = step.probabilities[j];
@@ -59,10 +67,18 @@ function showRefinement(found) {
   $("refinement").hidden = false;
 }
 
-let cmlm = false;  // a non-autoregressive checkpoint: the decoding choices are Mask-Predict's iterations
+let nar = "";  // a non-autoregressive checkpoint's strategy: mask-predict (choices: iterations) or ctc (one pass)
 fetch("/health").then((r) => r.json()).then((health) => {
-  cmlm = Boolean(health.model && health.model.cmlm);
-  if (!cmlm) return;
+  const model = health.model || {};
+  nar = model.cmlm ? "mask-predict" : model.ctc_upsample ? "ctc" : "";
+  if (nar === "ctc") {
+    $("beam").replaceChildren(new Option(t("ctc_one_pass"), "1"));
+    $("refinement-title").dataset.i18n = "ctc_title";
+    $("refinement").querySelector(".hint").dataset.i18n = "hint_ctc";
+    document.addEventListener("aiayn:language", () => { $("beam").options[0].textContent = t("ctc_one_pass"); });
+    applyLanguage();
+  }
+  if (nar !== "mask-predict") return;
   $("beam").replaceChildren(...[10, 4, 1].map((n) => {
     const option = new Option(t("mask_predict_n", {n}), String(n));
     option.dataset.n = String(n);

@@ -42,6 +42,10 @@ const STRINGS = {
     mask_predict_n: "Mask-Predict, {n} iterations",
     hint_refinement: "A non-autoregressive model writes every position at once, then re-masks its least sure "
       + "tokens and predicts them again. Darker = more probable; framed = predicted at this iteration.",
+    ctc_one_pass: "CTC, one pass", ctc_title: "CTC: what each position emits", ctc_inputs: "reads",
+    ctc_emits: "emits",
+    hint_ctc: "The decoder reads every source piece repeated, and each position emits a token or the blank ε in "
+      + "one pass; repeats are merged and blanks dropped. Darker = more probable; framed = kept.",
   },
   zh: {
     lang_toggle: "English", tagline: "《Attention Is All You Need》中的 Transformer：翻译一个句子，看看每个注意力头"
@@ -75,6 +79,9 @@ const STRINGS = {
     refinement: "Mask-Predict：逐轮迭代", iteration_n: "第 {n} 轮", mask_predict_n: "Mask-Predict，{n} 轮迭代",
     hint_refinement: "非自回归模型一次写出所有位置，再把最没把握的词元重新遮蔽并再次预测。颜色越深概率越高；"
       + "带框的是本轮预测的位置。",
+    ctc_one_pass: "CTC，一次解码", ctc_title: "CTC：每个位置输出什么", ctc_inputs: "读入", ctc_emits: "输出",
+    hint_ctc: "解码器读入重复若干次的源语言片段，每个位置一次性输出一个词元或空白 ε；相邻重复合并、空白删去。"
+      + "颜色越深概率越高；带框的是保留下来的。",
   },
 };
 

@@ -1,0 +1,166 @@
+"""Training a CTC model (``--task ctc``): the loss against every alignment summed by hand, the best alignment
+against every path tried, glancing through that alignment with a scripted first pass, the pairs a CTC model
+cannot spell dropped, the recipe's checks, and a tiny model trained by the CLI that decodes the same through
+the library, the CLI and the server."""
+
+import itertools
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from aiayn import generate
+from aiayn.data.corpus import Parallel
+from aiayn.decoding.ctc import collapse
+from aiayn.inference.translator import Translator
+from aiayn.model.transformer import CTC
+from aiayn.serve.app import create_app
+from aiayn.tokenizers import SentencePiecePair
+from aiayn.training.config import TrainConfig
+from aiayn.training.objective import ctc_alignment, ctc_glancing_loss, ctc_loss
+from aiayn.training.tasks import CTCTask, ctc_fits
+
+from conftest import tiny
+
+PAD, BLANK = 0, 4
+
+
+def paths_to(target: list[int], width: int, vocab: int):
+    """Every label sequence of ``width`` over ``vocab`` that collapses to ``target`` (by brute force)."""
+    return [p for p in itertools.product(range(vocab), repeat=width) if collapse(list(p), BLANK) == target]
+
+
+def test_the_loss_is_minus_the_log_of_every_alignment_summed():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)  # (B, U, V), ids 5 and 6 are the tokens
+    inputs = torch.tensor([[5, 5, 6, 6, 5], [6, 6, 5, 5, PAD]])  # the second row has 4 positions
+    tgt = torch.tensor([[5, 5, 6], [6, PAD, PAD]])
+    loss, n = ctc_loss(logits, inputs, tgt, tiny(vocab_size=7))
+    logp = logits.log_softmax(-1)
+    expected = 0.0
+    for row, (width, target) in enumerate(((5, [5, 5, 6]), (4, [6]))):
+        total = torch.logsumexp(torch.stack([sum(logp[row, t, p[t]] for t in range(width))
+                                             for p in paths_to(target, width, 7)]), dim=0)
+        expected -= total.item()
+    assert n == 4 and math.isclose(loss.item(), expected, rel_tol=1e-5)
+
+
+def test_the_best_alignment_is_the_likeliest_path_that_collapses_to_the_reference():
+    torch.manual_seed(1)
+    logp = torch.randn(3, 6, 7).log_softmax(-1)
+    tgt = torch.tensor([[5, 6, 6], [6, 5, PAD], [5, PAD, PAD]])
+    in_lengths, tgt_lengths = torch.tensor([6, 6, 4]), torch.tensor([3, 2, 1])
+    path = ctc_alignment(logp, in_lengths, tgt, tgt_lengths, BLANK, PAD)
+    for row in range(3):
+        width, target = int(in_lengths[row]), tgt[row, : int(tgt_lengths[row])].tolist()
+        best = max(paths_to(target, width, 7), key=lambda p: sum(logp[row, t, p[t]].item() for t in range(width)))
+        assert path[row, :width].tolist() == list(best), row
+        assert (path[row, width:] == PAD).all()
+
+
+class ScriptedCTC(torch.nn.Module):
+    """A fake CTC model: fixed logits per position (the first pass's argmax is ``first``), whatever the inputs."""
+
+    def __init__(self, first: torch.Tensor, vocab: int = 30) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+        self.base = torch.full((*first.shape, vocab), -2.0).scatter(-1, first[..., None], 3.0)
+        self.calls: list[torch.Tensor] = []
+
+    def upsampled(self, src):
+        return src.repeat_interleave(2, dim=1)
+
+    def forward(self, src, inputs):
+        self.calls.append(inputs.clone())
+        return self.base * self.scale
+
+
+def test_glancing_reveals_ratio_times_the_misaligned_positions_with_their_aligned_labels():
+    src = torch.tensor([[20, 21, 22], [23, 24, PAD]])  # upsampled: 6 and 4 positions, ids no label takes
+    tgt = torch.tensor([[7, 8, 9], [10, 11, PAD]])
+    first = torch.tensor([[7, 7, 5, 8, 9, 9], [5, 5, 11, 11, 5, 5]])  # off the best alignment: 1 and 2 positions
+    cfg = tiny(vocab_size=30)
+    for ratio, expected in ((1.0, [1, 2]), (0.5, [0, 1]), (0.0, [0, 0])):
+        model = ScriptedCTC(first)
+        loss, n = ctc_glancing_loss(model, cfg, src, tgt, torch.Generator().manual_seed(0), ratio)
+        plain, glanced = model.calls
+        aligned = ctc_alignment(model.base.log_softmax(-1), torch.tensor([6, 4]), tgt, torch.tensor([3, 2]), BLANK,
+                                PAD)
+        assert collapse(aligned[0].tolist(), BLANK) == [7, 8, 9] and aligned[1, 4:].eq(PAD).all()
+        assert torch.equal(plain, model.upsampled(src))  # the first pass reads the upsampled source
+        revealed = glanced != plain
+        assert revealed.sum(dim=1).tolist() == expected, ratio
+        assert torch.equal(glanced[revealed], aligned[revealed])  # a revealed position reads its aligned label
+        assert n == 5 and loss.requires_grad
+
+
+def test_a_pair_that_cannot_be_spelled_is_dropped():
+    assert ctc_fits(2, [5, 6, 7, 8], 2) and not ctc_fits(2, [5, 6, 6, 8], 2)  # 6 6 needs a blank between
+    assert ctc_fits(3, [5, 6, 6, 8], 2) and ctc_fits(3, [5, 5, 5], 2)
+    pairs = Parallel(["a b c d", "a", "b c"], ["w x y z", "w x y z", "x y"])
+    tokenizers = SentencePiecePair.train(pairs.sources * 20, pairs.targets * 20, 300, True, "bpe")
+    task = CTCTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), ctc_upsample=2), 32, 512, seed=0)
+    assert task.too_long == 1 and len(task) == 2  # "a", upsampled, is too short for "w x y z"
+    _, tgt = task.collate([0, 1])
+    assert not ((tgt == task.cfg.bos_id) | (tgt == task.cfg.eos_id)).any()
+
+
+def test_the_recipe_and_model_fields_are_checked():
+    with pytest.raises(ValueError, match="ctc_upsample"):
+        TrainConfig(task="ctc", model={"ctc_upsample": 1})
+    with pytest.raises(ValueError, match="ctc_upsample"):
+        TrainConfig(task="translation", model={"ctc_upsample": 3})
+    with pytest.raises(ValueError, match="ctc_upsample"):
+        tiny(ctc_upsample=2, cmlm=True)
+    with pytest.raises(ValueError, match="absolute positions"):
+        tiny(ctc_upsample=2, positions="rope")
+    assert TrainConfig(task="ctc", glance=0.5, glance_end=0.3).glance == 0.5
+
+
+def test_ctc_learns_the_copy_task_in_one_pass():
+    """The tour's copy task: a CTC model of the tiny size, its best path in one decoder pass."""
+    from aiayn.training.demo import CopyRecipe, exact_match, train_copy
+
+    model = train_copy(CopyRecipe(steps=600, ctc=2), progress=False)
+    accuracy, _ = exact_match(model, n=200)
+    assert isinstance(model, CTC) and accuracy >= 0.9
+
+
+def test_a_trained_ctc_model_decodes_the_same_through_library_cli_and_server(ctc_run):
+    translator = Translator.from_checkpoint(ctc_run)
+    assert isinstance(translator.model, CTC)
+    assert translator.decoding.resolve(translator.model.config).strategy == "ctc"
+    texts = ["a b c d e f", "g h i", "j k l m n"]
+    ours = translator.translate(texts)
+    assert all(ours)
+    src = torch.tensor([translator.source_ids(texts[0])])
+    ids = generate(translator.model, src, "ctc", config=translator.decoding)
+    assert translator.tokenizers.tgt.decode(ids[0]) == ours[0]
+    cli = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ctc_run)],
+                         input="\n".join(texts) + "\n", capture_output=True, text=True)
+    assert cli.returncode == 0 and cli.stdout.splitlines() == ours
+    with TestClient(create_app(translator)) as client:
+        assert client.post("/translate", json={"texts": texts}).json()["translations"] == ours
+        refused = client.post("/translate", json={"text": "a b", "strategy": "mask-predict"})
+        assert refused.status_code == 422 and "ctc" in refused.json()["detail"]
+        assert client.post("/attention", json={"source": "a b"}).status_code == 422
+    bad = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ctc_run), "--strategy",
+                          "greedy"], input="a b\n", capture_output=True, text=True)
+    assert bad.returncode == 2 and "use ctc" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_show_refinement_draws_a_ctc_models_best_path(ctc_run, tmp_path):
+    picture = tmp_path / "alignment.png"
+    shown = subprocess.run([sys.executable, "-m", "aiayn", "show", "refinement", "--checkpoint", str(ctc_run),
+                            "a b c d e f", "--output", str(picture)], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    inputs, path = lines[1].split()[1:], lines[2].split()[2:]
+    assert lines[1].startswith("inputs: ") and lines[2].startswith("best path: ")
+    assert len(inputs) == len(path) == 2 * len(lines[0].split()[1:])  # upsampled twice
+    translator = Translator.from_checkpoint(ctc_run)
+    assert lines[3] == "translation: " + translator.translate(["a b c d e f"])[0]
+    assert picture.read_bytes()[:4] == b"\x89PNG"
