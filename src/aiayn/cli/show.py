@@ -165,7 +165,7 @@ def _show_refinement(args: argparse.Namespace) -> None:
     if args.output:
         check_output(args.output)
     translator = Translator.from_checkpoint(args.checkpoint, args.device)
-    if not translator.model.config.parallel_decoding:
+    if not translator.model.config.non_autoregressive:
         raise UserError(f"--checkpoint: {args.checkpoint} is autoregressive; refinement is Mask-Predict's or CTC's "
                         "(a CMLM or CTC checkpoint, aiayn train --task cmlm or ctc)")
     if translator.model.config.ctc_upsample:

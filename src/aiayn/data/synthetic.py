@@ -16,7 +16,7 @@ def copy_batch(cfg: ModelConfig, batch: int, generator: torch.Generator, min_len
     Returns src (B, S) and tgt = ``<s> ... </s>`` (B, S+2), both right-padded. A CMLM's ``<mask>`` (a CTC model's
     blank) is never drawn.
     """
-    first = 1 + max(*cfg.special_ids, *((cfg.mask_id,) if cfg.parallel_decoding else ()))
+    first = 1 + max(*cfg.special_ids, *((cfg.mask_id,) if cfg.non_autoregressive else ()))
     srcs, tgts = [], []
     for _ in range(batch):
         n = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))

@@ -26,6 +26,12 @@ def _option(default, help: str, **extra):
     return field(default=default, metadata={"help": help, **extra})
 
 
+def own_strategy(model) -> str | None:
+    """The strategy a non-autoregressive model (a ``ModelConfig``) decodes with, and alone: mask-predict for a
+    CMLM, ctc for a CTC model; None for the others."""
+    return "mask-predict" if model.cmlm else "ctc" if model.ctc_upsample else None
+
+
 @dataclass(frozen=True)
 class DecodingConfig:
     """How to decode (section 6.1 for translation: beam 4, length penalty 0.6, length limit source + 50).
@@ -89,11 +95,11 @@ class DecodingConfig:
         cannot run is a ValueError naming the field."""
         if model.arch == "encoder-only":
             raise ValueError("strategy: an encoder-only model does not generate text; use fill-mask or embed")
-        default = (model.parallel_decoding or ("beam" if model.arch == "encoder-decoder" and self.beam_size > 1
+        default = (own_strategy(model) or ("beam" if model.arch == "encoder-decoder" and self.beam_size > 1
                    else "sample" if model.arch == "decoder-only" and self.temperature > 0 else "greedy"))
         strategy = self.strategy or default
         strategy = "greedy" if strategy == "sample" and self.temperature == 0 else strategy
-        own = model.parallel_decoding  # a non-autoregressive model decodes its own way, and nothing else does
+        own = own_strategy(model)  # a non-autoregressive model decodes its own way, and nothing else does
         if own and strategy != own:
             raise ValueError(f"strategy: {strategy} cannot decode a {PARALLEL[own].upper()} checkpoint; use {own}")
         if not own and strategy in PARALLEL:

@@ -185,9 +185,9 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @property
-    def parallel_decoding(self) -> str | None:
-        """A non-autoregressive model's decoding strategy: mask-predict (a CMLM), ctc (a CTC model), else None."""
-        return "mask-predict" if self.cmlm else "ctc" if self.ctc_upsample else None
+    def non_autoregressive(self) -> bool:
+        """A CMLM or a CTC model: every target position at once (``decoding.config.own_strategy`` names how)."""
+        return self.cmlm or self.ctc_upsample > 0
 
     @property
     def blank_id(self) -> int:

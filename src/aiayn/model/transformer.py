@@ -185,6 +185,8 @@ class EncoderDecoder(TransformerModel):
 class NonAutoregressive(EncoderDecoder):
     """What the CMLM and the CTC model share: a decoder over the whole target at once, no step interface."""
 
+    strategy = ""  # the decoding strategy that drives it
+
     def decode_all(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for every target position at once; padding (pad_id) is never attended to.
 
@@ -198,7 +200,7 @@ class NonAutoregressive(EncoderDecoder):
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True, beams: int = 1):
         raise TypeError(f"a {type(self).__name__} checkpoint decodes non-autoregressively: use strategy "
-                        f"{self.config.parallel_decoding}")
+                        f"{self.strategy}")
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         raise TypeError(f"attention maps are drawn for autoregressive models; a {type(self).__name__} has no "
@@ -212,6 +214,8 @@ class CMLM(NonAutoregressive):
     The length predictor is a classifier over the mean of the encoder output (real source tokens only): one
     class per target length 0..max_len.
     """
+
+    strategy = "mask-predict"
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -243,6 +247,8 @@ class CTC(NonAutoregressive):
     Gu et al.'s uniform copy at a fixed rate); glancing training (``aiayn.training.objective``) replaces some
     of them by the tokens of the reference's best alignment.
     """
+
+    strategy = "ctc"
 
     def forward(self, src_ids: Tensor, inputs: Tensor | None = None) -> Tensor:
         src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S), True = real token

@@ -13,7 +13,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.config import DecodingConfig, own_strategy
 from aiayn.inference.translator import Translator
 from aiayn.serve.declared import NONBLANK, ExactlyOne, Whole, declare_fields
 from aiayn.serve.family import create_family_app, one_output, vocabulary
@@ -145,7 +145,7 @@ def create_app(translator, limits: Limits = Limits(), max_batch: int = 64, wait_
     declare_fields(app, {"HeadRequest": {"layer": {"maximum": max(cfg.n_encoder_layers, cfg.n_decoder_layers) - 1},
                                          "head": {"maximum": cfg.n_heads - 1}},
                          "DetokenizeRequest": {"tokens": {"items": vocabulary(translator.tokenizers.src)}},
-                         "TranslateRequest": {**one_output(limits, (cfg.parallel_decoding,) if cfg.parallel_decoding
+                         "TranslateRequest": {**one_output(limits, (own_strategy(cfg),) if cfg.non_autoregressive
                                                            else ("greedy", "beam", "sample")),
                                               "json_schema": {"type": "null"}, "grammar": {"type": "null"}}})
     if getattr(translator.model, "tensor_parallel", 1) == 1:  # split, a rank sees its own heads only: no pictures
@@ -191,19 +191,19 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
     decoding steps."""
     cfg = translator.model.config
 
-    @app.post("/attention", include_in_schema=not cfg.parallel_decoding)  # CMLM, CTC: none (422, not in schema)
+    @app.post("/attention", include_in_schema=not cfg.non_autoregressive)  # CMLM, CTC: none (422, not in schema)
     async def attention(req: AttentionRequest) -> dict:
         """Tokens and weights [layer][head][row][col] for encoder, decoder_self and cross attention."""
         _check_attention(req, translator, limits)
         maps = await asyncio.wrap_future(batcher.run_alone(attention_for, translator, req.source, req.target))
         return {**maps.to_dict(), "heads": cfg.n_heads}
 
-    @app.post("/refinement", include_in_schema=bool(cfg.parallel_decoding))
+    @app.post("/refinement", include_in_schema=cfg.non_autoregressive)
     async def refinement(req: RefinementRequest) -> dict:
         """A CMLM's Mask-Predict on ``source``: {"source_tokens", "steps": [{"tokens", "probabilities",
         "predicted"}] per iteration, "translation"}; a CTC model's one pass: one step (what each upsampled position
         emits, "predicted": kept by the collapse) and "inputs" (the upsampled source pieces)."""
-        if not cfg.parallel_decoding:
+        if not cfg.non_autoregressive:
             raise HTTPException(422, "refinement: this checkpoint is autoregressive; Mask-Predict needs a CMLM, "
                                      "a best path a CTC model")
         _check_attention(AttentionRequest(source=req.source), translator, limits, maps=False)
@@ -214,7 +214,7 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
                                                                 req.iterations, req.length_beam))
         return found.to_dict()
 
-    @app.post("/attention/head", include_in_schema=not cfg.parallel_decoding)
+    @app.post("/attention/head", include_in_schema=not cfg.non_autoregressive)
     async def attention_head(req: HeadRequest) -> dict:
         """Inside one head: for row ``query`` of ``kind`` in ``layer``/``head`` (0-based), the query vector,
         keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
@@ -231,7 +231,7 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
 
 def _check_attention(req: AttentionRequest, translator: Translator, limits: Limits, maps: bool = True) -> None:
     """413/422 for a pair /attention cannot take; ``maps``: attention pictures (a CMLM has none: 422)."""
-    if maps and translator.model.config.parallel_decoding:
+    if maps and translator.model.config.non_autoregressive:
         raise HTTPException(422, "attention: drawn for autoregressive models; a CMLM's refinement is POST "
                                  "/refinement")
     check_size([req.source] + ([req.target] if req.target else []), limits)

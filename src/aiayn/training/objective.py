@@ -107,8 +107,8 @@ def mask_targets(tgt: Tensor, pad_id: int, mask_id: int, gen: torch.Generator) -
     original tokens at the masked positions and ``pad_id`` elsewhere (ignored by the loss)."""
     real = tgt != pad_id  # (B, T)
     lengths = real.sum(dim=1)  # (B,)
-    k = (torch.rand(lengths.shape, generator=gen) * lengths).long() + 1  # (B,) in 1..L
-    scores = torch.rand(tgt.shape, generator=gen).masked_fill(~real, 2.0)  # padding ranks last
+    k = (torch.rand(lengths.shape, generator=gen).to(tgt.device) * lengths).long() + 1  # (B,) in 1..L
+    scores = torch.rand(tgt.shape, generator=gen).to(tgt.device).masked_fill(~real, 2.0)  # padding ranks last
     ranks = scores.argsort(dim=1).argsort(dim=1)  # (B, T): each position's rank
     chosen = (ranks < k[:, None]) & real
     return tgt.masked_fill(chosen, mask_id), tgt.masked_fill(~chosen, pad_id)
