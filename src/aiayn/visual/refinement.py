@@ -89,13 +89,15 @@ def plot_refinement(refinement: Refinement, output: str | Path) -> Path:
     plt = pyplot()
     rows, cols = len(refinement.steps), len(refinement.steps[0]["tokens"])
     probs = [[p for p in step["probabilities"]] for step in refinement.steps]  # (iterations, L)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * cols, 1.0 + 0.55 * rows), layout="constrained")
+    height = 1.0 + 0.55 * rows if refinement.inputs is None else 2.4  # a CTC pass: one row, its inputs below
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * cols, height), layout="constrained")
     image = ax.imshow(probs, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     for r, step in enumerate(refinement.steps):
         for c, (tok, p, new) in enumerate(zip(step["tokens"], step["probabilities"], step["predicted"], strict=True)):
             ax.text(c, r, tok, ha="center", va="center", fontsize=8, color="white" if p < 0.6 else "black")
             if new:
-                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+                ax.add_patch(plt.Rectangle((c - 0.42, r - 0.42), 0.84, 0.84, fill=False, edgecolor="red",
+                                           linewidth=2))  # inset: neighbours' frames stay apart
     if refinement.inputs is None:
         ax.set_yticks(range(rows), [f"iteration {t}" for t in range(1, rows + 1)], fontsize=8)
         ax.set_xticks(range(cols), [str(c + 1) for c in range(cols)], fontsize=7)
