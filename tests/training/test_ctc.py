@@ -164,3 +164,22 @@ def test_show_refinement_draws_a_ctc_models_best_path(ctc_run, tmp_path):
     translator = Translator.from_checkpoint(ctc_run)
     assert lines[3] == "translation: " + translator.translate(["a b c d e f"])[0]
     assert picture.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_non_autoregressive_loss_runs_where_the_batch_is(device_name):
+    """A CMLM's masks, glancing and a CTC model's loss and best alignment on the batch's device (the CMLM's masks
+    were drawn on the CPU and failed on CUDA)."""
+    from aiayn.model.transformer import CMLM
+    from aiayn.training.objective import cmlm_loss, glancing_loss
+
+    src = torch.tensor([[7, 8, 9, 10], [11, 12, 13, PAD]], device=device_name)
+    tgt = torch.tensor([[7, 8, 9], [11, 12, PAD]], device=device_name)
+    gen = torch.Generator().manual_seed(0)
+    cmlm = CMLM(tiny(cmlm=True)).to(device_name)
+    for loss, n in (cmlm_loss(cmlm, cmlm.config, src, tgt, gen), glancing_loss(cmlm, cmlm.config, src, tgt, gen, 0.5)):
+        assert loss.device.type == device_name and n > 0 and torch.isfinite(loss)
+    ctc = CTC(tiny(ctc_upsample=2)).to(device_name)
+    for loss, n in (ctc_loss(ctc(src), ctc.upsampled(src), tgt, ctc.config),
+                    ctc_glancing_loss(ctc, ctc.config, src, tgt, gen, 0.5)):
+        loss.backward()
+        assert loss.device.type == device_name and n == 5 and torch.isfinite(loss)
