@@ -104,8 +104,15 @@ def test_a_pair_that_cannot_be_spelled_is_dropped():
     tokenizers = SentencePiecePair.train(pairs.sources * 20, pairs.targets * 20, 300, True, "bpe")
     task = CTCTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), ctc_upsample=2), 32, 512, seed=0)
     assert task.too_long == 1 and len(task) == 2  # "a", upsampled, is too short for "w x y z"
-    _, tgt = task.collate([0, 1])
-    assert not ((tgt == task.cfg.bos_id) | (tgt == task.cfg.eos_id)).any()
+    batch = task.collate([0, 1])
+    assert not ((batch[1] == task.cfg.bos_id) | (batch[1] == task.cfg.eos_id)).any()
+    model, calls = CTC(task.cfg), []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    task.loss(model, batch, 0.1)
+    task.glance, task.progress = (0.5, 0.3), 0.5  # as build_train_task sets --glance, and the trainer progress
+    loss, n = task.loss(model, batch, 0.1)
+    assert loss.requires_grad and len(calls) == 3  # glancing: a first pass, then the trained one
+    assert task.glance_ratio() == pytest.approx(0.4) and n == int((batch[1] != PAD).sum())
 
 
 def test_the_recipe_and_model_fields_are_checked():
