@@ -190,9 +190,9 @@ def cmlm_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ctc_run(tmp_path_factory) -> Path:
-    """A tiny CTC model trained on the reverse task by the CLI (glancing: tests/training/test_ctc.py, by itself)."""
+    """A tiny CTC model trained on the reverse task by the CLI, with glancing."""
     def train(folder: Path) -> None:
-        _train_reverse(folder, "--task", "ctc", "--max-steps", "300", "--eval-every", "300")
+        _train_reverse(folder, "--task", "ctc", "--glance", "0.5", "--max-steps", "300", "--eval-every", "300")
     return trained_once(tmp_path_factory, "ctc", train) / "run"
 
 

@@ -26,15 +26,15 @@ class Alignment:
     blank: int
 
 
-def collapse(path: list[int], blank: int) -> list[int]:
-    """CTC's many-to-one map: merge each run of equal labels into one, then drop the blanks
-    (``a a - a b b -`` -> ``a a b``)."""
-    return [label for i, label in enumerate(path) if label != blank and (i == 0 or path[i - 1] != label)]
-
-
 def kept_positions(path: list[int], blank: int) -> list[bool]:
     """For each position of ``path``, whether :func:`collapse` keeps its label (the first of a run, not blank)."""
     return [label != blank and (i == 0 or path[i - 1] != label) for i, label in enumerate(path)]
+
+
+def collapse(path: list[int], blank: int) -> list[int]:
+    """CTC's many-to-one map: merge each run of equal labels into one, then drop the blanks
+    (``a a - a b b -`` -> ``a a b``)."""
+    return [label for label, kept in zip(path, kept_positions(path, blank), strict=True) if kept]
 
 
 @torch.no_grad()

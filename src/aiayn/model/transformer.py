@@ -355,6 +355,8 @@ MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderO
 def build_model(config: ModelConfig) -> TransformerModel:
     """The model class that ``config.arch`` names (a ``CMLM`` for ``config.cmlm``, a ``CTC`` for
     ``config.ctc_upsample``), freshly initialised."""
-    if config.cmlm or config.ctc_upsample:
-        return (CMLM if config.cmlm else CTC)(config)
+    if config.cmlm:
+        return CMLM(config)
+    if config.ctc_upsample:
+        return CTC(config)
     return MODEL_CLASSES[config.arch](config)

@@ -232,8 +232,8 @@ def _add_inspection_routes(app: FastAPI, translator: Translator, batcher: Schedu
 def _check_attention(req: AttentionRequest, translator: Translator, limits: Limits, maps: bool = True) -> None:
     """413/422 for a pair /attention cannot take; ``maps``: attention pictures (a CMLM has none: 422)."""
     if maps and translator.model.config.non_autoregressive:
-        raise HTTPException(422, "attention: drawn for autoregressive models; a CMLM's refinement is POST "
-                                 "/refinement")
+        raise HTTPException(422, "attention: drawn for autoregressive models; a CMLM's or CTC model's one is "
+                                 "POST /refinement")
     check_size([req.source] + ([req.target] if req.target else []), limits)
     if not req.source.strip():
         raise HTTPException(422, "source: give a sentence to attend over")

@@ -18,6 +18,7 @@ from aiayn.model.config import PRESETS, ModelConfig
 from aiayn.model.fields import typed_fields
 
 TASKS = ("translation", "cmlm", "ctc", "lm", "mlm", "chat")
+CTC_UPSAMPLE = 2  # a CTC model's upsampling unless model.ctc_upsample says otherwise
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 TOKENIZER_TYPES = ("bpe", "unigram", "char")  # aiayn.tokenizers.MODEL_TYPES (no torch here)
@@ -38,7 +39,7 @@ class TrainConfig:
     data: str = _f("numbers", "dataset name (multi30k, tatoeba-cmn, copy, reverse, numbers) or path")
     task: str = _f("translation", "what to train: translation (encoder-decoder), cmlm (Mask-Predict's "
                    "non-autoregressive encoder-decoder), ctc (a non-autoregressive encoder-decoder trained with CTC "
-                   "over the source upsampled model.ctc_upsample times, default 2), lm (decoder-only), "
+                   f"over the source upsampled model.ctc_upsample times, default {CTC_UPSAMPLE}), lm (decoder-only), "
                    "mlm (encoder-only), chat (fine-tune a "
                    "chat model from init_from on a JSON-lines file of {\"messages\": [...]}, the loss on the "
                    "assistant's turns)", TASKS)
@@ -138,6 +139,9 @@ class TrainConfig:
         self._check_both_directions()
         if not isinstance(self.model, dict):
             raise ValueError("model: must be a mapping of model config fields")
+        upsample = self.model.get("ctc_upsample", CTC_UPSAMPLE if self.task == "ctc" else 0)
+        if (self.task == "ctc") != bool(upsample) or upsample == 1:
+            raise ValueError(f"model.ctc_upsample: 2 or more for task ctc, and only there; got {upsample!r}")
         try:  # a typo or a wrong type under model: is found now, before any data or tokenizer work
             ModelConfig.preset(self.preset, **self.model)
         except ValueError as err:
@@ -150,16 +154,13 @@ class TrainConfig:
             raise ValueError(f"decoding.{err}") from None
 
     def _check_glance(self) -> None:
-        """Glancing: shares in [0, 1], for the CMLM and CTC tasks only; a CTC model's upsampling."""
+        """Glancing: shares in [0, 1], for the CMLM and CTC tasks only."""
         for name in ("glance", "glance_end"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: a share of the wrong predictions, in [0, 1]; got {value!r}")
         if (self.glance or self.glance_end) and self.task not in ("cmlm", "ctc"):
             raise ValueError("glance: glancing training is for task cmlm or ctc")
-        upsample = self.model.get("ctc_upsample", 2 if self.task == "ctc" else 0) if isinstance(self.model, dict) else 0
-        if (self.task == "ctc") != bool(upsample) or upsample == 1:
-            raise ValueError(f"model.ctc_upsample: 2 or more for task ctc, and only there; got {upsample!r}")
 
     def _check_pretrained(self) -> None:
         """LoRA and the chat task adapt a pretrained model (init_from)."""

@@ -70,16 +70,16 @@ def copy_loss(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor, recip
     """Teacher forcing's mean cross-entropy (section 5), a CMLM's masked-token loss per masked token, or a CTC
     model's loss per target token (the last two on the target without ``<s>`` and ``</s>``)."""
     cfg = model.config
+    if not isinstance(model, (CMLM, CTC)):
+        tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
+        return label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
     plain = tgt[:, 1:].masked_fill(tgt[:, 1:] == cfg.eos_id, cfg.pad_id)  # (B, S+1): no <s>, no </s>
     if isinstance(model, CMLM):
         loss, masked = cmlm_loss(model, cfg, src, plain, gen, recipe.label_smoothing)
         return loss / masked
-    if isinstance(model, CTC):
-        inputs = model.upsampled(src)  # (B, S * upsample)
-        loss, tokens = ctc_loss(model(src, inputs), inputs, plain, cfg)
-        return loss / tokens
-    tgt_in, labels = shift_target(tgt, cfg.pad_id, cfg.eos_id)
-    return label_smoothed_cross_entropy(model(src, tgt_in), labels, cfg.pad_id, recipe.label_smoothing)
+    inputs = model.upsampled(src)  # (B, S * upsample)
+    loss, tokens = ctc_loss(model(src, inputs), inputs, plain, cfg)
+    return loss / tokens
 
 
 def exact_match(model: EncoderDecoder, n: int = 1000, seed: int = 1234, iterations: int = 4,
