@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean browser jemalloc notebook smollm2 docs
+.PHONY: demo test test-long lint install clean browser jemalloc notebook smollm2 docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,14 @@ smollm2: $(STAMP)
 		echo "warning: could not fetch SmolLM2; its test is skipped with the command to fetch it"
 
 # Two test workers on the two cores, one compute thread each (tests/conftest.py): no OpenMP oversubscription.
+# make test: everything but the tests marked `long` (minutes: run it before every commit);
+# make test-long: those (soak runs, recipe statistics, real model files, learning bars that need long training).
 test: $(STAMP) browser jemalloc smollm2
 	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 -m "not long"
+
+test-long: $(STAMP) browser jemalloc smollm2
+	$(PY) -m pytest -q -n 2 -m long
 
 # The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync),
 # after writing each block's output under it in both tours (scripts/tour_outputs.py).

@@ -46,6 +46,20 @@ def device(device_name):
         yield torch.device(device_name)
 
 
+@pytest.fixture(params=[True, False], ids=["bf16-kernels", "no-bf16-kernels"])
+def bf16_kernels(request, monkeypatch) -> bool:
+    """Both of the CPU's branches on every machine: as if it has oneDNN's bfloat16 kernels (weight-only int8 with
+    bfloat16 activations; slow where they are emulated) and as if it has not (torch's dynamic int8, float32),
+    whatever this CPU has. Forced where every module reads ``bf16_kernels_available``."""
+    from aiayn.inference import precision
+    from aiayn.model import packed, quantized
+    from aiayn.training import build
+
+    for module in (packed, quantized, precision, build):
+        monkeypatch.setattr(module, "bf16_kernels_available", lambda: request.param)
+    return request.param
+
+
 def tiny(**overrides) -> ModelConfig:
     """A tiny config for fast tests (dropout off unless asked)."""
     return ModelConfig.preset("tiny", **{"vocab_size": 40, "dropout": 0.0, "max_len": 64, **overrides})
@@ -163,37 +177,40 @@ def trained_once(tmp_path_factory, name: str, train: Callable[[Path], None]) -> 
     return folder
 
 
-def _train_reverse(folder: Path, *flags: str) -> None:
+REVERSE_RUNS = {  # the tiny runs on the reverse task the CLI trains for the tests (benchmarks/bench_learning_spread.py
+    "reverse": ("--max-steps", "300", "--eval-every", "100"),  # measures their spread, as the tests judge them)
+    "cmlm": ("--task", "cmlm", "--max-steps", "400", "--eval-every", "400"),
+    "ctc": ("--task", "ctc", "--glance", "0.5", "--max-steps", "300", "--eval-every", "300"),
+}
+
+
+def train_reverse_run(folder: Path, name: str, *flags: str) -> Path:
+    """``aiayn train`` of ``REVERSE_RUNS[name]`` (and ``flags``) into ``folder/run``, in a process of its own."""
     result = subprocess.run(
         [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--preset", "tiny",
          "--output", str(folder / "run"), "--vocab-size", "300", "--max-tokens", "1024",
          "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50",
-         *flags], capture_output=True, text=True, timeout=600)
+         *REVERSE_RUNS[name], *flags], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
+    return folder / "run"
 
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory) -> Path:
     """A tiny model trained on the reverse task by the CLI (shared by the CLI, visual and server tests)."""
-    def train(folder: Path) -> None:
-        _train_reverse(folder, "--max-steps", "300", "--eval-every", "100")
-    return trained_once(tmp_path_factory, "reverse", train) / "run"
+    return trained_once(tmp_path_factory, "reverse", lambda folder: train_reverse_run(folder, "reverse")) / "run"
 
 
 @pytest.fixture(scope="session")
 def cmlm_run(tmp_path_factory) -> Path:
     """A tiny conditional masked LM (Mask-Predict) trained on the reverse task by the CLI."""
-    def train(folder: Path) -> None:
-        _train_reverse(folder, "--task", "cmlm", "--max-steps", "400", "--eval-every", "400")
-    return trained_once(tmp_path_factory, "cmlm", train) / "run"
+    return trained_once(tmp_path_factory, "cmlm", lambda folder: train_reverse_run(folder, "cmlm")) / "run"
 
 
 @pytest.fixture(scope="session")
 def ctc_run(tmp_path_factory) -> Path:
     """A tiny CTC model trained on the reverse task by the CLI, with glancing."""
-    def train(folder: Path) -> None:
-        _train_reverse(folder, "--task", "ctc", "--glance", "0.5", "--max-steps", "300", "--eval-every", "300")
-    return trained_once(tmp_path_factory, "ctc", train) / "run"
+    return trained_once(tmp_path_factory, "ctc", lambda folder: train_reverse_run(folder, "ctc")) / "run"
 
 
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
@@ -270,6 +287,43 @@ def live_server(trained_run):
     app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)
     with serving(app, limits) as url:
         yield url, app
+
+
+def png_pixels(path: Path, inches: tuple[float, float], dpi: int = 110):
+    """The PNG a figure was saved to (``visual/figures.save_figure``'s dpi), as (H, W, 3) floats in 0..1, checked
+    to be a figure of ``inches`` (width, height) with something drawn on it (not one colour)."""
+    from matplotlib.image import imread
+
+    pixels = imread(path)[..., :3]
+    height, width = pixels.shape[:2]  # matplotlib rounds a size in inches times the dpi either way
+    assert abs(height - inches[1] * dpi) <= 1 and abs(width - inches[0] * dpi) <= 1, (pixels.shape, inches)
+    assert pixels.reshape(-1, 3).std(axis=0).max() > 0.1, "a blank picture"
+    return pixels
+
+
+def red_pixels(pixels) -> int:
+    """How many pixels are pure red (the frames the refinement pictures draw around predicted or kept tokens)."""
+    return int(((pixels[..., 0] > 0.9) & (pixels[..., 1] < 0.1) & (pixels[..., 2] < 0.1)).sum())
+
+
+def run_main(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """``aiayn ARGS`` run in this process by ``aiayn.cli.main``, as a finished process (its return code, stdout and
+    stderr): no interpreter to start, which costs seconds under load. For what a command does, not for the
+    process itself (signals, exit on a crash, a restart under jemalloc: ``aiayn train`` runs as a process)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+    from unittest import mock
+
+    from aiayn.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    given = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")  # with .buffer, as sys.stdin has
+    with mock.patch("sys.stdin", given), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's own refusals
+            code = exit.code
+    return subprocess.CompletedProcess(["aiayn", *args], code, out.getvalue(), err.getvalue())
 
 
 def parses(command: str) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiayn.data.datasets import synthetic_pairs
 from tiny_runs import TINY
 
@@ -32,6 +34,7 @@ def _bench(tmp_path: Path, *seeds: int) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.long
 def test_each_seed_is_scored_as_the_recipe_says_and_the_spread_is_over_the_seeds(tmp_path):
     (tmp_path / "data").mkdir()
     _corpus(tmp_path / "data")
@@ -61,6 +64,7 @@ def test_each_seed_is_scored_as_the_recipe_says_and_the_spread_is_over_the_seeds
     assert not any(x["metric"].startswith("test_tokenized_bleu") for x in lines)  # not asked for: not reported
 
 
+@pytest.mark.long
 def test_a_both_directions_recipe_is_scored_each_way(tmp_path):
     (tmp_path / "data").mkdir()
     _corpus(tmp_path / "data")

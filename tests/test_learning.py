@@ -1,5 +1,6 @@
 """The models learn: the SPEC's copy task, and a repeated pattern for the decoder-only model."""
 
+import pytest
 import torch
 
 from aiayn import DecoderOnly
@@ -9,12 +10,19 @@ from aiayn.training.objective import label_smoothed_cross_entropy, make_optimize
 
 from conftest import tiny
 
+# The spread behind the bar (`python benchmarks/bench_learning_spread.py --seeds 0 1 --threads 1 2 --measures copy`,
+# 12 runs: seeds 0-1, 1-2 threads, PyTorch's AVX512 and AVX2 kernels, on an AMD EPYC with AVX512-BF16): 0.982-1.000
+# at step 2,000 (AVX2 kernels at two threads: 0.982 and 0.988), and an Intel Xeon's run gave 0.98; the same runs
+# still move 1-2 points between checkpoints (0.979-1.000 at step 1,500). So 0.97: a point under the lowest seen.
+COPY_BAR = 0.97
 
-def test_copy_task_reaches_99_percent_exact_match():
+
+@pytest.mark.long
+def test_copy_task_learns_to_copy_almost_every_sequence():
     """The demo's recipe (2,000 steps: about 40 s on 2 CPU cores; speed is shown by `aiayn demo --task copy`)."""
     model = train_copy(CopyRecipe(), progress=False)
     accuracy, _ = exact_match(model, n=1000, seed=99)
-    assert accuracy >= 0.99, accuracy
+    assert accuracy >= COPY_BAR, accuracy
 
 
 def test_decoder_only_learns_a_repeated_pattern(device):
@@ -28,6 +36,6 @@ def test_decoder_only_learns_a_repeated_pattern(device):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert loss.item() < 0.05, loss.item()
+    assert loss.item() < 0.05, loss.item()  # 0.0008-0.0009 over the 12 runs above: far under it
     out = greedy_search(model.eval(), pattern[None, :4], max_new_tokens=8)
     assert out[0] == [6, 30, 5, 9, 7, 12, 6, 30]

@@ -10,6 +10,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("tour_outputs", ROOT / "scripts" / "tour_outputs.py")
 tour_outputs = importlib.util.module_from_spec(_spec)
@@ -127,6 +129,7 @@ def notebook_outputs(folder: Path, first_cell: str) -> list[str]:
             for cell in notebook.cells[1:] if cell.cell_type == "code"]
 
 
+@pytest.mark.long  # the tour trains its copy models for the demo's 2,000 steps
 def test_every_block_of_both_tours_runs_and_prints_what_it_shows(tmp_path):
     """The English tour as the notebook, then the Chinese tour's blocks in one fresh Python, each in a folder of
     its own; both checked the same way."""

@@ -4,7 +4,6 @@ translate, evaluate and serve use it unless a flag (or a request field) says oth
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +11,8 @@ from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
 from aiayn.io.checkpoint import GENERATION
 from tiny_runs import train_command, write_recipe
+
+from conftest import run_main
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +27,8 @@ def run(tmp_path_factory):
 
 def _evaluate(run, tmp_path, *flags):
     (tmp_path / "src.txt").write_text("a b c\nd e f g\n")
-    result = subprocess.run([sys.executable, "-m", "aiayn", "evaluate", "--checkpoint", str(run), "--src",
-                             str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt"), "--json", *flags],
-                            capture_output=True, text=True, timeout=300)
+    result = run_main("evaluate", "--checkpoint", str(run), "--src", str(tmp_path / "src.txt"), "--ref",
+                      str(tmp_path / "src.txt"), "--json", *flags)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["decoding"]
 

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_main
+
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def aiayn(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command in this process (``run_main``); with ``env``, in a process of its own with that environment."""
+    if env is None:
+        return run_main(*args, stdin=stdin or "")
     return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True,
                           timeout=600, env=env)
 

@@ -29,13 +29,19 @@ def test_no_stop_id_before_min_new_tokens():
 
 
 def test_beam_and_sampling_end_at_a_stop_id():
+    """A stop id ends the row where it is drawn: each seeded sample with ``stop_ids`` is the same seed's sample
+    without them, cut before its first stop id (so "ends the row" is told from "never generates it")."""
     src = torch.tensor([[7]])
     beams = generate(scripted((B,)), src, "beam", beam_size=2, num_return_sequences=2, max_new_tokens=5,
                      use_cache=False)
     assert beams and all(B not in row for row in beams)
-    for seed in range(5):
+    cut = 0
+    for seed in range(8):
+        free = generate(scripted(), src, "sample", seed=seed, max_new_tokens=5, use_cache=False)[0]
         row = generate(scripted((B,)), src, "sample", seed=seed, max_new_tokens=5, use_cache=False)[0]
-        assert B not in row
+        assert row == (free[:free.index(B)] if B in free else free), (seed, free, row)
+        cut += B in free
+    assert cut >= 2, "the seeds never drew the stop id: nothing was tested"
 
 
 def test_stop_ids_are_checked_and_read_back_from_json():

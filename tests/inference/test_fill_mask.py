@@ -2,15 +2,16 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from aiayn.inference.fill_mask import MaskFiller
 
+from conftest import run_main
+
 
 def aiayn(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=300)
+    return run_main(*args)
 
 
 def test_planted_tokens_rank_first_for_each_mask(mlm_run):

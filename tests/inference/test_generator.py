@@ -1,7 +1,6 @@
 """Text generation with a decoder-only checkpoint: the CLI streams, greedy equals aiayn.generate, seeds repeat."""
 
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -10,10 +9,11 @@ from aiayn import generate
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.tokenizers import SentencePieceTokenizer
 
+from conftest import run_main
+
 
 def aiayn(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True,
-                          timeout=300)
+    return run_main(*args, stdin=stdin)
 
 
 def test_text_stream_holds_back_a_character_split_into_bytes():

@@ -2,7 +2,8 @@
 model's and the same greedy and beam tokens, for the encoder-decoder (the paper's, and T5's with relative position
 biases), the decoder-only (LLaMA's options: grouped-query attention, SwiGLU, rotary positions) and the encoder-only
 model, each rank holding about half of the blocks' weights and its own heads of the KV cache; the commands print
-what one process prints; a split server answers as the library does and drains on SIGTERM; what cannot be split is
+what one process prints; a split server answers as the library does and, on SIGTERM mid-stream, ends the stream
+whole and exits; what cannot be split is
 refused by name."""
 
 import json
@@ -10,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 
 import httpx
 import pytest
@@ -21,7 +21,7 @@ from aiayn.inference.tensor_parallel import check_divisible
 from aiayn.model.config import ModelConfig
 from tiny_runs import abort, torchrun, torchrun_command, workers
 
-from conftest import tiny, wait_until_serving
+from conftest import run_main, tiny, wait_until_serving
 
 CHECK = r'''
 import json, sys
@@ -114,9 +114,9 @@ def test_a_split_model_decodes_in_float32_only(trained_run):
             inference_copy(model, **{flag: True})
 
 
-def _one_process(*args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([sys.executable, "-m", "aiayn", *args], input=stdin, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+def _one_process(*args: str, stdin: str = "") -> str:
+    """What the command prints unsplit: run here, in this process."""
+    result = run_main(*args, stdin=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -177,7 +177,7 @@ def test_a_split_server_answers_as_the_library_and_drains_on_sigterm(lm_run):
         sampled = httpx.post(f"{url}/generate", json=seeded, timeout=60)
         assert sampled.json()["text"] == generator.generate("a dog", 20, temperature=1.2, seed=5)[0]
         assert httpx.post(f"{url}/attention", json={"text": "the cat"}, timeout=10).status_code == 404
-        os.kill(_rank_zero(proc.pid), signal.SIGTERM)  # rank 0 drains, then tells the others to stop
+        events = _stream_through_sigterm(url, _rank_zero(proc.pid))  # rank 0 drains, then tells the others to stop
         _, stderr = proc.communicate(timeout=60)
     except BaseException:
         abort([*workers(proc.pid), proc.pid])
@@ -185,6 +185,22 @@ def test_a_split_server_answers_as_the_library_and_drains_on_sigterm(lm_run):
     assert proc.returncode == 0, stderr[-3000:]
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=1)
+    final = events[-1]  # the stream in flight at SIGTERM ended whole, as the library decodes it
+    assert final.get("finish_reason") and final["text"] == generator.generate("the cat ", 60, temperature=0)[0]
+    assert len(events) - 1 == final["completion_tokens"] and sum("finish_reason" not in e for e in events[2:]) >= 10
+
+
+def _stream_through_sigterm(url: str, rank_zero: int) -> list[dict]:
+    """A 60-token stream from /generate, SIGTERM sent to ``rank_zero`` once its first token arrived; its events."""
+    body = {"prompt": "the cat ", "max_new_tokens": 60, "temperature": 0, "stream": True}
+    events = []
+    with httpx.stream("POST", f"{url}/generate", json=body, timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    os.kill(rank_zero, signal.SIGTERM)  # mid-stream: the other 59 tokens are still to come
+    return events
 
 
 def test_a_split_server_refuses_mask_predict_by_name(cmlm_run):

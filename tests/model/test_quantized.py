@@ -11,7 +11,6 @@ from torch import nn
 from aiayn import build_model, generate, quantize
 from aiayn.inference.precision import fuse
 from aiayn.model.lora import apply_lora
-from aiayn.model.packed import bf16_kernels_available
 from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
 
 from conftest import random_ids, tiny
@@ -20,16 +19,16 @@ LLAMA_LIKE = dict(arch="decoder-only", positions="rope", rope_layout="halves", n
                   norm_type="rmsnorm", norm="pre", qkv_bias=False, out_bias=False, ffn_bias=False)
 
 
-def _activation_rounding(x: torch.Tensor, weight: torch.Tensor) -> float:
+def _activation_rounding(x: torch.Tensor, weight: torch.Tensor, bf16: bool) -> float:
     """A bound on what bfloat16 (8-bit mantissa) activations and dequantised weights can move x W^T by."""
-    if not bf16_kernels_available():
+    if not bf16:
         return 1e-4
     return float(2 ** -7 * (x.abs() @ weight.abs().t()).max()) + 1e-4  # x and, for many rows, W rounded
 
 
 @pytest.mark.parametrize("make", [Int8Linear, Int4Linear], ids=["int8", "int4"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_packed_layer_equals_its_dequantised_reference(make, bias):
+def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernels):
     torch.manual_seed(0)
     linear = nn.Linear(64, 40, bias=bias)  # 40 rows: not a multiple of int4's 16, padded inside
     layer = make(linear)
@@ -40,7 +39,7 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias):
         want = F.linear(x, weight, linear.bias).detach()
         got = layer(x)
         assert got.shape == want.shape and got.dtype == torch.float32
-        assert float((got - want).abs().max()) <= _activation_rounding(x.view(-1, 64), weight)
+        assert float((got - want).abs().max()) <= _activation_rounding(x.view(-1, 64), weight, bf16_kernels)
 
 
 def test_int8_weights_are_within_half_a_step_of_the_float_ones():
@@ -53,14 +52,14 @@ def test_int8_weights_are_within_half_a_step_of_the_float_ones():
     assert float(error.max()) > 0  # it is quantised
 
 
-def test_int4_weights_are_within_half_a_step_of_their_group():
+def test_int4_weights_are_within_half_a_step_of_their_group(bf16_kernels):
     torch.manual_seed(2)
     linear = nn.Linear(128, 48, bias=False)
     layer = Int4Linear(linear, group_size=32)
     groups = linear.weight.detach().view(48, 4, 32)
     step = (groups.amax(-1, keepdim=True) - groups.amin(-1, keepdim=True)) / 15  # (N, K/G, 1)
     error = (layer.dequantized().view(48, 4, 32) - groups).abs()
-    kept = 2 ** -8 * (8 * step + 2 * groups.abs().amax(-1, keepdim=True)) if bf16_kernels_available() else 0
+    kept = 2 ** -8 * (8 * step + 2 * groups.abs().amax(-1, keepdim=True)) if bf16_kernels else 0
     assert bool((error <= step / 2 + kept + 1e-5).all())  # kept: scales and offsets held in bfloat16
     assert len(torch.unique(layer.dequantized()[0, :32])) <= 16  # 4 bits: at most 16 values a group
 
@@ -77,12 +76,12 @@ def test_int4_refuses_a_width_that_is_not_a_multiple_of_the_group_and_quantize_m
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_quantized_model_is_close_to_float_and_decodes_the_same_with_and_without_cache(bits):
+def test_quantized_model_is_close_to_float_and_decodes_the_same_with_and_without_cache(bits, bf16_kernels):
     torch.manual_seed(3)
     model = build_model(tiny(**LLAMA_LIKE)).eval()
     low = quantize(model, bits)
     kinds = {type(m) for m in low.modules()}
-    dynamic = bits == 8 and not bf16_kernels_available()  # an AVX2-only CPU: torch's dynamic int8 (quantize's doc)
+    dynamic = bits == 8 and not bf16_kernels  # an AVX2-only CPU: torch's dynamic int8 (quantize's doc)
     expected = torch.ao.nn.quantized.dynamic.Linear if dynamic else (Int4Linear if bits == 4 else Int8Linear)
     assert expected in kinds and nn.Linear not in kinds
     ids = random_ids(2, 9)

@@ -70,7 +70,10 @@ def test_v1_starts_from_generation_json_and_a_chat_runs_to_the_end_of_its_turn(t
         chat = client.chat.completions.create(model="m", messages=messages)  # no max_tokens, no temperature
         completion = client.completions.create(model="m", prompt="Two dogs")
     expected = generate(greedy.model, torch.tensor([greedy.chat_ids(messages)]), "greedy", max_new_tokens=40)[0]
-    assert chat.usage.completion_tokens == len(expected)  # greedy, as generation.json says, up to the limit
+    assert chat.choices[0].message.content == greedy.tokenizer.decode(expected)  # greedy, as generation.json says
+    assert chat.usage.completion_tokens == len(expected)  # up to the server's limit
     assert chat.choices[0].finish_reason == ("length" if len(expected) == 40 else "stop")
-    assert completion.usage.completion_tokens <= 16 and (completion.usage.completion_tokens == 16
-                                                         or completion.choices[0].finish_reason == "stop")
+    sixteen = generate(greedy.model, torch.tensor([greedy.prompt_ids("Two dogs")]), "greedy", max_new_tokens=16)[0]
+    assert completion.choices[0].text == greedy.tokenizer.decode(sixteen)
+    assert completion.usage.completion_tokens == len(sixteen) <= 16 and (len(sixteen) == 16
+                                                                       or completion.choices[0].finish_reason == "stop")

@@ -11,7 +11,7 @@ import pytest
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
-from aiayn.serve.tools import ToolStream, parse_calls
+from aiayn.serve.tools import ToolStream, parse_calls, template_messages
 
 from conftest import chat_checkpoint, serving
 
@@ -41,14 +41,24 @@ def get_weather(city: str, days: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    folder = chat_checkpoint(tmp_path_factory.mktemp("tools") / "ckpt", template=HERMES)
+def generator(tmp_path_factory) -> TextGenerator:
+    return TextGenerator.from_checkpoint(chat_checkpoint(tmp_path_factory.mktemp("tools") / "ckpt", template=HERMES))
+
+
+@pytest.fixture(scope="module")
+def server(generator):
     limits = Limits(max_chars=4000)
-    with serving(create_app(TextGenerator.from_checkpoint(folder), limits, name="tiny-tools"), limits) as url:
+    with serving(create_app(generator, limits, name="tiny-tools"), limits) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
 
 
-def test_an_agent_loop_through_the_official_client(server):
+def prompt_held(generator: TextGenerator, messages: list[dict], tools: list[dict] | None = None) -> tuple[str, int]:
+    """The prompt a request of ``messages`` (and ``tools``) renders on the server, and its token count."""
+    prompt = generator.chat_prompt(template_messages(messages), tools)
+    return prompt, len(generator.rendered_ids(prompt))
+
+
+def test_an_agent_loop_through_the_official_client(server, generator):
     messages = [{"role": "user", "content": "What is the weather in Paris this week?"}]
     first = server.chat.completions.create(model="tiny-tools", messages=messages, tools=[WEATHER, TIME],
                                            tool_choice="required", temperature=0, max_tokens=200)
@@ -70,6 +80,9 @@ def test_an_agent_loop_through_the_official_client(server):
                                            temperature=0, tool_choice="none")
     assert final.choices[0].message.tool_calls is None and final.choices[0].finish_reason in ("stop", "length")
     assert isinstance(final.choices[0].message.content, str)
+    prompt, count = prompt_held(generator, messages)  # the tool's result reached the model's prompt
+    assert f"<tool_response>\n{result}\n</tool_response>" in prompt and final.usage.prompt_tokens == count
+    assert count > prompt_held(generator, messages[:-1])[1]
 
 
 def test_tool_calls_stream_as_deltas_equal_to_the_whole_answer(server):
@@ -112,12 +125,20 @@ def test_parsing_calls_and_holding_a_call_until_it_closes():
     assert deltas[0]["index"] == 0 and stream.flush() == ""
 
 
-def test_the_agent_loop_of_the_docs_runs(server, capsys):
-    """docs/serving.md's agent loop, run as it is written against this server (its address and model name)."""
+def test_the_agent_loop_of_the_docs_runs(server, generator, capsys):
+    """docs/serving.md's agent loop, run as it is written against this server (its address and model name): the
+    function's result goes into the last request's prompt, and what it prints is that request's answer."""
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
     code = doc.split("<!-- agent-loop -->\n```python\n", 1)[1].split("```", 1)[0]
     code = code.replace("http://127.0.0.1:8000/v1", str(server.base_url)).replace('"MODEL"', '"tiny-tools"')
-    exec(compile(code, "docs/serving.md", "exec"), {})
-    assert capsys.readouterr().out.strip() != ""  # the final answer was printed
+    loop = {}
+    exec(compile(code, "docs/serving.md", "exec"), loop)
+    final, messages, result = loop["final"], loop["messages"], loop["result"]
+    assert result == get_weather(**json.loads(loop["call"].function.arguments))
+    prompt, count = prompt_held(generator, messages, loop["tools"])
+    assert f"<tool_response>\n{result}\n</tool_response>" in prompt and final.usage.prompt_tokens == count
+    answer = final.choices[0].message
+    assert capsys.readouterr().out == f"{answer.content}\n"  # the final answer was printed
+    assert answer.content or answer.tool_calls  # text, or (as the docs say) another call

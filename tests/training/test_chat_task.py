@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from aiayn.cli import main
 from aiayn.inference.load import load_checkpoint
@@ -95,6 +96,9 @@ def test_a_lora_run_on_conversations_saves_an_adapter_that_chat_and_merge_take(c
     capsys.readouterr()
     assert main(["chat", "--checkpoint", str(tmp_path / "merged"), "--temperature", "0", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out == adapted
+    base, merged = (load_file(folder / "model.safetensors") for folder in (checkpoint, tmp_path / "merged"))
+    moved = max((merged[name] - base[name]).abs().max().item() for name in base)
+    assert moved > 1e-3, moved  # the adapter trained: merged into the base, it changes the weights
 
 
 def test_chat_needs_a_checkpoint_to_start_from(tmp_path, capsys):

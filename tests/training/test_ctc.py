@@ -5,14 +5,13 @@ the library, the CLI and the server."""
 
 import itertools
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
 from aiayn import generate
+from aiayn.cli import main
 from aiayn.data.corpus import Parallel
 from aiayn.decoding.ctc import collapse
 from aiayn.inference.translator import Translator
@@ -23,7 +22,7 @@ from aiayn.training.config import TrainConfig
 from aiayn.training.objective import ctc_alignment, ctc_glancing_loss, ctc_loss
 from aiayn.training.tasks import CTCTask, ctc_fits
 
-from conftest import tiny
+from conftest import png_pixels, red_pixels, run_main, tiny
 
 PAD, BLANK = 0, 4
 
@@ -127,6 +126,7 @@ def test_the_recipe_and_model_fields_are_checked():
     assert TrainConfig(task="ctc", glance=0.5, glance_end=0.3).glance == 0.5
 
 
+@pytest.mark.long
 def test_ctc_learns_the_copy_task_in_one_pass():
     """The tour's copy task: a CTC model of the tiny size, its best path in one decoder pass."""
     from aiayn.training.demo import CopyRecipe, exact_match, train_copy
@@ -146,31 +146,28 @@ def test_a_trained_ctc_model_decodes_the_same_through_library_cli_and_server(ctc
     src = torch.tensor([translator.source_ids(texts[0])])
     ids = generate(translator.model, src, "ctc", config=translator.decoding)
     assert translator.tokenizers.tgt.decode(ids[0]) == ours[0]
-    cli = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ctc_run)],
-                         input="\n".join(texts) + "\n", capture_output=True, text=True)
+    cli = run_main("translate", "--checkpoint", str(ctc_run), stdin="\n".join(texts) + "\n")
     assert cli.returncode == 0 and cli.stdout.splitlines() == ours
     with TestClient(create_app(translator)) as client:
         assert client.post("/translate", json={"texts": texts}).json()["translations"] == ours
         refused = client.post("/translate", json={"text": "a b", "strategy": "mask-predict"})
         assert refused.status_code == 422 and "ctc" in refused.json()["detail"]
         assert client.post("/attention", json={"source": "a b"}).status_code == 422
-    bad = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ctc_run), "--strategy",
-                          "greedy"], input="a b\n", capture_output=True, text=True)
-    assert bad.returncode == 2 and "use ctc" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_main("translate", "--checkpoint", str(ctc_run), "--strategy", "greedy", stdin="a b\n")
+    assert bad.returncode == 2 and "use ctc" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_show_refinement_draws_a_ctc_models_best_path(ctc_run, tmp_path):
+def test_show_refinement_draws_a_ctc_models_best_path(ctc_run, tmp_path, capsys):
     picture = tmp_path / "alignment.png"
-    shown = subprocess.run([sys.executable, "-m", "aiayn", "show", "refinement", "--checkpoint", str(ctc_run),
-                            "a b c d e f", "--output", str(picture)], capture_output=True, text=True)
-    assert shown.returncode == 0, shown.stderr
-    lines = shown.stdout.splitlines()
+    assert main(["show", "refinement", "--checkpoint", str(ctc_run), "a b c d e f", "--output", str(picture)]) == 0
+    lines = capsys.readouterr().out.splitlines()
     inputs, path = lines[1].split()[1:], lines[2].split()[2:]
     assert lines[1].startswith("inputs: ") and lines[2].startswith("best path: ")
     assert len(inputs) == len(path) == 2 * len(lines[0].split()[1:])  # upsampled twice
     translator = Translator.from_checkpoint(ctc_run)
     assert lines[3] == "translation: " + translator.translate(["a b c d e f"])[0]
-    assert picture.read_bytes()[:4] == b"\x89PNG"
+    pixels = png_pixels(picture, (1.2 + 0.9 * len(path), 2.4))  # a column per upsampled position
+    assert (red_pixels(pixels) > 0) == ("*" in lines[2])  # the kept positions framed
 
 
 def test_every_non_autoregressive_loss_runs_where_the_batch_is(device_name):

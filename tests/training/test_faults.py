@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn.model.transformer import TransformerModel
 from tiny_runs import step_of, train_command, wait_for_step, weights, workers, write_recipe
+
+pytestmark = pytest.mark.long  # processes killed, stopped and restarted under torchrun: 10-20 s each (make test-long)
 
 
 def _differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], exact: bool = True) -> list[str]:

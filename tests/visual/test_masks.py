@@ -1,17 +1,17 @@
 """`aiayn show mask`: the matrices it prints are aiayn.model.masks' own."""
 
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from aiayn.model.masks import causal_mask, decoder_self_mask, key_mask, padding_mask
 
+from conftest import run_main
+
 
 def _show(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", "show", "mask", *args], capture_output=True, text=True,
-                          timeout=60)
+    return run_main("show", "mask", *args)
 
 
 def _printed(text: str) -> torch.Tensor:

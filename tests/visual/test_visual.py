@@ -1,7 +1,6 @@
 """Pictures: positional encodings, tensor shapes, attention maps, and the `aiayn show` commands."""
 
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,9 +11,11 @@ from aiayn.visual.attention import KINDS, attention_for, plot_attention
 from aiayn.visual.positions import plot_positions, position_similarity
 from aiayn.visual.shapes import format_table, symbol_sizes, trace_shapes
 
+from conftest import run_main
+
 
 def aiayn(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=300)
+    return run_main(*args)
 
 
 def test_position_dot_products_depend_on_offset_only():

@@ -49,13 +49,21 @@ def declare(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
 
 def declare_fields(app: FastAPI, fields: dict[str, dict[str, dict]]) -> None:
     """Make ``app.openapi()`` state bounds only this server knows (model -> field -> JSON schema keywords merged
-    into the field's schema): the layers and heads its model has, its vocabulary, the adapters it serves."""
+    into the field's schema, where it is a component or a request body of its own): the layers and heads its model
+    has, its vocabulary, the adapters it serves, the names of the models it serves."""
     def edit(schema: dict) -> None:
-        components = schema.get("components", {}).get("schemas", {})
+        found = dict(schema.get("components", {}).get("schemas", {}))
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+                if body is not None and "title" in body:
+                    found.setdefault(body["title"], body)
         for model, changes in fields.items():
             for name, keywords in changes.items():
-                if model in components:
-                    components[model]["properties"][name].update(keywords)
+                if model in found:  # an optional field's keywords go to its value's schema, not to null's
+                    field = found[model]["properties"][name]
+                    for kind in [k for k in field.get("anyOf", ()) if k.get("type") != "null"] or [field]:
+                        kind.update(keywords)
 
     _after_openapi(app, edit)
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.choices import Calls
-from aiayn.serve.declared import declare
+from aiayn.serve.declared import declare, declare_fields
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai_text import OpenAIError, TextRoutes
 from aiayn.serve.scheduler import Scheduler
@@ -190,6 +190,9 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
 
     names = [name, *(() if generator is None or generator.model.adapter_rows is None else
                      generator.model.adapter_rows.names)]
+    text = {"model": {"enum": names}, "max_tokens": {"maximum": limits.max_new_tokens}}  # another model is a 404
+    declare_fields(app, {"CompletionRequest": text, "EmbeddingRequest": {"model": {"enum": [name]}},
+                         "ChatRequest": {**text, "max_completion_tokens": {"maximum": limits.max_new_tokens}}})
     context = None if batcher is None else batcher.capacity
 
     @app.get("/v1/models")

@@ -1,0 +1,166 @@
+"""The spread behind the test suite's learned-quality bars: each learning test's training run repeated over seeds,
+thread counts and the instruction sets of the CPU kinds CI meets, its quality measured as the test measures it.
+
+The same float32 training drifts apart on another CPU: PyTorch's kernels sum in another order with AVX2 than with
+AVX512, and another order again with one thread than with two. A bar set from one lucky run fails on the next
+machine (the copy task reached 0.98 on an Intel Xeon where the test asked 0.99). Here each run's CPU kind is forced
+in its own process, so one machine measures them all:
+
+- ``default``: what this CPU picks;
+- ``avx512``: PyTorch's AVX512 kernels, oneDNN without AMX and bf16 instructions (an Intel Xeon without AMX);
+- ``avx2``: PyTorch's AVX2 kernels, oneDNN and MKL at AVX2 (an AMD EPYC with AVX2 only).
+
+Prints JSON lines {"config", "metric", "value", "unit"}: one per run and measure, then per measure its min, mean and
+max over every run.
+
+    python benchmarks/bench_learning_spread.py [--seeds 0 1 2] [--threads 1 2] [--kinds default avx512 avx2]
+        [--measures copy ctc pattern runs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+KINDS = {  # each CPU kind's kernels, forced by the libraries' own switches
+    "default": {},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+}
+COPY_STEPS = (500, 1000, 1500, 2000)  # the copy task's exact match along the demo's 2,000 steps
+
+
+def measure_copy(seed: int) -> dict[str, float]:
+    """tests/test_learning.py: the demo's copy recipe, exact match on 1,000 new sequences at each of COPY_STEPS
+    (one run, measured as it goes; the evaluation draws from its own generator, so training is unchanged)."""
+    import torch
+
+    from aiayn.data.synthetic import copy_batch
+    from aiayn.model.transformer import build_model
+    from aiayn.training.demo import CopyRecipe, copy_config, copy_loss, exact_match
+    from aiayn.training.objective import make_optimizer, noam_lr
+
+    recipe = CopyRecipe(seed=seed)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    cfg = copy_config(recipe)
+    model, found = build_model(cfg).train(), {}
+    opt = make_optimizer(model)
+    for step in range(1, max(COPY_STEPS) + 1):
+        for group in opt.param_groups:
+            group["lr"] = noam_lr(step, cfg.d_model, recipe.warmup, recipe.lr_factor)
+        src, tgt = copy_batch(cfg, recipe.batch, gen)
+        loss = copy_loss(model, src, tgt, recipe, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step in COPY_STEPS:
+            found[f"copy_exact_at_{step}"] = exact_match(model.eval(), n=1000, seed=99)[0]
+            model.train()
+    return found
+
+
+def measure_ctc(seed: int) -> dict[str, float]:
+    """tests/training/test_ctc.py: a CTC model (upsample 3) trained 700 steps, exact match on 200 new sequences."""
+    from aiayn.training.demo import CopyRecipe, exact_match, train_copy
+
+    model = train_copy(CopyRecipe(steps=700, ctc=3, seed=seed), progress=False)
+    return {"ctc_exact_at_700": exact_match(model, n=200)[0]}
+
+
+def measure_pattern(seed: int) -> dict[str, float]:
+    """tests/test_learning.py: a tiny decoder-only model's loss on a repeated pattern after 150 steps."""
+    import torch
+
+    from aiayn import DecoderOnly, ModelConfig
+    from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=40, dropout=0.0, max_len=64)
+    model = DecoderOnly(cfg).train()
+    data = torch.tensor([5, 9, 7, 12, 6, 30]).repeat(6)[None].repeat(8, 1)  # (8, 36)
+    opt = make_optimizer(model, lr=3e-3)
+    for _ in range(150):
+        loss = label_smoothed_cross_entropy(model(data[:, :-1]), data[:, 1:], pad_id=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {"pattern_loss_at_150": loss.item()}
+
+
+def measure_runs(seed: int) -> dict[str, float]:
+    """tests/conftest.py's tiny reverse-task runs (``REVERSE_RUNS``, trained by the CLI as the fixtures train them),
+    judged as their tests judge them: the plain run's last validation BLEU (tests/cli/test_workflow.py), the CMLM's
+    words of "a b c d e f" reversed in place (tests/training/test_cmlm.py), the CTC model's non-empty
+    translations of three sentences (tests/training/test_ctc.py)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from aiayn.inference.translator import Translator
+
+    from conftest import train_reverse_run
+
+    texts, found = ["a b c d e f", "g h i", "j k l m n"], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("reverse", "cmlm", "ctc"):
+            run = train_reverse_run(Path(tmp) / name, name, "--seed", str(seed))
+            if name == "reverse":
+                evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+                found["reverse_valid_bleu"] = [e["valid_bleu"] for e in evals if "valid_bleu" in e][-1]
+            elif name == "cmlm":
+                out = Translator.from_checkpoint(run, iterations=4, length_beam=3).translate(texts)[0]
+                found["cmlm_words_reversed"] = sum(a == b for a, b in zip(out.split(), "fedcba", strict=False))
+            else:
+                outs = Translator.from_checkpoint(run).translate(texts)
+                found["ctc_nonempty_of_3"] = sum(bool(o) for o in outs)
+    return found
+
+
+MEASURES = {"copy": measure_copy, "ctc": measure_ctc, "pattern": measure_pattern, "runs": measure_runs}
+
+
+def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str, float]:
+    """One run in a fresh process, with the kind's kernels and the thread count set before torch starts."""
+    env = {**os.environ, **KINDS[kind], "OMP_NUM_THREADS": str(threads)}
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_learning_spread as b; "
+            "found = {}; [found.update(b.MEASURES[m](int(sys.argv[2]))) for m in sys.argv[3:]]; "
+            "print(json.dumps(found))")
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__)), str(seed),
+                          *measures], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def unit(name: str) -> str:
+    return "fraction" if "exact" in name else "nats" if "loss" in name else "BLEU" if "bleu" in name else "count"
+
+
+def emit(config: str, metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    parser.add_argument("--measures", nargs="+", choices=list(MEASURES), default=list(MEASURES))
+    args = parser.parse_args()
+    seen: dict[str, list[float]] = {}
+    for kind in args.kinds:
+        for threads in args.threads:
+            for seed in args.seeds:
+                for name, value in run_one(kind, threads, seed, args.measures).items():
+                    emit(f"{kind} threads={threads} seed={seed}", name, value, unit(name))
+                    seen.setdefault(name, []).append(value)
+    for name, values in seen.items():
+        for stat, value in (("min", min(values)), ("mean", sum(values) / len(values)), ("max", max(values))):
+            emit(f"all {len(values)} runs", f"{name}_{stat}", value, unit(name))
+
+
+if __name__ == "__main__":
+    main()
