@@ -24,6 +24,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' own recipes, as they train them
 
 KINDS = {  # each CPU kind's kernels, forced by the libraries' own switches
     "default": {},
@@ -36,30 +39,16 @@ COPY_STEPS = (500, 1000, 1500, 2000)  # the copy task's exact match along the de
 def measure_copy(seed: int) -> dict[str, float]:
     """tests/test_learning.py: the demo's copy recipe, exact match on 1,000 new sequences at each of COPY_STEPS
     (one run, measured as it goes; the evaluation draws from its own generator, so training is unchanged)."""
-    import torch
+    from aiayn.training.demo import CopyRecipe, exact_match, train_copy
 
-    from aiayn.data.synthetic import copy_batch
-    from aiayn.model.transformer import build_model
-    from aiayn.training.demo import CopyRecipe, copy_config, copy_loss, exact_match
-    from aiayn.training.objective import make_optimizer, noam_lr
+    found = {}
 
-    recipe = CopyRecipe(seed=seed)
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = copy_config(recipe)
-    model, found = build_model(cfg).train(), {}
-    opt = make_optimizer(model)
-    for step in range(1, max(COPY_STEPS) + 1):
-        for group in opt.param_groups:
-            group["lr"] = noam_lr(step, cfg.d_model, recipe.warmup, recipe.lr_factor)
-        src, tgt = copy_batch(cfg, recipe.batch, gen)
-        loss = copy_loss(model, src, tgt, recipe, gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    def measure(step, model) -> None:
         if step in COPY_STEPS:
             found[f"copy_exact_at_{step}"] = exact_match(model.eval(), n=1000, seed=99)[0]
             model.train()
+
+    train_copy(CopyRecipe(steps=max(COPY_STEPS), seed=seed), progress=False, after_step=measure)
     return found
 
 
@@ -73,22 +62,9 @@ def measure_ctc(seed: int) -> dict[str, float]:
 
 def measure_pattern(seed: int) -> dict[str, float]:
     """tests/test_learning.py: a tiny decoder-only model's loss on a repeated pattern after 150 steps."""
-    import torch
+    from test_learning import train_pattern
 
-    from aiayn import DecoderOnly, ModelConfig
-    from aiayn.training.objective import label_smoothed_cross_entropy, make_optimizer
-
-    torch.manual_seed(seed)
-    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=40, dropout=0.0, max_len=64)
-    model = DecoderOnly(cfg).train()
-    data = torch.tensor([5, 9, 7, 12, 6, 30]).repeat(6)[None].repeat(8, 1)  # (8, 36)
-    opt = make_optimizer(model, lr=3e-3)
-    for _ in range(150):
-        loss = label_smoothed_cross_entropy(model(data[:, :-1]), data[:, 1:], pad_id=0)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return {"pattern_loss_at_150": loss.item()}
+    return {"pattern_loss_at_150": train_pattern(seed)[1]}
 
 
 def measure_runs(seed: int) -> dict[str, float]:
@@ -103,7 +79,7 @@ def measure_runs(seed: int) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from aiayn.inference.translator import Translator
 
-    from conftest import train_reverse_run
+    from conftest import reversed_share, train_reverse_run
 
     texts, found = ["a b c d e f", "g h i", "j k l m n"], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,8 +89,9 @@ def measure_runs(seed: int) -> dict[str, float]:
                 evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
                 found["reverse_valid_bleu"] = [e["valid_bleu"] for e in evals if "valid_bleu" in e][-1]
             elif name == "cmlm":
-                out = Translator.from_checkpoint(run, iterations=4, length_beam=3).translate(texts)[0]
-                found["cmlm_words_reversed"] = sum(a == b for a, b in zip(out.split(), "fedcba", strict=False))
+                outs = Translator.from_checkpoint(run, iterations=4, length_beam=3).translate(texts)
+                found["cmlm_words_reversed"] = sum(a == b for a, b in zip(outs[0].split(), "fedcba", strict=False))
+                found["cmlm_share_reversed"] = reversed_share(texts, outs)
             else:
                 outs = Translator.from_checkpoint(run).translate(texts)
                 found["ctc_nonempty_of_3"] = sum(bool(o) for o in outs)

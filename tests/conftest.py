@@ -50,12 +50,13 @@ def device(device_name):
 def bf16_kernels(request, monkeypatch) -> bool:
     """Both of the CPU's branches on every machine: as if it has oneDNN's bfloat16 kernels (weight-only int8 with
     bfloat16 activations; slow where they are emulated) and as if it has not (torch's dynamic int8, float32),
-    whatever this CPU has. Forced where every module reads ``bf16_kernels_available``."""
+    whatever this CPU has. Forced where the modules choose by ``bf16_kernels_available``; not in ``packing_available``:
+    oneDNN packs bfloat16 weights only on a CPU with the instructions (it refuses elsewhere, with no fallback)."""
     from aiayn.inference import precision
-    from aiayn.model import packed, quantized
+    from aiayn.model import quantized
     from aiayn.training import build
 
-    for module in (packed, quantized, precision, build):
+    for module in (quantized, precision, build):
         monkeypatch.setattr(module, "bf16_kernels_available", lambda: request.param)
     return request.param
 
@@ -193,6 +194,13 @@ def train_reverse_run(folder: Path, name: str, *flags: str) -> Path:
          *REVERSE_RUNS[name], *flags], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     return folder / "run"
+
+
+def reversed_share(texts: list[str], outs: list[str]) -> float:
+    """The share of the words of ``texts`` that ``outs`` (their translations) put in reverse order, in place."""
+    right = sum(a == b for text, out in zip(texts, outs, strict=True)
+                for a, b in zip(out.split(), reversed(text.split()), strict=False))
+    return right / sum(len(text.split()) for text in texts)
 
 
 @pytest.fixture(scope="session")

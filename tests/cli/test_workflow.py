@@ -30,7 +30,7 @@ def test_run_folder_layout(run):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "valid_bleu" in r]
     assert [r["step"] for r in evals] == [100, 200, 300]
-    assert evals[-1]["valid_bleu"] > 50, evals
+    assert evals[-1]["valid_bleu"] > 50, evals  # 66.9-72.7 over 8 runs of the recipe (bench_learning_spread.py)
 
 
 def test_translate_stdin_and_files(run, tmp_path):

@@ -11,7 +11,7 @@ from aiayn import generate, quantize
 from aiayn.cli.common import note_emulated_bf16
 from aiayn.inference.translator import Translator
 from aiayn.model import packed
-from aiayn.model.packed import PackedLinear, bf16_kernels_available
+from aiayn.model.packed import PackedLinear, bf16_kernels_available, packing_available
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
 from conftest import run_main
@@ -36,8 +36,14 @@ def _translates_like(fp32: Translator, low: Translator) -> None:
 
 
 @pytest.mark.parametrize("options", [{"int4": True}, {"bf16": True}, {"bf16": True, "packed": False}])
-def test_reduced_precision_translates_like_float32(trained_run, fp32, options):
-    _translates_like(fp32, Translator.from_checkpoint(trained_run, beam_size=2, **options))
+def test_reduced_precision_translates_like_float32(trained_run, fp32, options, bf16_kernels):
+    """int4's activations in bfloat16 or float32, as the CPU has bfloat16 kernels or not (both forced, on every
+    machine); bfloat16 weights packed for oneDNN where the CPU has the instructions (only there: oneDNN refuses
+    elsewhere), the plain model cast to bfloat16 otherwise (``packed=False`` takes that path on every machine)."""
+    low = Translator.from_checkpoint(trained_run, beam_size=2, **options)
+    packed_bf16 = any(isinstance(m, PackedLinear) and m.packed.dtype == torch.bfloat16 for m in low.model.modules())
+    assert packed_bf16 == (options == {"bf16": True} and packing_available(torch.bfloat16))
+    _translates_like(fp32, low)
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["int8", "int8-bf16"])

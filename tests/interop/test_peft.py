@@ -15,6 +15,8 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.interop.peft import load_adapter, save_adapter
 from aiayn.model.lora import apply_lora
 
+from conftest import run_main
+
 peft = pytest.importorskip("peft")
 
 
@@ -145,8 +147,9 @@ def test_bad_adapter_folders_are_one_line(llama, tmp_path, capsys, how, words):
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
     assert not (tmp_path / "m").exists()
-    for command in (["generate", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--prompt", "w5"],
-                    ["serve", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--port", "0"],
+    done = run_main("generate", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--prompt", "w5")
+    assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    for command in (["serve", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--port", "0"],
                     ["serve", "--checkpoint", str(ckpt), "--lora", f"bad={adapter}", "--port", "0"]):
         # the server refuses to start (a timeout here would mean it served the base model instead)
         done = subprocess.run([sys.executable, "-m", "aiayn", *command], capture_output=True, text=True, timeout=120)

@@ -16,6 +16,8 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.interop import import_pretrained
 from aiayn.model.positions import relative_buckets
 
+from conftest import png_pixels
+
 transformers = pytest.importorskip("transformers")
 SENTENCES = ["Ein Mann fährt ein Pferd.", "Zwei Hunde spielen im Schnee.", "A woman reads a book.",
              "translate English to German: Two dogs play.", "Kinder   lachen  ", "Ünïcödé ß", ""]
@@ -238,7 +240,13 @@ def test_show_positions_draws_an_imported_t5s_tables(t5, tmp_path, capsys, train
     _, _, _, _, ckpt = t5
     assert main(["show", "positions", "--kind", "relative", "--checkpoint", str(ckpt), "--length", "30",
                  "--output", str(tmp_path / "rel.png")]) == 0
-    assert (tmp_path / "rel.png").stat().st_size > 10_000
+    drawn = png_pixels(tmp_path / "rel.png", (17, 5))  # three panels
+    model = load_checkpoint(ckpt)[0]
+    bias = model.encoder.position_bias
+    assert main(["show", "positions", "--kind", "relative", "--length", "30", "--buckets", str(bias.n_buckets),
+                 "--max-distance", str(bias.max_distance), "--heads", str(model.config.n_heads),
+                 "--output", str(tmp_path / "random.png")]) == 0
+    assert (abs(drawn - png_pixels(tmp_path / "random.png", (17, 5))) > 0.1).mean() > 0.01  # the T5's own tables
     capsys.readouterr()
     assert main(["show", "positions", "--kind", "relative", "--checkpoint", str(trained_run),
                  "--output", str(tmp_path / "no.png")]) == 2

@@ -58,7 +58,10 @@ def test_a_trained_cmlm_decodes_the_same_through_library_cli_and_server(cmlm_run
     assert translator.decoding.resolve(translator.model.config).strategy == "mask-predict"
     texts = ["a b c d e f", "g h i", "j k l m n"]
     ours = translator.translate(texts)
-    assert sum(a == b for a, b in zip(ours[0].split(), "fedcba", strict=False)) >= 4  # it learned to reverse
+    # it learned to reverse: 3-5 of the 6 words in place over 8 runs of the fixture's recipe (seeds 0-1, 1 and 2
+    # threads, PyTorch's AVX512 and AVX2 kernels: benchmarks/bench_learning_spread.py --measures runs); an
+    # untrained model puts about 0.2 in place. So 2, a word under the lowest seen.
+    assert sum(a == b for a, b in zip(ours[0].split(), "fedcba", strict=False)) >= 2, ours
     src = torch.tensor([translator.source_ids(texts[0])])
     ids = generate(translator.model, src, "mask-predict", iterations=4, length_beam=3, config=translator.decoding)
     assert translator.tokenizers.tgt.decode(ids[0]) == ours[0]

@@ -131,9 +131,9 @@ def test_ctc_learns_the_copy_task_in_one_pass():
     """The tour's copy task: a CTC model of the tiny size, its best path in one decoder pass."""
     from aiayn.training.demo import CopyRecipe, exact_match, train_copy
 
-    model = train_copy(CopyRecipe(steps=700, ctc=3), progress=False)  # 100% of 200 here (2 AVX2 cores, 40 s)
-    accuracy, _ = exact_match(model, n=200)
-    assert isinstance(model, CTC) and accuracy >= 0.9
+    model = train_copy(CopyRecipe(steps=700, ctc=3), progress=False)
+    accuracy, _ = exact_match(model, n=200)  # 0.955-1.000 over 8 runs (seeds 0-1, 1-2 threads, AVX512 and AVX2
+    assert isinstance(model, CTC) and accuracy >= 0.9  # kernels: benchmarks/bench_learning_spread.py --measures ctc)
 
 
 def test_a_trained_ctc_model_decodes_the_same_through_library_cli_and_server(ctc_run):
@@ -142,7 +142,7 @@ def test_a_trained_ctc_model_decodes_the_same_through_library_cli_and_server(ctc
     assert translator.decoding.resolve(translator.model.config).strategy == "ctc"
     texts = ["a b c d e f", "g h i", "j k l m n"]
     ours = translator.translate(texts)
-    assert all(ours)
+    assert all(ours)  # 3 of 3 sentences translated to something in each of 8 runs (bench_learning_spread.py)
     src = torch.tensor([translator.source_ids(texts[0])])
     ids = generate(translator.model, src, "ctc", config=translator.decoding)
     assert translator.tokenizers.tgt.decode(ids[0]) == ours[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +45,11 @@ def copy_config(recipe: CopyRecipe) -> ModelConfig:
                               ctc_upsample=recipe.ctc)
 
 
-def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> EncoderDecoder:
+def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True,
+               after_step: Callable[[int, EncoderDecoder], None] | None = None) -> EncoderDecoder:
     """Train a tiny encoder-decoder (or, with ``recipe.cmlm``, a CMLM; with ``recipe.ctc``, a CTC model) to
-    copy random id sequences of length 5-10."""
+    copy random id sequences of length 5-10; ``after_step(step, model)`` is called after each step (to measure
+    the model along the way: it may switch it to eval mode and back)."""
     torch.manual_seed(recipe.seed)
     gen = torch.Generator().manual_seed(recipe.seed)
     cfg = copy_config(recipe)
@@ -62,6 +65,8 @@ def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True) -> Enco
         loss.backward()
         opt.step()
         bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}")
+        if after_step is not None:
+            after_step(step, model)
     return model.eval()
 
 
