@@ -223,6 +223,7 @@ class Soak:
     samples: list[tuple[float, str, dict]] = field(default_factory=list)
     terminated: dict[str, float] = field(default_factory=dict)  # server -> when SIGTERM was sent
     rest: float = 12.0  # seconds after the load before the servers are counted at rest (past keep-alive's 5 s)
+    drain_load: float = 20.0  # seconds of load around the SIGTERM
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -268,7 +269,7 @@ class Soak:
 
     async def sigterm(self, client: httpx.AsyncClient, rate: float) -> dict:
         """Under load, three 64-token streams opened on the language-model server, then SIGTERM."""
-        load = asyncio.create_task(self.drive(client, self.rest + 8, rate))
+        load = asyncio.create_task(self.drive(client, self.drain_load, rate))
         await asyncio.sleep(3)
         opened = [asyncio.Event() for _ in range(3)]
         url = self.servers["lm"].url
@@ -336,8 +337,8 @@ def summarize(run: Soak, seconds: float, rest_before: dict, rest_after: dict, te
 
 
 async def _soak(servers: dict[str, Server], minutes: float, rate: float, every: float, warmup: float,
-                seed: int, rest: float) -> dict:
-    run = Soak(servers, random.Random(seed), rest=rest)
+                seed: int, rest: float, drain_load: float) -> dict:
+    run = Soak(servers, random.Random(seed), rest=rest, drain_load=drain_load)
     random.seed(seed)
     # idle connections dropped before the server's 5 s keep-alive closes them (a request on a connection the
     # server is closing at that moment fails without an answer: the client's race, not the server's fault)
@@ -358,14 +359,15 @@ async def _soak(servers: dict[str, Server], minutes: float, rate: float, every: 
 
 
 def soak(lm: str, translator: str, minutes: float = 30, rate: float = 3.0, every: float = 10.0,
-         warmup: float = 30.0, seed: int = 0, log_dir: str | None = None, rest: float = 12.0) -> dict:
+         warmup: float = 30.0, seed: int = 0, log_dir: str | None = None, rest: float = 12.0,
+         drain_load: float = 20.0) -> dict:
     """Start both servers, soak them, stop them (the translator by SIGTERM at the end, exit code checked);
     the figures (see the module's docstring)."""
     servers: dict[str, Server] = {}
     try:
         servers["lm"] = start("lm", lm, "--api-key", KEY, "--model-name", "soak", log_dir=log_dir)
         servers["mt"] = start("mt", translator, log_dir=log_dir)
-        figures = asyncio.run(_soak(servers, minutes, rate, every, warmup, seed, rest))
+        figures = asyncio.run(_soak(servers, minutes, rate, every, warmup, seed, rest, drain_load))
         servers["mt"].proc.send_signal(signal.SIGTERM)
         figures["translator_exit_code"] = servers["mt"].proc.wait(timeout=90)
     finally:

@@ -7,7 +7,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -186,12 +185,10 @@ REVERSE_RUNS = {  # the tiny runs on the reverse task the CLI trains for the tes
 
 
 def train_reverse_run(folder: Path, name: str, *flags: str) -> Path:
-    """``aiayn train`` of ``REVERSE_RUNS[name]`` (and ``flags``) into ``folder/run``, in a process of its own."""
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "train", "--data", "reverse", "--preset", "tiny",
-         "--output", str(folder / "run"), "--vocab-size", "300", "--max-tokens", "1024",
-         "--schedule", "inverse_sqrt", "--lr", "0.003", "--warmup", "50",
-         *REVERSE_RUNS[name], *flags], capture_output=True, text=True, timeout=600)
+    """``aiayn train`` of ``REVERSE_RUNS[name]`` (and ``flags``) into ``folder/run``, in this process."""
+    result = run_main("train", "--data", "reverse", "--preset", "tiny", "--output", str(folder / "run"),
+                      "--vocab-size", "300", "--max-tokens", "1024", "--schedule", "inverse_sqrt", "--lr", "0.003",
+                      "--warmup", "50", *REVERSE_RUNS[name], *flags)
     assert result.returncode == 0, result.stderr[-2000:]
     return folder / "run"
 

@@ -41,10 +41,11 @@ def check(figures: dict, bench) -> None:
 
 
 def test_seconds_of_mixed_load_lose_nothing_and_sigterm_drains(trained_run, tmp_path):
-    """The soak's checks in seconds: 12 s of load at 8 requests a second, counted at rest 5.5 s after it."""
+    """The soak's checks in seconds: 9 s of load at 8 requests a second, counted at rest 5.5 s after it."""
     bench = _bench()
     lm = chat_checkpoint(tmp_path / "lm")
-    check(bench.soak(str(lm), str(trained_run), minutes=0.2, rate=8, every=2, warmup=3, rest=5.5), bench)
+    check(bench.soak(str(lm), str(trained_run), minutes=0.15, rate=8, every=2, warmup=3, rest=5.5, drain_load=8),
+          bench)
 
 
 @pytest.mark.long

@@ -3,14 +3,13 @@ translate, evaluate and serve use it unless a flag (or a request field) says oth
 ``evaluate --json`` reports the options it used; a checkpoint without one decodes with the defaults."""
 
 import json
-import subprocess
 
 import pytest
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.translator import Translator
 from aiayn.io.checkpoint import GENERATION
-from tiny_runs import train_command, write_recipe
+from tiny_runs import write_recipe
 
 from conftest import run_main
 
@@ -20,7 +19,7 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("decoding")
     recipe = write_recipe(tmp, "run", max_steps=10, eval_every=5, keep_last=2,
                           decoding={"beam_size": 3, "length_penalty": 0.6})
-    result = subprocess.run(train_command("--config", str(recipe)), capture_output=True, text=True, timeout=600)
+    result = run_main("train", "--config", str(recipe))
     assert result.returncode == 0, result.stderr[-2000:]
     return tmp / "run"
 
