@@ -14,7 +14,7 @@ Prints JSON lines {"config", "metric", "value", "unit"}: one per run and measure
 max over every run.
 
     python benchmarks/bench_learning_spread.py [--seeds 0 1 2] [--threads 1 2] [--kinds default avx512 avx2]
-        [--measures copy ctc pattern runs]
+        [--measures copy ctc pattern runs mlm]
 """
 
 from __future__ import annotations
@@ -98,7 +98,25 @@ def measure_runs(seed: int) -> dict[str, float]:
     return found
 
 
-MEASURES = {"copy": measure_copy, "ctc": measure_ctc, "pattern": measure_pattern, "runs": measure_runs}
+def measure_mlm(seed: int) -> dict[str, float]:
+    """tests/inference/test_fill_mask.py: ``mlm_run``'s recipe; the probability of "sat" in "the cat <mask> on the
+    mat ." and whether it comes first, and whether "a dog <mask> in the <mask> ." is filled "ran", "park"."""
+    import tempfile
+
+    from aiayn.inference.fill_mask import MaskFiller
+
+    from conftest import train_mlm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        filler = MaskFiller.from_checkpoint(train_mlm(Path(tmp), seed=seed))
+        (only,) = filler.fill("the cat <mask> on the mat .", top_k=3)
+        two = filler.fill("a dog <mask> in the <mask> .", top_k=2)
+    return {"mlm_sat_probability": only[0].probability if only[0].token.strip() == "sat" else 0.0,
+            "mlm_ran_park_right": sum(m[0].token.strip() == w for m, w in zip(two, ("ran", "park"), strict=True))}
+
+
+MEASURES = {"copy": measure_copy, "ctc": measure_ctc, "pattern": measure_pattern, "runs": measure_runs,
+            "mlm": measure_mlm}
 
 
 def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str, float]:
@@ -113,7 +131,8 @@ def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str
 
 
 def unit(name: str) -> str:
-    return "fraction" if "exact" in name else "nats" if "loss" in name else "BLEU" if "bleu" in name else "count"
+    return ("fraction" if "exact" in name or "probability" in name else "nats" if "loss" in name
+            else "BLEU" if "bleu" in name else "count")
 
 
 def emit(config: str, metric: str, value: float, unit: str) -> None:

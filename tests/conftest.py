@@ -221,36 +221,41 @@ def ctc_run(tmp_path_factory) -> Path:
 PLANTED = "".join(f"the cat sat on the mat . a dog ran in the park {i % 5} .\n" for i in range(300))
 
 
-def _train_family(tmp_path_factory, task: str, text: str = PLANTED, **changes) -> Path:
-    def train(folder: Path) -> None:
-        from aiayn.training.config import TrainConfig
-        from aiayn.training.trainer import Trainer
+def train_family(folder: Path, task: str, text: str = PLANTED, **changes) -> Path:
+    """A tiny model of the family (``task`` lm or mlm) trained on ``text`` into ``folder/run``, in this process."""
+    from aiayn.training.config import TrainConfig
+    from aiayn.training.trainer import Trainer
 
-        (folder / "text.txt").write_text(text)
-        recipe = {"data": str(folder / "text.txt"), "task": task, "preset": "tiny", "output": str(folder / "run"),
-                  "block_size": 32, "max_tokens": 512, "max_steps": 150, "eval_every": 150,
-                  "schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 20, "keep_last": 0, "log_every": 50,
-                  "label_smoothing": 0.0, "model": {"dropout": 0.0, "norm": "pre"}, "device": "cpu", **changes}
-        Trainer(TrainConfig(**recipe)).train()
-    return trained_once(tmp_path_factory, task, train) / "run"
-
-
-@pytest.fixture(scope="session")
-def lm_run(tmp_path_factory) -> Path:
-    """A tiny character-level language model trained on a repeated text (for generate and the server)."""
-    return _train_family(tmp_path_factory, "lm", tokenizer_type="char")
+    (folder / "text.txt").write_text(text)
+    recipe = {"data": str(folder / "text.txt"), "task": task, "preset": "tiny", "output": str(folder / "run"),
+              "block_size": 32, "max_tokens": 512, "max_steps": 150, "eval_every": 150,
+              "schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 20, "keep_last": 0, "log_every": 50,
+              "label_smoothing": 0.0, "model": {"dropout": 0.0, "norm": "pre"}, "device": "cpu", **changes}
+    Trainer(TrainConfig(**recipe)).train()
+    return folder / "run"
 
 
-@pytest.fixture(scope="session")
-def mlm_run(tmp_path_factory) -> Path:
-    """A tiny masked language model trained on the same text: it learns to fill "sat", "mat", "ran"..."""
+def train_mlm(folder: Path, **changes) -> Path:
+    """The masked language model of ``mlm_run`` (its recipe, ``changes`` over it) trained into ``folder/run``."""
     import random
 
     sentences = ["the cat sat on the mat .", "a dog ran in the park .", "the bird flew over a house .",
                  "my friend read a book ."]
     rng = random.Random(0)  # shuffled, so a token's place in a block says nothing: only the context does
     text = "".join(rng.choice(sentences) + "\n" for _ in range(800))
-    return _train_family(tmp_path_factory, "mlm", text, vocab_size=400, max_steps=1500, eval_every=1500)
+    return train_family(folder, "mlm", text, vocab_size=400, max_steps=1500, eval_every=1500, **changes)
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory) -> Path:
+    """A tiny character-level language model trained on a repeated text (for generate and the server)."""
+    return trained_once(tmp_path_factory, "lm", lambda f: train_family(f, "lm", tokenizer_type="char")) / "run"
+
+
+@pytest.fixture(scope="session")
+def mlm_run(tmp_path_factory) -> Path:
+    """A tiny masked language model trained on the same text: it learns to fill "sat", "mat", "ran"..."""
+    return trained_once(tmp_path_factory, "mlm", train_mlm) / "run"
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ def aiayn(*args: str) -> subprocess.CompletedProcess:
 def test_planted_tokens_rank_first_for_each_mask(mlm_run):
     filler = MaskFiller.from_checkpoint(mlm_run)
     (only,) = filler.fill("the cat <mask> on the mat .", top_k=3)
+    # "sat" first at 0.918-0.973, "ran" and "park" right, in 8 runs of the fixture's recipe (seeds 0-1, 1-2 threads,
+    # AVX512 and AVX2 kernels: benchmarks/bench_learning_spread.py --measures mlm)
     assert only[0].token.strip() == "sat" and only[0].probability > 0.5
     assert sum(c.probability for c in only) <= 1.0 + 1e-6 and only[0].probability >= only[1].probability
     two = filler.fill("a dog <mask> in the <mask> .", top_k=2)
