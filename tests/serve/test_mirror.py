@@ -84,8 +84,8 @@ def test_a_follower_runs_the_same_batches_as_rank_0_as_groups_join_and_leave():
     assert [s.shape for s in model.seen] == [s.shape for s in mirror.seen]  # the same rows at every step
     sizes = [s.size(0) for s in model.seen]
     assert 3 in sizes and 2 in sizes[sizes.index(3):], sizes  # three rows together, then two once one left
-    for ours, theirs in zip(model.seen, mirror.seen, strict=True):
-        assert torch.equal(ours, theirs)  # the same tokens fed, the same cache: the same scores
+    for ours, theirs in zip(model.seen, mirror.seen, strict=True):  # the same tokens fed, the same cache:
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)  # the same scores (to the sums' order)
 
 
 def test_a_step_rank_0_fails_is_dropped_by_the_follower_too(caplog):
@@ -110,4 +110,5 @@ def test_a_step_rank_0_fails_is_dropped_by_the_follower_too(caplog):
     assert not follower.is_alive() and again.done
     assert "tensor-parallel follower: step: rank 0's step failed" in caplog.text
     assert len(model.seen) == len(mirror.seen) == 4
-    assert all(torch.equal(a, b) for a, b in zip(model.seen, mirror.seen, strict=True))
+    for ours, theirs in zip(model.seen, mirror.seen, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
