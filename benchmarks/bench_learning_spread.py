@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' own recipes, as they train them
+from bench_rss import emit
 
 KINDS = {  # each CPU kind's kernels, forced by the libraries' own switches
     "default": {},
@@ -133,10 +134,6 @@ def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str
 def unit(name: str) -> str:
     return ("fraction" if "exact" in name or "probability" in name else "nats" if "loss" in name
             else "BLEU" if "bleu" in name else "count")
-
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
 
 
 def main() -> None:
