@@ -14,7 +14,7 @@ Prints JSON lines {"config", "metric", "value", "unit"}: one per run and measure
 max over every run.
 
     python benchmarks/bench_learning_spread.py [--seeds 0 1 2] [--threads 1 2] [--kinds default avx512 avx2]
-        [--measures copy ctc pattern runs mlm]
+        [--measures copy ctc pattern runs mlm trainer quantized]
 """
 
 from __future__ import annotations
@@ -116,8 +116,51 @@ def measure_mlm(seed: int) -> dict[str, float]:
             "mlm_ran_park_right": sum(m[0].token.strip() == w for m, w in zip(two, ("ran", "park"), strict=True))}
 
 
+def measure_trainer(seed: int) -> dict[str, float]:
+    """tests/training/test_trainer.py: 80 steps of the lm and mlm tasks, the last logged loss over the first."""
+    import tempfile
+
+    from training.test_trainer import train_text_task
+
+    found = {}
+    for task in ("lm", "mlm"):
+        with tempfile.TemporaryDirectory() as tmp:
+            losses = [r["loss"] for r in train_text_task(Path(tmp), task, seed)[1] if "loss" in r]
+        found[f"{task}_last_over_first_loss"] = losses[-1] / losses[0]
+    return found
+
+
+def measure_quantized(seed: int) -> dict[str, float]:
+    """tests/inference/test_quantization.py and tests/serve/test_family.py: the reverse fixture's recipe decoded in
+    int8 and int4 against float32 (sentences of 60 the same), and the character LM's int8 and int4 greedy 12
+    characters against float32's (characters the same). int8 is weight-only or torch's dynamic int8 as the
+    CPU (its kind forced) decides."""
+    import random
+    import tempfile
+
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.inference.translator import Translator
+
+    from conftest import train_family, train_reverse_run
+
+    rng, found = random.Random(0), {}
+    texts = [" ".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 8))) for _ in range(60)]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = train_reverse_run(Path(tmp) / "reverse", "reverse", "--seed", str(seed))
+        reference = Translator.from_checkpoint(run, beam_size=2, packed=False).translate(texts)
+        (Path(tmp) / "lm").mkdir()
+        lm = train_family(Path(tmp) / "lm", "lm", tokenizer_type="char", seed=seed)
+        plain = TextGenerator.from_checkpoint(lm).generate("the cat ", 12, temperature=0)[0]
+        for bits in ("int8", "int4"):
+            low = Translator.from_checkpoint(run, beam_size=2, **{bits: True}).translate(texts)
+            found[f"{bits}_translations_agree"] = sum(a == b for a, b in zip(reference, low, strict=True))
+            text = TextGenerator.from_checkpoint(lm, **{bits: True}).generate("the cat ", 12, temperature=0)[0]
+            found[f"{bits}_lm_characters_agree"] = sum(a == b for a, b in zip(text, plain, strict=False))
+    return found
+
+
 MEASURES = {"copy": measure_copy, "ctc": measure_ctc, "pattern": measure_pattern, "runs": measure_runs,
-            "mlm": measure_mlm}
+            "mlm": measure_mlm, "trainer": measure_trainer, "quantized": measure_quantized}
 
 
 def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str, float]:
@@ -127,7 +170,9 @@ def run_one(kind: str, threads: int, seed: int, measures: list[str]) -> dict[str
             "found = {}; [found.update(b.MEASURES[m](int(sys.argv[2]))) for m in sys.argv[3:]]; "
             "print(json.dumps(found))")
     out = subprocess.run([sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__)), str(seed),
-                          *measures], env=env, capture_output=True, text=True, check=True)
+                          *measures], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} threads={threads} seed={seed}: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -30,7 +30,9 @@ def fp32(trained_run) -> Translator:
 def _translates_like(fp32: Translator, low: Translator) -> None:
     texts = _sentences(60)
     reference, got = fp32.translate(texts), low.translate(texts)
-    agree = 0.75 if any(isinstance(m, Int4Linear) for m in low.model.modules()) else 0.9  # 4 bits: 49 of 60 here
+    # of 60 the same as float32's, over 8 runs of the fixture's recipe (seeds 0-1, 1-2 threads, AVX512 and AVX2
+    # kernels: benchmarks/bench_learning_spread.py --measures quantized): int8 55-60, int4 49-57; 4 under the lowest
+    agree = 0.75 if any(isinstance(m, Int4Linear) for m in low.model.modules()) else 0.85
     assert sum(a == b for a, b in zip(reference, got, strict=True)) >= agree * len(texts)
     assert len(set(reference)) > 0.8 * len(texts)  # real, varied translations, so agreement means something
 

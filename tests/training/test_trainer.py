@@ -102,17 +102,24 @@ def test_interrupted_write_leaves_the_previous_checkpoint(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["last"]
 
 
-@pytest.mark.parametrize("task", ["lm", "mlm"])
-def test_language_model_tasks_train_and_lower_the_loss(tmp_path, task):
+def train_text_task(tmp_path: Path, task: str, seed: int = 0) -> tuple[dict, list[dict]]:
+    """80 steps of ``task`` (lm or mlm) on a repeated sentence: the trainer's result and the metrics' records."""
     text = tmp_path / "text.txt"
     text.write_text("".join(f"the cat sat on the mat number {i % 7} and slept .\n" for i in range(400)))
     cfg = TrainConfig(data=str(text), task=task, preset="tiny", output=str(tmp_path / task), vocab_size=300,
                       block_size=32, max_tokens=512, max_steps=80, eval_every=40, schedule="inverse_sqrt",
-                      lr=3e-3, warmup=10, keep_last=0, log_every=10, model={"dropout": 0.0})
+                      lr=3e-3, warmup=10, keep_last=0, log_every=10, model={"dropout": 0.0}, seed=seed)
     result = Trainer(cfg).train()
-    records = [json.loads(x) for x in (tmp_path / task / "metrics.jsonl").read_text().splitlines()]
+    return result, [json.loads(x) for x in (tmp_path / task / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_language_model_tasks_train_and_lower_the_loss(tmp_path, task):
+    result, records = train_text_task(tmp_path, task)
     losses = [r["loss"] for r in records if "loss" in r]
-    assert losses[-1] < (0.5 if task == "lm" else 0.75) * losses[0], losses
+    # last over first, 8 runs (seeds 0-1, 1-2 threads, AVX512 and AVX2 kernels: bench_learning_spread.py --measures
+    # trainer): lm 0.305-0.322, mlm 0.485-0.664 (one batch's loss: noisy); so 0.5 and 0.85
+    assert losses[-1] < (0.5 if task == "lm" else 0.85) * losses[0], losses
     assert result["valid_loss"] < losses[0]
     assert (tmp_path / task / "best" / "model.safetensors").is_file()
     assert all(100 < r["rss_mb"] < 24_000 for r in records if "loss" in r)  # resident memory, logged with the loss
