@@ -33,9 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from common import emit as print_figure
 
 PROMPT = "Once upon a time"
 PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
@@ -43,8 +45,7 @@ PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", 
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
 
 
-def emit(config: str, metric: str, value, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": value, "unit": unit}), flush=True)
+emit = partial(print_figure, digits=None)
 
 
 def aiayn(*args: str) -> None:

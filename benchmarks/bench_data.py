@@ -22,9 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
+from common import emit
 
 
 def generate(path: Path, pairs: int, seed: int = 0) -> None:

@@ -47,6 +47,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from common import emit
 
 from aiayn import EncoderDecoder, ModelConfig, generate, pack, quantize
 from aiayn.inference.precision import inference_copy
@@ -56,8 +57,6 @@ CASES = [("greedy", 1), ("greedy", 16), ("beam", 16)]
 CHECKPOINT_CASES = [("greedy", 1), ("beam", 1), ("greedy", 16), ("beam", 16)]  # real sentences: beam 4 alone too
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 def seconds_per_call(fn: Callable[[], object], min_seconds: float, min_runs: int = 2) -> float:

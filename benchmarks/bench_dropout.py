@@ -14,11 +14,11 @@ Prints JSON lines {"config", "metric", "value", "unit"}; compare the ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
 import torch.nn.functional as F
+from common import emit
 from torch import nn
 
 from aiayn import EncoderDecoder, ModelConfig
@@ -27,8 +27,6 @@ from aiayn.model.dropout import Dropout
 ROWS, BATCH, LENGTH, VOCAB = 2900, 160, 18, 6000
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 def op_ms(dropout: nn.Module, width: int, dtype: torch.dtype, repeats: int = 10) -> float:

@@ -27,7 +27,10 @@ import resource
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
+
+from common import emit as print_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -38,8 +41,7 @@ def read_gz(path: Path) -> str:
         return f.read()
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def worker(recipe: dict) -> None:

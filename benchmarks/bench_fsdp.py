@@ -20,7 +20,10 @@ import resource
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
+
+from common import emit as print_figure
 
 
 def local_bytes(tensor) -> int:
@@ -64,8 +67,7 @@ def worker(args: argparse.Namespace) -> None:
                                                                   "peak_rss_end_mib": peak_rss_mib()}))
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 2), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=2)
 
 
 def main() -> None:

@@ -16,13 +16,13 @@ Prints JSON lines {"config", "metric", "value", "unit"}.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import threading
 import time
 
 import torch
+from common import emit
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache
@@ -30,10 +30,6 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.threads import single_threaded_main
-
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 def run_one(batcher: Scheduler, prompt: list[int], new: int, seed: int) -> tuple[float, float, int]:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from common import emit as print_figure
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
@@ -30,8 +32,7 @@ SCHEMA = {"type": "object", "properties": {
 STEPS = 100
 
 
-def emit(config: str, metric: str, value, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": value, "unit": unit}), flush=True)
+emit = partial(print_figure, digits=None)
 
 
 def walk(allowed_of, advance, vocab: int, seed: int = 0) -> tuple[float, int]:

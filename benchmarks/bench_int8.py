@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 import warnings
+from functools import partial
 
 import torch
+from common import emit as print_figure
 from torch import nn
 
 from aiayn import DecoderOnly, ModelConfig, generate
 from aiayn.inference.precision import quantize
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def model() -> DecoderOnly:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' own recipes, as they train them
-from bench_rss import emit
+from common import emit
 
 KINDS = {  # each CPU kind's kernels, forced by the libraries' own switches
     "default": {},

@@ -11,10 +11,11 @@ each, the speedup, and the largest difference between the two outputs.
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from functools import partial
 
 import torch
+from common import emit as print_figure
 from torch import nn
 
 from aiayn.model.packed import PackedLinear
@@ -22,8 +23,7 @@ from aiayn.model.packed import PackedLinear
 D_MODEL, D_FF, LAYERS = 512, 2048, 6
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 6), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=6)
 
 
 def decoder_linears() -> list[nn.Linear]:

@@ -26,16 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from common import emit as print_figure
 
 PROMPT_KV, PROMPT_ENGINES, VOCAB = 512, 64, 32000
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def best_of(fn, repeats: int = 2) -> float:

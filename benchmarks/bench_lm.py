@@ -17,13 +17,15 @@ import argparse
 import json
 import shutil
 import time
+from functools import partial
 from pathlib import Path
+
+from common import emit as print_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def main() -> None:

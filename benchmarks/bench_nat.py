@@ -15,16 +15,16 @@ Prints JSON lines {"config", "metric", "value", "unit"}.
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from functools import partial
+
+from common import emit as print_figure
 
 from aiayn.data.corpus import read_lines
 from aiayn.evaluation import score
 from aiayn.inference.translator import Translator
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def parse_system(text: str) -> tuple[str, str, dict]:

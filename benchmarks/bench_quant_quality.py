@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import math
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import emit as print_figure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WINDOW, NEW_TOKENS = 512, 32
@@ -35,8 +36,7 @@ AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int4": {"i
 LLAMA_CPP = {"fp32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
 
-def emit(config: str, metric: str, value, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": value, "unit": unit}), flush=True)
+emit = partial(print_figure, digits=None)
 
 
 def held_out_windows(tokenizer, windows: int) -> list[list[int]]:

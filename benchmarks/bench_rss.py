@@ -23,9 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
+from common import emit
 
 
 def rss_mb(pid: int) -> float:

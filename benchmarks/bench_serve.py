@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import httpx
+from common import emit
 
 from aiayn.data.corpus import read_lines
 
@@ -46,8 +47,6 @@ SENTENCES = ["Ein Mann fährt mit dem Fahrrad.", "Zwei Hunde spielen im Schnee."
              "Kinder spielen am Strand.", "Ein Mann in einem roten Hemd steht auf einer Leiter."]
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 async def load(url: str, texts: list[str], clients: int, beam_size: int) -> tuple[float, list[float], int]:

@@ -24,9 +24,11 @@ import json
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from common import emit as print_figure
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.generator import TextGenerator
@@ -46,8 +48,7 @@ NEW_TOKENS = 64
 THREADS = single_threaded_main()  # as the server: the decoding thread computes with all the threads
 
 
-def emit(config: str, metric: str, value, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": value, "unit": unit}), flush=True)
+emit = partial(print_figure, digits=None)
 
 
 def timed(generator: TextGenerator, jobs_of) -> tuple[float, int]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from common import emit
 
 KEY = "soak-key"
 SENTENCES = ["Ein Mann fährt mit dem Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.",
@@ -209,8 +210,6 @@ MIX = [(lm_whole, "lm", 4), (lm_stream, "lm", 3), (lm_cancel, "lm", 1), (lm_over
 WHOLE = ("lm_whole", "mt_whole")
 
 
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 @dataclass

@@ -13,16 +13,16 @@ identical (speculative greedy must equal plain greedy), and the draft's own gree
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from functools import partial
+
+from common import emit as print_figure
 
 from aiayn.data.corpus import read_lines
 from aiayn.decoding import SpeculativeStats
 from aiayn.inference.translator import Translator
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 4), "unit": unit}), flush=True)
+emit = partial(print_figure, digits=4)
 
 
 def timed(translator: Translator, texts: list[str]) -> tuple[list[str], float]:

@@ -12,11 +12,13 @@ second (all rows together). Prints JSON lines {"config", "metric", "value", "uni
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
+from functools import partial
+
+from common import emit as print_figure
 
 # SmolLM2-135M has 9 heads and 3 key/value heads, which split over no even number of processes: the same widths,
 # depth and vocabulary with 8 heads of 72 and 4 key/value heads (``--checkpoint smollm2-shaped``)
@@ -73,9 +75,7 @@ def worker(args: argparse.Namespace) -> None:
     emit(config, "rss_peak", _rss_peak_mb(), "MiB")
 
 
-def emit(config: dict, metric: str, value: float, unit: str) -> None:
-    line = json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit})
-    print(line, file=sys.__stdout__, flush=True)  # every rank (tensor_parallel.start silences the others)
+emit = partial(print_figure, stream=sys.__stdout__)  # every rank (tensor_parallel.start silences the others)
 
 
 def main() -> None:

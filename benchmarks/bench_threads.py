@@ -17,9 +17,7 @@ import sys
 import threading
 import time
 
-
-def emit(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
+from common import emit
 
 
 def child(args) -> None:

@@ -3,9 +3,11 @@ each case, and each speedup is the ratio of the figures it prints."""
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+sys.path.insert(0, str(BENCH.parent))  # the benchmarks import their shared module (benchmarks/common.py)
 
 
 def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first(trained_run, tmp_path, capsys):

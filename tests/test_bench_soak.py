@@ -13,6 +13,7 @@ import pytest
 from conftest import chat_checkpoint
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_soak.py"
+sys.path.insert(0, str(BENCH.parent))  # the benchmarks import their shared module (benchmarks/common.py)
 
 
 def _bench():
