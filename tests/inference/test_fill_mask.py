@@ -1,7 +1,6 @@
 """Fill-mask with an encoder-only checkpoint: a planted token ranks first, several masks, clear errors."""
 
 import json
-import subprocess
 
 import pytest
 
@@ -9,9 +8,7 @@ from aiayn.inference.fill_mask import MaskFiller
 
 from conftest import run_main
 
-
-def aiayn(*args: str) -> subprocess.CompletedProcess:
-    return run_main(*args)
+aiayn = run_main  # the command, run in this process
 
 
 def test_planted_tokens_rank_first_for_each_mask(mlm_run):

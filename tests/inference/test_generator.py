@@ -1,6 +1,5 @@
 """Text generation with a decoder-only checkpoint: the CLI streams, greedy equals aiayn.generate, seeds repeat."""
 
-import subprocess
 
 import pytest
 import torch
@@ -11,9 +10,7 @@ from aiayn.tokenizers import SentencePieceTokenizer
 
 from conftest import run_main
 
-
-def aiayn(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return run_main(*args, stdin=stdin)
+aiayn = run_main  # the command, run in this process
 
 
 def test_text_stream_holds_back_a_character_split_into_bytes():

@@ -1,6 +1,5 @@
 """Pictures: positional encodings, tensor shapes, attention maps, and the `aiayn show` commands."""
 
-import subprocess
 
 import pytest
 import torch
@@ -13,9 +12,7 @@ from aiayn.visual.shapes import format_table, symbol_sizes, trace_shapes
 
 from conftest import run_main
 
-
-def aiayn(*args: str) -> subprocess.CompletedProcess:
-    return run_main(*args)
+aiayn = run_main  # the command, run in this process
 
 
 def test_position_dot_products_depend_on_offset_only():
