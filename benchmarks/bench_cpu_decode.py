@@ -32,11 +32,11 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 import torch
+from common import best_of
 from common import emit as print_figure
 
 PROMPT = "Once upon a time"
@@ -102,12 +102,7 @@ REPEATS = 3  # each timing the best of three (one shared VM's runs of one engine
 
 def timed(run, *args) -> float:
     run(*args)  # warm-up
-    best = float("inf")
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        run(*args)
-        best = min(best, time.perf_counter() - started)
-    return best
+    return best_of(REPEATS, lambda: run(*args))
 
 
 def worker(engine: str, precision: str, work: Path, new_tokens: int) -> None:

@@ -31,15 +31,12 @@ import itertools
 import json
 import math
 import random
-import socket
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-from common import emit
+from common import emit, percentile, start_server
 
 from aiayn.data.corpus import read_lines
 
@@ -77,30 +74,11 @@ async def load(url: str, texts: list[str], clients: int, beam_size: int) -> tupl
 
 def report(name: str, seconds: float, latencies: list[float], errors: int) -> float:
     rate = len(latencies) / seconds
-    cuts = statistics.quantiles(latencies, n=100)
     emit(name, "requests_per_s", rate, "requests/s")
-    emit(name, "latency_p50", cuts[49] * 1000, "ms")
-    emit(name, "latency_p99", cuts[98] * 1000, "ms")
+    emit(name, "latency_p50", percentile(latencies, 50) * 1000, "ms")
+    emit(name, "latency_p99", percentile(latencies, 99) * 1000, "ms")
     emit(name, "errors", errors, "requests")
     return rate
-
-
-def start_server(checkpoint: str, max_batch: int, *flags: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
-                             str(port), "--max-batch", str(max_batch), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not start within 60 s")
 
 
 def workload(n: int, max_in: int, max_out: int, shared_prefix: int = 0, seed: int = 0) -> list[tuple[str, int]]:
@@ -174,7 +152,7 @@ async def poisson(url: str, jobs: list[tuple[str, int]], rate: float, seed: int 
     gaps = [g for r in good for g in r[1]]
 
     def pct(values: list[float], q: int) -> float:
-        return statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) > 1 else float("nan")
+        return percentile(values, q) * 1000
 
     return {"output_tokens_per_s": sum(r[2] for r in good) / seconds, "requests_per_s": len(good) / seconds,
             "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99), "itl_p50_ms": pct(gaps, 50),
@@ -189,16 +167,15 @@ def stream_main(args: argparse.Namespace) -> None:
     figures = {}
     for variant, flags in servers.items():
         flags = [*flags, *(["--int8"] if args.int8 else []), "--device", args.device, "--model-name", "bench"]
-        proc, url = start_server(args.checkpoint, args.max_batch, *flags, "--max-streams", str(args.requests),
-                                 "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
+        server = start_server(variant, args.checkpoint, "--max-batch", str(args.max_batch), *flags, "--max-streams",
+                              str(args.requests), "--max-new-tokens", str(args.max_out), "--max-chars", "4000")
         try:
             for rate in args.rates:
-                figures[variant, rate] = found = asyncio.run(poisson(url, jobs, rate))
+                figures[variant, rate] = found = asyncio.run(poisson(server.url, jobs, rate))
                 for metric, value in found.items():
                     emit(f"{variant}/rate{rate:g}", metric, value, units.get(metric, "ms"))
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            server.stop()
     if args.peer:  # another OpenAI-compatible server (llama.cpp's), loaded with the same workload in this run
         model = httpx.get(f"{args.peer}/v1/models").json()["data"][0]["id"]
         for rate in args.rates:
@@ -255,12 +232,11 @@ def main() -> None:
     rows, rates = args.max_batch, {}
     servers = {"continuous": (rows, []), "static": (rows, ["--batching", "static"]), "one-at-a-time": (1, [])}
     for name, (max_batch, flags) in servers.items():
-        proc, url = start_server(args.checkpoint, max_batch, *flags)
+        server = start_server(name, args.checkpoint, "--max-batch", str(max_batch), *flags)
         try:
-            rates[name] = report(f"{tag}/{name}", *asyncio.run(load(url, texts, args.clients, args.beam_size)))
+            rates[name] = report(f"{tag}/{name}", *asyncio.run(load(server.url, texts, args.clients, args.beam_size)))
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            server.stop()
     emit(tag, "speedup_continuous_vs_static", rates["continuous"] / rates["static"], "x")
     emit(tag, "speedup_continuous_vs_one_at_a_time", rates["continuous"] / rates["one-at-a-time"], "x")
 

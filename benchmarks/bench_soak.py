@@ -24,67 +24,21 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import signal
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
-from common import emit
+from common import Server, emit, percentile, start_server
 
 KEY = "soak-key"
 SENTENCES = ["Ein Mann fährt mit dem Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.",
              "1234", "forty two", "Kinder spielen am Strand."]
 PROMPTS = ["Once upon a time", "The capital of France is", "the cat sat on the", "Write a haiku about rain:"]
 MAX_CHARS = 400  # the servers' --max-chars: an over-limit prompt is one character more
-
-
-@dataclass
-class Server:
-    """One ``aiayn serve`` process."""
-    name: str
-    proc: subprocess.Popen
-    url: str
-    port: int
-    log: typing.IO[str]
-
-    def sample(self) -> dict[str, float]:
-        """RSS (MB), open file descriptors and threads of the process."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
-        field_of = {line.split(":")[0]: line.split()[1] for line in status if line.startswith(("VmRSS:", "Threads:"))}
-        fds = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-        return {"rss": int(field_of["VmRSS"]) / 1024, "fds": fds, "threads": int(field_of["Threads"])}
-
-
-def start(name: str, checkpoint: str, *flags: str, log_dir: str | None = None) -> Server:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # the server's stderr: a file, not a pipe (a pipe nobody reads would stall it); it lives as long as the server,
-    # or stays in ``log_dir`` as NAME.log
-    log = tempfile.TemporaryFile("w+") if log_dir is None else open(Path(log_dir) / f"{name}.log", "w+")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port", str(port),
-                             "--max-chars", str(MAX_CHARS), *flags], stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return Server(name, proc, url, port, log)
-        except httpx.HTTPError:
-            time.sleep(0.1)
-        if proc.poll() is not None:
-            log.seek(0)
-            raise SystemExit(f"{name} server exited: {log.read()[-2000:]}")
-    proc.kill()
-    raise SystemExit(f"the {name} server did not start within 120 s")
 
 
 @dataclass
@@ -286,10 +240,6 @@ class Soak:
                 "listening_after": int(listening)}
 
 
-def percentile(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
-
-
 def summarize(run: Soak, seconds: float, rest_before: dict, rest_after: dict, term: dict) -> dict:
     """The figures of a soak whose main phase ran ``seconds`` (warm-up before 0, SIGTERM phase after)."""
     window = min(3.0, seconds / 60 / 4) * 60  # the first and the last minutes whose latencies are compared
@@ -364,8 +314,9 @@ def soak(lm: str, translator: str, minutes: float = 30, rate: float = 3.0, every
     the figures (see the module's docstring)."""
     servers: dict[str, Server] = {}
     try:
-        servers["lm"] = start("lm", lm, "--api-key", KEY, "--model-name", "soak", log_dir=log_dir)
-        servers["mt"] = start("mt", translator, log_dir=log_dir)
+        servers["lm"] = start_server("lm", lm, "--max-chars", str(MAX_CHARS), "--api-key", KEY, "--model-name", "soak",
+                                     log_dir=log_dir)
+        servers["mt"] = start_server("mt", translator, "--max-chars", str(MAX_CHARS), log_dir=log_dir)
         figures = asyncio.run(_soak(servers, minutes, rate, every, warmup, seed, rest, drain_load))
         servers["mt"].proc.send_signal(signal.SIGTERM)
         figures["translator_exit_code"] = servers["mt"].proc.wait(timeout=90)

@@ -290,8 +290,8 @@ def serving(app, limits):
 def live_server(trained_run):
     """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""
     from aiayn.inference.translator import Translator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     limits = Limits(max_chars=200, max_texts=8, read_timeout_s=1.0, max_connections=40)
     app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), limits, max_batch=32, wait_ms=50)

@@ -75,3 +75,31 @@ def test_every_public_name_still_imports_from_the_top():
     assert set(before) <= set(aiayn.__all__)
     for name in aiayn.__all__:
         assert callable(getattr(aiayn, name)), name
+
+
+SERVER_ROUTES = ("translate", "generate", "openai", "openai_text", "encode", "inspect", "tokens")
+ENGINE_ROOM = ("scheduler", "jobs", "mirror", "limits", "threads")
+
+
+def _serve_edges(graph: dict) -> list[tuple[str, str]]:
+    """Edges inside aiayn.serve that break its rooms: anything importing the front door (serve/server.py), a
+    route module importing another kind's, the engine room importing a route or the HTTP helpers."""
+    bad = []
+    for mod, deps in graph.items():
+        if not mod.startswith("aiayn.serve."):
+            continue
+        name = mod.rsplit(".", 1)[1]
+        for dep in deps:
+            dep_name = dep.rsplit(".", 1)[1] if dep.startswith("aiayn.serve.") else None
+            if dep_name == "server" or (name in ENGINE_ROOM and dep_name in (*SERVER_ROUTES, "http", "server")) or (
+                    name in ("translate", "generate", "encode") and dep_name in ("translate", "generate", "encode")):
+                bad.append((mod, dep))
+    return bad
+
+
+def test_the_server_rooms_one_front_door_over_routes_over_the_engine_room():
+    assert _serve_edges(GRAPH) == []
+    bad = {**GRAPH, "aiayn.serve.scheduler": {**GRAPH["aiayn.serve.scheduler"], "aiayn.serve.generate": False},
+           "aiayn.serve.translate": {**GRAPH["aiayn.serve.translate"], "aiayn.serve.server": True}}
+    assert set(_serve_edges(bad)) == {("aiayn.serve.scheduler", "aiayn.serve.generate"),
+                                      ("aiayn.serve.translate", "aiayn.serve.server")}

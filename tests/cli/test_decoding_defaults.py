@@ -57,7 +57,7 @@ def test_average_keeps_it_and_an_old_checkpoint_decodes_with_the_defaults(run, t
 def test_the_server_uses_it_and_a_request_may_change_it(run):
     from fastapi.testclient import TestClient
 
-    from aiayn.serve.app import create_app
+    from aiayn.serve.server import create_app
 
     with TestClient(create_app(Translator.from_checkpoint(run))) as client:
         assert client.get("/health").json()["decoding"]["length_penalty"] == 0.6

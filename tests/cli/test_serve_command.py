@@ -9,7 +9,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from aiayn.cli import main
-from aiayn.serve import app as app_module
+from aiayn.serve import server as app_module
 from aiayn.serve.limits import Limits
 
 

@@ -60,8 +60,8 @@ def test_generation_json_is_read_and_checked(tmp_path):
 
 def test_the_command_line_and_http_options_are_the_fields():
     from aiayn.cli.main import build_parser
-    from aiayn.serve.app import TranslateRequest
     from aiayn.serve.generate import GenerateRequest
+    from aiayn.serve.translate import TranslateRequest
 
     parser = build_parser("test")
     for command in ("translate", "evaluate", "generate", "distill", "serve"):
@@ -82,7 +82,7 @@ def test_length_penalty_walks_from_the_cli_and_http_to_the_beam_through_three_fi
                     if re.search(r"\blength_penalty\b", p.read_text(encoding="utf-8")))
     walk = [p for p in naming if p.split("/")[0] in ("cli", "serve", "inference", "decoding")]
     assert walk == ["decoding/beam.py", "decoding/config.py", "decoding/generation.py"], naming
-    assert not any(re.search(r"\balpha\b", (SRC / p).read_text()) for p in ("cli/common.py", "serve/app.py",
+    assert not any(re.search(r"\balpha\b", (SRC / p).read_text()) for p in ("cli/common.py", "serve/translate.py",
                                                                                "inference/translator.py"))
 
 

@@ -72,7 +72,7 @@ def test_config_gpt2_cannot_express_is_refused(gpt2, tmp_path, capsys):
 def test_the_imported_model_serves_with_continuous_batching(imported):
     from fastapi.testclient import TestClient
 
-    from aiayn.serve.app import create_app
+    from aiayn.serve.server import create_app
 
     _, folder = imported
     generator = TextGenerator.from_checkpoint(folder)

@@ -98,7 +98,7 @@ def test_embed_command_and_endpoint(tmp_path, base, capsys):
     from aiayn.inference.embed import Pooling
     from aiayn.inference.fill_mask import MaskFiller
     from aiayn.inference.load import load_checkpoint
-    from aiayn.serve.app import create_app
+    from aiayn.serve.server import create_app
 
     _st_folder(base, tmp_path / "st", "mean", True)
     ckpt = tmp_path / "ckpt"

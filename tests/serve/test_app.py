@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from aiayn.inference.translator import Translator
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import Scheduler
+from aiayn.serve.server import create_app
 
 SENTENCES = ["a b c", "d e f g h", "i j", "k l m n o p", "q r s t", "u v w", "x y z a b c d", "e"]
 

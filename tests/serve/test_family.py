@@ -13,9 +13,9 @@ from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
+from aiayn.serve.server import create_app
 
 PROMPTS = ["the cat ", "a dog ran in the park 3 .\n", "t", "the cat sat on the mat . a dog", "park 1",
            "a ", "the mat . a dog ran in", "dog"]
@@ -241,7 +241,7 @@ def test_generate_refuses_bad_decoding_options_with_422(lm_run):
     from fastapi.testclient import TestClient
 
     from aiayn.inference.generator import TextGenerator
-    from aiayn.serve.app import create_app
+    from aiayn.serve.server import create_app
 
     with TestClient(create_app(TextGenerator.from_checkpoint(lm_run))) as client:
         for bad, field in [({"top_k": -2}, "top_k"), ({"top_p": 1.5}, "top_p"), ({"temperature": -1}, "temperature"),

@@ -16,8 +16,8 @@ from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.translator import Translator
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
+from aiayn.serve.server import create_app
 
 from conftest import chat_checkpoint, serving
 

@@ -16,9 +16,9 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.interop.peft import load_adapter, read_adapter, save_adapter
 from aiayn.model.lora import apply_lora, lora_layers
 from aiayn.model.multi_lora import attach_adapters
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
+from aiayn.serve.server import create_app
 
 from conftest import chat_checkpoint, serving
 
@@ -114,7 +114,7 @@ def test_lora_flags_are_checked_before_anything_loads(served, capsys):
 
 def test_adapter_rows_skip_the_prompt_cache_and_translation_models_are_refused(served, model):
     from aiayn.decoding.prefix import PromptCache
-    from aiayn.serve.app import _attach_loras
+    from aiayn.serve.server import _attach_loras
 
     base, folders = served
     lm, tokenizers = load_checkpoint(base)

@@ -118,8 +118,8 @@ def test_the_language_toggle_switches_labels_and_help(browser, live_server):
 def cmlm_server(cmlm_run):
     """A live server for the tiny CMLM (Mask-Predict)."""
     from aiayn.inference.translator import Translator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     limits = Limits()
     with serving(create_app(Translator.from_checkpoint(cmlm_run), limits), limits) as url:
@@ -153,8 +153,8 @@ def test_a_cmlm_page_shows_mask_predict_iteration_by_iteration(browser, cmlm_ser
 
 def test_a_ctc_page_shows_what_each_upsampled_position_emits(browser, ctc_run):
     from aiayn.inference.translator import Translator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     limits = Limits()
     with serving(create_app(Translator.from_checkpoint(ctc_run), limits), limits) as url:
@@ -182,8 +182,8 @@ def _lm_server(lm_run, step_delay: float = 0.0):
     import time
 
     from aiayn.inference.generator import TextGenerator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     generator = TextGenerator.from_checkpoint(lm_run)
     if step_delay:
@@ -268,8 +268,8 @@ def test_language_model_page_explores_causal_attention(browser, lm_server):
 def long_lm_server(lm_run):
     """The language model with room for a 120-token continuation and its attention map."""
     from aiayn.inference.generator import TextGenerator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     limits = Limits(max_new_tokens=128, max_attention_tokens=160)
     with serving(create_app(TextGenerator.from_checkpoint(lm_run), limits), limits) as url:

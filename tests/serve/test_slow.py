@@ -72,8 +72,8 @@ def test_an_idle_keep_alive_connection_is_closed_after_5_s(trained_run):
     """docs/serving.md: with the default limits an idle keep-alive connection is closed after 5 s (not at once,
     not never; a read timeout shorter than 5 s, as the other tests' server has, closes it sooner)."""
     from aiayn.inference.translator import Translator
-    from aiayn.serve.app import create_app
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
 
     from conftest import serving
 

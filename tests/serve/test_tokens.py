@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 
 from aiayn import generate
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
+from aiayn.serve.server import create_app
 
 from conftest import chat_checkpoint, serving
 

@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.app import create_app
 from aiayn.serve.limits import Limits
+from aiayn.serve.server import create_app
 from aiayn.serve.tools import ToolStream, parse_calls, template_messages
 
 from conftest import chat_checkpoint, serving

@@ -11,7 +11,7 @@ from aiayn.cli import main
 from aiayn.data.corpus import Parallel
 from aiayn.inference.translator import Translator
 from aiayn.model.cmlm import CMLM
-from aiayn.serve.app import create_app
+from aiayn.serve.server import create_app
 from aiayn.tokenizers import SentencePiecePair
 from aiayn.training.tasks import CMLMTask
 

@@ -16,7 +16,7 @@ from aiayn.data.corpus import Parallel
 from aiayn.decoding.ctc import collapse
 from aiayn.inference.translator import Translator
 from aiayn.model.transformer import CTC
-from aiayn.serve.app import create_app
+from aiayn.serve.server import create_app
 from aiayn.tokenizers import SentencePiecePair
 from aiayn.training.config import TrainConfig
 from aiayn.training.objective import ctc_alignment, ctc_glancing_loss, ctc_loss

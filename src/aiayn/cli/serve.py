@@ -79,8 +79,8 @@ def serve(args: argparse.Namespace) -> int:
     import dataclasses
 
     from aiayn.cli.common import start_parallel
-    from aiayn.serve.app import run_server
     from aiayn.serve.limits import Limits
+    from aiayn.serve.server import run_server
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)

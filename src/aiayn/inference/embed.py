@@ -86,10 +86,12 @@ class Embedder:
     """
 
     def __init__(self, model: EncoderOnly, tokenizers: TokenizerPair, pooling: Pooling | None = None,
-                 device: torch.device | str = "cpu", batch_size: int = 32) -> None:
+                 device: torch.device | str = "cpu", batch_size: int = 32, own: bool = False) -> None:
+        """``own``: ``model`` is handed over and made the inference copy in place (one already made, a
+        ``MaskFiller``'s, is shared as it is); else it is copied."""
         if model.config.arch != "encoder-only":
             raise ValueError(f"embed needs an encoder-only checkpoint, not {model.config.arch}")
-        self.model = inference_copy(model, device)
+        self.model = inference_copy(model, device, own=own)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.pooling, self.batch_size = pooling or Pooling(), batch_size
         self.max_len = min(self.pooling.max_seq_length or model.config.max_len, model.config.max_len)
@@ -99,7 +101,7 @@ class Embedder:
                         **options) -> Embedder:
         """``prepare`` as in ``load_checkpoint`` (``--tensor-parallel``: the model split over processes)."""
         model, tokenizers = load_checkpoint(path, "encoder-only", prepare)
-        return cls(model, tokenizers, Pooling.load(resolve_checkpoint(path)), device, **options)
+        return cls(model, tokenizers, Pooling.load(resolve_checkpoint(path)), device, own=True, **options)
 
     def ids(self, text: str) -> list[int]:
         """The text's ids, cut to ``max_len`` with the last (closing special) token kept, as transformers cuts."""

@@ -25,16 +25,18 @@ class Candidate:
 class MaskFiller:
     """Top-k predictions for every ``<mask>`` in a text, from one bidirectional pass (BERT, section 3.1)."""
 
-    def __init__(self, model: EncoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: EncoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
+                 own: bool = False) -> None:
+        """``own``: ``model`` is handed over and made the inference copy in place (else it is copied)."""
         if model.config.arch != "encoder-only":
             raise ValueError(f"fill-mask needs an encoder-only checkpoint, not {model.config.arch}")
-        self.model = inference_copy(model, device)
+        self.model = inference_copy(model, device, own=own)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None) -> MaskFiller:
         model, tokenizers = load_checkpoint(path, "encoder-only", prepare)
-        return cls(model, tokenizers, device)
+        return cls(model, tokenizers, device, own=True)
 
     def ids(self, text: str) -> list[int]:
         """The text's ids, each ``<mask>`` one mask id (the tokenizer's conventions: aiayn's own, or

@@ -42,12 +42,13 @@ class TextGenerator:
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
-                 int4: bool = False) -> None:
+                 int4: bool = False, own: bool = False) -> None:
         """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
-        int4 linear layers (CPU; ``aiayn.inference.precision.quantize``)."""
+        int4 linear layers (CPU; ``aiayn.inference.precision.quantize``); ``own``: ``model`` is handed over and
+        made the inference copy in place (else it is copied and left as it was)."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
-        self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4)
+        self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
@@ -81,7 +82,7 @@ class TextGenerator:
         """``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the checkpoint's generation.json."""
         folder = resolve_checkpoint(path)
         model, tokenizers = load_checkpoint(folder, "decoder-only", prepare)
-        return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), **options)
+        return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), own=True, **options)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document (EOS, which separates documents in

@@ -38,10 +38,12 @@ def fuse(model: TransformerModel) -> TransformerModel:
     return model
 
 
-def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = None) -> TransformerModel:
-    """A fused copy of ``model`` on the CPU, in eval mode, cast to ``dtype`` if given; the caller's is untouched."""
+def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = None,
+              own: bool = False) -> TransformerModel:
+    """A fused copy of ``model`` on the CPU, in eval mode, cast to ``dtype`` if given; the caller's is untouched
+    (``own``: the caller hands it over, and it is changed in place: no second copy of the weights)."""
     check_unpacked(model, what)
-    copied = copy.deepcopy(model).cpu().eval()
+    copied = (model if own else copy.deepcopy(model)).cpu().eval()
     return fuse(copied if dtype is None else copied.to(dtype))
 
 
@@ -53,7 +55,8 @@ def _swap_linears(model: nn.Module, make) -> None:
                 setattr(module, name, make(child))
 
 
-def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None = None) -> TransformerModel:
+def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None = None,
+             own: bool = False) -> TransformerModel:
     """A weight-only int8 (``bits`` 8) or int4 (``bits`` 4, groups of 32) copy of ``model`` for CPU inference, in
     eval mode, its other parts in ``dtype`` (default the model's); ``generate`` and ``Translator`` take it.
 
@@ -66,7 +69,7 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     dynamic = bits == 8 and not bf16_kernels_available()
     if dynamic and dtype not in (None, torch.float32):
         raise ValueError("--int8 --bf16: this CPU has no bfloat16 kernels; leave out --bf16")
-    quantized = _cpu_copy(model, "quantize", dtype)
+    quantized = _cpu_copy(model, "quantize", dtype, own)
     if dynamic:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
@@ -77,27 +80,31 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     return quantized.requires_grad_(False)
 
 
-def pack(model: TransformerModel, dtype: torch.dtype | None = None) -> TransformerModel:
+def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = False) -> TransformerModel:
     """An inference copy of ``model`` on the CPU (optionally cast to ``dtype``, e.g. torch.bfloat16) whose
-    linear layers are :class:`PackedLinear`; ``generate`` and ``Translator`` take it, training cannot."""
+    linear layers are :class:`PackedLinear`; ``generate`` and ``Translator`` take it, training cannot. ``own``:
+    packed in place (the caller gives its model up)."""
     if not packing_available():
         raise RuntimeError("pack: this PyTorch build has no oneDNN (mkldnn); use the model as it is")
     if not packing_available(dtype):
         raise RuntimeError("pack: this CPU has no oneDNN bfloat16 kernels (AVX512 or AVX-NE-CONVERT); pack in "
                            "float32, or decode the plain model in bfloat16 (inference_copy does)")
-    packed = _cpu_copy(model, "pack", dtype)
+    packed = _cpu_copy(model, "pack", dtype, own)
     output = getattr(packed, "output", None)
     _swap_linears(packed, lambda lin: PackedLinear(lin, keep_weight=lin is output))
     return packed.requires_grad_(False)
 
 
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
-                   bf16: bool = False, packed: bool = True, int4: bool = False) -> TransformerModel:
+                   bf16: bool = False, packed: bool = True, int4: bool = False, own: bool = False) -> TransformerModel:
     """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
     oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
-    its dtype)."""
+    its dtype). ``own``: the caller hands ``model`` over (a product that loaded it, a server): it becomes the
+    inference copy in place, so the weights are held once; a model that already is one is used as it is."""
     if int8 and int4:
         raise ValueError("--int8 and --int4: choose one")
+    if own and is_inference_copy(model):
+        return model
     if getattr(model, "tensor_parallel", 1) > 1:  # split over processes (inference/tensor_parallel.py): as it is
         if int8 or int4 or bf16:
             raise ValueError("--tensor-parallel decodes the float32 weights it split; leave out --int8, --int4, --bf16")
@@ -106,9 +113,15 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
         raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
     dtype = torch.bfloat16 if bf16 else None
     if int8 or int4:
-        return quantize(model, 8 if int8 else 4, dtype)
+        return quantize(model, 8 if int8 else 4, dtype, own)
     if packed and torch.device(device).type == "cpu" and packing_available(dtype):
-        return pack(model, dtype)
-    if bf16:
+        return pack(model, dtype, own)
+    if bf16 and not own:
         model = copy.deepcopy(model)
     return model.eval().to(device, dtype)
+
+
+def is_inference_copy(model: nn.Module) -> bool:
+    """Whether ``model``'s linear layers were already packed or quantized (``pack``, ``quantize``)."""
+    return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear, torch.ao.nn.quantized.dynamic.Linear))
+               for m in model.modules())

@@ -34,7 +34,7 @@ class Translator:
     def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  decoding: DecodingConfig | None = None, int8: bool = False, bf16: bool = False,
                  packed: bool = True, draft: EncoderDecoder | None = None, draft_tokens: int = 4,
-                 shortlist: Shortlist | None = None, int4: bool = False, **options) -> None:
+                 shortlist: Shortlist | None = None, int4: bool = False, own: bool = False, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
         ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
         ``bf16``: weights, activations and the KV cache in bfloat16 (half the memory traffic of float32; logits
@@ -43,14 +43,15 @@ class Translator:
         ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
         same output), proposing ``draft_tokens`` per main-model pass; ``self.speculative`` counts the drafted
         and accepted tokens. ``shortlist``: each batch is decoded over its candidate target tokens only
-        (:mod:`aiayn.inference.shortlist`; faster, the output may differ)."""
+        (:mod:`aiayn.inference.shortlist`; faster, the output may differ). ``own``: ``model`` is handed over and
+        made the inference copy in place, ``draft`` too (else each is copied and left as it was)."""
         if not isinstance(model, EncoderDecoder):
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         self.decoding = (decoding or DecodingConfig()).replace(**options)
         if shortlist is not None and (int8 or int4 or draft is not None):
             raise ValueError("--shortlist: not with --int8, --int4 or --draft; choose one")
-        self.model = inference_copy(model, device, int8, bf16, packed, int4)
-        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed, int4)
+        self.model = inference_copy(model, device, int8, bf16, packed, int4, own)
+        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed, int4, own)
         self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device, self.shortlist = tokenizers, torch.device(device), shortlist
         self.truncated: list[int] = []
@@ -87,7 +88,7 @@ class Translator:
             draft_model = TransformerModel.load(draft_folder)
         table = None if shortlist is None else Shortlist.load(shortlist, model.config.target_vocab)
         chosen = DecodingConfig.load(folder).replace(**(decoding or {}))
-        return cls(model, tokenizers, device, chosen, draft=draft_model, shortlist=table, **options)
+        return cls(model, tokenizers, device, chosen, draft=draft_model, shortlist=table, own=True, **options)
 
     def _generate(self, src: torch.Tensor, decoding: DecodingConfig) -> list[list[int]]:
         """Best hypothesis per row."""

@@ -135,3 +135,16 @@ NONBLANK = "[^\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\
 
 def _json(description: str, schema: dict) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def one_output(limits, strategies: tuple[str, ...]) -> dict:
+    """The decoding fields' bounds where a request decodes one output: the strategies the model runs, one
+    sequence, the server's (``Limits``) length and beam limits."""
+    return {"strategy": {"anyOf": [{"enum": list(strategies)}, {"type": "null"}]},
+            "num_return_sequences": {"maximum": 1}, "max_new_tokens": {"maximum": limits.max_new_tokens},
+            "beam_size": {"maximum": limits.max_beam_size}}
+
+
+def vocabulary(tokenizer) -> dict:
+    """The JSON schema of one of ``tokenizer``'s ids."""
+    return {"type": "integer", "minimum": 0, "maximum": len(tokenizer) - 1}

@@ -1,6 +1,8 @@
-"""POST /generate: a language model continues a prompt, the answer whole or streamed as Server-Sent Events, one
-decode job through the scheduler (its decoding: the server's defaults with the request's fields; a ``json_schema``
-or ``grammar`` constrains it; ``adapter`` picks a LoRA adapter served beside the model)."""
+"""A language model's routes: POST /generate (a prompt continued, the answer whole or streamed as Server-Sent
+Events, one decode job through the scheduler; its decoding: the server's defaults with the request's fields; a
+``json_schema`` or ``grammar`` constrains it; ``adapter`` picks a LoRA adapter served beside the model), the
+OpenAI-compatible /v1 routes (``serve/openai.py``), /tokenize and /detokenize, the page and /health. Its
+pictures are ``serve/inspect.py``'s."""
 
 from __future__ import annotations
 
@@ -12,11 +14,22 @@ from fastapi.responses import StreamingResponse
 from pydantic import ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.generator import TextGenerator, TextStream
-from aiayn.serve.http import DecodingOptions, check_size, native_refusal, request_decoding
+from aiayn.serve.declared import declare_fields, one_output, vocabulary
+from aiayn.serve.http import (
+    DecodingOptions,
+    Served,
+    add_page_and_health,
+    check_size,
+    native_refusal,
+    request_decoding,
+)
 from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
+from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
+from aiayn.serve.tokens import add_token_routes
 
 
 class GenerateRequest(DecodingOptions):
@@ -30,7 +43,40 @@ class GenerateRequest(DecodingOptions):
                                                   "NAME=...): its NAME; unset, the base model")
 
 
-def add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
+def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
+    """The scheduler of a language model: a KV cache of the context it takes (learned positions: its own
+    length), a prompt cache of ``limits.prefix_cache_bytes``."""
+    cfg = generator.model.config
+    capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
+    prefix = PromptCache(generator.model, max_bytes=limits.prefix_cache_bytes)
+    return Scheduler(generator.model, capacity=capacity, prefix_cache=prefix, limits=limits, **options)
+
+
+def add_routes(app: FastAPI, served: Served) -> None:
+    """GET / (the family's page), GET /health, /tokenize, /detokenize, POST /generate and the /v1 routes."""
+    generator, batcher, limits = served.product, served.scheduler, served.limits
+    add_page_and_health(app, served, "family.html")
+    chat = None if generator.chat_template is None else \
+        (lambda messages, prompt: generator.rendered_ids(generator.chat_template(messages, prompt)))
+    add_token_routes(app, generator.tokenizer, batcher.capacity, limits, chat)
+    _declare_bounds(app, generator, limits)
+    _add_generate(app, generator, batcher, limits)
+    add_openai_routes(app, served.name, limits, generator, batcher)
+
+
+def _declare_bounds(app: FastAPI, generator: TextGenerator, limits: Limits) -> None:
+    """What /openapi.json can bound for this model: its layers and heads, its vocabulary, its adapters, the
+    server's length limit."""
+    cfg, rows = generator.model.config, generator.model.adapter_rows
+    adapters = [{"enum": rows.names}] if rows is not None else []
+    declare_fields(app, {"TextHeadRequest": {"layer": {"maximum": cfg.n_decoder_layers - 1},
+                                             "head": {"maximum": cfg.n_heads - 1}},
+                         "DetokenizeRequest": {"tokens": {"items": vocabulary(generator.tokenizer)}},
+                         "GenerateRequest": {"adapter": {"anyOf": [*adapters, {"type": "null"}]},
+                                             **one_output(limits, ("greedy", "beam", "sample"))}})
+
+
+def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
     """POST /generate, whole or streamed as server-sent events."""
 
     @app.post("/generate")

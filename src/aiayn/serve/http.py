@@ -190,6 +190,35 @@ def _add_guards(app: FastAPI, limits: Limits) -> None:
         return JSONResponse({"detail": f"internal error: {type(err).__name__}"}, status_code=500)
 
 
+@dataclasses.dataclass
+class Served:
+    """What a route module reads: the ``product`` that computes (a ``Translator``, ``TextGenerator`` or
+    ``MaskFiller``: ``inference/``), the one ``scheduler`` it computes on, the server's ``limits``, the model's
+    ``name`` on /v1, an encoder's ``embedder`` (/embed), and ``info`` to add to /health."""
+
+    product: typing.Any
+    scheduler: typing.Any
+    limits: Limits
+    name: str = "aiayn"
+    embedder: typing.Any = None
+    info: dict = dataclasses.field(default_factory=dict)
+
+
+def add_page_and_health(app: FastAPI, served: Served, page: str, **extra) -> None:
+    """GET / (the page ``static/PAGE``) and GET /health (:func:`health_body` with the scheduler's counts and
+    ``extra``)."""
+    cfg = served.product.model.config
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / page)
+
+    @app.get("/health")
+    async def health() -> dict:
+        """Liveness, the model's dimensions, the limits and the scheduler's counts."""
+        return health_body(cfg, served.limits, **served.scheduler.stats(), **extra)
+
+
 def health_body(cfg, limits: Limits, **counts) -> dict:
     """What GET /health answers: liveness, the model's dimensions, the limits, and the engine's counts."""
     model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers",

@@ -1,0 +1,155 @@
+"""The server's front door: a checkpoint loaded once into one product (the inference copy that computes: a
+``Translator``, ``TextGenerator`` or ``MaskFiller``), one scheduler it computes on, and one FastAPI app whose
+routes the model's kind chooses in one table (``ROOMS``). Under ``--tensor-parallel`` rank 0 serves and leads;
+every other rank follows it with a scheduler and no app (``serve/mirror.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from fastapi import FastAPI
+
+from aiayn.decoding.config import DecodingConfig
+from aiayn.serve import encode, generate, inspect, translate
+from aiayn.serve.http import Served, base_app, serve_until_stopped, server_config
+from aiayn.serve.limits import Limits
+from aiayn.serve.metrics import add_metrics
+from aiayn.serve.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a model kind is served with: its scheduler's maker, its routes, its pictures (None: none)."""
+
+    scheduler: Callable[..., Scheduler]
+    routes: Callable[[FastAPI, Served], None]
+    pictures: Callable[[FastAPI, Served], None] | None
+
+
+ROOMS = {"encoder-decoder": Room(translate.scheduler, translate.add_routes, inspect.add_translation_pictures),
+         "decoder-only": Room(generate.scheduler, generate.add_routes, inspect.add_lm_pictures),
+         "encoder-only": Room(encode.scheduler, encode.add_routes, None)}
+
+
+def build_scheduler(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
+                    threads: int | None = None, embedder=None, batching: str = "continuous") -> Scheduler:
+    """The one scheduler of ``product`` (continuous batching, or ``batching="static"``; ``max_batch`` rows;
+    ``wait_ms``: how long an encoder's queue waits for requests to batch with; ``threads``: its compute
+    threads, ``serve/threads.py``)."""
+    options = {"max_batch": max_batch, "wait_ms": wait_ms, "threads": threads, "static": batching == "static"}
+    if embedder is not None:
+        options["embedder"] = embedder
+    return ROOMS[product.model.config.arch].scheduler(product, limits, **options)
+
+
+def build_app(served: Served, api_key: str | None = None) -> FastAPI:
+    """The app around ``served``: its scheduler starts and stops with it (one lifespan); /metrics, the model
+    kind's routes and, unless the model is split over processes (a rank sees its own heads), its pictures.
+    With ``api_key`` every route but /health needs ``Authorization: Bearer KEY``."""
+    scheduler = served.scheduler
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        scheduler.start()
+        yield
+        scheduler.stop()
+
+    app = base_app(lifespan, served.limits, api_key)
+    app.state.batcher = scheduler
+    add_metrics(app, scheduler)
+    room = ROOMS[served.product.model.config.arch]
+    room.routes(app, served)
+    if room.pictures is not None and getattr(served.product.model, "tensor_parallel", 1) == 1:
+        room.pictures(app, served)
+    return app
+
+
+def create_app(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
+               info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
+               api_key: str | None = None, batching: str = "continuous") -> FastAPI:
+    """The app around a product: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate, /v1)
+    or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too), served as model ``name``; ``info``: more
+    for a translator's /health. Its scheduler: :func:`build_scheduler`."""
+    scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
+    return build_app(Served(product, scheduler, limits, name, embedder, info or {}), api_key)
+
+
+def load_product(checkpoint: str, decoding: dict | None = None, device: str = "cpu", int8: bool = False,
+                 bf16: bool = False, int4: bool = False, prepare=None, loras: dict[str, str] | None = None):
+    """The checkpoint read once and made the product that serves it, the loaded weights handed over (held
+    once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product, embedder or None)."""
+    from aiayn.inference.embed import Embedder, Pooling
+    from aiayn.inference.fill_mask import MaskFiller
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.translator import Translator
+    from aiayn.io.run import resolve_checkpoint
+
+    folder = resolve_checkpoint(checkpoint)
+    model, tokenizers = load_checkpoint(folder, prepare=prepare)
+    if loras:
+        _attach_loras(model, loras)
+    defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
+    arch = model.config.arch
+    if arch == "decoder-only":
+        return TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults, int8=int8, int4=int4,
+                             own=True), None
+    if arch == "encoder-only":
+        filler = MaskFiller(model, tokenizers, device, own=True)
+        return filler, Embedder(filler.model, tokenizers, Pooling.load(folder), device, own=True)
+    return Translator(model, tokenizers, device, defaults, int8, bf16, int4=int4, own=True), None
+
+
+def _attach_loras(model, loras: dict[str, str]) -> None:
+    from aiayn.interop.peft import read_adapter
+    from aiayn.model.multi_lora import attach_adapters
+
+    if model.config.arch != "decoder-only":
+        raise ValueError(f"--lora: several adapters in one batch are served for language models, not "
+                         f"{model.config.arch}; merge one with aiayn merge, or pass --adapter")
+    attach_adapters(model, {name: read_adapter(model, folder) for name, folder in loras.items()})
+
+
+def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits = Limits(),
+               decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
+               wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
+               api_key: str | None = None, batching: str = "continuous", int4: bool = False,
+               loras: dict[str, str] | None = None, parallel=None) -> None:
+    """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
+    ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
+    in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
+    folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
+    (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
+    process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``)."""
+    from aiayn.serve.threads import single_threaded_main
+
+    threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
+    product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras)
+    scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
+    if parallel is not None and not parallel.leader:
+        from aiayn.serve.mirror import follow
+
+        torch.set_num_threads(threads or torch.get_num_threads())
+        follow(scheduler, parallel)
+        return
+    served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name, embedder)
+    app = build_app(served, api_key)
+    _serve(server_config(app, host, port, limits), scheduler, parallel)
+
+
+def _serve(config, scheduler: Scheduler, parallel) -> None:
+    """uvicorn until stopped; under ``--tensor-parallel`` rank 0 leads the other ranks while it serves."""
+    if parallel is None:
+        serve_until_stopped(config)
+        return
+    from aiayn.serve.mirror import lead
+
+    leader = lead(scheduler, parallel)
+    try:
+        serve_until_stopped(config)
+    finally:
+        leader.stop()
