@@ -39,7 +39,7 @@ def update_ms(preset: str, fused: bool, repeats: int) -> float:
 def copy_step_ms(fused: bool, repeats: int) -> float:
     """Milliseconds per training step of the copy task's tiny model (batch 64)."""
     from aiayn.data.synthetic import copy_batch
-    from aiayn.model.transformer import build_model
+    from aiayn.model.build import build_model
     from aiayn.training.demo import CopyRecipe, copy_config, copy_loss
 
     torch.manual_seed(0)

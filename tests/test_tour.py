@@ -37,13 +37,13 @@ CHECKS = {  # what else each tour must print (its own language)
 
 
 KEEP_COPY_MODELS = """import hashlib, os, safetensors.torch, torch, aiayn.training.demo
-from aiayn import TransformerModel
+from aiayn import TransformerModel, load_model
 
 def _train_copy_once(recipe=aiayn.training.demo.CopyRecipe(), progress=True, _train=aiayn.training.demo.train_copy):
     kept = os.path.join({folder!r}, hashlib.sha1(repr(recipe).encode()).hexdigest())
     if os.path.isdir(kept):  # trained by the other tour: the same model, the same random state after it
         torch.set_rng_state(safetensors.torch.load_file(kept + ".rng.safetensors")["rng"])
-        return TransformerModel.load(kept)
+        return load_model(kept)
     model = _train(recipe, progress)
     model.save(kept)
     safetensors.torch.save_file({{"rng": torch.get_rng_state()}}, kept + ".rng.safetensors")

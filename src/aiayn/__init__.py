@@ -11,7 +11,7 @@ import importlib
 _EXPORTS = {
     "DecoderOnly": "aiayn.model.transformer", "EncoderDecoder": "aiayn.model.transformer",
     "EncoderOnly": "aiayn.model.transformer", "TransformerModel": "aiayn.model.transformer",
-    "build_model": "aiayn.model.transformer", "ModelConfig": "aiayn.model.config",
+    "build_model": "aiayn.model.build", "load_model": "aiayn.model.build", "ModelConfig": "aiayn.model.config",
     "count_parameters": "aiayn.model.params", "generate": "aiayn.decoding", "pack": "aiayn.inference.precision",
     "quantize": "aiayn.inference.precision", "Embedder": "aiayn.inference.embed",
     "import_pretrained": "aiayn.interop", "DecodingConfig": "aiayn.decoding.config",

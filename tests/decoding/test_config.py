@@ -93,7 +93,7 @@ def test_one_resolve_chooses_the_strategy_for_every_model():
     from aiayn.model.config import ModelConfig
 
     mt, lm = ModelConfig.preset("tiny"), ModelConfig.preset("tiny", arch="decoder-only")
-    cmlm, bert = mt.replace(cmlm=True), ModelConfig.preset("tiny", arch="encoder-only")
+    cmlm, bert = mt.replace(kind="cmlm"), ModelConfig.preset("tiny", arch="encoder-only")
     cases = [(mt, {}, "beam"), (mt, {"beam_size": 1}, "greedy"),
              (mt, {"strategy": "sample", "temperature": 0}, "greedy"), (lm, {}, "sample"),
              (lm, {"temperature": 0}, "greedy"), (lm, {"strategy": "beam"}, "beam"), (cmlm, {}, "mask-predict")]

@@ -6,7 +6,8 @@ import torch
 
 from aiayn import generate
 from aiayn.decoding.ctc import Alignment, best_path, collapse, kept_positions
-from aiayn.model.transformer import CTC, EncoderDecoder
+from aiayn.model.nonautoregressive import CTC
+from aiayn.model.transformer import EncoderDecoder
 
 from conftest import random_ids, tiny
 
@@ -22,7 +23,7 @@ def test_collapse_merges_repeats_then_drops_blanks():
 
 def test_the_best_path_is_the_collapsed_argmax_of_one_pass():
     torch.manual_seed(0)
-    model = CTC(tiny(ctc_upsample=3)).eval()
+    model = CTC(tiny(kind="ctc", ctc_upsample=3)).eval()
     src = random_ids(2, 5, low=5)
     calls = []
     model.register_forward_hook(lambda *args: calls.append(1))
@@ -43,7 +44,7 @@ def test_the_best_path_is_the_collapsed_argmax_of_one_pass():
 
 def test_a_batch_decodes_as_each_sentence_alone_and_the_limit_cuts():
     torch.manual_seed(1)
-    model = CTC(tiny(ctc_upsample=2)).eval()
+    model = CTC(tiny(kind="ctc", ctc_upsample=2)).eval()
     rows = [[9, 7, 17, 12, 5, 8], [11, 6], [30, 31, 32, 33]]
     batch = torch.zeros(3, 6, dtype=torch.long)
     for i, row in enumerate(rows):
@@ -57,7 +58,7 @@ def test_a_batch_decodes_as_each_sentence_alone_and_the_limit_cuts():
 
 
 def test_strategies_and_checkpoints_must_match():
-    ctc, plain = CTC(tiny(ctc_upsample=2)).eval(), EncoderDecoder(tiny()).eval()
+    ctc, plain = CTC(tiny(kind="ctc", ctc_upsample=2)).eval(), EncoderDecoder(tiny()).eval()
     src = random_ids(1, 4, low=5)
     with pytest.raises(ValueError, match="cannot decode a CTC checkpoint; use ctc"):
         generate(ctc, src, "greedy")

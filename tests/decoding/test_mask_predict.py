@@ -7,7 +7,7 @@ import torch
 
 from aiayn import generate
 from aiayn.decoding.mask_predict import lowest, mask_predict
-from aiayn.model.cmlm import CMLM
+from aiayn.model.nonautoregressive import CMLM
 
 from conftest import random_ids, tiny
 
@@ -19,7 +19,7 @@ class ScriptedCMLM(CMLM):
     spread evenly over the other ordinary tokens); the length scores are ``length_scores``."""
 
     def __init__(self, sure, length_scores: list[float]) -> None:
-        super().__init__(tiny(vocab_size=16, cmlm=True))
+        super().__init__(tiny(vocab_size=16, kind="cmlm"))
         self.sure, self.scores, self.calls = sure, torch.tensor(length_scores), 0
 
     def encode(self, src_ids, need_weights=False):
@@ -93,7 +93,7 @@ def test_the_length_beam_keeps_the_best_average_log_probability():
 @pytest.fixture(scope="module")
 def cmlm():
     torch.manual_seed(4)
-    return CMLM(tiny(vocab_size=30, cmlm=True)).double().eval()
+    return CMLM(tiny(vocab_size=30, kind="cmlm")).double().eval()
 
 
 def test_a_batch_equals_each_sentence_alone_and_padding_never_leaks(cmlm):

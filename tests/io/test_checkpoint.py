@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from aiayn import EncoderDecoder, TransformerModel
+from aiayn import EncoderDecoder, load_model
 from aiayn.io.files import atomic_directory, atomic_path, atomic_write_text, read_json, recover
 from aiayn.io.run import resolve_checkpoint
 
@@ -63,10 +63,10 @@ def test_damaged_files_are_errors_naming_them(tmp_path):
     weights = tmp_path / "ckpt" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:500])
     with pytest.raises(ValueError, match=r"model\.safetensors: checksum mismatch"):
-        TransformerModel.load(tmp_path / "ckpt")
+        load_model(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "checksums.json").unlink()  # a folder from before checksums: safetensors finds it
     with pytest.raises(ValueError, match=r"model\.safetensors: damaged or truncated"):
-        TransformerModel.load(tmp_path / "ckpt")
+        load_model(tmp_path / "ckpt")
 
 
 @pytest.mark.parametrize("damage", ["truncate weights", "edit config", "delete weights"])
@@ -75,7 +75,7 @@ def test_checksums_find_a_damaged_or_edited_checkpoint(tmp_path, damage):
     folder = tmp_path / "ckpt"
     listed = json.loads((folder / "checksums.json").read_text())
     assert sorted(listed) == ["config.json", "model.safetensors"] and all(len(v) == 64 for v in listed.values())
-    TransformerModel.load(folder)  # intact: loads
+    load_model(folder)  # intact: loads
     if damage == "truncate weights":
         (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:-8])
     elif damage == "edit config":  # still valid JSON and a valid config: only the checksum can tell
@@ -85,7 +85,7 @@ def test_checksums_find_a_damaged_or_edited_checkpoint(tmp_path, damage):
         (folder / "model.safetensors").unlink()
     name = "config" if damage == "edit config" else "model"
     with pytest.raises(ValueError, match=rf"ckpt/{name}\.\w+: (checksum mismatch|missing)"):
-        TransformerModel.load(folder)
+        load_model(folder)
 
 
 def test_saved_folder_holds_json_config_safetensors_and_checksums_only(tmp_path):
@@ -94,6 +94,6 @@ def test_saved_folder_holds_json_config_safetensors_and_checksums_only(tmp_path)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checksums.json", "config.json",
                                                                       "model.safetensors"]
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["d_model"] == 64
-    loaded = TransformerModel.load(tmp_path / "ckpt")
+    loaded = load_model(tmp_path / "ckpt")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),
                                                   strict=True))

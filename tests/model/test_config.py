@@ -66,3 +66,26 @@ def test_unknown_preset_and_unknown_json_field(tmp_path):
 
 def test_decoding_may_start_from_the_pad_id_as_marian_does():
     assert ModelConfig(bos_id=0).bos_id == ModelConfig().pad_id
+
+
+@pytest.mark.parametrize(("old", "kind", "upsample"), [({"cmlm": False, "ctc_upsample": 0}, "autoregressive", None),
+                                                      ({"cmlm": True, "ctc_upsample": 0}, "cmlm", None),
+                                                      ({"cmlm": False, "ctc_upsample": 3}, "ctc", 3)])
+def test_a_config_written_before_kind_loads_as_the_kind_it_named(tmp_path, old, kind, upsample):
+    """Checkpoints of the two flags (``cmlm``, ``ctc_upsample``) load as one ``kind``; saved again, the flags are
+    gone and the kind stays."""
+    written = {**{k: v for k, v in ModelConfig.preset("tiny").to_dict().items() if k not in ("kind", "ctc_upsample")},
+               **old}
+    (tmp_path / "c.json").write_text(json.dumps(written))
+    cfg = ModelConfig.load(tmp_path / "c.json")
+    assert (cfg.kind, cfg.ctc_upsample, cfg.non_autoregressive) == (kind, upsample, kind != "autoregressive")
+    cfg.save(tmp_path / "again.json")
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert "cmlm" not in again and again["kind"] == kind and ModelConfig.load(tmp_path / "again.json") == cfg
+
+
+@pytest.mark.parametrize("changes", [{"kind": "diffusion"}, {"kind": "ctc"}, {"ctc_upsample": 2},
+                                     {"kind": "ctc", "ctc_upsample": 1}, {"kind": "cmlm", "arch": "decoder-only"}])
+def test_the_kind_and_its_upsampling_are_checked(changes):
+    with pytest.raises(ValueError, match=r"kind|ctc_upsample"):
+        ModelConfig(**changes)

@@ -75,7 +75,7 @@ def test_cached_step_equals_full_pass(changes):
     ids = torch.randint(5, 40, (2, 9))
     full = model(ids)
     cache = model.new_cache(2, 9, torch.zeros(1))
-    steps = [model.decode(ids[:, :4], cache)] + [model.decode(ids[:, t:t + 1], cache) for t in range(4, 9)]
+    steps = [model.decode(ids[:, :4], cache=cache)] + [model.decode(ids[:, t:t + 1], cache=cache) for t in range(4, 9)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
     assert count_parameters(model.config) == sum(p.numel() for p in model.parameters())
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from aiayn import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model, count_parameters
-from aiayn.model.transformer import TransformerModel
+from aiayn.model.build import load_model
 
 from conftest import random_ids, tiny
 
@@ -118,7 +118,7 @@ def test_save_load_round_trip(tmp_path, arch):
     model.save(tmp_path / "ckpt")
     names = ["checksums.json", "config.json", "model.safetensors"]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == names
-    loaded = TransformerModel.load(tmp_path / "ckpt")
+    loaded = load_model(tmp_path / "ckpt")
     assert type(loaded) is type(model) and loaded.config == cfg
     ids = random_ids(2, 6)
     args = (ids, random_ids(2, 4)) if arch == "encoder-decoder" else (ids,)
@@ -130,10 +130,10 @@ def test_load_with_mismatched_weights_is_a_clear_error(tmp_path):
     EncoderDecoder(tiny()).save(tmp_path / "a")
     tiny(d_model=32).save(tmp_path / "a" / "config.json")
     with pytest.raises(ValueError, match=r"config\.json: checksum mismatch"):
-        EncoderDecoder.load(tmp_path / "a")
+        load_model(tmp_path / "a", EncoderDecoder)
     (tmp_path / "a" / "checksums.json").unlink()  # without checksums, the weights do not fit the config
     with pytest.raises(ValueError, match=r"model\.safetensors"):
-        EncoderDecoder.load(tmp_path / "a")
+        load_model(tmp_path / "a", EncoderDecoder)
 
 
 def test_token_ids_out_of_range_raise_before_computing():
@@ -161,7 +161,7 @@ def test_cached_step_logits_equal_full_pass(arch, positions, device):
             src_mask = src != 0
             full = model.decode(tgt, memory, src_mask)
             cache = model.new_cache(2, 6, memory)
-            steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache) for t in range(6)]
+            steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache) for t in range(6)]
         else:
             full = model.decode(tgt)
             cache = model.new_cache(2, 6, tgt.float())

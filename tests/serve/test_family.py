@@ -161,7 +161,7 @@ def test_prefix_blocks_are_reused_with_identical_outputs_and_evicted_under_a_cap
 def _one_row_cache(generator, text):
     ids = generator.prompt_ids(text)
     cache = generator.model.new_cache(1, 200, next(generator.model.parameters()))
-    generator.model.decode(torch.tensor([ids[:-1]]), cache)
+    generator.model.decode(torch.tensor([ids[:-1]]), cache=cache)
     return cache, 0, len(ids) - 1
 
 

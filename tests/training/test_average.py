@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from aiayn import EncoderDecoder, TransformerModel
+from aiayn import EncoderDecoder, load_model
 from aiayn.io.run import RunFolder
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer
 from aiayn.training.average import average_checkpoints
@@ -24,8 +24,8 @@ def test_average_is_the_mean_of_the_weights(tmp_path):
     assert folders[1] == tmp_path / "run" / "checkpoints" / "step_00000100"
     assert RunFolder(tmp_path / "run").steps() == folders
     average_checkpoints(folders, tmp_path / "avg")
-    merged = TransformerModel.load(tmp_path / "avg")
-    models = [TransformerModel.load(f) for f in folders]
+    merged = load_model(tmp_path / "avg")
+    models = [load_model(f) for f in folders]
     name = "encoder.layers.0.ffn.linear1.weight"
     expected = sum(m.state_dict()[name] for m in models) / 3
     torch.testing.assert_close(merged.state_dict()[name], expected)

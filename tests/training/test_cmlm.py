@@ -10,7 +10,7 @@ from aiayn import generate
 from aiayn.cli import main
 from aiayn.data.corpus import Parallel
 from aiayn.inference.translator import Translator
-from aiayn.model.cmlm import CMLM
+from aiayn.model.nonautoregressive import CMLM
 from aiayn.serve.server import create_app
 from aiayn.tokenizers import SentencePiecePair
 from aiayn.training.tasks import CMLMTask
@@ -22,7 +22,7 @@ from conftest import png_pixels, red_pixels, run_main, tiny
 def task():
     pairs = Parallel([f"a b c {w}" for w in "defghij" * 20], [f"x y {w} z w" for w in "defghij" * 20])
     tokenizers = SentencePiecePair.train(pairs.sources, pairs.targets, 300, True, "bpe")
-    return CMLMTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), cmlm=True), 32, 512, seed=3)
+    return CMLMTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), kind="cmlm"), 32, 512, seed=3)
 
 
 def test_each_target_masks_between_one_and_all_its_tokens_and_only_those_are_predicted(task):
@@ -103,10 +103,10 @@ def test_a_cmlm_needs_absolute_positions():
     from aiayn.model.config import ModelConfig
 
     with pytest.raises(ValueError, match="absolute positions"):
-        tiny(cmlm=True, positions="rope")
-    absolute = CMLM(tiny(vocab_size=30, cmlm=True)).eval()  # sinusoidal
+        tiny(kind="cmlm", positions="rope")
+    absolute = CMLM(tiny(vocab_size=30, kind="cmlm")).eval()  # sinusoidal
     masks = torch.full((1, 6), absolute.config.mask_id)
     with torch.no_grad():
         logits = absolute(torch.tensor([[7, 8, 9]]), masks)
     assert not torch.allclose(logits[0, 0], logits[0, 1])  # each position its own first prediction
-    assert isinstance(ModelConfig.preset("tiny", cmlm=True), ModelConfig)
+    assert isinstance(ModelConfig.preset("tiny", kind="cmlm"), ModelConfig)

@@ -15,7 +15,7 @@ from aiayn.cli import main
 from aiayn.data.corpus import Parallel
 from aiayn.decoding.ctc import collapse
 from aiayn.inference.translator import Translator
-from aiayn.model.transformer import CTC
+from aiayn.model.nonautoregressive import CTC
 from aiayn.serve.server import create_app
 from aiayn.tokenizers import SentencePiecePair
 from aiayn.training.config import TrainConfig
@@ -101,7 +101,7 @@ def test_a_pair_that_cannot_be_spelled_is_dropped():
     assert ctc_fits(3, [5, 6, 6, 8], 2) and ctc_fits(3, [5, 5, 5], 2)
     pairs = Parallel(["a b c d", "a", "b c"], ["w x y z", "w x y z", "x y"])
     tokenizers = SentencePiecePair.train(pairs.sources * 20, pairs.targets * 20, 300, True, "bpe")
-    task = CTCTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), ctc_upsample=2), 32, 512, seed=0)
+    task = CTCTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), kind="ctc", ctc_upsample=2), 32, 512, seed=0)
     assert task.too_long == 1 and len(task) == 2  # "a", upsampled, is too short for "w x y z"
     batch = task.collate([0, 1])
     assert not ((batch[1] == task.cfg.bos_id) | (batch[1] == task.cfg.eos_id)).any()
@@ -120,9 +120,9 @@ def test_the_recipe_and_model_fields_are_checked():
     with pytest.raises(ValueError, match="ctc_upsample"):
         TrainConfig(task="translation", model={"ctc_upsample": 3})
     with pytest.raises(ValueError, match="ctc_upsample"):
-        tiny(ctc_upsample=2, cmlm=True)
+        tiny(kind="cmlm", ctc_upsample=2)
     with pytest.raises(ValueError, match="absolute positions"):
-        tiny(ctc_upsample=2, positions="rope")
+        tiny(kind="ctc", ctc_upsample=2, positions="rope")
     assert TrainConfig(task="ctc", glance=0.5, glance_end=0.3).glance == 0.5
 
 
@@ -173,16 +173,16 @@ def test_show_refinement_draws_a_ctc_models_best_path(ctc_run, tmp_path, capsys)
 def test_every_non_autoregressive_loss_runs_where_the_batch_is(device_name):
     """A CMLM's masks, glancing and a CTC model's loss and best alignment on the batch's device (the CMLM's masks
     were drawn on the CPU and failed on CUDA)."""
-    from aiayn.model.transformer import CMLM
+    from aiayn.model.nonautoregressive import CMLM
     from aiayn.training.objective import cmlm_loss, glancing_loss
 
     src = torch.tensor([[7, 8, 9, 10], [11, 12, 13, PAD]], device=device_name)
     tgt = torch.tensor([[7, 8, 9], [11, 12, PAD]], device=device_name)
     gen = torch.Generator().manual_seed(0)
-    cmlm = CMLM(tiny(cmlm=True)).to(device_name)
+    cmlm = CMLM(tiny(kind="cmlm")).to(device_name)
     for loss, n in (cmlm_loss(cmlm, cmlm.config, src, tgt, gen), glancing_loss(cmlm, cmlm.config, src, tgt, gen, 0.5)):
         assert loss.device.type == device_name and n > 0 and torch.isfinite(loss)
-    ctc = CTC(tiny(ctc_upsample=2)).to(device_name)
+    ctc = CTC(tiny(kind="ctc", ctc_upsample=2)).to(device_name)
     for loss, n in (ctc_loss(ctc(src), ctc.upsampled(src), tgt, ctc.config),
                     ctc_glancing_loss(ctc, ctc.config, src, tgt, gen, 0.5)):
         loss.backward()

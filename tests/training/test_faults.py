@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.model.transformer import TransformerModel
+from aiayn.model.build import load_model
 from tiny_runs import step_of, train_command, wait_for_step, weights, workers, write_recipe
 
 pytestmark = pytest.mark.long  # processes killed, stopped and restarted under torchrun: 10-20 s each (make test-long)
@@ -67,7 +67,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_says_so(tmp_path):
     assert "could not write the step 20 checkpoint" in message and "still holds the previous one" in message
     assert "Traceback" not in result.stderr
     assert step_of(run) == 10 and not _differing(before, weights(run))
-    TransformerModel.load(run / "last")  # whole: its checksums hold
+    load_model(run / "last")  # whole: its checksums hold
     assert not [p for p in run.rglob("*") if ".tmp" in p.name], "no temp files left behind"
 
 

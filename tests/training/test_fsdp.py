@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from aiayn import TransformerModel
+from aiayn import load_model
 from tiny_runs import torchrun, train_command, write_recipe
 
 from conftest import trained_once
@@ -73,7 +73,7 @@ def test_an_fsdp_checkpoint_is_an_ordinary_one(runs):
     for name in ("model.safetensors", "trainer.safetensors"):
         a, b = load_file(str(ddp / name)), load_file(str(sharded / name))
         assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a), name
-    model = TransformerModel.load(sharded)
+    model = load_model(sharded)
     assert sum(p.numel() for p in model.parameters()) == sum(t.numel() for t in load_file(
         str(ddp / "model.safetensors")).values())
     state = json.loads((sharded / "trainer.json").read_text())

@@ -60,7 +60,7 @@ class ScriptedCMLM(torch.nn.Module):
 
 
 def test_the_loss_is_the_cross_entropy_of_the_positions_not_revealed():
-    cfg = tiny(cmlm=True)
+    cfg = tiny(kind="cmlm")
     tgt = torch.tensor([[5, 6, 7, 8], [9, 10, 11, PAD]])
     first = torch.tensor([[5, 20, 21, 22], [9, 10, 23, 24]])  # row 0: 3 wrong, row 1: 1 wrong
     model = ScriptedCMLM(first)
@@ -85,7 +85,7 @@ def test_the_ratio_anneals_with_training_progress():
 
     pairs = Parallel([f"a b c {w}" for w in "defghij" * 10], [f"x y {w} z w" for w in "defghij" * 10])
     tokenizers = SentencePiecePair.train(pairs.sources, pairs.targets, 300, True, "bpe")
-    task = CMLMTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), cmlm=True), 32, 512, seed=3)
+    task = CMLMTask(pairs, tokenizers, tiny(vocab_size=len(tokenizers.src), kind="cmlm"), 32, 512, seed=3)
     task.glance = (0.5, 0.3)
     seen = []
 

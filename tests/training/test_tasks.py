@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from aiayn.data.corpus import Parallel
+from aiayn.model.build import build_model
 from aiayn.model.config import FIRST_ORDINARY_ID, MASK_ID
-from aiayn.model.transformer import build_model
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer
 from aiayn.training.objective import label_smoothed_cross_entropy, shift_target
 from aiayn.training.tasks import BlockTask, TranslationTask

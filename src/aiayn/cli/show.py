@@ -168,7 +168,7 @@ def _show_refinement(args: argparse.Namespace) -> None:
     if not translator.model.config.non_autoregressive:
         raise UserError(f"--checkpoint: {args.checkpoint} is autoregressive; refinement is Mask-Predict's or CTC's "
                         "(a CMLM or CTC checkpoint, aiayn train --task cmlm or ctc)")
-    if translator.model.config.ctc_upsample:
+    if translator.model.config.kind == "ctc":
         found = alignment_for(translator, args.sentence)
     else:
         found = refinement_for(translator, args.sentence, args.iterations, args.length_beam)

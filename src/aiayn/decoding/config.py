@@ -29,7 +29,7 @@ def _option(default, help: str, **extra):
 def own_strategy(model) -> str | None:
     """The strategy a non-autoregressive model (a ``ModelConfig``) decodes with, and alone: mask-predict for a
     CMLM, ctc for a CTC model; None for the others."""
-    return "mask-predict" if model.cmlm else "ctc" if model.ctc_upsample else None
+    return {"cmlm": "mask-predict", "ctc": "ctc"}.get(model.kind)
 
 
 @dataclass(frozen=True)

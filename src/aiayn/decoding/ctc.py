@@ -12,7 +12,7 @@ from torch import Tensor
 
 from aiayn.decoding.core import forbid
 from aiayn.model.masks import padding_mask
-from aiayn.model.transformer import CTC
+from aiayn.model.nonautoregressive import CTC
 
 
 @dataclass(frozen=True)

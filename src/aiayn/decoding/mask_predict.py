@@ -1,5 +1,5 @@
 """Mask-Predict (Ghazvininejad et al., 2019): non-autoregressive translation by iterative refinement over a
-conditional masked language model (``aiayn.model.cmlm.CMLM``).
+conditional masked language model (``aiayn.model.nonautoregressive.CMLM``).
 
 Start from targets that are all ``<mask>``, of the predicted length, and predict every position at once. Then,
 for iteration t = 1..T-1, re-mask the n = floor(L * (T - t) / T) tokens of lowest probability and predict only
@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import forbid
-from aiayn.model.cmlm import CMLM, predicted_lengths
 from aiayn.model.masks import padding_mask
+from aiayn.model.nonautoregressive import CMLM
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def mask_predict(model: CMLM, src_ids: Tensor, iterations: int = 10, length_beam
     cfg, batch = model.config, src_ids.size(0)
     src_mask = padding_mask(src_ids, cfg.pad_id)  # (B, S)
     memory = model.encode(src_ids)  # (B, S, D)
-    lengths = predicted_lengths(model, memory, src_mask, length_beam)  # (B, l)
+    lengths = model.predicted_lengths(memory, src_mask, length_beam)  # (B, l)
     if max_new_tokens is not None:
         lengths = torch.minimum(lengths, max_new_tokens.clamp(min=1)[:, None])
     beam = lengths.size(1)

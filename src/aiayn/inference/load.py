@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.io.run import resolve_checkpoint
+from aiayn.model.build import load_model
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 
@@ -21,7 +22,7 @@ def load_checkpoint(path: str | Path, arch: str | None = None,
     of another family member is a ValueError that names the command for it. ``prepare(model)`` runs on the
     loaded model before anything uses it (``--adapter``: a LoRA adapter put on it, ``aiayn.interop.peft``)."""
     folder = resolve_checkpoint(path)
-    model = TransformerModel.load(folder)
+    model = load_model(folder)
     if arch is not None and model.config.arch != arch:
         raise ValueError(f"{folder} is a {model.config.arch} checkpoint; use {COMMANDS[model.config.arch]}")
     if prepare is not None:

@@ -15,7 +15,8 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
 from aiayn.inference.shortlist import Shortlist
 from aiayn.io.run import resolve_checkpoint
-from aiayn.model.transformer import EncoderDecoder, TransformerModel
+from aiayn.model.build import load_model
+from aiayn.model.transformer import EncoderDecoderBody
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 
 
@@ -31,9 +32,9 @@ class Translator:
     ``self.truncated``.
     """
 
-    def __init__(self, model: EncoderDecoder, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
+    def __init__(self, model: EncoderDecoderBody, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  decoding: DecodingConfig | None = None, int8: bool = False, bf16: bool = False,
-                 packed: bool = True, draft: EncoderDecoder | None = None, draft_tokens: int = 4,
+                 packed: bool = True, draft: EncoderDecoderBody | None = None, draft_tokens: int = 4,
                  shortlist: Shortlist | None = None, int4: bool = False, own: bool = False, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
         ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
@@ -45,7 +46,7 @@ class Translator:
         and accepted tokens. ``shortlist``: each batch is decoded over its candidate target tokens only
         (:mod:`aiayn.inference.shortlist`; faster, the output may differ). ``own``: ``model`` is handed over and
         made the inference copy in place, ``draft`` too (else each is copied and left as it was)."""
-        if not isinstance(model, EncoderDecoder):
+        if model.config.arch != "encoder-decoder":
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
         self.decoding = (decoding or DecodingConfig()).replace(**options)
         if shortlist is not None and (int8 or int4 or draft is not None):
@@ -85,7 +86,7 @@ class Translator:
             if (theirs.src.proto, theirs.tgt.proto) != (tokenizers.src.proto, tokenizers.tgt.proto):
                 raise ValueError(f"--draft: {draft_folder} has other tokenizers than {folder}; train the draft "
                                  f"with --tokenizer pointing at the main run's tokenizer/ folder")
-            draft_model = TransformerModel.load(draft_folder)
+            draft_model = load_model(draft_folder)
         table = None if shortlist is None else Shortlist.load(shortlist, model.config.target_vocab)
         chosen = DecodingConfig.load(folder).replace(**(decoding or {}))
         return cls(model, tokenizers, device, chosen, draft=draft_model, shortlist=table, own=True, **options)

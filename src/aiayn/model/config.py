@@ -16,6 +16,7 @@ MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
 FIRST_ORDINARY_ID = 5
 
 ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
+KINDS = ("autoregressive", "cmlm", "ctc")  # how an encoder-decoder's decoder fills the target
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 NORMS = ("post", "pre")
@@ -91,12 +92,14 @@ class ModelConfig:
         output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
             ``final_logits_bias``).
         mask_id: the id that stands for a masked token (masked-LM training, fill-mask, CMLM).
-        cmlm: an encoder-decoder trained as Mask-Predict's conditional masked language model
-            (``aiayn.model.cmlm``): its decoder attends over the whole target, and a length predictor reads the
-            encoder output. Decoded with ``strategy="mask-predict"``.
-        ctc_upsample: 0, or a CTC model (``aiayn.model.transformer.CTC``, 2 or more): its decoder reads the source ids,
-            each repeated this many times, with no causal mask, and emits a token or the blank (``mask_id``) at
-            each position. Decoded with ``strategy="ctc"``.
+        kind: how the decoder fills the target: ``autoregressive`` (one token after another, the paper's), or for an
+            encoder-decoder every position at once (``aiayn.model.nonautoregressive``): ``cmlm``, Mask-Predict's
+            conditional masked language model (its decoder attends over the whole target, a length predictor reads
+            the encoder output; ``strategy="mask-predict"``), or ``ctc`` (its decoder reads the source ids, each
+            repeated ``ctc_upsample`` times, with no causal mask, and emits a token or the blank (``mask_id``) at
+            each position; ``strategy="ctc"``). Checkpoints written before this field (``cmlm: true``,
+            ``ctc_upsample`` above 0) load as the kind they were.
+        ctc_upsample: a CTC model's upsampling, 2 or more; null for the other kinds.
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
@@ -147,8 +150,8 @@ class ModelConfig:
     eos_id: int = SPECIAL_IDS["eos_id"]
     unk_id: int = SPECIAL_IDS["unk_id"]
     mask_id: int = MASK_ID
-    cmlm: bool = False
-    ctc_upsample: int = 0
+    kind: str = "autoregressive"
+    ctc_upsample: int | None = None
     stop_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -187,7 +190,7 @@ class ModelConfig:
     @property
     def non_autoregressive(self) -> bool:
         """A CMLM or a CTC model: every target position at once (``decoding.config.own_strategy`` names how)."""
-        return self.cmlm or self.ctc_upsample > 0
+        return self.kind != "autoregressive"
 
     @property
     def blank_id(self) -> int:
@@ -206,8 +209,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        """Fields by name; unknown names and values of the wrong type are errors naming the field."""
-        return cls(**typed_fields(cls, data))
+        """Fields by name; unknown names and values of the wrong type are errors naming the field. A config
+        written before ``kind`` (``cmlm``, ``ctc_upsample: 0``) is read as the kind it names."""
+        return cls(**typed_fields(cls, _kind_of_old(data)))
 
     def save(self, path: str | Path) -> None:
         """Write the config as JSON, atomically (temp file, then rename)."""
@@ -226,6 +230,20 @@ class ModelConfig:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
+
+
+def _kind_of_old(data: dict) -> dict:
+    """``data`` with the two flags of configs written before ``kind`` read as one kind: ``cmlm: true`` is kind
+    cmlm, ``ctc_upsample`` above 0 kind ctc (0: autoregressive)."""
+    if "kind" in data or not {"cmlm", "ctc_upsample"} & data.keys():
+        return data
+    old = dict(data)
+    cmlm, upsample = old.pop("cmlm", False), old.pop("ctc_upsample", 0)
+    if cmlm:
+        old["kind"] = "cmlm"
+    if upsample:
+        old.update(kind="ctc", ctc_upsample=upsample)
+    return old
 
 
 def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:
@@ -284,22 +302,25 @@ def _check_special_ids(cfg: ModelConfig) -> None:
 
 
 def _check_non_autoregressive(cfg: ModelConfig) -> None:
-    """A CMLM or a CTC model: an encoder-decoder with absolute positions; one of the two."""
-    kind = "a CMLM" if cfg.cmlm else "a CTC model"
-    if cfg.ctc_upsample and (cfg.ctc_upsample < 2 or cfg.cmlm or cfg.arch != "encoder-decoder"):
-        raise ValueError(f"ctc_upsample: 0, or 2 or more for a CTC encoder-decoder (not a CMLM); got "
-                         f"{cfg.ctc_upsample} ({cfg.arch}{', cmlm' if cfg.cmlm else ''})")
-    if (cfg.cmlm or cfg.ctc_upsample) and cfg.positions not in ("sinusoidal", "learned"):
-        raise ValueError(f"positions: {kind} needs absolute positions (sinusoidal or learned), not {cfg.positions}: "
-                         "with them alone equal decoder inputs (all <mask>, a repeated source id) give equal "
-                         "predictions")
+    """A CMLM or a CTC model: an encoder-decoder with absolute positions; a CTC model's upsampling alone."""
+    if (cfg.kind == "ctc") != (cfg.ctc_upsample is not None) or (cfg.ctc_upsample or 2) < 2:
+        raise ValueError(f"ctc_upsample: 2 or more for kind ctc, null for the others; got {cfg.ctc_upsample!r} for "
+                         f"kind {cfg.kind}")
+    if not cfg.non_autoregressive:
+        return
+    if cfg.arch != "encoder-decoder":
+        raise ValueError(f"kind: a {cfg.kind} model is an encoder-decoder, not {cfg.arch}")
+    if cfg.positions not in ("sinusoidal", "learned"):
+        raise ValueError(f"positions: a {cfg.kind} model needs absolute positions (sinusoidal or learned), not "
+                         f"{cfg.positions}: with them alone equal decoder inputs (all <mask>, a repeated source id) "
+                         "give equal predictions")
 
 
 def _validate(cfg: ModelConfig) -> None:
     for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
                           ("positions", POSITIONS), ("share_embeddings", SHARING),
                           ("sinusoid_layout", SINUSOID_LAYOUTS), ("norm_type", NORM_TYPES),
-                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS)):
+                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS), ("kind", KINDS)):
         _check_choice(cfg, name, choices)
     _check_sizes(cfg)
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
@@ -307,8 +328,6 @@ def _validate(cfg: ModelConfig) -> None:
     if cfg.n_heads % cfg.kv_heads:
         raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
     _check_rope_scaling(cfg.rope_scaling)
-    if cfg.cmlm and cfg.arch != "encoder-decoder":
-        raise ValueError(f"cmlm: a conditional masked LM is an encoder-decoder, not {cfg.arch}")
     _check_non_autoregressive(cfg)
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "

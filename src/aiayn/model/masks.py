@@ -65,3 +65,30 @@ def left_align(ids: Tensor, pad_id: int) -> tuple[Tensor, Tensor | None]:
     cols = torch.arange(ids.size(1), device=ids.device)  # (T,)
     source_col = (cols[None, :] - left_pad[:, None]) % ids.size(1)  # (B, T): rotate each row right
     return ids.gather(1, source_col), left_pad
+
+
+def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tensor | None = None,
+                   window: int | None = None, first_is_real: bool = False) -> tuple[Tensor | None, Tensor | int]:
+    """The causal self-attention mask and the positions of a decoder's input ids (B, T), for both decoders.
+
+    Args:
+        offset: the cache's position (the T ids come after ``offset`` cached ones); None without a cache.
+        left_pad: (B,) the first ``left_pad[b]`` columns of row b are padding (never attended to) and its real
+            tokens start at position 0 (rows that joined a running batch later); without it and without a cache,
+            right padding (``pad_id``) is masked (``first_is_real``: the first column never is: Marian starts
+            from the pad id).
+    Returns:
+        the mask (B or 1, 1, T, offset + T) bool, True = may attend, or None; the positions: an int (column 0's,
+        every row's) or (B,) per row.
+    """
+    start, t = offset or 0, ids.size(1)
+    if left_pad is not None:
+        keys = torch.arange(start + t, device=ids.device) >= left_pad[:, None]  # (B, offset+T)
+        positions = start - left_pad  # (B,) per-row position of column ``offset``
+    else:
+        keys, positions = None, start
+        if offset is None:
+            keys = padding_mask(ids, pad_id)  # (B, T)
+            if first_is_real:
+                keys[:, 0] = True
+    return decoder_self_mask(keys, t, start + t, ids.device, window), positions

@@ -3,9 +3,9 @@
 - EncoderDecoder: the paper's model (Figure 1).
 - DecoderOnly: GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention).
 - EncoderOnly: BERT-style bidirectional encoder with a token-level output head.
-- CMLM and CTC: non-autoregressive encoder-decoders, every target position at once (no causal mask): Mask-Predict's
-  conditional masked LM with a length predictor (Ghazvininejad et al., 2019; ``decoding/mask_predict.py``), and
-  a decoder over the source upsampled whose best path is collapsed (Libovický & Helcl, 2018; ``decoding/ctc.py``).
+
+The non-autoregressive encoder-decoders (CMLM, CTC) share ``EncoderDecoderBody`` and live in
+``model/nonautoregressive.py``; ``model/build.py`` builds and loads whichever a config names.
 
 Masks are bool, True = may attend; padding is derived from ``config.pad_id``.
 Shape legend: B batch, S source length, T target length, V vocabulary, D d_model.
@@ -26,7 +26,7 @@ from aiayn.model.cache import DecoderCache, DecodeState
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.init import init_weights
-from aiayn.model.masks import decoder_self_mask, key_mask, left_align, padding_mask
+from aiayn.model.masks import decoder_inputs, decoder_self_mask, key_mask, left_align, padding_mask
 
 
 class TransformerModel(nn.Module):
@@ -38,6 +38,7 @@ class TransformerModel(nn.Module):
     """
 
     arch = ""
+    kind = "autoregressive"  # how the decoder fills the target (``ModelConfig.kind``)
     adapter_rows = None  # many LoRA adapters in one batch: model/multi_lora.py's AdapterRows, once attached
 
     def __init__(self, config: ModelConfig) -> None:
@@ -48,6 +49,9 @@ class TransformerModel(nn.Module):
             config = config.replace(arch=self.arch)
         if config.arch != self.arch:
             raise ValueError(f"arch: {type(self).__name__} needs arch={self.arch!r}, got {config.arch!r}")
+        if config.kind != self.kind:
+            raise ValueError(f"kind: {type(self).__name__} needs kind={self.kind!r}, got {config.kind!r} "
+                             "(aiayn.model.build.build_model builds the member a config names)")
         self.config = config
 
     def save(self, folder: str | Path) -> None:
@@ -55,13 +59,17 @@ class TransformerModel(nn.Module):
         write_checkpoint(folder, self)
 
     @classmethod
-    def load(cls, folder: str | Path) -> TransformerModel:
-        """Rebuild a model from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
-        folder's files are checked against its checksums first."""
+    def load(cls, folder: str | Path, build: Callable[[ModelConfig], TransformerModel] | None = None
+             ) -> TransformerModel:
+        """Rebuild this member from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
+        folder's files are checked against its checksums first. ``build``: what makes the model of the config
+        (default this class; ``aiayn.load_model`` loads whichever member a folder holds)."""
+        if build is None and cls is TransformerModel:
+            raise TypeError("TransformerModel.load: load a member (EncoderDecoder.load, ...), or any with "
+                            "aiayn.load_model(folder)")
         folder = Path(folder)
         verify_checkpoint(folder)
-        config = ModelConfig.load(folder / CONFIG)
-        model = build_model(config) if cls is TransformerModel else cls(config)
+        model = (build or cls)(ModelConfig.load(folder / CONFIG))
         load_weights(model, folder)
         return model.eval()
 
@@ -84,8 +92,11 @@ class TransformerModel(nn.Module):
         raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
 
 
-class EncoderDecoder(TransformerModel):
-    """The Transformer of Figure 1. ``forward(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V)``."""
+class EncoderDecoderBody(TransformerModel):
+    """What every encoder-decoder has (Figure 1's parts): the source and target embeddings, the encoder, the
+    decoder and the output projection; ``encode`` and ``project``. How the decoder fills the target is the
+    member's: one token after another (:class:`EncoderDecoder`) or every position at once
+    (``model/nonautoregressive.py``)."""
 
     arch = "encoder-decoder"
 
@@ -102,10 +113,6 @@ class EncoderDecoder(TransformerModel):
         self.output = build_output(cfg, cfg.target_vocab, tgt_tokens)
         init_weights(self)
 
-    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
-        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S)
-        return self.decode(tgt_in_ids, self.encode(src_ids), src_mask)
-
     def encode(self, src_ids: Tensor, need_weights: bool = False) -> Tensor:
         """Source ids (B, S) -> memory (B, S, D); padding never attended to."""
         memory, _ = self._encode(src_ids, need_weights)
@@ -115,22 +122,6 @@ class EncoderDecoder(TransformerModel):
         mask = key_mask(padding_mask(src_ids, self.config.pad_id))  # (B, 1, 1, S)
         return self.encoder(self.src_embed(src_ids), mask, need_weights)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-               cache: DecoderCache | None = None, output: Callable[[Tensor], Tensor] | None = None,
-               left_pad: Tensor | None = None, last: bool = False) -> Tensor:
-        """Next-token logits (B, T, V) for target ids (B, T); with ``last``, the last column's alone (B, 1, V).
-
-        Args:
-            memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
-            cache: with a cache, ``tgt_ids`` are only the new positions (at ``cache.position`` onwards),
-                past keys/values are reused and the new ones appended (incremental decoding).
-            output: another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
-            left_pad: (B,) the first ``left_pad[b]`` target columns of row b are padding (never attended to;
-                rows that joined a running batch later, ``aiayn.decoding.engine``); its BOS is position 0.
-        """
-        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False, left_pad=left_pad)
-        return self.project(hidden[:, -1:] if last else hidden, output)
-
     def project(self, hidden: Tensor, output: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """The pre-softmax projection (B, T, D) -> (B, T, V) (section 3.4), the decoder's output first scaled by
         d_model ** -0.5 with ``rescale_output`` (T5 v1.0: its output weight is the unscaled embedding)."""
@@ -138,18 +129,32 @@ class EncoderDecoder(TransformerModel):
             hidden = hidden * self.config.d_model ** -0.5
         return (self.output if output is None else output)(hidden)
 
+
+class EncoderDecoder(EncoderDecoderBody):
+    """The Transformer of Figure 1. ``forward(src_ids (B, S), tgt_in_ids (B, T)) -> logits (B, T, V)``."""
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S)
+        return self.decode(tgt_in_ids, self.encode(src_ids), src_mask)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None, *,
+               cache: DecoderCache | None = None, left_pad: Tensor | None = None,
+               output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
+        """Next-token logits (B, T, V) for target ids (B, T); with ``last``, the last column's alone (B, 1, V).
+
+        Args:
+            memory: (B, S, D) from :meth:`encode`; src_mask: (B, S) bool, True = real source token.
+            cache, left_pad, output, last: as :meth:`DecoderOnly.decode` takes them (the same signature after
+                the source's two): a cache's new positions only; left padding of rows that joined a running
+                batch later (``aiayn.decoding.engine``; its BOS is position 0); another output projection.
+        """
+        hidden, _ = self._decode(tgt_ids, memory, src_mask, cache, need_weights=False, left_pad=left_pad)
+        return self.project(hidden[:, -1:] if last else hidden, output)
+
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
                 need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        offset = 0 if cache is None else cache.position
-        t = tgt_ids.size(1)
-        tgt_pad, positions = None, offset
-        if left_pad is not None:
-            tgt_pad = torch.arange(offset + t, device=tgt_ids.device) >= left_pad[:, None]  # (B, offset+T)
-            positions = offset - left_pad  # (B,) per-row position of column ``offset``
-        elif cache is None:
-            tgt_pad = padding_mask(tgt_ids, self.config.pad_id)  # (B, T)
-            tgt_pad[:, 0] = True  # the start token is never padding (Marian starts from the pad id)
-        self_mask = decoder_self_mask(tgt_pad, t, offset + t, tgt_ids.device, self.config.sliding_window)
+        self_mask, positions = decoder_inputs(tgt_ids, self.config.pad_id, None if cache is None else cache.position,
+                                              left_pad, self.config.sliding_window, first_is_real=True)
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         x = self.tgt_embed(tgt_ids, positions)
         return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights)
@@ -171,7 +176,8 @@ class EncoderDecoder(TransformerModel):
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
         new = tokens[:, state.position:]  # (B, t'): the columns not yet in the cache
-        return self.decode(new, state.memory, state.src_mask, state.cache, state.output, state.left_pad, last)
+        return self.decode(new, state.memory, state.src_mask, cache=state.cache, left_pad=state.left_pad,
+                           output=state.output, last=last)
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head weights: encoder (B, H, S, S), decoder_self (B, H, T, T), cross (B, H, T, S)."""
@@ -180,84 +186,6 @@ class EncoderDecoder(TransformerModel):
         _, dec_w = self._decode(tgt_in_ids, memory, src_mask, None, need_weights=True)
         return {"encoder": [w["self"] for w in enc_w], "decoder_self": [w["self"] for w in dec_w],
                 "cross": [w["cross"] for w in dec_w]}
-
-
-class NonAutoregressive(EncoderDecoder):
-    """What the CMLM and the CTC model share: a decoder over the whole target at once, no step interface."""
-
-    strategy = ""  # the decoding strategy that drives it
-
-    def decode_all(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Logits (B, T, V) for every target position at once; padding (pad_id) is never attended to.
-
-        Args:
-            tgt_ids: (B, T) decoder inputs; memory: (B, S, D); src_mask: (B, S) bool, True = real source token.
-        """
-        self_mask = key_mask(padding_mask(tgt_ids, self.config.pad_id))  # (B, 1, 1, T): no causal mask
-        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
-        hidden, _ = self.decoder(self.tgt_embed(tgt_ids), memory, self_mask, cross_mask)
-        return self.project(hidden)
-
-    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True, beams: int = 1):
-        raise TypeError(f"a {type(self).__name__} checkpoint decodes non-autoregressively: use strategy "
-                        f"{self.strategy}")
-
-    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
-        raise TypeError(f"attention maps are drawn for autoregressive models; a {type(self).__name__} has no "
-                        "causal decoder")
-
-
-class CMLM(NonAutoregressive):
-    """``forward(src_ids (B, S), tgt_ids (B, T)) -> logits (B, T, V)`` at every target position, each seeing
-    all non-pad target tokens (``<mask>`` included); with ``with_length`` also the length logits (B, max_len + 1).
-
-    The length predictor is a classifier over the mean of the encoder output (real source tokens only): one
-    class per target length 0..max_len.
-    """
-
-    strategy = "mask-predict"
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config)
-        self.length_head = nn.Linear(config.d_model, config.max_len + 1)
-        nn.init.xavier_uniform_(self.length_head.weight)
-        nn.init.zeros_(self.length_head.bias)
-
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor, with_length: bool = False):
-        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S), True = real token
-        memory = self.encode(src_ids)
-        logits = self.decode_all(tgt_ids, memory, src_mask)
-        return (logits, self.length_logits(memory, src_mask)) if with_length else logits
-
-    def length_logits(self, memory: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Scores (B, max_len + 1) of each target length, from the mean of the memory's real positions."""
-        if src_mask is None:
-            pooled = memory.mean(dim=1)  # (B, D)
-        else:
-            real = src_mask.unsqueeze(-1).to(memory.dtype)  # (B, S, 1)
-            pooled = (memory * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)  # (B, D)
-        return self.length_head(pooled)
-
-
-class CTC(NonAutoregressive):
-    """``forward(src_ids (B, S), inputs (B, U) | None) -> logits (B, U, V)``: one prediction per upsampled
-    position, a token or the blank (``config.blank_id``, the ``<mask>`` id).
-
-    The decoder's inputs default to :meth:`upsampled` (the source ids, each repeated ``ctc_upsample`` times:
-    Gu et al.'s uniform copy at a fixed rate); glancing training (``aiayn.training.objective``) replaces some
-    of them by the tokens of the reference's best alignment.
-    """
-
-    strategy = "ctc"
-
-    def forward(self, src_ids: Tensor, inputs: Tensor | None = None) -> Tensor:
-        src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S), True = real token
-        inputs = self.upsampled(src_ids) if inputs is None else inputs
-        return self.decode_all(inputs, self.encode(src_ids), src_mask)
-
-    def upsampled(self, src_ids: Tensor) -> Tensor:
-        """(B, S) -> (B, S * upsample): each id repeated in place; right padding stays at the right."""
-        return src_ids.repeat_interleave(self.config.ctc_upsample, dim=1)  # (B, U)
 
 
 class DecoderOnly(TransformerModel):
@@ -276,7 +204,7 @@ class DecoderOnly(TransformerModel):
     def forward(self, ids: Tensor) -> Tensor:
         return self.decode(ids)
 
-    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
+    def decode(self, ids: Tensor, *, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
                output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
         """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only; with ``last``, the
         last column's alone (B, 1, V).
@@ -285,15 +213,8 @@ class DecoderOnly(TransformerModel):
         its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
         another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
-        offset = 0 if cache is None else cache.position
-        t = ids.size(1)
-        if left_pad is None:
-            keys = padding_mask(ids, self.config.pad_id) if cache is None else None
-            positions = offset
-        else:
-            keys = torch.arange(offset + t, device=ids.device) >= left_pad[:, None]  # (B, offset+T)
-            positions = offset - left_pad  # (B,) per-row position of column ``offset``
-        mask = decoder_self_mask(keys, t, offset + t, ids.device, self.config.sliding_window)  # (B|1, 1, T, offset+T)
+        mask, positions = decoder_inputs(ids, self.config.pad_id, None if cache is None else cache.position,
+                                         left_pad, self.config.sliding_window)  # (B|1, 1, T, offset+T) or None
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
         return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
 
@@ -311,7 +232,8 @@ class DecoderOnly(TransformerModel):
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
         rows = nullcontext() if self.adapter_rows is None else self.adapter_rows.rows(state.adapters)
         with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
-            return self.decode(tokens[:, state.position:], state.cache, state.left_pad, state.output, last)
+            return self.decode(tokens[:, state.position:], cache=state.cache, left_pad=state.left_pad,
+                               output=state.output, last=last)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
@@ -347,16 +269,3 @@ class EncoderOnly(TransformerModel):
         real = padding_mask(ids, self.config.pad_id) if real is None else real
         hidden, _ = self.encoder(self.embed(ids), key_mask(real))  # mask (B, 1, 1, S)
         return hidden
-
-
-MODEL_CLASSES = {cls.arch: cls for cls in (EncoderDecoder, DecoderOnly, EncoderOnly)}
-
-
-def build_model(config: ModelConfig) -> TransformerModel:
-    """The model class that ``config.arch`` names (a ``CMLM`` for ``config.cmlm``, a ``CTC`` for
-    ``config.ctc_upsample``), freshly initialised."""
-    if config.cmlm:
-        return CMLM(config)
-    if config.ctc_upsample:
-        return CTC(config)
-    return MODEL_CLASSES[config.arch](config)

@@ -221,8 +221,8 @@ def add_page_and_health(app: FastAPI, served: Served, page: str, **extra) -> Non
 
 def health_body(cfg, limits: Limits, **counts) -> dict:
     """What GET /health answers: liveness, the model's dimensions, the limits, and the engine's counts."""
-    model = {k: getattr(cfg, k) for k in ("arch", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers",
-                                          "cmlm", "ctc_upsample")}
+    model = {k: getattr(cfg, k) for k in ("arch", "kind", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers")}
+    model.update(cmlm=cfg.kind == "cmlm", ctc_upsample=cfg.ctc_upsample or 0)  # the fields before ``kind``, kept
     return {"status": "ok", "model": model, "limits": asdict(limits), **counts}
 
 

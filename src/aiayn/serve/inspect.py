@@ -92,7 +92,7 @@ def add_translation_pictures(app: FastAPI, served: Served) -> None:
             raise HTTPException(422, "refinement: this checkpoint is autoregressive; Mask-Predict needs a CMLM, "
                                      "a best path a CTC model")
         _check_pair(AttentionRequest(source=req.source), translator, limits, maps=False)
-        if cfg.ctc_upsample:
+        if cfg.kind == "ctc":
             return (await _alone(served, alignment_for, translator, req.source)).to_dict()
         found = await _alone(served, refinement_for, translator, req.source, req.iterations, req.length_beam)
         return found.to_dict()

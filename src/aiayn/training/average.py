@@ -11,6 +11,7 @@ from aiayn.decoding.config import DecodingConfig
 from aiayn.interop.peft import read_adapter_config
 from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS, CHECKSUMS, digests, write_checkpoint
 from aiayn.io.files import atomic_directory, atomic_write_text, claim_output
+from aiayn.model.build import load_model
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import load_tokenizers
 
@@ -22,7 +23,7 @@ def average_checkpoints(folders: list[Path], output: Path, overwrite: bool = Fal
         raise FileNotFoundError("no checkpoints to average (is keep_last > 0 in the recipe?)")
     if any((f / ADAPTER_CONFIG).is_file() for f in folders):
         return average_adapters(folders, output, overwrite)
-    models = [TransformerModel.load(f) for f in folders]
+    models = [load_model(f) for f in folders]
     configs = {m.config for m in models}
     if len(configs) != 1:
         raise ValueError(f"checkpoints {', '.join(map(str, folders))} have different configs; cannot average")

@@ -13,7 +13,7 @@ from aiayn.model.config import ModelConfig
 from aiayn.model.packed import bf16_kernels_available
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
 from aiayn.training.chat import ChatTask, read_conversations
-from aiayn.training.config import CTC_UPSAMPLE, TrainConfig
+from aiayn.training.config import TrainConfig
 from aiayn.training.finetune import ARCH_OF_TASK
 from aiayn.training.objective import constant_lr, cosine_lr, inverse_sqrt_lr, noam_lr
 from aiayn.training.tasks import BlockTask, CMLMTask, CTCTask, ShardedTranslationTask, TranslationTask
@@ -124,11 +124,12 @@ def build_tokenizers(cfg: TrainConfig, splits: Splits) -> TokenizerPair:
 def model_config(cfg: TrainConfig, tokenizers: TokenizerPair) -> ModelConfig:
     arch = ARCH_OF_TASK[cfg.task]
     share = "all" if tokenizers.joint else "decoder"
-    upsample = cfg.model.get("ctc_upsample", CTC_UPSAMPLE) if cfg.task == "ctc" else 0  # it reads S * upsample
-    base = {"arch": arch, "cmlm": cfg.task == "cmlm", "ctc_upsample": upsample, "vocab_size": len(tokenizers.src),
-            "share_embeddings": share, "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
-            "max_len": max(cfg.max_len * max(upsample, 1), cfg.block_size) + 2}
-    return ModelConfig.preset(cfg.preset, **{**base, **cfg.model})
+    kind = cfg.kind_fields()
+    upsample = kind.get("ctc_upsample", 1)  # a CTC model reads S * upsample
+    base = {"arch": arch, "vocab_size": len(tokenizers.src), "share_embeddings": share,
+            "tgt_vocab_size": None if tokenizers.joint else len(tokenizers.tgt),
+            "max_len": max(cfg.max_len * upsample, cfg.block_size) + 2}
+    return ModelConfig.preset(cfg.preset, **{**base, **cfg.model, **kind})
 
 
 def build_train_task(cfg: TrainConfig, splits: Splits, tokenizers: TokenizerPair, model_cfg: ModelConfig):

@@ -139,11 +139,13 @@ class TrainConfig:
         self._check_both_directions()
         if not isinstance(self.model, dict):
             raise ValueError("model: must be a mapping of model config fields")
-        upsample = self.model.get("ctc_upsample", CTC_UPSAMPLE if self.task == "ctc" else 0)
-        if (self.task == "ctc") != bool(upsample) or upsample == 1:
+        if "kind" in self.model:
+            raise ValueError("model.kind: the task chooses it (task cmlm or ctc for a non-autoregressive model)")
+        upsample = self.model.get("ctc_upsample")
+        if (self.task != "ctc" and upsample is not None) or (self.task == "ctc" and upsample in (0, 1)):
             raise ValueError(f"model.ctc_upsample: 2 or more for task ctc, and only there; got {upsample!r}")
         try:  # a typo or a wrong type under model: is found now, before any data or tokenizer work
-            ModelConfig.preset(self.preset, **self.model)
+            ModelConfig.preset(self.preset, **{**self.model, **self.kind_fields()})
         except ValueError as err:
             raise ValueError(f"model.{err}") from None
         if not isinstance(self.decoding, dict):
@@ -172,6 +174,12 @@ class TrainConfig:
                              "(torchrun without --fsdp)")
         if self.task == "chat" and not self.init_from:
             raise ValueError("task: chat fine-tunes a chat model: give init_from (a checkpoint with a chat template)")
+
+    def kind_fields(self) -> dict:
+        """The model config's ``kind`` this task trains (and a CTC model's ``ctc_upsample``)."""
+        if self.task == "ctc":
+            return {"kind": "ctc", "ctc_upsample": self.model.get("ctc_upsample", CTC_UPSAMPLE)}
+        return {"kind": "cmlm" if self.task == "cmlm" else "autoregressive"}
 
     def _check_both_directions(self) -> None:
         """both_directions needs a translation run on text with both languages named and its own joint vocabulary

@@ -13,8 +13,10 @@ from aiayn.data.synthetic import copy_batch
 from aiayn.decoding import greedy_search
 from aiayn.decoding.ctc import best_path
 from aiayn.decoding.mask_predict import mask_predict
+from aiayn.model.build import build_model
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import CMLM, CTC, EncoderDecoder, build_model
+from aiayn.model.nonautoregressive import CMLM, CTC
+from aiayn.model.transformer import EncoderDecoder
 from aiayn.training.objective import (
     cmlm_loss,
     ctc_loss,
@@ -41,8 +43,9 @@ class CopyRecipe:
 
 
 def copy_config(recipe: CopyRecipe) -> ModelConfig:
-    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64, cmlm=recipe.cmlm,
-                              ctc_upsample=recipe.ctc)
+    kind = "cmlm" if recipe.cmlm else "ctc" if recipe.ctc else "autoregressive"
+    return ModelConfig.preset("tiny", vocab_size=recipe.vocab_size, dropout=0.0, max_len=64, kind=kind,
+                              ctc_upsample=recipe.ctc or None)
 
 
 def train_copy(recipe: CopyRecipe = CopyRecipe(), progress: bool = True,

@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from aiayn.io.files import recover
 from aiayn.io.run import RunFolder
-from aiayn.model.transformer import TransformerModel, build_model
+from aiayn.model.build import build_model, load_model
+from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 from aiayn.training import distributed, finetune, fsdp, memory
 from aiayn.training.build import (
@@ -94,7 +95,7 @@ class Trainer:
         """The model and tokenizers a run starts from: its last checkpoint, a base model (fine-tuning, or a
         LoRA run resumed: its checkpoints hold the adapter alone), or new ones the recipe describes."""
         if resume and not self.cfg.lora_r:
-            return TransformerModel.load(self.run.last), load_tokenizers(self.run.last)
+            return load_model(self.run.last), load_tokenizers(self.run.last)
         if self.cfg.init_from:
             return finetune.start(self.cfg, self.run, self.splits, resume, self.dist.main)
         tokenizers = self._shared_tokenizers()
