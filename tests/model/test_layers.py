@@ -40,7 +40,7 @@ def test_encoder_stack_matches_torch(norm_first):
         nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first),
         num_layers=2, norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False)
     _randomise_norms(theirs)
-    ours = Encoder([EncoderLayer(D, H, FF, 0.0, norm_first=norm_first) for _ in range(2)],
+    ours = Encoder([EncoderLayer.paper(D, H, FF, 0.0, norm_first=norm_first) for _ in range(2)],
                    nn.LayerNorm(D) if norm_first else None)
     for mine, ref in zip(ours.layers, theirs.layers, strict=True):
         _copy_common(mine, ref)
@@ -62,7 +62,7 @@ def test_decoder_stack_matches_torch(norm_first):
         nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first),
         num_layers=2, norm=nn.LayerNorm(D) if norm_first else None)
     _randomise_norms(theirs)
-    ours = Decoder([DecoderLayer(D, H, FF, 0.0, norm_first=norm_first) for _ in range(2)],
+    ours = Decoder([DecoderLayer.paper(D, H, FF, 0.0, norm_first=norm_first) for _ in range(2)],
                    nn.LayerNorm(D) if norm_first else None)
     for mine, ref in zip(ours.layers, theirs.layers, strict=True):
         _copy_common(mine, ref)
@@ -81,7 +81,7 @@ def test_decoder_stack_matches_torch(norm_first):
 
 
 def test_gradcheck_encoder_layer_float64():
-    layer = EncoderLayer(8, 2, 16, 0.0).double()
+    layer = EncoderLayer.paper(8, 2, 16, 0.0).double()
     x = torch.randn(1, 3, 8, dtype=torch.float64, requires_grad=True)
     mask = key_mask(torch.tensor([[True, True, False]]))
     assert torch.autograd.gradcheck(lambda t: layer(t, mask)[0], (x,))
@@ -114,3 +114,23 @@ def test_attention_and_activation_dropout_default_to_dropout_and_can_differ():
     assert apart.decoder.layers[0].cross_attn.dropout == 0.1
     with pytest.raises(ValueError, match="attention_dropout"):
         tiny(attention_dropout=1.5)
+
+
+def test_a_layer_is_built_from_the_parts_it_is_given():
+    """torchtune's way: the builder hands a layer its attention, feed-forward and residual blocks; the layer runs
+    exactly those (a SwiGLU and RMSNorm pre-norm layer equals its parts applied by hand)."""
+    from aiayn.model.attention import MultiHeadAttention
+    from aiayn.model.layers import DecoderLayer, SwiGLUFeedForward
+
+    torch.manual_seed(0)
+    attn, ffn = MultiHeadAttention(8, 2, 0.0), SwiGLUFeedForward(8, 16, 0.0, "silu")
+    res_attn, res_ffn = Residual(8, 0.0, True, norm_type="rmsnorm"), Residual(8, 0.0, True, norm_type="rmsnorm")
+    layer = EncoderLayer(attn, ffn, res_attn, res_ffn).eval()
+    assert (layer.self_attn, layer.ffn, layer.res_attn, layer.res_ffn) == (attn, ffn, res_attn, res_ffn)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        h = x + attn(res_attn.norm(x), res_attn.norm(x))[0]
+        assert torch.allclose(layer(x)[0], h + ffn(res_ffn.norm(h)), atol=1e-6)
+    with pytest.raises(ValueError, match="cross_attn and res_cross"):
+        DecoderLayer(attn, ffn, res_attn, res_ffn, cross_attn=MultiHeadAttention(8, 2, 0.0))
+    assert DecoderLayer.paper(8, 2, 16, cross_attention=False).cross_attn is None

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from aiayn.interop.hf_folder import iter_weights
-from aiayn.model.config import ROPE_SCALING, ModelConfig
+from aiayn.model.checks import ROPE_SCALING
+from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 

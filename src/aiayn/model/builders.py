@@ -16,6 +16,7 @@ from aiayn.model.layers import (
     Encoder,
     EncoderLayer,
     PositionwiseFeedForward,
+    Residual,
     SwiGLUFeedForward,
     make_norm,
 )
@@ -61,22 +62,23 @@ def _relative(cfg: ModelConfig, bidirectional: bool) -> RelativePositionBias | N
     return RelativePositionBias(cfg.n_heads, cfg.relative_buckets, cfg.relative_max_distance, bidirectional)
 
 
+def build_residual(cfg: ModelConfig) -> Residual:
+    """The residual block around a sublayer: post- or pre-norm, LayerNorm or RMSNorm, the config's dropout."""
+    return Residual(cfg.d_model, cfg.dropout, cfg.norm == "pre", cfg.layer_norm_eps, cfg.norm_type)
+
+
 def build_encoder(cfg: ModelConfig) -> Encoder:
     rope = _rope(cfg)  # one for every layer (no parameters)
-    layers = [EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
-                           eps=cfg.layer_norm_eps, self_attn=build_attention(cfg, rope),
-                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
-              for _ in range(cfg.n_encoder_layers)]
+    layers = [EncoderLayer(build_attention(cfg, rope), build_feed_forward(cfg), build_residual(cfg),
+                           build_residual(cfg)) for _ in range(cfg.n_encoder_layers)]
     return Encoder(layers, _final_norm(cfg), _relative(cfg, bidirectional=True))
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
     rope = _rope(cfg)  # one for every layer (no parameters)
-    layers = [DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, norm_first=cfg.norm == "pre",
-                           eps=cfg.layer_norm_eps, cross_attention=cross_attention,
-                           self_attn=build_attention(cfg, rope),
-                           cross_attn=build_attention(cfg) if cross_attention else None,
-                           ffn=build_feed_forward(cfg), norm_type=cfg.norm_type)
+    layers = [DecoderLayer(build_attention(cfg, rope), build_feed_forward(cfg), build_residual(cfg),
+                           build_residual(cfg), *((build_attention(cfg), build_residual(cfg)) if cross_attention
+                                                  else ()))
               for _ in range(cfg.n_decoder_layers)]
     return Decoder(layers, _final_norm(cfg), _relative(cfg, bidirectional=False))
 

@@ -8,26 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.io.files import atomic_write_text
+from aiayn.model.checks import kind_of_old, validate
 from aiayn.model.fields import typed_fields
 
 # The special token ids, the same for every tokenizer and model (the one place they are defined).
 SPECIAL_IDS = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
 MASK_ID = 4  # "<mask>", for masked-token (BERT-style) training
 FIRST_ORDINARY_ID = 5
-
-ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
-KINDS = ("autoregressive", "cmlm", "ctc")  # how an encoder-decoder's decoder fills the target
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-SINUSOID_LAYOUTS = ("interleaved", "halves")
-NORMS = ("post", "pre")
-NORM_TYPES = ("layernorm", "rmsnorm")
-FEED_FORWARDS = ("standard", "swiglu")
-ROPE_LAYOUTS = ("interleaved", "halves")
-# rope_scaling: the keys each rule needs (the rule's name is under "type").
-ROPE_SCALING = {"linear": ("factor",),
-                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
-POSITIONS = ("sinusoidal", "learned", "rope", "relative", "none")
-SHARING = ("none", "decoder", "inputs", "all")
 
 PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=256),
@@ -156,7 +143,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_ids", tuple(self.stop_ids))  # a JSON list, read back
-        _validate(self)
+        validate(self)
 
     @property
     def target_vocab(self) -> int:
@@ -211,7 +198,7 @@ class ModelConfig:
     def from_dict(cls, data: dict) -> ModelConfig:
         """Fields by name; unknown names and values of the wrong type are errors naming the field. A config
         written before ``kind`` (``cmlm``, ``ctc_upsample: 0``) is read as the kind it names."""
-        return cls(**typed_fields(cls, _kind_of_old(data)))
+        return cls(**typed_fields(cls, kind_of_old(data)))
 
     def save(self, path: str | Path) -> None:
         """Write the config as JSON, atomically (temp file, then rename)."""
@@ -230,122 +217,3 @@ class ModelConfig:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-
-
-def _kind_of_old(data: dict) -> dict:
-    """``data`` with the two flags of configs written before ``kind`` read as one kind: ``cmlm: true`` is kind
-    cmlm, ``ctc_upsample`` above 0 kind ctc (0: autoregressive)."""
-    if "kind" in data or not {"cmlm", "ctc_upsample"} & data.keys():
-        return data
-    old = dict(data)
-    cmlm, upsample = old.pop("cmlm", False), old.pop("ctc_upsample", 0)
-    if cmlm:
-        old["kind"] = "cmlm"
-    if upsample:
-        old.update(kind="ctc", ctc_upsample=upsample)
-    return old
-
-
-def _check_choice(cfg: ModelConfig, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(cfg, name)
-    if value not in choices:
-        raise ValueError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")
-
-
-def _check_rope_scaling(scaling: dict | None) -> None:
-    if scaling is None:
-        return
-    kind = scaling.get("type")
-    if kind not in ROPE_SCALING:
-        raise ValueError(f"rope_scaling: type {kind!r} is not supported; aiayn has {', '.join(ROPE_SCALING)}")
-    needed = set(ROPE_SCALING[kind])
-    if set(scaling) - {"type"} != needed:
-        raise ValueError(f"rope_scaling: {kind} takes exactly {', '.join(sorted(needed))}; got "
-                         f"{', '.join(sorted(set(scaling) - {'type'})) or 'none'}")
-    bad = [k for k in needed if isinstance(scaling[k], bool) or not isinstance(scaling[k], (int, float))
-           or scaling[k] <= 0]
-    if bad:
-        raise ValueError(f"rope_scaling: {', '.join(sorted(bad))} must be positive numbers")
-
-
-def _check_sizes(cfg: ModelConfig) -> None:
-    """Sizes and counts: positive integers (layer counts may be 0; the optional ones null)."""
-    for name in ("vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) <= 0:
-            raise ValueError(f"{name}: must be a positive integer, got {getattr(cfg, name)!r}")
-    for name in ("n_encoder_layers", "n_decoder_layers"):
-        if not isinstance(getattr(cfg, name), int) or getattr(cfg, name) < 0:
-            raise ValueError(f"{name}: must be a non-negative integer, got {getattr(cfg, name)!r}")
-    if cfg.tgt_vocab_size is not None and cfg.tgt_vocab_size <= 0:
-        raise ValueError(f"tgt_vocab_size: must be a positive integer, got {cfg.tgt_vocab_size!r}")
-    for name in ("n_kv_heads", "head_dim", "sliding_window"):
-        value = getattr(cfg, name)
-        if value is not None and value <= 0:
-            raise ValueError(f"{name}: must be a positive integer or null, got {value!r}")
-
-
-def _check_special_ids(cfg: ModelConfig) -> None:
-    """Special ids inside the vocabulary, and distinct where they must be."""
-    specials = {"pad_id": cfg.pad_id, "bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "unk_id": cfg.unk_id,
-                "mask_id": cfg.mask_id}
-    for name, value in specials.items():
-        if not 0 <= value < min(cfg.vocab_size, cfg.target_vocab):
-            raise ValueError(f"{name}: {value} is outside the vocabulary")
-    for value in cfg.stop_ids:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.target_vocab:
-            raise ValueError(f"stop_ids: {value!r} is not an id of the vocabulary")
-    if cfg.pad_id in cfg.stop_ids:
-        raise ValueError("stop_ids: the padding id cannot end a sequence")
-    if cfg.eos_id in (cfg.pad_id, cfg.bos_id, cfg.unk_id) or cfg.pad_id != cfg.bos_id == cfg.unk_id:
-        raise ValueError("pad_id/bos_id/eos_id/unk_id: special ids must be distinct (bos_id and unk_id may "
-                         "equal pad_id)")
-
-
-def _check_non_autoregressive(cfg: ModelConfig) -> None:
-    """A CMLM or a CTC model: an encoder-decoder with absolute positions; a CTC model's upsampling alone."""
-    if (cfg.kind == "ctc") != (cfg.ctc_upsample is not None) or (cfg.ctc_upsample or 2) < 2:
-        raise ValueError(f"ctc_upsample: 2 or more for kind ctc, null for the others; got {cfg.ctc_upsample!r} for "
-                         f"kind {cfg.kind}")
-    if not cfg.non_autoregressive:
-        return
-    if cfg.arch != "encoder-decoder":
-        raise ValueError(f"kind: a {cfg.kind} model is an encoder-decoder, not {cfg.arch}")
-    if cfg.positions not in ("sinusoidal", "learned"):
-        raise ValueError(f"positions: a {cfg.kind} model needs absolute positions (sinusoidal or learned), not "
-                         f"{cfg.positions}: with them alone equal decoder inputs (all <mask>, a repeated source id) "
-                         "give equal predictions")
-
-
-def _validate(cfg: ModelConfig) -> None:
-    for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
-                          ("positions", POSITIONS), ("share_embeddings", SHARING),
-                          ("sinusoid_layout", SINUSOID_LAYOUTS), ("norm_type", NORM_TYPES),
-                          ("feed_forward", FEED_FORWARDS), ("rope_layout", ROPE_LAYOUTS), ("kind", KINDS)):
-        _check_choice(cfg, name, choices)
-    _check_sizes(cfg)
-    if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
-        raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
-    if cfg.n_heads % cfg.kv_heads:
-        raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
-    _check_rope_scaling(cfg.rope_scaling)
-    _check_non_autoregressive(cfg)
-    if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
-        raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
-                         f"{cfg.pad_id}")
-    if cfg.positions == "relative" and (cfg.relative_buckets < 4 or cfg.relative_buckets % 2
-                                        or cfg.relative_max_distance <= cfg.relative_buckets // 2):
-        raise ValueError(f"relative_buckets: T5's buckets need an even count of at least 4 and relative_max_distance "
-                         f"above half of it; got {cfg.relative_buckets} and {cfg.relative_max_distance}")
-    if cfg.positions == "rope" and cfg.d_head % 2:
-        raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
-    for name in ("dropout", "attention_dropout", "activation_dropout"):
-        value = getattr(cfg, name)
-        if value is not None and not 0.0 <= value < 1.0:
-            raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
-    if (cfg.share_embeddings in ("all", "inputs") and cfg.arch == "encoder-decoder"
-            and cfg.target_vocab != cfg.vocab_size):
-        raise ValueError(f"share_embeddings: {cfg.share_embeddings!r} needs one joint vocabulary "
-                         "(tgt_vocab_size == vocab_size)")
-    _check_special_ids(cfg)
-    if cfg.arch == "encoder-decoder" and (cfg.n_encoder_layers == 0 or cfg.n_decoder_layers == 0):
-        raise ValueError("n_encoder_layers/n_decoder_layers: an encoder-decoder needs both stacks")

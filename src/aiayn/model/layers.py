@@ -16,13 +16,9 @@ from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import DecoderCache, LayerCache
 from aiayn.model.dropout import Dropout
 from aiayn.model.packed import stack_linears
-from aiayn.model.positions import RelativePositionBias, RotaryEmbedding
+from aiayn.model.positions import RelativePositionBias
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
-
-
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -111,23 +107,24 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention (no causal mask) + FFN, each in a residual block (Figure 1, left).
+    """Self-attention (no causal mask) + FFN, each in a residual block (Figure 1, left), built from its parts.
 
-    The sizes build the paper's sublayers; ``self_attn`` and ``ffn`` put prebuilt ones in their place
-    (grouped-query attention, SwiGLU: ``aiayn.model.transformer``'s builders), ``norm_type`` an RMSNorm.
+    Args:
+        self_attn: the multi-head attention (``model/builders.py``: heads, GQA, biases, rotary positions).
+        ffn: the position-wise feed-forward network (equation 2, or SwiGLU).
+        res_attn, res_ffn: the residual block around each (its norm, dropout, post- or pre-norm).
     """
 
-    def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rope: RotaryEmbedding | None = None, attention_dropout: float | None = None,
-                 activation_dropout: float | None = None, *, self_attn: MultiHeadAttention | None = None,
-                 ffn: nn.Module | None = None, norm_type: str = "layernorm") -> None:
+    def __init__(self, self_attn: MultiHeadAttention, ffn: nn.Module, res_attn: Residual, res_ffn: Residual) -> None:
         super().__init__()
-        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
-        self.self_attn = self_attn or MultiHeadAttention(d_model, n_heads, attn_p, rope)
-        self.ffn = ffn or PositionwiseFeedForward(d_model, d_ff, act_p, activation)
-        self.res_attn = Residual(d_model, dropout, norm_first, eps, norm_type)
-        self.res_ffn = Residual(d_model, dropout, norm_first, eps, norm_type)
+        self.self_attn, self.ffn, self.res_attn, self.res_ffn = self_attn, ffn, res_attn, res_ffn
+
+    @classmethod
+    def paper(cls, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
+              norm_first: bool = False) -> EncoderLayer:
+        """The paper's layer of these sizes (section 3.1; ``norm_first``: pre-norm)."""
+        return cls(MultiHeadAttention(d_model, n_heads, dropout), PositionwiseFeedForward(d_model, d_ff, dropout),
+                   Residual(d_model, dropout, norm_first), Residual(d_model, dropout, norm_first))
 
     def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False,
                 bias: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
@@ -146,26 +143,31 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention + cross-attention over the memory + FFN (Figure 1, right).
+    """Causal self-attention + cross-attention over the memory + FFN (Figure 1, right), built from its parts.
 
-    With ``cross_attention=False`` it is the decoder-only (GPT-style) block. ``self_attn``, ``cross_attn``
-    and ``ffn`` put prebuilt sublayers in place of the paper's, ``norm_type`` an RMSNorm (as EncoderLayer).
+    Args:
+        self_attn, ffn, res_self, res_ffn: as :class:`EncoderLayer`'s (``res_self`` around the self-attention).
+        cross_attn, res_cross: the attention over the encoder's memory and its residual block; None for the
+            decoder-only (GPT-style) block.
     """
 
-    def __init__(self, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rope: RotaryEmbedding | None = None, cross_attention: bool = True,
-                 attention_dropout: float | None = None, activation_dropout: float | None = None, *,
-                 self_attn: MultiHeadAttention | None = None, cross_attn: MultiHeadAttention | None = None,
-                 ffn: nn.Module | None = None, norm_type: str = "layernorm") -> None:
+    def __init__(self, self_attn: MultiHeadAttention, ffn: nn.Module, res_self: Residual, res_ffn: Residual,
+                 cross_attn: MultiHeadAttention | None = None, res_cross: Residual | None = None) -> None:
         super().__init__()
-        attn_p, act_p = _or(attention_dropout, dropout), _or(activation_dropout, dropout)
-        self.self_attn = self_attn or MultiHeadAttention(d_model, n_heads, attn_p, rope)
-        self.res_self = Residual(d_model, dropout, norm_first, eps, norm_type)
-        self.cross_attn = (cross_attn or MultiHeadAttention(d_model, n_heads, attn_p)) if cross_attention else None
-        self.res_cross = Residual(d_model, dropout, norm_first, eps, norm_type) if cross_attention else None
-        self.ffn = ffn or PositionwiseFeedForward(d_model, d_ff, act_p, activation)
-        self.res_ffn = Residual(d_model, dropout, norm_first, eps, norm_type)
+        if (cross_attn is None) != (res_cross is None):
+            raise ValueError("cross_attn and res_cross: give both (an encoder-decoder's layer) or neither")
+        self.self_attn, self.res_self, self.cross_attn, self.res_cross = self_attn, res_self, cross_attn, res_cross
+        self.ffn, self.res_ffn = ffn, res_ffn
+
+    @classmethod
+    def paper(cls, d_model: int = 512, n_heads: int = 8, d_ff: int = 2048, dropout: float = 0.1,
+              norm_first: bool = False, cross_attention: bool = True) -> DecoderLayer:
+        """The paper's layer of these sizes (section 3.1; ``norm_first``: pre-norm; without ``cross_attention``,
+        a language model's)."""
+        cross = (MultiHeadAttention(d_model, n_heads, dropout), Residual(d_model, dropout, norm_first)) \
+            if cross_attention else (None, None)
+        return cls(MultiHeadAttention(d_model, n_heads, dropout), PositionwiseFeedForward(d_model, d_ff, dropout),
+                   Residual(d_model, dropout, norm_first), Residual(d_model, dropout, norm_first), *cross)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 cross_mask: Tensor | None = None, cache: LayerCache | None = None, offset: int | Tensor = 0,
