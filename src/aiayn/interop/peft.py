@@ -43,8 +43,9 @@ def hf_modules(cfg: ModelConfig) -> dict[str, str]:
     return {ours[: -len(".weight")]: theirs[: -len(".weight")] for ours, theirs in pairs if ours.endswith(".weight")}
 
 
-def save_adapter(model, folder: Path, base: str, dropout: float = 0.0) -> None:
-    """Write ``model``'s adapters into ``folder`` (which exists and is empty: the caller writes atomically)."""
+def save_adapter(model, folder: Path, base: str) -> None:
+    """Write ``model``'s adapters into ``folder`` (which exists and is empty: the caller writes atomically); their
+    rank, alpha and dropout are the layers' own."""
     from safetensors.torch import save_file
 
     layers = lora_layers(model)
@@ -53,7 +54,7 @@ def save_adapter(model, folder: Path, base: str, dropout: float = 0.0) -> None:
     names = hf_modules(model.config) or {path: path for path in layers}
     first = next(iter(layers.values()))
     config = {"peft_type": "LORA", "task_type": TASK_TYPES[model.config.arch], "base_model_name_or_path": str(base),
-              "r": first.r, "lora_alpha": first.alpha, "lora_dropout": dropout, "bias": "none",
+              "r": first.r, "lora_alpha": first.alpha, "lora_dropout": first.dropout.p, "bias": "none",
               "target_modules": sorted({names[path].rsplit(".", 1)[-1] for path in layers}),
               "fan_in_fan_out": False, "use_rslora": False, "use_dora": False, "inference_mode": True,
               "modules_to_save": None, "rank_pattern": {}, "alpha_pattern": {}}

@@ -36,15 +36,21 @@ def is_adapter(folder: str | Path) -> bool:
 
 def write_checkpoint(folder: str | Path, model: nn.Module, tokenizers=None,
                      write_extra: Callable[[Path], None] | None = None, generation: dict | None = None,
-                     by: str = "save", overwrite: bool = False) -> None:
+                     by: str = "save", overwrite: bool = False,
+                     write_model: Callable[[Path], None] | None = None) -> None:
     """Write a checkpoint folder atomically: config, weights, the tokenizers if given, the decoding defaults
-    (``generation.json``) if given, and whatever ``write_extra(temp_folder)`` adds (the trainer's state).
+    (``generation.json``) if given, and whatever ``write_extra(temp_folder)`` adds (the trainer's state); then
+    the checksums of it all. ``write_model(temp_folder)`` writes the model instead of its config and weights (a
+    LoRA run's adapter alone, ``training/state.py``).
 
     ``by`` names the command writing it: a folder that is neither empty nor a checkpoint is refused unless
     ``overwrite`` (``aiayn.io.files.claim_output``)."""
     with atomic_directory(folder, by, overwrite, own_files=(CHECKSUMS,), marker=False) as tmp:
-        model.config.save(tmp / CONFIG)
-        save_weights(model, tmp)
+        if write_model is not None:
+            write_model(tmp)
+        else:
+            model.config.save(tmp / CONFIG)
+            save_weights(model, tmp)
         if tokenizers is not None:
             tokenizers.save(tmp)
         if generation is not None:

@@ -106,7 +106,9 @@ class TrainConfig:
     keep_last: int = _f(5, "step checkpoints kept for `aiayn average`")
     patience: int = _f(0, "validations without improvement before stopping (0 = never)")
     bleu_sentences: int = _f(1000, "validation sentences translated for BLEU/chrF")
-    beam_size: int = _f(1, "beam size of the validation translations (1 = greedy)")
+    beam_size: int | None = _f(None, "beam size of the run's decoding, as decoding.beam_size (which wins when both "
+                                     "are given): the validation translations and every checkpoint's "
+                                     "generation.json decode alike (unset: DecodingConfig's, 4)")
     synthetic_size: int = _f(20000, "training pairs for copy / reverse / numbers")
     seed: int = _f(0, "random seed")
     device: str = _f("auto", "auto, cpu, cuda or mps")
@@ -121,7 +123,7 @@ class TrainConfig:
                                  f"{', '.join(choices)}")
         for name in ("max_steps", "max_tokens", "accum", "eval_every", "vocab_size", "max_len", "block_size",
                      "beam_size"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
         for name in ("weight_decay", "rdrop"):
             if getattr(self, name) < 0:
@@ -196,8 +198,14 @@ class TrainConfig:
     def generation(self) -> dict | None:
         """What ``generation.json`` records of this recipe's decoding (None: the recipe chose none); with
         ``both_directions`` the source prefix asks for tgt_lang unless the recipe names one."""
+        return self.decoding_config().changes() or None
+
+    def decoding_config(self) -> DecodingConfig:
+        """The run's one decoding: validation translates with it and every checkpoint ships it (``decoding``, with
+        ``beam_size`` and, for ``both_directions``, the target tag as defaults)."""
         tag = {"source_prefix": target_tag(self.tgt_lang)} if self.both_directions else {}
-        return DecodingConfig().replace(**{**tag, **self.decoding}).changes() or None
+        beam = {} if self.beam_size is None else {"beam_size": self.beam_size}
+        return DecodingConfig().replace(**{**tag, **beam, **self.decoding})
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides) -> TrainConfig:

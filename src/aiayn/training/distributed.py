@@ -50,6 +50,12 @@ def setup(device: torch.device) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def start(device: torch.device) -> tuple[DistInfo, torch.device]:
+    """This process's place in torchrun's group (joined here; one process: the default) and its device."""
+    info = setup(device)
+    return info, rank_device(device, info)
+
+
 def rank_device(device: torch.device, info: DistInfo) -> torch.device:
     """The device this process trains on: under torchrun on CUDA, the GPU of its local rank (``cuda:LOCAL_RANK``,
     made current), so that N processes on a machine use its N GPUs; otherwise ``device`` unchanged."""

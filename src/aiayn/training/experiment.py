@@ -109,7 +109,7 @@ def long_valid_bleu(cfg: TrainConfig, share: float) -> float:
     valid = load_data(cfg).valid
     order = sorted(range(len(valid)), key=lambda i: len(valid.sources[i].split()), reverse=True)
     chosen = order[: max(1, int(len(order) * share))]
-    translator = Translator.from_checkpoint(cfg.output, beam_size=cfg.beam_size)
+    translator = Translator.from_checkpoint(cfg.output)  # the run's decoding (its generation.json)
     outputs = translator.translate([valid.sources[i] for i in chosen], max_new_tokens=256)
     return round(score(outputs, [valid.targets[i] for i in chosen]).bleu, 2)
 

@@ -54,7 +54,7 @@ def _adapter_of(model: TransformerModel, folder) -> None:
 def adapter_options(cfg) -> dict:
     """How a LoRA run's checkpoints are written (``training.state.save_checkpoint``): the adapter alone,
     naming its base; {} for any other run."""
-    return {"adapter_of": str(cfg.init_from), "lora_dropout": cfg.lora_dropout} if cfg.lora_r else {}
+    return {"adapter_of": str(cfg.init_from)} if cfg.lora_r else {}
 
 
 def check_recipe(cfg, model: TransformerModel) -> None:

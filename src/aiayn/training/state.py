@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from aiayn.interop.peft import save_adapter
-from aiayn.io.checkpoint import CHECKSUMS, digests, write_checkpoint
-from aiayn.io.files import atomic_directory, atomic_write_text, read_json
+from aiayn.io.checkpoint import write_checkpoint
+from aiayn.io.files import atomic_write_text, read_json
 from aiayn.io.run import TRAINER_JSON, TRAINER_TENSORS
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
@@ -58,10 +58,10 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
 
 def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: TokenizerPair,
                     optimizer: dict | None = None, trainer: dict | None = None,
-                    generation: dict | None = None, adapter_of: str | None = None, lora_dropout: float = 0.0) -> None:
-    """Write a checkpoint folder atomically; with ``optimizer`` (its state dict) and ``trainer`` it can resume
-    training. With
-    ``adapter_of`` (the base checkpoint of a LoRA run) the folder holds the adapter alone, in PEFT's format."""
+                    generation: dict | None = None, adapter_of: str | None = None) -> None:
+    """Write a checkpoint folder atomically (``io/checkpoint.py``'s one writer); with ``optimizer`` (its state
+    dict) and ``trainer`` it can resume training. With ``adapter_of`` (the base checkpoint of a LoRA run) the
+    folder holds the adapter alone, in PEFT's format (torchtune's ``adapter_only``)."""
 
     def write_state(tmp: Path) -> None:
         tensors, meta = optimizer_tensors(optimizer)
@@ -69,14 +69,12 @@ def save_checkpoint(folder: Path, model: TransformerModel, tokenizers: Tokenizer
         atomic_write_text(tmp / TRAINER_JSON, json.dumps({**trainer, **meta}, indent=1) + "\n")
 
     resumable = optimizer is not None and trainer is not None
+    extra = write_state if resumable else None
     if adapter_of is None:
-        write_checkpoint(folder, model, tokenizers, write_state if resumable else None, generation, by="train")
-        return
-    with atomic_directory(folder, "train", own_files=(CHECKSUMS,), marker=False) as tmp:
-        save_adapter(model, tmp, base=adapter_of, dropout=lora_dropout)
-        if resumable:
-            write_state(tmp)
-        atomic_write_text(tmp / CHECKSUMS, json.dumps(digests(tmp), indent=1) + "\n")
+        write_checkpoint(folder, model, tokenizers, extra, generation, by="train")
+    else:
+        write_checkpoint(folder, model, write_extra=extra, by="train",
+                         write_model=lambda tmp: save_adapter(model, tmp, base=adapter_of))
 
 
 def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import math
 import threading
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from aiayn.io.files import recover
@@ -21,7 +19,7 @@ from aiayn.io.run import RunFolder
 from aiayn.model.build import build_model, load_model
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
-from aiayn.training import distributed, finetune, fsdp, memory
+from aiayn.training import distributed, finetune, memory, strategy
 from aiayn.training.build import (
     PRECISION_NAMES,
     autocast_dtype,
@@ -47,13 +45,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
         self.cfg, self.out, self.run = cfg, Path(cfg.output), RunFolder(cfg.output)
         self.generation = cfg.generation()  # the decoding defaults every checkpoint carries
-        self.device = pick_device(cfg.device)
-        self.dist = distributed.setup(self.device)
-        self.device = distributed.rank_device(self.device, self.dist)
+        self.dist, self.device = distributed.start(pick_device(cfg.device))
         if cfg.subword_dropout and self.dist.enabled:  # each rank would plan its own batches: a hang
             raise ValueError("subword_dropout: one process only (SentencePiece samples differ per process)")
-        if cfg.fsdp and not self.dist.enabled:
-            raise ValueError("fsdp: shards over several processes: start with torchrun --nproc-per-node N")
+        self.strategy = strategy.choose(cfg.fsdp, self.dist)  # plain, DDP or FSDP: asked from here on
         if self.dist.main:
             self._tidy(resume)
         self.runlog = RunLog(self.run, self.dist.main)
@@ -62,22 +57,18 @@ class Trainer:
         self.model, self.tokenizers = self._start_model(resume)
         finetune.freeze(self.model, cfg.freeze)
         self.model.train()
-        self.plain, self.twin = self.model, None  # the unsharded model that validates and is saved (rank 0)
-        if cfg.fsdp and self.dist.main:
-            self.twin = fsdp.PlainTwin(self.model)
-        self.model.to(self.device)
-        if cfg.fsdp:
-            fsdp.shard(self.model, self.device)
+        self.plain = self.model  # the unsharded model that validates and is saved (rank 0)
+        self.net = self.strategy.wrap(self.model, self.device)  # what the loss runs through
         self.task = build_train_task(cfg, self.splits, self.tokenizers, self.model.config)
         self.valid_task = build_task(cfg, self.splits.valid, self.tokenizers, self.model.config, shuffle_seed=0)
         self.optimizer = make_optimizer(self.model, weight_decay=cfg.weight_decay)
+        self.max_steps = cfg.max_steps  # the recipe's, or what auto_steps chose (the recipe stays as given)
         self.step, self.epoch, self.batch_pos, self.train_seconds = 0, 0, 0, 0.0
         self.best, self.bad_evals = -math.inf, 0
         self.stopped_by_signal = False
         if resume:
             self._restore()
         self.auto = AutoSteps(cfg.warmup, self.step, self.train_seconds) if cfg.auto_steps else None
-        self.net = DistributedDataParallel(self.model) if self.dist.enabled and not cfg.fsdp else self.model
         self.amp = autocast_dtype(cfg.precision, self.device)
         if not resume:
             self._log_data()
@@ -118,11 +109,7 @@ class Trainer:
 
     def _restore(self) -> None:
         meta, tensors = load_trainer_state(self.run.last)
-        state = optimizer_state(tensors, meta)
-        if self.cfg.fsdp:
-            fsdp.load_optimizer_state(self.model, self.optimizer, state)
-        else:
-            self.optimizer.load_state_dict(state)
+        self.strategy.load_optimizer(self.model, self.optimizer, optimizer_state(tensors, meta))
         restore_rng(tensors)
         self.step, self.epoch, self.batch_pos = meta["step"], meta["epoch"], meta["batch_pos"]
         self.best, self.bad_evals = meta["best"], meta["bad_evals"]
@@ -130,7 +117,7 @@ class Trainer:
         self.runlog.truncate(self.step)
         chose = meta["recipe"].get("auto_steps") and self.step >= pace_window(self.cfg.warmup)[1]
         if self.cfg.auto_steps and chose:  # the step count an auto_steps run chose is part of its state
-            self.cfg = dataclasses.replace(self.cfg, max_steps=meta["recipe"]["max_steps"])
+            self.max_steps = meta.get("max_steps", meta["recipe"]["max_steps"])  # (older runs wrote it there)
 
     def _log_data(self) -> None:
         """Report what the data cleaning dropped, the allocator and the precision (metrics.jsonl, console)."""
@@ -165,11 +152,11 @@ class Trainer:
     def train_step(self, window: list[list[int]]) -> tuple[float, int]:
         """Forward/backward over the accumulation window; loss normalised by the global token count."""
         total_loss, tokens = 0.0, 0
-        self.task.progress = self.step / max(self.cfg.max_steps, 1)  # annealed options (glancing) read it
+        self.task.progress = self.step / max(self.max_steps, 1)  # annealed options (glancing) read it
         for i, indices in enumerate(window):
             batch = to_device(self.task.collate(indices), self.device)
-            sync = i == len(window) - 1 or not self.dist.enabled
-            with (contextlib.nullcontext() if sync else self._no_sync()), self._autocast():
+            last = i == len(window) - 1  # the window's gradients are reduced at its last backward
+            with (contextlib.nullcontext() if last else self.strategy.no_sync(self.net)), self._autocast():
                 loss, n = self.task.loss(self.net, batch, self.cfg.label_smoothing)
             self.scaler.scale(loss).backward()
             total_loss, tokens = total_loss + loss.item(), tokens + n
@@ -185,9 +172,6 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total_loss / max(tokens, 1), tokens
 
-    def _no_sync(self):
-        return fsdp.no_sync(self.model) if self.cfg.fsdp else self.net.no_sync()
-
     def _autocast(self):
         if self.amp is None:
             return contextlib.nullcontext()
@@ -198,7 +182,7 @@ class Trainer:
         current step and sets ``stopped_by_signal``); return the last evaluation."""
         cfg = self.cfg
         batches = itertools.islice(self._rank_batches(self.epoch), self.batch_pos, None)  # resume mid-epoch
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
+        bar = tqdm(total=self.max_steps, initial=self.step, disable=not self.dist.main, unit="step",
                    dynamic_ncols=True, mininterval=2.0, desc=f"train {cfg.task}")
         try:
             with distributed.sigterm_flag() as sigterm:
@@ -211,15 +195,16 @@ class Trainer:
     def _loop(self, bar: tqdm, batches: Iterator[list[int]], sigterm: threading.Event) -> dict:
         cfg = self.cfg
         last_eval, window_tokens, window_start = {}, 0, time.perf_counter()
-        while self.step < self.cfg.max_steps and not self._out_of_time():
+        while self.step < self.max_steps and not self._out_of_time():
             started = time.perf_counter()
             window, batches = self._next_window(batches)
             self.step += 1
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr(self.step)
             loss, tokens = self.train_step(window)
-            if cfg.fsdp and self.step == 1:  # what rank 0 holds of the sharded model and optimizer state
-                self.runlog.write({"step": 1, "fsdp_rank0": fsdp.local_share(self.model, self.optimizer)})
+            report = self.strategy.report(self.model, self.optimizer) if self.step == 1 else None
+            if report:  # FSDP: what rank 0 holds of the sharded model and optimizer state
+                self.runlog.write({"step": 1, **report})
             if self.step % memory.EVERY == 0:
                 memory.release_free_memory()  # resident memory stays flat over ever-new batch shapes
             self.train_seconds += time.perf_counter() - started
@@ -265,8 +250,7 @@ class Trainer:
             return
         pace = distributed.all_sum(pace, self.dist, self.device) / self.dist.world
         chosen = steps_held(self.step, self.train_seconds, pace, self.cfg.time_limit_min)
-        self.cfg = dataclasses.replace(self.cfg, max_steps=chosen)
-        bar.total = chosen
+        self.max_steps = bar.total = chosen
         if self.dist.main:
             bar.write(f"auto_steps: {pace:.3f} s a step, {self.cfg.time_limit_min:g} minutes hold {chosen} steps")
         self.runlog.write({"step": self.step, "max_steps": chosen, "seconds_per_step": round(pace, 4)})
@@ -287,28 +271,25 @@ class Trainer:
         self.model.train()
         return result
 
-    def _gather(self) -> dict | None:
-        """FSDP: the full weights into rank 0's plain model; the full optimizer state (None without FSDP)."""
-        if not self.cfg.fsdp:
-            return None
-        self.plain, optimizer = fsdp.gather(self.model, self.optimizer, self.twin)
+    def _gather(self) -> dict:
+        """The full weights in rank 0's plain model (FSDP: gathered from the shards); the full optimizer state."""
+        self.plain, optimizer = self.strategy.gather(self.model, self.optimizer)
         return optimizer
 
-    def _save(self, improved: bool, optimizer: dict | None = None) -> None:
+    def _save(self, improved: bool, optimizer: dict) -> None:
         """step_N/ and best/ first, last/ (what --resume reads) at the end: a kill in between resumes from
         the previous last/ and writes this step's folders again. A failed write (a full disk) leaves every
         previous folder whole and stops training with a message. FSDP: rank 0's plain model then gives its
         storage back until the next evaluation."""
         try:
-            self._write_checkpoints(improved, optimizer or self.optimizer.state_dict())
+            self._write_checkpoints(improved, optimizer)
         except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
             reason = getattr(err, "strerror", None) or str(err).split(": ")[-1]
             raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
                              f"{self.run.last} still holds the previous one: free space, then continue with "
                              "--resume") from None
         finally:
-            if self.twin is not None:
-                self.twin.empty()
+            self.strategy.saved()
 
     def _write_checkpoints(self, improved: bool, optimizer: dict) -> None:
         if self.cfg.keep_last > 0:
@@ -318,7 +299,8 @@ class Trainer:
         if improved:
             save_checkpoint(self.run.best, self.plain, self.tokenizers, generation=self.generation, **self._adapter)
         state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
-                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "recipe": self.cfg.to_dict()}
+                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "max_steps": self.max_steps,
+                 "recipe": self.cfg.to_dict()}
         save_checkpoint(self.run.last, self.plain, self.tokenizers, optimizer, state, self.generation,
                         **self._adapter)
 

@@ -25,8 +25,9 @@ def to_device(batch, device: torch.device):
 def validate(model, task, cfg: TrainConfig, valid: Parallel | None, tokenizers: TokenizerPair, device: torch.device,
              autocast: Callable[[], contextlib.AbstractContextManager]) -> dict:
     """Validation loss (no smoothing) and perplexity of ``model`` on ``task``'s batches; for translation also
-    sacreBLEU and chrF on the first ``cfg.bleu_sentences`` of ``valid``; for mlm the masked-token accuracy
-    (arg-max at the masked positions). ``model`` is left in eval mode."""
+    sacreBLEU and chrF on the first ``cfg.bleu_sentences`` of ``valid``, translated with the decoding the run's
+    checkpoints ship (``cfg.decoding_config()``: best/ is chosen as it will translate); for mlm the masked-token
+    accuracy (arg-max at the masked positions). ``model`` is left in eval mode."""
     model.eval()
     total, tokens = 0.0, 0
     for indices in task.batches(0):
@@ -40,7 +41,7 @@ def validate(model, task, cfg: TrainConfig, valid: Parallel | None, tokenizers: 
         result["valid_mask_acc"] = round(sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1), 4)
     if cfg.task in ("translation", "cmlm", "ctc") and cfg.bleu_sentences > 0:
         n = cfg.bleu_sentences
-        hyps = Translator(model, tokenizers, device, beam_size=cfg.beam_size).translate(valid.sources[:n])
+        hyps = Translator(model, tokenizers, device, cfg.decoding_config()).translate(valid.sources[:n])
         scores = score(hyps, valid.targets[:n], "zh" if cfg.tgt_lang == "zh" else None)
         result.update(valid_bleu=round(scores.bleu, 2), valid_chrf=round(scores.chrf, 2))
     return result
