@@ -18,7 +18,7 @@ def test_the_strategy_is_chosen_once_from_the_recipe_and_the_processes():
     assert type(strategy.choose(False, one)) is strategy.Plain
     assert type(strategy.choose(False, four)) is strategy.DDP
     assert type(strategy.choose(True, four)) is strategy.FSDP
-    with pytest.raises(ValueError, match="fsdp: .*torchrun"):
+    with pytest.raises(ValueError, match=r"fsdp: .*torchrun"):
         strategy.choose(True, one)
 
 
