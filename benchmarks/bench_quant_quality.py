@@ -10,7 +10,7 @@ from its GGUF file, imported with ``aiayn import``; llama.cpp reads ``aiayn expo
 
 Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``), int4 (``--int4``);
 llama.cpp F32, Q8_0, Q4_0 (``llama-cpp-python``, when installed). JSON lines {"config", "metric", "value",
-"unit"}. Not timed (``bench_cpu_decode.py`` times).
+"unit"}. Not timed (``bench_engines.py`` times).
 
     python benchmarks/bench_quant_quality.py --gguf ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
 """

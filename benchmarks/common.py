@@ -94,3 +94,26 @@ def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = 
             raise SystemExit(f"{name} server exited: {log.read()[-2000:]}")
     proc.kill()
     raise SystemExit(f"the {name} server did not start within {seconds:g} s")
+
+
+ENGINE_MODULES = {"aiayn": "aiayn", "hf": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama_cpp"}
+
+
+def available(engines: list[str]) -> list[str]:
+    """The engines whose library is installed, aiayn first; the others are named on stderr as skipped."""
+    import importlib.util
+
+    found = [e for e in engines if importlib.util.find_spec(ENGINE_MODULES[e]) is not None]
+    for engine in sorted(set(engines) - set(found)):
+        print(f"skipping {engine}: {ENGINE_MODULES[engine]} is not installed (pip install -e '.[bench]')",
+              file=sys.stderr)
+    return sorted(found, key=lambda e: e != "aiayn")
+
+
+def run_worker(script: str, *args: str) -> tuple[list[str], str | None]:
+    """``python SCRIPT --worker ARGS`` in a process of its own (one engine's thread pool never meets another's):
+    the lines it printed, and None; or no lines and the last line of its error."""
+    done = subprocess.run([sys.executable, script, "--worker", *args], capture_output=True, text=True)
+    if done.returncode:
+        return [], (done.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return done.stdout.splitlines(), None

@@ -91,7 +91,7 @@ def precision_options(args: argparse.Namespace) -> dict:
 
 def note_emulated_bf16(args: argparse.Namespace) -> None:
     """--bf16 on a CPU without oneDNN's bfloat16 kernels: say that it decodes emulated, slower than float32 for
-    batches (on an AVX2-only EPYC 0.28-0.39x at batch 16, 1.34x at batch 1: ``benchmarks/bench_decode.py``);
+    batches (on an AVX2-only EPYC 0.28-0.39x at batch 16, 1.34x at batch 1: ``benchmarks/bench_engines.py``);
     the weights still take half the memory, which may be why it was asked for. With --int8 or --int4 only the
     layers around the quantized ones are in bfloat16: no note."""
     import torch

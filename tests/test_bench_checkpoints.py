@@ -1,4 +1,4 @@
-"""benchmarks/bench_decode.py on trained checkpoints: every checkpoint is timed on the same sentences, in
+"""benchmarks/bench_checkpoints.py on trained checkpoints: every checkpoint is timed on the same sentences, in
 each case, and each speedup is the ratio of the figures it prints."""
 
 import importlib.util
@@ -6,12 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_checkpoints.py"
 sys.path.insert(0, str(BENCH.parent))  # the benchmarks import their shared module (benchmarks/common.py)
 
 
 def test_checkpoints_are_timed_on_the_same_sentences_and_compared_with_the_first(trained_run, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
+    spec = importlib.util.spec_from_file_location("bench_checkpoints", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     (tmp_path / "src.txt").write_text("a b c\nd e f g\nh i\nj k l m n\n")
@@ -34,7 +34,7 @@ def test_a_checkpoint_named_twice_is_timed_with_and_without_its_shortlist(traine
     from aiayn.inference.shortlist import build_shortlist
     from aiayn.inference.translator import Translator
 
-    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
+    spec = importlib.util.spec_from_file_location("bench_checkpoints", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     tok = Translator.from_checkpoint(trained_run).tokenizers

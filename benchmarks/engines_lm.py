@@ -1,7 +1,8 @@
-"""Batch-1 decoding on a CPU, engine against engine on the very same weights: aiayn, transformers, CTranslate2
-and llama.cpp (``llama-cpp-python``, where installed) on a real model (SmolLM2-135M-Instruct from its GGUF file)
-or a random model of Qwen2.5-0.5B's shape (d 896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864,
-vocabulary 151,936, tied).
+"""The language-model presets of ``bench_engines.py``: batch-1 decoding on a CPU, aiayn against transformers,
+CTranslate2 and llama.cpp (``llama-cpp-python``, where installed) on the very same weights: a real model
+(``smollm2``: SmolLM2-135M-Instruct from its GGUF file), a random model of Qwen2.5-0.5B's shape (``qwen-shape``: d
+896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864, vocabulary 151,936, tied) or a random Llama
+(``llama``: d 512, 6 layers, 8 query / 2 key-value heads, SwiGLU 1408, vocabulary 32,000).
 
 The model is imported with ``aiayn import``, exported with ``aiayn export --format hf`` for transformers and
 CTranslate2 (its own converter) and with ``aiayn export --format gguf`` (F32, BF16, Q8_0, Q4_0) for llama.cpp.
@@ -18,32 +19,26 @@ Each engine and precision runs in its own process, one after the other, with the
 
 Precisions: fp32 (llama.cpp F32), bf16 (BF16), int8 (aiayn: weight-only int8, ``--int8``; transformers: torch's
 dynamic int8 linear layers; CTranslate2 int8_float32; llama.cpp Q8_0), int4 (aiayn: weight-only int4 in groups of
-32, ``--int4``; llama.cpp Q4_0). JSON lines {"config", "metric", "value",
-"unit"}; ratios against the other engines are from the same run.
-
-    python benchmarks/bench_cpu_decode.py --model smollm2 --gguf ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
-    python benchmarks/bench_cpu_decode.py --model qwen-shape [--engines aiayn hf llama.cpp]
+32, ``--int4``; llama.cpp Q4_0).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from functools import partial
 from pathlib import Path
 
 import torch
-from common import best_of
+from common import best_of, run_worker
 from common import emit as print_figure
 
 PROMPT = "Once upon a time"
 PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
               "ct2": ("fp32", "bf16", "int8"), "llama.cpp": ("fp32", "bf16", "int8", "int4")}
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
-
+PRESETS = ("smollm2", "qwen-shape", "llama")
 
 emit = partial(print_figure, digits=None)
 
@@ -58,7 +53,7 @@ def prepare(model: str, gguf: str | None, work: Path, engines: list[str]) -> Non
         aiayn("import", gguf, "--output", str(work / "aiayn"))
         aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "hf", "--output", str(work / "hf"))
     else:
-        qwen_shape(work / "hf")
+        (qwen_shape if model == "qwen-shape" else llama_shape)(work / "hf")
         aiayn("import", str(work / "hf"), "--output", str(work / "aiayn"))
     if "ct2" in engines:
         from ctranslate2.converters import TransformersConverter
@@ -70,20 +65,41 @@ def prepare(model: str, gguf: str | None, work: Path, engines: list[str]) -> Non
                   "--output", str(work / f"{kind}.gguf"))
 
 
-def qwen_shape(folder: Path) -> None:
-    """A random Qwen2ForCausalLM of Qwen2.5-0.5B's shape with a byte-level BPE (its rows past the BPE's unused)."""
+def _byte_bpe():
+    """A small byte-level BPE tokenizer (transformers' GPT2TokenizerFast), trained on the prompts."""
     from tokenizers import ByteLevelBPETokenizer
-    from transformers import GPT2TokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GPT2TokenizerFast
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator([PROMPT, "The quick brown fox jumps over the lazy dog."] * 50, vocab_size=400,
                             special_tokens=["<|endoftext|>"], show_progress=False)
-    tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    return GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+
+
+def qwen_shape(folder: Path) -> None:
+    """A random Qwen2ForCausalLM of Qwen2.5-0.5B's shape with a byte-level BPE (its rows past the BPE's unused)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = _byte_bpe()
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                          tie_word_embeddings=True, rope_theta=1e6, eos_token_id=tok.eos_token_id, bos_token_id=None)
     Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def llama_shape(folder: Path) -> None:
+    """A random LlamaForCausalLM (d 512, 6 layers, 8 query and 2 key/value heads, SwiGLU 1408, vocabulary 32,000)
+    with a byte-level BPE (its rows past the BPE's unused)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _byte_bpe()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=6,
+                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                         eos_token_id=tok.eos_token_id, bos_token_id=None)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
 
 
@@ -225,13 +241,12 @@ def run_engines(args, work: Path) -> dict:
     results = {}
     for precision in ("fp32", "bf16", "int8", "int4"):
         for engine in [e for e in args.engines if precision in PRECISIONS[e]]:
-            cmd = [sys.executable, __file__, "--worker", engine, precision, str(work), str(args.new_tokens)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
+            lines, error = run_worker(args.script, "lm", engine, precision, str(work), str(args.new_tokens))
             config = f"{args.model}/{engine}/{precision}"
-            if done.returncode:
-                emit(config, "error", 1, (done.stderr.strip().splitlines() or ["?"])[-1][:200])
+            if error:
+                emit(config, "error", 1, error)
                 continue
-            r = results[(engine, precision)] = json.loads(done.stdout.splitlines()[-1])
+            r = results[(engine, precision)] = json.loads(lines[-1])
             for batch, rate in r["decode"].items():
                 emit(f"{config}/batch{batch}", "decode", round(rate, 2), "tokens/s")
             emit(config, "prefill_512", round(r["prefill"], 1), "tokens/s")
@@ -247,35 +262,11 @@ def run_engines(args, work: Path) -> dict:
     return results
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, engine, precision, work, new_tokens = sys.argv
-        worker(engine, precision, Path(work), int(new_tokens))
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["smollm2", "qwen-shape"], default="smollm2")
-    parser.add_argument("--gguf", help="smollm2: the GGUF file (scripts/fetch_smollm2.py fetches it)")
-    parser.add_argument("--engines", nargs="+", default=["aiayn", "hf", "ct2", "llama.cpp"],
-                        choices=list(PRECISIONS))
-    parser.add_argument("--new-tokens", type=int, default=64)
-    args = parser.parse_args()
-    if args.model == "smollm2" and not args.gguf:
-        parser.error("--model smollm2 needs --gguf FILE")
-    engines = ["aiayn", *[e for e in args.engines if e != "aiayn"]]
-    if "llama.cpp" in engines:
-        try:
-            import llama_cpp  # noqa: F401
-        except ImportError:
-            emit("llama.cpp", "skipped", "pip install llama-cpp-python", "")
-            engines.remove("llama.cpp")
-    args.engines = engines
+def run(args, work: Path) -> None:
+    """Prepare the preset's model for every engine in ``work``, then measure them all (``args``: model, gguf,
+    engines, new_tokens, script)."""
     emit("machine", "torch_threads", torch.get_num_threads(), "threads")
     args.bandwidth = memory_bandwidth()
     emit("machine", "memory_bandwidth_before", round(args.bandwidth, 2), "GB/s")
-    with tempfile.TemporaryDirectory() as tmp:
-        prepare(args.model, args.gguf, Path(tmp), engines)
-        run_all(args, Path(tmp))
-
-
-if __name__ == "__main__":
-    main()
+    prepare(args.model, args.gguf, work, args.engines)
+    run_all(args, work)

@@ -1,4 +1,4 @@
-"""benchmarks/bench_seeds.py: each seed trained, averaged and scored as the recipe says, the spread over the
+"""scripts/recipe_seeds.py: each seed trained, averaged and scored as the recipe says, the spread over the
 seeds computed from the per-seed figures, and a seed with a result not trained again."""
 
 import gzip
@@ -13,7 +13,7 @@ import pytest
 from aiayn.data.datasets import synthetic_pairs
 from tiny_runs import TINY
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_seeds.py"
+BENCH = Path(__file__).resolve().parent.parent / "scripts" / "recipe_seeds.py"
 
 
 def _corpus(folder: Path) -> None:

@@ -10,7 +10,7 @@ and minutes its run took, the step count auto_steps chose, BLEU on val and test 
 the sources led by ``<2SRC>``), the largest RSS and its growth; then, over the seeds, their mean, sample standard
 deviation, min and max; and the machine's CPU.
 
-    python benchmarks/bench_seeds.py --recipe configs/multi30k-de-en.yaml --seeds 0 1 2 --output runs/seeds-de-en \\
+    python scripts/recipe_seeds.py --recipe configs/multi30k-de-en.yaml --seeds 0 1 2 --output runs/seeds-de-en \\
         --data-dir ../shared/data/multi30k [--last 3] [--test test_2016_flickr] [--tokenized-bleu LANG]
         [--back-decoding length_penalty=1.2] [--back-tokenized-bleu LANG]
 """
@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks' RSS sampling
 from bench_rss import emit, growth, sample_rss
 
 from aiayn.data.datasets import cache_dir

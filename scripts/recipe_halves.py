@@ -7,14 +7,17 @@ scored on the whole set, its first half and its second half. Every system after 
 the first: its gain on each part, and ``holds_on_both_halves`` (1 when it gains on both halves, else 0).
 Prints JSON lines {"config", "metric", "value", "unit"}.
 
-    python benchmarks/bench_halves.py --source val.en.gz --reference val.de.gz --system base=runs/a \\
+    python scripts/recipe_halves.py --source val.en.gz --reference val.de.gz --system base=runs/a \\
         --system beam4=runs/a:beam_size=4,length_penalty=1.0 --system other=runs/b [--tokenized-bleu de]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks' system parsing
 from bench_nat import emit, parse_system
 
 from aiayn.data.corpus import read_lines

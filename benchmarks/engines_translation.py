@@ -1,4 +1,5 @@
-"""Decoding throughput: generated tokens/s of aiayn against Hugging Face generate() and CTranslate2.
+"""The translation presets of ``bench_engines.py``: aiayn against Hugging Face ``generate()`` and CTranslate2 on an
+encoder-decoder of the same weights.
 
 Random weights, source length 20, exactly 32 new tokens per sentence (EOS forbidden until then, so every
 engine does the same work), greedy at batch 1 and 16, beam 4 at batch 16; aiayn as ``Translator`` runs it on a
@@ -6,55 +7,32 @@ CPU (linear layers prepacked for oneDNN, ``aiayn.pack``) with the KV cache on an
 (``aiayn.quantize``), bfloat16 with the cache, and float32 with plain ``nn.Linear`` for reference. The same
 dimensions run as a Hugging Face ``MarianMTModel`` (``generate()``, cache on and off, float32; bfloat16 with
 the cache) and, with aiayn's own weights exported, in CTranslate2 (float32 and int8, the compute types it
-offers on a CPU; ``intra_threads`` = torch's thread count). Each engine runs in its own process, one after
-the other, so no engine's thread pool disturbs another's. ``transformers`` and ``ctranslate2`` are
-benchmark-only dependencies (``pip install -e '.[bench]'``); an engine that is not installed is skipped.
-Prints JSON lines {"config", "metric", "value", "unit"}; compare the ``speedup_*`` ratios (same run).
-
-Preset ``opus-mt``: an OPUS-MT-shaped Marian model (d 512, 6+6 layers, 8 heads, FFN 2048, vocabulary 58,101,
-SiLU, biases, the pad row zero as OPUS-MT's) with random weights, saved by ``transformers`` and brought in
-with ``aiayn import``; all three engines then run the very same weights (CTranslate2 through its own
-Transformers converter).
-
-    python benchmarks/bench_decode.py [--presets small base opus-mt] [--engines aiayn hf ct2] [--min-seconds 1]
-                                      [--repeats 2]
-
-Trained checkpoints (``--checkpoints NAME=RUN ...``, e.g. a teacher and its distilled student): each translates
-the same real sentences (``--input``, the first ``--sentences``) with ``Translator``, as ``aiayn translate``
-does, greedy and beam 4, each at batch 1 and 16; every model stops at its own end of sentence, so the
-figure is sentences/s (one timed call per case and turn, after a warm-up call; ``--min-seconds`` is for the
-presets), and ``speedup_vs_FIRST`` compares each checkpoint with the first one named.
-
-    python benchmarks/bench_decode.py --checkpoints teacher=RUN student=RUN --input FILE [--sentences 200]
-                                      [--shortlists NAME=FILE ...]
-
-``--shortlists``: the checkpoint called NAME decodes with that lexical shortlist (``aiayn shortlist``); name
-one run twice (``student=RUN student_sl=RUN --shortlists student_sl=FILE``) to time it with and without.
+offers on a CPU; ``intra_threads`` = torch's thread count). Presets ``small`` and ``base`` (aiayn's sizes, a
+Marian model of them) and ``opus-mt``: an OPUS-MT-shaped Marian model (d 512, 6+6 layers, 8 heads, FFN 2048,
+vocabulary 58,101, SiLU, biases, the pad row zero as OPUS-MT's) with random weights, saved by ``transformers``
+and brought in with ``aiayn import``; all three engines then run the very same weights (CTranslate2 through its
+own Transformers converter). Figures: ``generated_tokens_per_s``, and the ``speedup_*`` ratios of the same run.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import importlib.util
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import torch
-from common import emit
+from common import emit, run_worker
 
 from aiayn import EncoderDecoder, ModelConfig, generate, pack, quantize
 from aiayn.inference.precision import inference_copy
 
+PRESETS = ("small", "base", "opus-mt")
+
 SRC_LEN, NEW_TOKENS, BEAM, VOCAB = 20, 32, 4, 8000
 CASES = [("greedy", 1), ("greedy", 16), ("beam", 16)]
-CHECKPOINT_CASES = [("greedy", 1), ("beam", 1), ("greedy", 16), ("beam", 16)]  # real sentences: beam 4 alone too
 
 
 
@@ -248,84 +226,22 @@ def ratios(rates: dict[str, float]) -> None:
             emit(tag, "speedup_vs_unpacked", rate / rates[f"{tag}-unpacked/aiayn"], "x")
 
 
-def checkpoints(named: list[str], input_file: str, sentences: int, repeats: int,
-                shortlists: dict[str, str] | None = None) -> None:
-    """Sentences/s of each trained checkpoint on the same real sentences; each case's best of ``repeats``
-    turns (the checkpoints take turns, so a slow spell of the machine hits them all). ``shortlists``: by
-    checkpoint name, a shortlist file it decodes with."""
-    from aiayn.data.corpus import read_lines
-    from aiayn.inference.translator import Translator
-
-    texts = read_lines(input_file)[:sentences]
-    runs = dict(item.split("=", 1) for item in named)
-    shortlists = shortlists or {}
-    if set(shortlists) - set(runs):
-        raise SystemExit(f"--shortlists: {', '.join(sorted(set(shortlists) - set(runs)))} not among --checkpoints")
-    translators = {name: Translator.from_checkpoint(run, shortlist=shortlists.get(name)) for name, run in runs.items()}
-    rates: dict[tuple[str, str], float] = {}
-    for _ in range(repeats):
-        for name, translator in translators.items():
-            for strategy, batch in CHECKPOINT_CASES:
-                beam = BEAM if strategy == "beam" else 1
-                case = f"{strategy}{beam if beam > 1 else ''}/b{batch}/{len(texts)}sentences"
-                seconds = seconds_per_call(partial(translator.translate, texts, batch, beam_size=beam), 0.0, 1)
-                rates[case, name] = max(len(texts) / seconds, rates.get((case, name), 0.0))
-    first = next(iter(runs))
-    for (case, name), rate in rates.items():
-        emit(f"{case}/{name}", "sentences_per_s", rate, "sentences/s")
-        if name != first:
-            emit(f"{case}/{name}", f"speedup_vs_{first}", rate / rates[case, first], "x")
-
-
-def available(engines: list[str]) -> list[str]:
-    modules = {"aiayn": "aiayn", "hf": "transformers", "ct2": "ctranslate2"}
-    found = [e for e in engines if importlib.util.find_spec(modules[e]) is not None]
-    for engine in sorted(set(engines) - set(found)):
-        print(f"skipping {engine}: {modules[engine]} is not installed (pip install -e '.[bench]')", file=sys.stderr)
-    return found
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=["small", "base"])
-    parser.add_argument("--engines", nargs="+", default=["aiayn", "hf", "ct2"], choices=["aiayn", "hf", "ct2"])
-    parser.add_argument("--min-seconds", type=float, default=1.0, help="time each measurement at least this long")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="run every engine this many times, in turn, and keep each figure's best")
-    parser.add_argument("--checkpoints", nargs="+", metavar="NAME=RUN",
-                        help="measure these trained checkpoints on --input instead of the random presets")
-    parser.add_argument("--input", help="source sentences for --checkpoints, one per line (plain or .gz)")
-    parser.add_argument("--sentences", type=int, default=200, help="how many of --input's sentences")
-    parser.add_argument("--shortlists", nargs="+", default=[], metavar="NAME=FILE",
-                        help="the checkpoint NAME decodes with this shortlist (aiayn shortlist)")
-    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PRESET"), help=argparse.SUPPRESS)
-    parser.add_argument("--opus-mt-folder", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.checkpoints:
-        if not args.input or any("=" not in item for item in args.checkpoints + args.shortlists):
-            parser.error("--checkpoints NAME=RUN ... needs --input FILE (and --shortlists NAME=FILE)")
-        checkpoints(args.checkpoints, args.input, args.sentences, args.repeats,
-                    dict(item.split("=", 1) for item in args.shortlists))
-        return
-    if args.worker:
-        worker(*args.worker, args.min_seconds, args.opus_mt_folder)
-        return
+def run(presets: list[str], engines: list[str], min_seconds: float, repeats: int, script: str) -> None:
+    """Every engine on every preset, each in its own process, ``repeats`` turns (engines take turns, so a slow
+    spell of the machine hits them all); each figure's best, then the ratios."""
     rates: dict[str, float] = {}
     scratch = tempfile.TemporaryDirectory()
-    for preset in args.presets:
+    for preset in presets:
         opus = ["--opus-mt-folder", str(opus_mt_folder(Path(scratch.name)))] if preset == "opus-mt" else []
-        for _ in range(args.repeats):  # engines take turns, so a slow spell of the machine hits them all
-            for engine in available(args.engines):
-                cmd = [sys.executable, __file__, "--worker", engine, preset, "--min-seconds", str(args.min_seconds),
-                       *opus]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                for line in out.splitlines():
+        for _ in range(repeats):
+            for engine in engines:
+                lines, error = run_worker(script, "translation", engine, preset, "--min-seconds", str(min_seconds),
+                                          *opus)
+                if error:
+                    raise SystemExit(f"{engine} on {preset}: {error}")
+                for line in lines:
                     record = json.loads(line)
                     rates[record["config"]] = max(record["value"], rates.get(record["config"], 0.0))
     for config, value in rates.items():
         emit(config, "generated_tokens_per_s", value, "tokens/s")
     ratios(rates)
-
-
-if __name__ == "__main__":
-    main()

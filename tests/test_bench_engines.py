@@ -1,0 +1,37 @@
+"""benchmarks/bench_engines.py, the one engine-comparison harness: a worker measures one engine in a process of its
+own and prints a figure per case and precision, and the ratios are the printed figures' ratios."""
+
+import json
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import their shared module (benchmarks/common.py)
+
+import common  # noqa: E402
+import engines_translation  # noqa: E402
+
+
+def test_a_worker_runs_in_its_own_process_and_times_every_case_and_precision():
+    lines, error = common.run_worker(str(BENCHMARKS / "bench_engines.py"), "translation", "aiayn", "tiny",
+                                     "--min-seconds", "0")
+    assert error is None
+    rates = {r["config"]: r["value"] for r in map(json.loads, lines)}
+    cases = ["greedy/b1", "greedy/b16", "beam4/b16"]
+    for case in cases:
+        for variant in ("cache/fp32", "nocache/fp32", "cache/int8", "nocache/int8", "cache/bf16",
+                        "cache/fp32-unpacked"):
+            assert rates[f"tiny/{case}/{variant}/aiayn"] > 0
+    assert common.run_worker(str(BENCHMARKS / "bench_engines.py"), "lm", "nope", "fp32", "/nowhere", "4")[1]
+
+
+def test_the_ratios_are_the_figures_ratios(capsys):
+    engines_translation.ratios({"s/greedy/b1/cache/fp32/aiayn": 300.0, "s/greedy/b1/cache/fp32/hf": 100.0,
+                                "s/greedy/b1/cache/fp32/ct2": 200.0, "s/greedy/b1/cache/fp32-unpacked/aiayn": 150.0,
+                                "s/greedy/b1/cache/bf16/aiayn": 450.0})
+    got = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert got == {("s/greedy/b1/cache/fp32", "speedup_vs_hf_generate"): 3.0,
+                   ("s/greedy/b1/cache/fp32", "speedup_vs_ctranslate2"): 1.5,
+                   ("s/greedy/b1/cache/fp32", "speedup_vs_unpacked"): 2.0,
+                   ("s/greedy/b1/cache/bf16", "speedup_vs_hf_generate_fp32"): 4.5,
+                   ("s/greedy/b1/cache/bf16", "speedup_vs_fp32"): 1.5}
