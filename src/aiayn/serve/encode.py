@@ -9,7 +9,7 @@ import torch
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.inference.embed import Embedder
+from aiayn.inference.embed import Embedder, Pooling
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.serve.http import Served, add_page_and_health, check_size
 from aiayn.serve.limits import Limits
@@ -28,6 +28,13 @@ class EmbedRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     texts: list[str] = Field(min_length=1)
+
+
+def product(model, tokenizers, folder, decoding, device: str, **precision) -> tuple[MaskFiller, Embedder]:
+    """The fill-mask product of a loaded encoder and the embedder beside it, sharing its one inference copy (an
+    encoder takes no reduced precision here: ``precision`` is not read)."""
+    filler = MaskFiller(model, tokenizers, device, own=True)
+    return filler, Embedder(filler.model, tokenizers, Pooling.load(folder), device, own=True)
 
 
 def scheduler(filler: MaskFiller, limits: Limits, embedder: Embedder | None = None, **options) -> Scheduler:

@@ -43,6 +43,12 @@ class GenerateRequest(DecodingOptions):
                                                   "NAME=...): its NAME; unset, the base model")
 
 
+def product(model, tokenizers, folder, decoding: DecodingConfig, device: str,
+            **precision) -> tuple[TextGenerator, None]:
+    """The generator that serves a loaded language model, its weights handed over (held once)."""
+    return TextGenerator(model, tokenizers, device, decoding=decoding, own=True, **precision), None
+
+
 def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
     """The scheduler of a language model: a KV cache of the context it takes (learned positions: its own
     length), a prompt cache of ``limits.prefix_cache_bytes``."""

@@ -23,16 +23,19 @@ from aiayn.serve.scheduler import Scheduler
 
 @dataclass(frozen=True)
 class Room:
-    """What a model kind is served with: its scheduler's maker, its routes, its pictures (None: none)."""
+    """What a model kind is served with: the product made of its loaded model, its scheduler's maker, its routes,
+    its pictures (None: none)."""
 
+    product: Callable[..., tuple]
     scheduler: Callable[..., Scheduler]
     routes: Callable[[FastAPI, Served], None]
     pictures: Callable[[FastAPI, Served], None] | None
 
 
-ROOMS = {"encoder-decoder": Room(translate.scheduler, translate.add_routes, inspect.add_translation_pictures),
-         "decoder-only": Room(generate.scheduler, generate.add_routes, inspect.add_lm_pictures),
-         "encoder-only": Room(encode.scheduler, encode.add_routes, None)}
+ROOMS = {"encoder-decoder": Room(translate.product, translate.scheduler, translate.add_routes,
+                                 inspect.add_translation_pictures),
+         "decoder-only": Room(generate.product, generate.scheduler, generate.add_routes, inspect.add_lm_pictures),
+         "encoder-only": Room(encode.product, encode.scheduler, encode.add_routes, None)}
 
 
 def build_scheduler(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
@@ -80,13 +83,10 @@ def create_app(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms:
 
 def load_product(checkpoint: str, decoding: dict | None = None, device: str = "cpu", int8: bool = False,
                  bf16: bool = False, int4: bool = False, prepare=None, loras: dict[str, str] | None = None):
-    """The checkpoint read once and made the product that serves it, the loaded weights handed over (held
-    once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product, embedder or None)."""
-    from aiayn.inference.embed import Embedder, Pooling
-    from aiayn.inference.fill_mask import MaskFiller
-    from aiayn.inference.generator import TextGenerator
+    """The checkpoint read once and made the product that serves it (its room's ``product``), the loaded weights
+    handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product,
+    embedder or None)."""
     from aiayn.inference.load import load_checkpoint
-    from aiayn.inference.translator import Translator
     from aiayn.io.run import resolve_checkpoint
 
     folder = resolve_checkpoint(checkpoint)
@@ -94,14 +94,8 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     if loras:
         _attach_loras(model, loras)
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
-    arch = model.config.arch
-    if arch == "decoder-only":
-        return TextGenerator(model, tokenizers, device, bf16=bf16, decoding=defaults, int8=int8, int4=int4,
-                             own=True), None
-    if arch == "encoder-only":
-        filler = MaskFiller(model, tokenizers, device, own=True)
-        return filler, Embedder(filler.model, tokenizers, Pooling.load(folder), device, own=True)
-    return Translator(model, tokenizers, device, defaults, int8, bf16, int4=int4, own=True), None
+    return ROOMS[model.config.arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16,
+                                            int4=int4)
 
 
 def _attach_loras(model, loras: dict[str, str]) -> None:

@@ -35,6 +35,11 @@ class TranslateRequest(DecodingOptions, ExactlyOne):
     texts: list[str] = Field(None, min_length=1)
 
 
+def product(model, tokenizers, folder, decoding: DecodingConfig, device: str, **precision) -> tuple[Translator, None]:
+    """The translator that serves a loaded encoder-decoder, its weights handed over (held once)."""
+    return Translator(model, tokenizers, device, decoding, own=True, **precision), None
+
+
 def scheduler(translator: Translator, limits: Limits, **options) -> Scheduler:
     """The scheduler of a translator: room in each row for BOS and the longest output."""
     capacity = max(translator.model.config.max_len, limits.max_new_tokens) + 1
