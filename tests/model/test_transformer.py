@@ -197,3 +197,17 @@ def test_token_embeddings_are_scaled_by_sqrt_d_model():
     plain.load_state_dict(scaled.state_dict())
     weight = next(scaled.parameters())
     assert torch.allclose(scaled(ids), weight[ids] * 8.0) and torch.allclose(plain(ids), weight[ids])
+
+
+def test_both_decoders_share_one_decode_signature_and_one_mask_helper():
+    """After the source's two arguments, EncoderDecoder.decode takes what DecoderOnly.decode takes, in order; and
+    both build their masks and positions with masks.decoder_inputs."""
+    import inspect
+
+    from aiayn.model import transformer
+
+    seq2seq = list(inspect.signature(transformer.EncoderDecoder.decode).parameters)
+    lm = list(inspect.signature(transformer.DecoderOnly.decode).parameters)
+    assert seq2seq[:4] == ["self", "tgt_ids", "memory", "src_mask"] and seq2seq[4:] == lm[2:]
+    source = inspect.getsource(transformer)
+    assert source.count("decoder_inputs(") == 2 and "torch.arange" not in source

@@ -137,7 +137,7 @@ class EncoderDecoder(EncoderDecoderBody):
         src_mask = padding_mask(src_ids, self.config.pad_id)  # (B, S)
         return self.decode(tgt_in_ids, self.encode(src_ids), src_mask)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None, *,
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                cache: DecoderCache | None = None, left_pad: Tensor | None = None,
                output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
         """Next-token logits (B, T, V) for target ids (B, T); with ``last``, the last column's alone (B, 1, V).
@@ -204,7 +204,7 @@ class DecoderOnly(TransformerModel):
     def forward(self, ids: Tensor) -> Tensor:
         return self.decode(ids)
 
-    def decode(self, ids: Tensor, *, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
+    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
                output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
         """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only; with ``last``, the
         last column's alone (B, 1, V).
