@@ -58,12 +58,13 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return torch.float16
 
 
-def learning_rate(cfg: TrainConfig, d_model: int, step: int) -> float:
-    """The recipe's schedule at ``step``: noam (equation 3), cosine, constant or inverse square root."""
+def learning_rate(cfg: TrainConfig, d_model: int, step: int, max_steps: int | None = None) -> float:
+    """The recipe's schedule at ``step``: noam (equation 3), cosine, constant or inverse square root; ``max_steps``:
+    the run's step count, where cosine ends (default the recipe's; auto_steps chooses another)."""
     if cfg.schedule == "noam":
         return noam_lr(step, d_model, cfg.warmup, cfg.lr_factor)
     if cfg.schedule == "cosine":
-        return cosine_lr(step, cfg.lr, cfg.warmup, cfg.max_steps)
+        return cosine_lr(step, cfg.lr, cfg.warmup, max_steps or cfg.max_steps)
     if cfg.schedule == "constant":
         return constant_lr(step, cfg.lr, cfg.warmup)
     return inverse_sqrt_lr(step, cfg.lr, cfg.warmup)

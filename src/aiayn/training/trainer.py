@@ -132,7 +132,7 @@ class Trainer:
                            "or AMX) and would emulate it many times slower: training in fp32")
 
     def lr(self, step: int) -> float:
-        return learning_rate(self.cfg, self.model.config.d_model, step)
+        return learning_rate(self.cfg, self.model.config.d_model, step, self.max_steps)
 
     def _rank_batches(self, epoch: int) -> Iterator[list[int]]:
         return distributed.rank_share(self.task.batches(epoch), self.dist)
