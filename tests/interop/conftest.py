@@ -163,13 +163,13 @@ def llama_tokenizer(folder, vocab=120):
 
 
 def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
-    """A tiny Llama / Qwen2 / Mistral causal LM (2 layers, d 32, 4 query heads) with every weight random (biases
+    """A tiny Llama / Qwen2 / Qwen3 / Mistral causal LM (2 layers, d 32, 4 query heads) with every weight random (biases
     and norm gains too, so a model that drops one fails), saved whole or in shards, with its tokenizer."""
     import torch
     import transformers
 
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-               "mistral": ("MistralConfig", "MistralForCausalLM")}
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
     config_class, model_class = (getattr(transformers, name) for name in classes[kind])
     fields = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,

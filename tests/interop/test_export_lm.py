@@ -16,6 +16,7 @@ LLAMA = dict(norm="pre", norm_type="rmsnorm", feed_forward="swiglu", activation=
 SHAPES = {
     "llama-interleaved-gqa": dict(LLAMA, n_kv_heads=2, rope_layout="interleaved"),
     "qwen2-tied": dict(LLAMA, rope_layout="halves", qkv_bias=True, share_embeddings="all"),
+    "qwen3-qk-norm": dict(LLAMA, rope_layout="interleaved", qk_norm=True, head_dim=16, share_embeddings="all"),
     "mistral-window": dict(LLAMA, rope_layout="halves", sliding_window=4,
                            rope_scaling={"type": "linear", "factor": 2.0}),
     "gpt2": dict(norm="pre", positions="learned", activation="gelu_tanh", scale_embeddings=False),

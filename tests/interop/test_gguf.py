@@ -56,7 +56,7 @@ def byte_level(pre: str = "gpt-2"):
 
 def byte_level_llama(folder: Path, kind: str, make_llama, **overrides) -> Path:
     """A random small Llama, Qwen2 or Mistral with a byte-level vocabulary (Qwen2's word split for qwen2)."""
-    tok = byte_level("qwen2" if kind == "qwen2" else "gpt-2")
+    tok = byte_level("qwen2" if kind in ("qwen2", "qwen3") else "gpt-2")
     end = tok.convert_tokens_to_ids("<|endoftext|>")
     make_llama(folder, kind, vocab_size=len(tok), bos_token_id=None, eos_token_id=end, tie_word_embeddings=False,
                **overrides)
@@ -110,7 +110,7 @@ def checkpoint_of(tmp_path_factory, make_llama):
 
 @pytest.mark.parametrize("kind, quantization", [("llama", "f32"), ("llama", "f16"), ("llama", "bf16"),
                                                 ("llama", "q8_0"), ("llama", "q4_0"), ("qwen2", "f32"),
-                                                ("qwen2", "q8_0")])
+                                                ("qwen2", "q8_0"), ("qwen3", "f32"), ("qwen3", "q8_0")])
 def test_exported_files_load_in_transformers_and_read_back_with_its_logits(checkpoint_of, tmp_path, kind,
                                                                            quantization):
     checkpoint = checkpoint_of(kind)

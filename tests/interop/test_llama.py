@@ -1,4 +1,4 @@
-"""Importing Llama, Qwen2 and Mistral checkpoints: logits within 1e-4 of the Hugging Face model's on padded
+"""Importing Llama, Qwen2, Qwen3 and Mistral checkpoints: logits within 1e-4 of the Hugging Face model's on padded
 batches, greedy and seeded sampling equal to ``generate()`` token for token, sharded and single-file folders
 giving the same model, and every bad folder refused in one line with nothing written."""
 
@@ -20,6 +20,8 @@ VARIANTS = {  # name: (model_type, config overrides)
                                                                              "rope_theta": 10000.0})),
     "llama-mqa-tied": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=True)),
     "qwen2-biases": ("qwen2", dict(tie_word_embeddings=True)),
+    "qwen3-qk-norm": ("qwen3", dict(head_dim=16, tie_word_embeddings=True)),  # wider heads than d/h, as Qwen3's
+    "qwen3-biases": ("qwen3", dict(attention_bias=True)),
     "mistral-window": ("mistral", dict(sliding_window=5)),
 }
 

@@ -9,14 +9,14 @@ from aiayn.cli.common import add_overwrite, claim
 
 def _add_import(sub) -> None:
     p = sub.add_parser("import", help="import a Hugging Face model folder (Marian, GPT-2, BERT, Llama, Qwen2, "
-                                      "Mistral, sentence-transformers) or a GGUF file as a checkpoint",
+                                      "Qwen3, Mistral, sentence-transformers) or a GGUF file as a checkpoint",
                        description="Read a local Hugging Face model folder (config.json, model.safetensors or its "
                                    "shards, the tokenizer files) of a MarianMTModel, GPT2LMHeadModel, "
                                    "BertForMaskedLM, BertModel (or a sentence-transformers folder of one), "
-                                   "LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM and write an aiayn "
-                                   "checkpoint that translate, generate, fill-mask, embed, serve and show take. "
-                                   "A .gguf file (llama.cpp's: llama, qwen2 or gpt2 architecture, any type the gguf "
-                                   "package dequantizes) is read as well. Nothing is downloaded: see "
+                                   "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or MistralForCausalLM and "
+                                   "write an aiayn checkpoint that translate, generate, fill-mask, embed, serve and "
+                                   "show take. A .gguf file (llama.cpp's: llama, qwen2, qwen3 or gpt2 architecture, "
+                                   "any type the gguf package dequantizes) is read as well. Nothing is downloaded: see "
                                    "docs/pretrained.md for getting the folder or file.")
     p.add_argument("folder", help="the Hugging Face model folder, or a .gguf file")
     p.add_argument("--output", required=True, help="the aiayn checkpoint folder to write")

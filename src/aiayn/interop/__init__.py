@@ -1,5 +1,5 @@
 """Pretrained models in and out: a local Hugging Face model folder (Marian, T5, GPT-2, BERT, a sentence-transformers
-BERT, Llama, Qwen2, Mistral) becomes an ordinary aiayn checkpoint (``import_pretrained``); an aiayn model
+BERT, Llama, Qwen2, Qwen3, Mistral) becomes an ordinary aiayn checkpoint (``import_pretrained``); an aiayn model
 becomes a Hugging Face folder (Marian, T5, GPT-2, Llama) or a CTranslate2 model (``hf_export``, ``ctranslate2``).
 The folder's reading is ``hf_folder``; each family member maps its own tensors (``marian``, ``t5``, ``gpt2``,
 ``bert``, ``llama``).

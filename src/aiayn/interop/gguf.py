@@ -21,11 +21,12 @@ from aiayn.interop import gpt2, llama
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
 from aiayn.tokenizers.hf import HFTokenizers
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")  # general.architecture values aiayn reads
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")  # general.architecture values aiayn reads
 MAGIC = b"GGUF"
 LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
-               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 GPT2_NAMES = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2",
               "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}

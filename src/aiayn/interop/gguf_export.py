@@ -26,15 +26,16 @@ FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_
 
 
 def gguf_architecture(cfg, source: str) -> str:
-    """llama, qwen2 or gpt2: the llama.cpp architecture with this model's shape; anything else is refused with
-    what each lacks."""
+    """llama, qwen2, qwen3 or gpt2: the llama.cpp architecture with this model's shape; anything else is refused
+    with what each lacks."""
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
     as_llama, as_gpt2 = llama.llama_problems(cfg), gpt2.gpt2_problems(cfg)
     if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":
         as_llama.append(f"rope_scaling {cfg.rope_scaling['type']} (GGUF keeps it as a rope_freqs tensor, not written)")
     if not as_llama:
-        return "qwen2" if llama.hf_model_type(cfg) == "qwen2" else "llama"
+        kind = llama.hf_model_type(cfg)
+        return kind if kind in ("qwen2", "qwen3") else "llama"
     if not as_gpt2:
         return "gpt2"
     raise ValueError(f"{source}: neither llama.cpp's llama ({'; '.join(as_llama)}) nor its gpt2 "

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "mistral", "t5", "mt5")  # model_type values of config.json
+# model_type values of config.json
+SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "qwen3", "mistral", "t5", "mt5")
 
 
 def read_config(folder: Path) -> dict:

@@ -1,7 +1,8 @@
-"""Llama, Qwen2 and Mistral (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM``) <-> aiayn's
-decoder-only model with the LLaMA options: pre-norm with RMSNorm, SwiGLU, rotary positions in the halves
-layout (Hugging Face's ``rotate_half``) with ``rope_theta`` and a scaling rule, grouped-query attention, no
-biases but Qwen2's on q/k/v, Mistral's sliding window, unscaled embeddings, the output tied or not.
+"""Llama, Qwen2, Qwen3 and Mistral (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
+``MistralForCausalLM``) <-> aiayn's decoder-only model with the LLaMA options: pre-norm with RMSNorm, SwiGLU,
+rotary positions in the halves layout (Hugging Face's ``rotate_half``) with ``rope_theta`` and a scaling rule,
+grouped-query attention, no biases but Qwen2's on q/k/v, Qwen3's q/k norms (``qk_norm``), Mistral's sliding
+window, unscaled embeddings, the output tied or not.
 
 The checkpoints have no padding token of their own (or reuse a real one), so aiayn appends one zero row for
 padding (``pad_id`` = the config's vocab_size; never generated: the logits of the real vocabulary are the
@@ -22,12 +23,13 @@ from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
-MODEL_TYPES = ("llama", "qwen2", "mistral")
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 LAYER_PARTS = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self_attn.k_proj",
                "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
                "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj", "mlp.down_proj": "ffn.down_proj",
                "input_layernorm": "res_self.norm", "post_attention_layernorm": "res_ffn.norm"}
+QK_NORMS = {"self_attn.q_norm": "self_attn.q_norm", "self_attn.k_norm": "self_attn.k_norm"}  # Qwen3's
 IGNORED = ("rotary_emb.inv_freq",)  # buffers older transformers saved; recomputed from the config
 
 
@@ -53,10 +55,11 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
 
 
 def _window(hf: dict) -> int | None:
-    """Mistral's sliding window; Qwen2's per-layer windows (``use_sliding_window``) are refused."""
-    if hf["model_type"] == "qwen2":
+    """Mistral's sliding window; Qwen2's and Qwen3's per-layer windows (``use_sliding_window``) are refused."""
+    if hf["model_type"] in ("qwen2", "qwen3"):
         if hf.get("use_sliding_window") or "sliding_attention" in (hf.get("layer_types") or []):
-            raise ValueError("config.json: Qwen2's use_sliding_window (windows on some layers) is not supported")
+            raise ValueError(f"config.json: {hf['model_type']}'s use_sliding_window (windows on some layers) is not "
+                             "supported")
         return None
     if "sliding_attention" in (hf.get("layer_types") or []) and "full_attention" in hf["layer_types"]:
         raise ValueError("config.json: layer_types mixing sliding and full attention is not supported")
@@ -83,7 +86,7 @@ def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
     bos = hf.get("bos_token_id")
     head_dim = hf.get("head_dim")
     attention_bias = bool(hf.get("attention_bias", False))
-    qwen = hf["model_type"] == "qwen2"
+    qwen2, qwen3 = hf["model_type"] == "qwen2", hf["model_type"] == "qwen3"
     return ModelConfig(
         arch="decoder-only", vocab_size=vocab + 1, d_model=hf["hidden_size"], n_heads=heads,
         n_encoder_layers=0, n_decoder_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"],
@@ -92,7 +95,8 @@ def llama_config(hf: dict, unk_id: int | None) -> ModelConfig:
         feed_forward="swiglu", n_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=None if head_dim in (None, hf["hidden_size"] // heads) else head_dim,
         positions="rope", position_base=theta, rope_layout="halves", rope_scaling=scaling,
-        qkv_bias=qwen or attention_bias, out_bias=attention_bias, ffn_bias=bool(hf.get("mlp_bias", False)),
+        qkv_bias=qwen2 or attention_bias, out_bias=attention_bias, ffn_bias=bool(hf.get("mlp_bias", False)),
+        qk_norm=qwen3,
         sliding_window=_window(hf), share_embeddings="all" if hf.get("tie_word_embeddings", False) else "none",
         max_len=hf.get("max_position_embeddings", 2048), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         scale_embeddings=False, pad_id=pad, bos_id=pad if bos is None else _first(bos), eos_id=eos,
@@ -107,7 +111,7 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
     biased = {"q_proj": cfg.qkv_bias, "k_proj": cfg.qkv_bias, "v_proj": cfg.qkv_bias, "o_proj": cfg.out_bias,
               "gate_proj": cfg.ffn_bias, "up_proj": cfg.ffn_bias, "down_proj": cfg.ffn_bias}
     for i in range(cfg.n_decoder_layers):
-        for theirs, mine in LAYER_PARTS.items():
+        for theirs, mine in {**LAYER_PARTS, **(QK_NORMS if cfg.qk_norm else {})}.items():
             names[f"model.layers.{i}.{theirs}.weight"] = f"decoder.layers.{i}.{mine}.weight"
             if biased.get(theirs.split(".")[-1]):
                 names[f"model.layers.{i}.{theirs}.bias"] = f"decoder.layers.{i}.{mine}.bias"
@@ -162,12 +166,17 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (cfg.sliding_window is None or not (cfg.qkv_bias or cfg.ffn_bias), "sliding_window with biases"),
               (not cfg.output_bias, "output_bias"), (cfg.activation in HF_ACTIVATIONS, f"activation {cfg.activation}"),
               (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform"),
-              (cfg.scale_attention, "scale_attention false (unscaled dot products)")]
+              (cfg.scale_attention, "scale_attention false (unscaled dot products)"),
+              (not cfg.qk_norm or cfg.qkv_bias == cfg.out_bias, "qk_norm with Qwen2's attention biases"),
+              (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window")]
     return [problem for ok, problem in checks if not ok]
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
-    """Which of Llama, Qwen2 (q/k/v biases alone) and Mistral (a sliding window) has this shape."""
+    """Which of Llama, Qwen2 (q/k/v biases alone), Qwen3 (q/k norms) and Mistral (a sliding window) has this
+    shape."""
+    if cfg.qk_norm:
+        return "qwen3"
     if cfg.sliding_window is not None:
         return "mistral"
     return "qwen2" if cfg.qkv_bias and not cfg.out_bias else "llama"
@@ -189,6 +198,8 @@ def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
                   eos_token_id=ends, pad_token_id=cfg.pad_id if cfg.pad_id < vocab else None)
     if kind == "llama":
         fields.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias)
+    if kind == "qwen3":
+        fields.update(attention_bias=cfg.qkv_bias, use_sliding_window=False)
     if kind == "mistral":
         fields.update(sliding_window=cfg.sliding_window)
     return fields
@@ -196,7 +207,7 @@ def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
 
 HF_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "mistral": ("MistralConfig", "MistralForCausalLM")}
+              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
 
 
 def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
@@ -212,10 +223,11 @@ def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
 
 
 def _to_halves(tensors: dict[str, Tensor], cfg: ModelConfig) -> None:
-    """Reorder each head's q and k rows from pairs (2i, 2i+1) to (i, i + D/2): the same rotation."""
+    """Reorder each head's q and k rows from pairs (2i, 2i+1) to (i, i + D/2): the same rotation (the q/k norms'
+    gains too, which scale those rows)."""
     d = cfg.d_head
     order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # (D,)
-    for name in [n for n in tensors if ".q_proj." in n or ".k_proj." in n]:
+    for name in [n for n in tensors if any(part in n for part in (".q_proj.", ".k_proj.", ".q_norm.", ".k_norm."))]:
         t = tensors[name]
         tensors[name] = t.reshape(t.size(0) // d, d, *t.shape[1:])[:, order].reshape(t.shape)  # (H*D, ...)
 

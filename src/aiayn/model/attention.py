@@ -83,11 +83,14 @@ class MultiHeadAttention(nn.Module):
         qkv_bias, out_bias: biases on the Q/K/V projections and on W^O (the paper: both).
         scaled: scores divided by sqrt(d_k) (equation 1); False: plain dot products (section 3.2.1's ablation:
             the queries are multiplied by sqrt(d_k), which cancels the division on both paths).
+        q_norm, k_norm: norms over each head's queries and keys (size d_head), before the rotary embedding (Qwen3's
+            q/k normalisation); None = none (the paper).
     """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, dropout: float = 0.0,
                  rope: RotaryEmbedding | None = None, *, n_kv_heads: int | None = None, d_head: int | None = None,
-                 qkv_bias: bool = True, out_bias: bool = True, scaled: bool = True) -> None:
+                 qkv_bias: bool = True, out_bias: bool = True, scaled: bool = True, q_norm: nn.Module | None = None,
+                 k_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -98,6 +101,9 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_head, bias=qkv_bias)
         self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=out_bias)
         self.dropout, self.rope = dropout, rope
+        if (q_norm is None) != (k_norm is None):
+            raise ValueError("q_norm and k_norm: give both (q/k normalisation) or neither")
+        self.q_norm, self.k_norm = q_norm, k_norm
         self.unscale = 1.0 if scaled else math.sqrt(self.d_head)
         self.qkv_proj: nn.Module | None = None  # set by fuse(): Q, K and V in one product (inference)
 
@@ -114,8 +120,10 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, -1, self.d_head).transpose(1, 2)  # (B, H, T, D)
 
     def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of a sequence, split into heads: two (B, H_kv, S, D) tensors."""
-        return self.split_heads(self.k_proj(key_value)), self.split_heads(self.v_proj(key_value))
+        """Keys (their norm applied, with q/k normalisation) and values of a sequence, split into heads: two
+        (B, H_kv, S, D) tensors."""
+        k = self.split_heads(self.k_proj(key_value))  # (B, H_kv, S, D)
+        return (k if self.k_norm is None else self.k_norm(k)), self.split_heads(self.v_proj(key_value))
 
     def heads(self, query: Tensor, key_value: Tensor | None, static_kv: tuple[Tensor, Tensor] | None = None,
               offset: int | Tensor = 0) -> tuple[Tensor, Tensor, Tensor]:
@@ -123,6 +131,7 @@ class MultiHeadAttention(nn.Module):
         if self.qkv_proj is not None:
             return self._fused_heads(query, offset)
         q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
+        q = q if self.q_norm is None else self.q_norm(q)
         k, v = static_kv if static_kv is not None else self.project_kv(key_value)
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
@@ -133,6 +142,9 @@ class MultiHeadAttention(nn.Module):
         qk, v = self.qkv_proj(x).split([(self.n_heads + self.n_kv_heads) * self.d_head,
                                         self.n_kv_heads * self.d_head], dim=-1)
         qk = self.split_heads(qk)  # (B, H + H_kv, T, D)
+        if self.q_norm is not None:
+            q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)  # (B, H, T, D), (B, H_kv, T, D)
+            qk = torch.cat([self.q_norm(q), self.k_norm(k)], dim=1)  # (B, H + H_kv, T, D)
         if self.rope is not None:
             qk = self.rope(qk, offset)
         q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)  # (B, H, T, D), (B, H_kv, T, D)

@@ -41,11 +41,13 @@ def _final_norm(cfg: ModelConfig) -> nn.Module | None:
 
 
 def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> MultiHeadAttention:
-    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases, scaling."""
+    """Multi-head attention as the config says: heads, key/value heads (GQA), head size, biases, scaling, q/k
+    norms."""
     dropout = cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout
+    norms = [make_norm(cfg.norm_type, cfg.d_head, cfg.layer_norm_eps) for _ in range(2)] if cfg.qk_norm else [None] * 2
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, dropout, rope, n_kv_heads=cfg.n_kv_heads,
                               d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias,
-                              scaled=cfg.scale_attention)
+                              scaled=cfg.scale_attention, q_norm=norms[0], k_norm=norms[1])
 
 
 def build_feed_forward(cfg: ModelConfig) -> nn.Module:

@@ -58,6 +58,8 @@ class ModelConfig:
             projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
         scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
             ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
+        qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
+            embedding (Qwen3, Gemma 3, OLMo 2: the scores stay in range as training runs); the paper has none.
         sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
             ``None`` = all earlier tokens (causal self-attention of decoders only).
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
@@ -126,6 +128,7 @@ class ModelConfig:
     ffn_bias: bool = True
     scale_attention: bool = True
     sliding_window: int | None = None
+    qk_norm: bool = False
     padding_row: bool = False
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
