@@ -177,8 +177,15 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
 def read_gguf(path: str | Path):
     """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it."""
     f = GGUFFile(path)
-    json_text, settings = tokenizer_from_gguf(f.meta, str(f.path))
-    tokenizers = HFTokenizers(json_text, json.dumps(settings, indent=2))
+    try:
+        json_text, settings = tokenizer_from_gguf(f.meta, str(f.path))
+        tokenizers = HFTokenizers(json_text, json.dumps(settings, indent=2))
+    except ValueError:
+        raise
+    except Exception as err:  # tokenizers' own errors (a merge of tokens the vocabulary lacks) name no file
+        raise ValueError(f"{f.path}: its tokenizer metadata (tokenizer.ggml.*) does not make a tokenizer "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the file is damaged"
+                         ) from None
     hf = hf_config(f)
     if len(tokenizers.src) > hf["vocab_size"]:
         raise ValueError(f"{f.path}: {len(tokenizers.src)} tokens, more than token_embd.weight's "
