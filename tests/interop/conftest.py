@@ -169,7 +169,8 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
     import transformers
 
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
     config_class, model_class = (getattr(transformers, name) for name in classes[kind])
     fields = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
@@ -179,6 +180,8 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.3 if param.dim() == 1 else 0.1)
+        if kind == "gemma3_text":  # its padding token is a row of the vocabulary (id 0): zero, as a trained one
+            model.model.embed_tokens.weight[model.config.pad_token_id].zero_()  # is never predicted
     model.save_pretrained(folder, max_shard_size="20KB" if shard else "1GB")
     llama_tokenizer(folder)
     return folder

@@ -23,6 +23,15 @@ VARIANTS = {  # name: (model_type, config overrides)
     "qwen3-qk-norm": ("qwen3", dict(head_dim=16, tie_word_embeddings=True)),  # wider heads than d/h, as Qwen3's
     "qwen3-biases": ("qwen3", dict(attention_bias=True)),
     "mistral-window": ("mistral", dict(sliding_window=5)),
+    # two sliding layers (window 4, shorter than the prompts) and a full one, each kind its rotary base; q/k norms,
+    # sandwich norms, GeLU-tanh gated FFN, embeddings x sqrt(d): Gemma 3's options
+    "gemma3-layers": ("gemma3_text", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16,
+                                         sliding_window=4, pad_token_id=0,
+                                         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                         rope_parameters={"sliding_attention": {"rope_type": "default",
+                                                                                "rope_theta": 10.0},
+                                                          "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                             "rope_theta": 1000.0}})),
 }
 
 
@@ -65,7 +74,7 @@ def test_logits_equal_on_a_padded_batch(pair):
         ours = model.decode(left, left_pad=left_pad)[..., : ref.size(-1)]
     real = mask.bool()
     assert (ref - ours)[real].abs().max() <= 1e-4
-    assert model.config.vocab_size == ref.size(-1) + 1  # the appended padding row
+    assert model.config.vocab_size == ref.size(-1) + model.config.padding_row  # the appended padding row (not Gemma)
 
 
 def test_greedy_and_seeded_sampling_equal_generate(pair):

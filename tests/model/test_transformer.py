@@ -79,9 +79,10 @@ def test_base_parameter_count_matches_analytical():
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only", "encoder-only"])
 @pytest.mark.parametrize("share", ["none", "decoder", "inputs", "all"])
 @pytest.mark.parametrize("positions", ["learned", "rope", "relative"])
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm", ["post", "pre", "sandwich-qk"])
 def test_parameter_count_every_variant(arch, share, positions, norm):
-    cfg = tiny(arch=arch, share_embeddings=share, positions=positions, norm=norm,
+    extra = {"norm": "sandwich", "qk_norm": True} if norm == "sandwich-qk" else {"norm": norm}
+    cfg = tiny(arch=arch, share_embeddings=share, positions=positions, **extra,
                tgt_vocab_size=None if share in ("all", "inputs") else 33)
     model = build_model(cfg)
     assert isinstance(model, {"encoder-decoder": EncoderDecoder, "decoder-only": DecoderOnly,
@@ -210,4 +211,4 @@ def test_both_decoders_share_one_decode_signature_and_one_mask_helper():
     lm = list(inspect.signature(transformer.DecoderOnly.decode).parameters)
     assert seq2seq[:4] == ["self", "tgt_ids", "memory", "src_mask"] and seq2seq[4:] == lm[2:]
     source = inspect.getsource(transformer)
-    assert source.count("decoder_inputs(") == 2 and "torch.arange" not in source
+    assert source.count("decoder_inputs(") == 3 and "torch.arange" not in source  # the decoders and attention_maps

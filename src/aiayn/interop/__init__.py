@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.interop import bert, gpt2, llama, marian, sentence, t5
+from aiayn.interop import bert, gemma, gpt2, llama, marian, sentence, t5
 from aiayn.interop.gguf import read_gguf
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
@@ -38,6 +38,8 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
                          "supported; aiayn imports BERT ones")
     if kind in llama.MODEL_TYPES:  # large: read tensor by tensor, never the whole folder at once
         model, tokenizers = llama.import_llama(folder, config)
+    elif kind in gemma.MODEL_TYPES:
+        model, tokenizers = gemma.import_gemma(folder, config)
     else:
         importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert,
                      "t5": t5.import_t5, "mt5": t5.import_t5}

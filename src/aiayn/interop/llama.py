@@ -29,7 +29,9 @@ LAYER_PARTS = {"self_attn.q_proj": "self_attn.q_proj", "self_attn.k_proj": "self
                "self_attn.v_proj": "self_attn.v_proj", "self_attn.o_proj": "self_attn.out_proj",
                "mlp.gate_proj": "ffn.gate_proj", "mlp.up_proj": "ffn.up_proj", "mlp.down_proj": "ffn.down_proj",
                "input_layernorm": "res_self.norm", "post_attention_layernorm": "res_ffn.norm"}
-QK_NORMS = {"self_attn.q_norm": "self_attn.q_norm", "self_attn.k_norm": "self_attn.k_norm"}  # Qwen3's
+QK_NORMS = {"self_attn.q_norm": "self_attn.q_norm", "self_attn.k_norm": "self_attn.k_norm"}  # Qwen3's, Gemma 3's
+SANDWICH = {"input_layernorm": "res_self.norm", "post_attention_layernorm": "res_self.post_norm",  # Gemma 2 and 3
+            "pre_feedforward_layernorm": "res_ffn.norm", "post_feedforward_layernorm": "res_ffn.post_norm"}
 IGNORED = ("rotary_emb.inv_freq",)  # buffers older transformers saved; recomputed from the config
 
 
@@ -110,8 +112,11 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
         names["lm_head.weight"] = "output.weight"
     biased = {"q_proj": cfg.qkv_bias, "k_proj": cfg.qkv_bias, "v_proj": cfg.qkv_bias, "o_proj": cfg.out_bias,
               "gate_proj": cfg.ffn_bias, "up_proj": cfg.ffn_bias, "down_proj": cfg.ffn_bias}
+    parts = {**LAYER_PARTS, **(QK_NORMS if cfg.qk_norm else {})}
+    if cfg.norm == "sandwich":
+        parts = {**{k: v for k, v in parts.items() if not k.endswith("layernorm")}, **SANDWICH}
     for i in range(cfg.n_decoder_layers):
-        for theirs, mine in {**LAYER_PARTS, **(QK_NORMS if cfg.qk_norm else {})}.items():
+        for theirs, mine in parts.items():
             names[f"model.layers.{i}.{theirs}.weight"] = f"decoder.layers.{i}.{mine}.weight"
             if biased.get(theirs.split(".")[-1]):
                 names[f"model.layers.{i}.{theirs}.bias"] = f"decoder.layers.{i}.{mine}.bias"
@@ -133,7 +138,8 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
                 raise ValueError(f"weights: tensor {theirs} has no place in aiayn's model (the config does not say "
                                  "it exists)")
             target = params[names[theirs]]
-            rows = target if names[theirs] not in ("embed.tokens.weight", "output.weight") else target[:-1]
+            table = names[theirs] in ("embed.tokens.weight", "output.weight")
+            rows = target[:-1] if table and model.config.padding_row else target
             if tuple(rows.shape) != tuple(tensor.shape):
                 raise ValueError(f"weights: tensor {theirs} has shape {tuple(tensor.shape)}, {source} says "
                                  f"{tuple(rows.shape)}")
@@ -142,8 +148,9 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
         missing = sorted(set(names.values()) - filled)
         if missing:
             raise ValueError(f"weights: nothing for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-        model.embed.tokens.weight[-1].zero_()  # the padding row
-        model.output.weight[-1].zero_()
+        if model.config.padding_row:
+            model.embed.tokens.weight[-1].zero_()  # the padding row
+            model.output.weight[-1].zero_()
 
 
 def import_llama(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:

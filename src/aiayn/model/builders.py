@@ -30,14 +30,17 @@ def build_embedding(cfg: ModelConfig, tokens: TokenEmbedding) -> InputEmbedding:
     return InputEmbedding(tokens, positions, cfg.dropout, norm)
 
 
-def _rope(cfg: ModelConfig) -> RotaryEmbedding | None:
+def _rope(cfg: ModelConfig, base: float | None = None) -> RotaryEmbedding | None:
+    """The rotary embedding of the config (``base``: another base than ``position_base``, unscaled: Gemma 3's
+    sliding layers)."""
     if cfg.positions != "rope":
         return None
-    return RotaryEmbedding(cfg.d_head, cfg.position_base, cfg.rope_layout == "halves", cfg.rope_scaling)
+    scaling = cfg.rope_scaling if base is None else None
+    return RotaryEmbedding(cfg.d_head, base or cfg.position_base, cfg.rope_layout == "halves", scaling)
 
 
 def _final_norm(cfg: ModelConfig) -> nn.Module | None:
-    return make_norm(cfg.norm_type, cfg.d_model, cfg.layer_norm_eps) if cfg.norm == "pre" else None
+    return make_norm(cfg.norm_type, cfg.d_model, cfg.layer_norm_eps) if cfg.norm != "post" else None
 
 
 def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> MultiHeadAttention:
@@ -66,7 +69,8 @@ def _relative(cfg: ModelConfig, bidirectional: bool) -> RelativePositionBias | N
 
 def build_residual(cfg: ModelConfig) -> Residual:
     """The residual block around a sublayer: post- or pre-norm, LayerNorm or RMSNorm, the config's dropout."""
-    return Residual(cfg.d_model, cfg.dropout, cfg.norm == "pre", cfg.layer_norm_eps, cfg.norm_type)
+    return Residual(cfg.d_model, cfg.dropout, cfg.norm != "post", cfg.layer_norm_eps, cfg.norm_type,
+                    post_norm=cfg.norm == "sandwich")
 
 
 def build_encoder(cfg: ModelConfig) -> Encoder:
@@ -77,11 +81,16 @@ def build_encoder(cfg: ModelConfig) -> Encoder:
 
 
 def build_decoder(cfg: ModelConfig, cross_attention: bool = True) -> Decoder:
+    """The decoder stack; with ``layer_types``, its sliding layers are ``local`` (their own rotary base when the
+    config gives ``local_position_base``)."""
     rope = _rope(cfg)  # one for every layer (no parameters)
-    layers = [DecoderLayer(build_attention(cfg, rope), build_feed_forward(cfg), build_residual(cfg),
-                           build_residual(cfg), *((build_attention(cfg), build_residual(cfg)) if cross_attention
-                                                  else ()))
-              for _ in range(cfg.n_decoder_layers)]
+    local_rope = rope if cfg.local_position_base is None else _rope(cfg, cfg.local_position_base)
+    local = [t == "sliding" for t in cfg.layer_types] or [False] * cfg.n_decoder_layers
+    layers = [DecoderLayer(build_attention(cfg, local_rope if local[i] else rope), build_feed_forward(cfg),
+                           build_residual(cfg), build_residual(cfg),
+                           *((build_attention(cfg), build_residual(cfg)) if cross_attention else (None, None)),
+                           local=local[i])
+              for i in range(cfg.n_decoder_layers)]
     return Decoder(layers, _final_norm(cfg), _relative(cfg, bidirectional=False))
 
 

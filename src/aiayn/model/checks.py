@@ -7,7 +7,8 @@ ARCHS = ("encoder-decoder", "decoder-only", "encoder-only")
 KINDS = ("autoregressive", "cmlm", "ctc")  # how an encoder-decoder's decoder fills the target
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
-NORMS = ("post", "pre")
+NORMS = ("post", "pre", "sandwich")
+LAYER_TYPES = ("full", "sliding")  # a decoder layer attends to every earlier token, or within the window
 NORM_TYPES = ("layernorm", "rmsnorm")
 FEED_FORWARDS = ("standard", "swiglu")
 ROPE_LAYOUTS = ("interleaved", "halves")
@@ -102,6 +103,21 @@ def _check_non_autoregressive(cfg) -> None:
                          "give equal predictions")
 
 
+def _check_layer_types(cfg) -> None:
+    """Per decoder layer full or sliding attention: one entry a layer, a window for the sliding ones."""
+    if not cfg.layer_types:
+        if cfg.local_position_base is not None:
+            raise ValueError("local_position_base: the rotary base of sliding layers needs layer_types")
+        return
+    if len(cfg.layer_types) != cfg.n_decoder_layers or any(t not in LAYER_TYPES for t in cfg.layer_types):
+        raise ValueError(f"layer_types: one of {', '.join(LAYER_TYPES)} for each of the {cfg.n_decoder_layers} "
+                         f"decoder layers; got {list(cfg.layer_types)}")
+    if "sliding" in cfg.layer_types and cfg.sliding_window is None:
+        raise ValueError("layer_types: sliding layers need sliding_window")
+    if cfg.local_position_base is not None and cfg.positions != "rope":
+        raise ValueError("local_position_base: a rotary base, for positions rope")
+
+
 def validate(cfg) -> None:
     for name, choices in (("arch", ARCHS), ("activation", ACTIVATIONS), ("norm", NORMS),
                           ("positions", POSITIONS), ("share_embeddings", SHARING),
@@ -115,6 +131,7 @@ def validate(cfg) -> None:
         raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
     _check_rope_scaling(cfg.rope_scaling)
     _check_non_autoregressive(cfg)
+    _check_layer_types(cfg)
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:
         raise ValueError(f"padding_row: the padding row is the last id ({cfg.target_vocab - 1}), not pad_id "
                          f"{cfg.pad_id}")

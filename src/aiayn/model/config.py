@@ -41,7 +41,8 @@ class ModelConfig:
             feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
         activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
             approximation) or silu (Marian's "swish").
-        norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)).
+        norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)), ``sandwich`` =
+            x + Norm(Sublayer(Norm(x))) with a norm of its own after the sublayer too (Gemma 2 and 3).
         norm_type: ``layernorm`` (the paper) or ``rmsnorm`` (LLaMA: x / RMS(x) * g, no mean, no bias, computed
             in float32); ``layer_norm_eps`` is its epsilon either way.
         feed_forward: ``standard`` (equation 2) or ``swiglu``: W_down(act(W_gate x) * W_up x), the gated unit
@@ -62,6 +63,10 @@ class ModelConfig:
             embedding (Qwen3, Gemma 3, OLMo 2: the scores stay in range as training runs); the paper has none.
         sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
             ``None`` = all earlier tokens (causal self-attention of decoders only).
+        layer_types: per decoder layer, ``full`` or ``sliding`` attention (Gemma 2 and 3: five sliding layers to a
+            full one); empty = every layer as ``sliding_window`` says. With it, only the sliding layers keep the
+            window. local_position_base: the rotary base of the sliding layers (Gemma 3: 10,000 where the full
+            layers have 1,000,000); None = ``position_base``.
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
             no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
         positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's learned bias per bucketed
@@ -129,6 +134,8 @@ class ModelConfig:
     scale_attention: bool = True
     sliding_window: int | None = None
     qk_norm: bool = False
+    layer_types: tuple[str, ...] = ()
+    local_position_base: float | None = None
     padding_row: bool = False
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
@@ -146,6 +153,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_ids", tuple(self.stop_ids))  # a JSON list, read back
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
         validate(self)
 
     @property

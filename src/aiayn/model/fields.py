@@ -30,8 +30,11 @@ def _typed(name: str, value, annotation: str):
     if kind == "tuple[int, ...]" and isinstance(value, (list, tuple)) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value):
         return tuple(value)
+    if kind == "tuple[str, ...]" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
     expected = {"int": int, "str": str, "bool": bool, "dict": dict}.get(kind)
     if expected is not None and isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
         return value
-    what = {"float": "a number", "tuple[int, ...]": "a list of whole numbers"}.get(kind, f"of type {kind}")
+    what = {"float": "a number", "tuple[int, ...]": "a list of whole numbers",
+            "tuple[str, ...]": "a list of strings"}.get(kind, f"of type {kind}")
     raise ValueError(f"field {name} must be {what}, got {value!r}")

@@ -89,18 +89,22 @@ class Residual(nn.Module):
     """Residual connection + LayerNorm around a sublayer (section 3.1, 5.4).
 
     post-norm (the paper's figure): LayerNorm(x + Dropout(Sublayer(x)));
-    pre-norm (the paper's released code, modern LLMs): x + Dropout(Sublayer(LayerNorm(x))).
+    pre-norm (the paper's released code, modern LLMs): x + Dropout(Sublayer(LayerNorm(x)));
+    ``post_norm`` with pre-norm (Gemma 2 and 3's "sandwich"): x + Dropout(Norm'(Sublayer(Norm(x)))).
     ``norm_type`` rmsnorm puts an RMSNorm where the LayerNorm is.
     """
 
     def __init__(self, d_model: int = 512, dropout: float = 0.1, norm_first: bool = False,
-                 eps: float = 1e-5, norm_type: str = "layernorm") -> None:
+                 eps: float = 1e-5, norm_type: str = "layernorm", post_norm: bool = False) -> None:
         super().__init__()
         self.norm = make_norm(norm_type, d_model, eps)
+        self.post_norm = make_norm(norm_type, d_model, eps) if post_norm else None
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.post_norm is not None:
+            return x + self.dropout(self.post_norm(sublayer(self.norm(x))))
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -149,11 +153,15 @@ class DecoderLayer(nn.Module):
         self_attn, ffn, res_self, res_ffn: as :class:`EncoderLayer`'s (``res_self`` around the self-attention).
         cross_attn, res_cross: the attention over the encoder's memory and its residual block; None for the
             decoder-only (GPT-style) block.
+        local: its self-attention keeps to the sliding window (the decoder hands it the window's mask; Gemma's
+            sliding layers), where the other layers see every earlier token.
     """
 
     def __init__(self, self_attn: MultiHeadAttention, ffn: nn.Module, res_self: Residual, res_ffn: Residual,
-                 cross_attn: MultiHeadAttention | None = None, res_cross: Residual | None = None) -> None:
+                 cross_attn: MultiHeadAttention | None = None, res_cross: Residual | None = None,
+                 local: bool = False) -> None:
         super().__init__()
+        self.local = local
         if (cross_attn is None) != (res_cross is None):
             raise ValueError("cross_attn and res_cross: give both (an encoder-decoder's layer) or neither")
         self.self_attn, self.res_self, self.cross_attn, self.res_cross = self_attn, res_self, cross_attn, res_cross
@@ -238,8 +246,9 @@ class Decoder(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor | None = None, self_mask: Tensor | None = None,
                 cross_mask: Tensor | None = None, cache: DecoderCache | None = None, offset: int | Tensor = 0,
-                need_weights: bool = False) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        """x (B, T, D) -> (B, T, D), and per-layer attention weights when asked."""
+                need_weights: bool = False, local_mask: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """x (B, T, D) -> (B, T, D), and per-layer attention weights when asked; ``local_mask`` (as ``self_mask``,
+        within the sliding window) is the self-attention mask of the layers that are ``local``."""
         bias = None
         if self.position_bias is not None:  # the T new queries come after the cache's positions
             t = x.size(1)
@@ -247,6 +256,7 @@ class Decoder(nn.Module):
         all_weights = []
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = layer(x, memory, self_mask, cross_mask, layer_cache, offset, need_weights, bias)
+            mask = local_mask if layer.local else self_mask
+            x, w = layer(x, memory, mask, cross_mask, layer_cache, offset, need_weights, bias)
             all_weights.append(w)
         return (self.norm(x) if self.norm is not None else x), all_weights

@@ -68,7 +68,8 @@ def left_align(ids: Tensor, pad_id: int) -> tuple[Tensor, Tensor | None]:
 
 
 def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tensor | None = None,
-                   window: int | None = None, first_is_real: bool = False) -> tuple[Tensor | None, Tensor | int]:
+                   window: int | None = None, first_is_real: bool = False, local_window: int | None = None
+                   ) -> tuple[Tensor | None, Tensor | None, Tensor | int]:
     """The causal self-attention mask and the positions of a decoder's input ids (B, T), for both decoders.
 
     Args:
@@ -77,9 +78,11 @@ def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tenso
             tokens start at position 0 (rows that joined a running batch later); without it and without a cache,
             right padding (``pad_id``) is masked (``first_is_real``: the first column never is: Marian starts
             from the pad id).
+        window: every layer's sliding window (Mistral); local_window: the window of the sliding layers alone
+            (Gemma's), whose mask is made beside the others'.
     Returns:
-        the mask (B or 1, 1, T, offset + T) bool, True = may attend, or None; the positions: an int (column 0's,
-        every row's) or (B,) per row.
+        the mask (B or 1, 1, T, offset + T) bool, True = may attend, or None; the sliding layers' mask (None
+        without ``local_window``); the positions: an int (column 0's, every row's) or (B,) per row.
     """
     start, t = offset or 0, ids.size(1)
     if left_pad is not None:
@@ -91,4 +94,5 @@ def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tenso
             keys = padding_mask(ids, pad_id)  # (B, T)
             if first_is_real:
                 keys[:, 0] = True
-    return decoder_self_mask(keys, t, start + t, ids.device, window), positions
+    local = None if local_window is None else decoder_self_mask(keys, t, start + t, ids.device, local_window)
+    return decoder_self_mask(keys, t, start + t, ids.device, window), local, positions

@@ -8,7 +8,12 @@ from aiayn.model.config import ModelConfig
 def _attention(c: ModelConfig) -> int:
     """W_Q, W_O (h heads) and W_K, W_V (the key/value heads), with the biases the config has."""
     d, q, kv = c.d_model, c.n_heads * c.d_head, c.kv_heads * c.d_head
-    return d * (q + 2 * kv) + q * d + c.qkv_bias * (q + 2 * kv) + c.out_bias * d
+    return d * (q + 2 * kv) + q * d + c.qkv_bias * (q + 2 * kv) + c.out_bias * d + c.qk_norm * 2 * _norm(c, c.d_head)
+
+
+def _norm(c: ModelConfig, size: int) -> int:
+    """A norm's parameters: its gain (and LayerNorm's bias)."""
+    return size if c.norm_type == "rmsnorm" else 2 * size
 
 
 def _ffn(c: ModelConfig) -> int:
@@ -23,10 +28,10 @@ def count_parameters(config: ModelConfig) -> int:
     """Number of distinct trainable parameters of ``build_model(config)`` (tied weights counted once)."""
     c = config
     d = c.d_model
-    norm = d if c.norm_type == "rmsnorm" else 2 * d  # gain (and LayerNorm's bias)
+    norm = _norm(c, d) * (2 if c.norm == "sandwich" else 1)  # a residual block's (sandwich: two)
     enc_layer = _attention(c) + _ffn(c) + 2 * norm
     dec_layer = 2 * _attention(c) + _ffn(c) + 3 * norm
-    final = norm if c.norm == "pre" else 0
+    final = _norm(c, d) if c.norm != "post" else 0
     learned = c.max_len * d if c.positions == "learned" else 0
     learned += c.relative_buckets * c.n_heads if c.positions == "relative" else 0  # a bias table per stack
     head_tied = c.share_embeddings in ("decoder", "all")

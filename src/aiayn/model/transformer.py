@@ -26,7 +26,7 @@ from aiayn.model.cache import DecoderCache, DecodeState
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.init import init_weights
-from aiayn.model.masks import decoder_inputs, decoder_self_mask, key_mask, left_align, padding_mask
+from aiayn.model.masks import decoder_inputs, key_mask, left_align, padding_mask
 
 
 class TransformerModel(nn.Module):
@@ -153,11 +153,11 @@ class EncoderDecoder(EncoderDecoderBody):
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
                 need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        self_mask, positions = decoder_inputs(tgt_ids, self.config.pad_id, None if cache is None else cache.position,
-                                              left_pad, self.config.sliding_window, first_is_real=True)
+        self_mask, local, positions = decoder_inputs(tgt_ids, self.config.pad_id, _offset(cache), left_pad,
+                                                     first_is_real=True, **_windows(self.config))
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         x = self.tgt_embed(tgt_ids, positions)
-        return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights)
+        return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights, local)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -213,9 +213,9 @@ class DecoderOnly(TransformerModel):
         its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
         another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
-        mask, positions = decoder_inputs(ids, self.config.pad_id, None if cache is None else cache.position,
-                                         left_pad, self.config.sliding_window)  # (B|1, 1, T, offset+T) or None
-        hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions)
+        mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
+                                                **_windows(self.config))  # (B|1, 1, T, offset+T) or None
+        hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions, local_mask=local)
         return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
@@ -237,9 +237,8 @@ class DecoderOnly(TransformerModel):
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
-        mask = decoder_self_mask(padding_mask(ids, self.config.pad_id), ids.size(1), ids.size(1), ids.device,
-                                 self.config.sliding_window)
-        _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True)
+        mask, local, _ = decoder_inputs(ids, self.config.pad_id, None, **_windows(self.config))
+        _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True, local_mask=local)
         return {"decoder_self": [w["self"] for w in weights]}
 
 
@@ -269,3 +268,15 @@ class EncoderOnly(TransformerModel):
         real = padding_mask(ids, self.config.pad_id) if real is None else real
         hidden, _ = self.encoder(self.embed(ids), key_mask(real))  # mask (B, 1, 1, S)
         return hidden
+
+
+def _offset(cache: DecoderCache | None) -> int | None:
+    """The cache's position (the new ids come after it); None without a cache."""
+    return None if cache is None else cache.position
+
+
+def _windows(cfg: ModelConfig) -> dict[str, int | None]:
+    """``decoder_inputs``' windows: a Mistral-style window holds for every layer; with ``layer_types`` it holds for
+    the sliding layers alone."""
+    local = cfg.sliding_window if "sliding" in cfg.layer_types else None
+    return {"window": None if cfg.layer_types else cfg.sliding_window, "local_window": local}

@@ -1,0 +1,97 @@
+"""Gemma 3 (``Gemma3ForCausalLM``, model_type ``gemma3_text``) -> aiayn's decoder-only model: the LLaMA branch
+(``interop/llama.py``'s tensor table) with Gemma's options: sandwich norms (``norm="sandwich"``), q/k norms,
+a GeLU-tanh gated feed-forward, embeddings times sqrt(d_model), and layers of two kinds (five sliding-window
+layers to a full one, ``layer_types``), the sliding ones with a rotary base of their own (``local_position_base``).
+
+Gemma's RMSNorm multiplies by (1 + w) where LLaMA's multiplies by w, so each norm's gain is read as 1 + w: the
+same function, one convention in the model. Its vocabulary has a padding token of its own (id 0): no row is
+appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from torch import Tensor
+
+from aiayn.interop.hf_folder import iter_weights
+from aiayn.interop.llama import ACTIVATIONS, load_llama_weights
+from aiayn.model.config import ModelConfig
+from aiayn.model.transformer import DecoderOnly
+from aiayn.tokenizers.hf import HFTokenizers
+
+MODEL_TYPES = ("gemma3_text",)
+LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
+
+
+def _refuse(hf: dict) -> None:
+    """What aiayn does not build of a Gemma 3 config, each refused by name."""
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if hf.get(name) is not None:
+            raise ValueError(f"config.json: {name} (Gemma 2's soft-capping) is not supported")
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError("config.json: use_bidirectional_attention (EmbeddingGemma) is not supported")
+    head_dim = hf.get("head_dim", 256)
+    if hf.get("query_pre_attn_scalar", head_dim) != head_dim:
+        raise ValueError(f"config.json: query_pre_attn_scalar {hf['query_pre_attn_scalar']} other than head_dim "
+                         f"{head_dim} is not supported")
+    if hf.get("hidden_activation", "gelu_pytorch_tanh") not in ACTIVATIONS:
+        raise ValueError(f"config.json: hidden_activation {hf.get('hidden_activation')!r} is not supported")
+
+
+def _ropes(hf: dict) -> tuple[float, float, dict | None]:
+    """(the full layers' rotary base, the sliding layers', the full layers' scaling) from ``rope_parameters`` per
+    layer type (transformers 5) or ``rope_theta``, ``rope_local_base_freq`` and ``rope_scaling`` (before)."""
+    params = hf.get("rope_parameters") or {}
+    full = params.get("full_attention") or {"rope_theta": hf.get("rope_theta", 1_000_000.0),
+                                            **(hf.get("rope_scaling") or {})}
+    local = params.get("sliding_attention") or {"rope_theta": hf.get("rope_local_base_freq", 10_000.0)}
+    for name, rope in (("full", full), ("sliding", local)):
+        kind = rope.get("rope_type") or rope.get("type") or "default"
+        if kind not in ("default", "linear") or (name == "sliding" and kind != "default"):
+            raise ValueError(f"config.json: rope scaling {kind!r} of the {name} layers is not supported")
+    scaling = {"type": "linear", "factor": float(full["factor"])} if (
+        full.get("rope_type") or full.get("type")) == "linear" else None
+    return float(full["rope_theta"]), float(local["rope_theta"]), scaling
+
+
+def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
+    """aiayn's config for a Gemma 3 text ``config.json`` (as a dict); ``unk_id``: the tokenizer's."""
+    _refuse(hf)
+    theta, local_theta, scaling = _ropes(hf)
+    heads, layers = hf["num_attention_heads"], hf["num_hidden_layers"]
+    kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0
+                                      else "sliding_attention" for i in range(layers)]
+    ends = hf.get("eos_token_id")
+    ends = list(dict.fromkeys(ends)) if isinstance(ends, list) else [ends]
+    pad = hf.get("pad_token_id", 0)
+    return ModelConfig(
+        arch="decoder-only", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=heads,
+        n_encoder_layers=0, n_decoder_layers=layers, d_ff=hf["intermediate_size"], dropout=0.0,
+        activation=ACTIVATIONS[hf.get("hidden_activation", "gelu_pytorch_tanh")], norm="sandwich",
+        norm_type="rmsnorm", feed_forward="swiglu", n_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=hf.get("head_dim", 256), positions="rope", position_base=theta, rope_layout="halves",
+        rope_scaling=scaling, local_position_base=local_theta, qkv_bias=bool(hf.get("attention_bias", False)),
+        out_bias=bool(hf.get("attention_bias", False)), ffn_bias=False, qk_norm=True,
+        sliding_window=hf.get("sliding_window", 4096), layer_types=tuple(LAYER_TYPES[k] for k in kinds),
+        share_embeddings="all" if hf.get("tie_word_embeddings", True) else "none",
+        max_len=hf.get("max_position_embeddings", 131072), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        scale_embeddings=True, pad_id=pad, bos_id=hf.get("bos_token_id", 2), eos_id=ends[0],
+        unk_id=pad if unk_id is None else unk_id, mask_id=pad, stop_ids=tuple(ends[1:]))
+
+
+def gains_as_one_plus(tensors: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
+    """Each norm's weight w read as the gain 1 + w (Gemma's RMSNorm: x_hat * (1 + w))."""
+    for name, tensor in tensors:
+        yield name, (tensor.float() + 1.0 if name.endswith("norm.weight") else tensor)
+
+
+def import_gemma(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
+    tokenizers = HFTokenizers.load(folder)
+    if len(tokenizers.src) > hf["vocab_size"]:
+        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
+                         f"vocab_size {hf['vocab_size']}")
+    model = DecoderOnly(gemma_config(hf, tokenizers.src.unk_id()))
+    load_llama_weights(model, gains_as_one_plus(iter_weights(folder)))
+    return model.eval(), tokenizers
