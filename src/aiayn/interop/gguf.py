@@ -17,17 +17,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.interop import gpt2, llama
+from aiayn.interop import gemma, gpt2, llama
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
 from aiayn.tokenizers.hf import HFTokenizers
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gpt2")  # general.architecture values aiayn reads
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")  # general.architecture values aiayn reads
 MAGIC = b"GGUF"
 LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
                "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GEMMA_NAMES = {**LLAMA_NAMES, "ffn_norm": "pre_feedforward_layernorm",  # Gemma's sandwich norms
+               "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
+GEMMA_LOCAL_BASE, GEMMA_PATTERN = 10_000.0, 6  # what llama.cpp fixes for gemma3: the sliding layers' rotary base,
+# and every sixth layer full
 GPT2_NAMES = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2",
               "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
 GPT2_TOP = {"token_embd": "transformer.wte", "position_embd": "transformer.wpe", "output_norm": "transformer.ln_f",
@@ -50,7 +54,7 @@ def hf_name(name: str, arch: str) -> str | None:
     """Hugging Face's name of a GGUF tensor name (``blk.3.attn_q.weight`` ->
     ``model.layers.3.self_attn.q_proj.weight``); None: a name aiayn has no place for."""
     parts = name.split(".")
-    top, layer = (GPT2_TOP, GPT2_NAMES) if arch == "gpt2" else (LLAMA_TOP, LLAMA_NAMES)
+    top, layer = _tables(arch)
     if len(parts) == 2 and parts[0] in top:
         return f"{top[parts[0]]}.{parts[1]}"
     if len(parts) == 4 and parts[0] == "blk" and parts[2] in layer:
@@ -61,7 +65,7 @@ def hf_name(name: str, arch: str) -> str | None:
 
 def gguf_name(hf: str, arch: str) -> str:
     """The GGUF name of a Hugging Face tensor name (``hf_name`` backwards)."""
-    top, layer = (GPT2_TOP, GPT2_NAMES) if arch == "gpt2" else (LLAMA_TOP, LLAMA_NAMES)
+    top, layer = _tables(arch)
     for theirs, ours in top.items():
         if hf.rsplit(".", 1)[0] == ours:
             return f"{theirs}.{hf.rsplit('.', 1)[1]}"
@@ -70,6 +74,13 @@ def gguf_name(hf: str, arch: str) -> str:
         if rest.rsplit(".", 1)[0] == ours:
             return f"blk.{index}.{theirs}.{rest.rsplit('.', 1)[1]}"
     raise ValueError(f"{hf}: no GGUF name")
+
+
+def _tables(arch: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(top-level, per-layer) GGUF -> Hugging Face names of an architecture."""
+    if arch == "gpt2":
+        return GPT2_TOP, GPT2_NAMES
+    return LLAMA_TOP, (GEMMA_NAMES if arch == "gemma3" else LLAMA_NAMES)
 
 
 def permute(w: Tensor, heads: int) -> Tensor:
@@ -143,6 +154,8 @@ def hf_config(f: GGUFFile) -> dict:
                     n_inner=f.get("feed_forward_length", 4 * d), n_positions=f.need("context_length"),
                     layer_norm_epsilon=f.get("attention.layer_norm_epsilon", 1e-5), activation_function="gelu_new",
                     eos_token_id=common["eos_token_id"][0] if common["eos_token_id"] else None, resid_pdrop=0.0)
+    if f.arch == "gemma3":
+        return _gemma_config(f, common)
     heads = f.need("attention.head_count")
     scaling = f.get("rope.scaling.type")
     rope = {"rope_type": "linear", "factor": f.need("rope.scaling.factor")} if scaling == "linear" else (
@@ -154,6 +167,26 @@ def hf_config(f: GGUFFile) -> dict:
                 rope_scaling=rope, max_position_embeddings=f.get("context_length", 2048),
                 tie_word_embeddings="output.weight" not in f.tensors,
                 attention_bias=f.arch == "llama" and "blk.0.attn_output.bias" in f.tensors)
+
+
+def _gemma_config(f: GGUFFile, common: dict) -> dict:
+    """A Gemma 3 text ``config.json`` (as a dict) from the metadata, with what llama.cpp fixes for gemma3 (the
+    sliding layers' rotary base, every sixth layer full, the query scale of the head size); its norm gains are
+    stored as 1 + w already."""
+    head = f.need("attention.key_length")
+    factor = f.get("rope.scaling.factor")
+    pad = f.meta.get("tokenizer.ggml.padding_token_id", 0)
+    return dict(common, model_type="gemma3_text", hidden_size=f.need("embedding_length"),
+                intermediate_size=f.need("feed_forward_length"), num_hidden_layers=f.need("block_count"),
+                num_attention_heads=f.need("attention.head_count"),
+                num_key_value_heads=f.get("attention.head_count_kv", f.need("attention.head_count")), head_dim=head,
+                query_pre_attn_scalar=head, rms_norm_eps=f.get("attention.layer_norm_rms_epsilon", 1e-6),
+                rope_theta=f.get("rope.freq_base", 1e6), rope_local_base_freq=GEMMA_LOCAL_BASE,
+                rope_scaling={"rope_type": "linear", "factor": factor} if factor not in (None, 1.0) else None,
+                sliding_window=f.need("attention.sliding_window"), sliding_window_pattern=GEMMA_PATTERN,
+                max_position_embeddings=f.get("context_length", 32768), pad_token_id=pad,
+                tie_word_embeddings="output.weight" not in f.tensors, bos_token_id=f.meta.get(
+                    "tokenizer.ggml.bos_token_id", 2))
 
 
 def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
@@ -193,6 +226,9 @@ def read_gguf(path: str | Path):
     try:
         if f.arch == "gpt2":
             model = gpt2.gpt2_model(gpt2.gpt2_config(hf), dict(hf_tensors(f, hf)))
+        elif f.arch == "gemma3":
+            model = llama.DecoderOnly(gemma.gemma_config(hf, tokenizers.src.unk_id()))
+            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
         else:
             byte_level = f.meta.get("tokenizer.ggml.model") == "gpt2"
             model = llama.DecoderOnly(llama.llama_config(hf, None if byte_level else tokenizers.src.unk_id()))
