@@ -371,3 +371,26 @@ def test_bos_and_eos_are_added_as_the_file_says(add_bos, add_eos, ids):
             "tokenizer.ggml.bos_token_id": 3, "tokenizer.ggml.eos_token_id": 4,
             "tokenizer.ggml.add_bos_token": add_bos, "tokenizer.ggml.add_eos_token": add_eos}
     assert HFTokenizer(tokenizer_from_gguf(meta, "test.gguf")[0]).encode("ab a") == ids
+
+
+def test_llama3_scaled_rotary_frequencies_go_out_and_back_as_rope_freqs(tmp_path, make_llama):
+    """A Llama 3.1-style model (rope_type llama3): written to GGUF as llama.cpp writes it (a rope_freqs tensor, one
+    divisor per frequency), read back as rope_scaling factors, with the logits of the Hugging Face model it came
+    from; its Hugging Face export is refused by name (factors are no rule transformers has)."""
+    import transformers
+
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 16, "rope_theta": 500.0}
+    folder = byte_level_llama(tmp_path / "hf", "llama", make_llama, rope_parameters=llama3)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    path = export(tmp_path / "ckpt", tmp_path / "llama3.gguf")
+    import gguf
+
+    assert "rope_freqs.weight" in {t.name for t in gguf.GGUFReader(path).tensors}
+    model, _ = imported(path)
+    assert model.config.rope_scaling["type"] == "factors"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.randint(5, 200, (2, 40), generator=torch.Generator().manual_seed(0))  # past the 16 it was made for
+    same_logits(hf, model, ids)
+    assert main(["export", "--checkpoint", str(path.with_suffix(".ckpt")), "--format", "hf", "--output",
+                 str(tmp_path / "back")]) == 2

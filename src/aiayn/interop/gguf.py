@@ -138,9 +138,6 @@ class GGUFFile:
 
 def hf_config(f: GGUFFile) -> dict:
     """The Hugging Face ``config.json`` (as a dict) that the file's metadata describes."""
-    if "rope_freqs.weight" in f.tensors:
-        raise ValueError(f"{f.path}: tensor rope_freqs.weight (Llama 3.1's scaled rotary frequencies) is not read; "
-                         "import the model's Hugging Face folder instead")
     if "token_embd.weight" not in f.tensors:
         raise ValueError(f"{f.path}: tensor token_embd.weight is missing")
     vocab = int(f.tensors["token_embd.weight"].shape[1])
@@ -160,6 +157,8 @@ def hf_config(f: GGUFFile) -> dict:
     scaling = f.get("rope.scaling.type")
     rope = {"rope_type": "linear", "factor": f.need("rope.scaling.factor")} if scaling == "linear" else (
         None if scaling in (None, "none") else {"rope_type": scaling})
+    if "rope_freqs.weight" in f.tensors:  # Llama 3.1's scaled frequencies: a divisor of each
+        rope = {"rope_type": "factors", "factors": f.tensor("rope_freqs.weight").tolist()}
     return dict(common, hidden_size=f.need("embedding_length"), intermediate_size=f.need("feed_forward_length"),
                 num_hidden_layers=f.need("block_count"), num_attention_heads=heads,
                 num_key_value_heads=f.get("attention.head_count_kv", heads), head_dim=f.get("attention.key_length"),
@@ -193,6 +192,8 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
     """Every tensor as (Hugging Face name, float32 tensor), one at a time: a ``llama`` file's q/k rows unpermuted,
     GPT-2's projections back in its Conv1D (in, out) layout."""
     for name in f.tensors:
+        if name == "rope_freqs.weight":
+            continue  # read into the config (hf_config)
         theirs = hf_name(name, f.arch)
         if theirs is None:
             raise ValueError(f"{f.path}: tensor {name} has no place in aiayn's {f.arch} model")

@@ -19,6 +19,7 @@ from torch import Tensor
 from aiayn.interop import gpt2, llama
 from aiayn.interop.gguf import CONV1D, gguf_name, gguf_package, permute
 from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
+from aiayn.model.positions import rope_frequencies
 
 QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0", "q4_0")
 FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0",
@@ -30,9 +31,9 @@ def gguf_architecture(cfg, source: str) -> str:
     with what each lacks."""
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
-    as_llama, as_gpt2 = llama.llama_problems(cfg), gpt2.gpt2_problems(cfg)
-    if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":
-        as_llama.append(f"rope_scaling {cfg.rope_scaling['type']} (GGUF keeps it as a rope_freqs tensor, not written)")
+    factors = cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "factors"
+    as_llama = [p for p in llama.llama_problems(cfg) if not (factors and p.startswith("rope_scaling factors"))]
+    as_gpt2 = gpt2.gpt2_problems(cfg)
     if not as_llama:
         kind = llama.hf_model_type(cfg)
         return kind if kind in ("qwen2", "qwen3") else "llama"
@@ -58,6 +59,9 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
             t = permute(t, cfg.n_heads if ".q_proj." in name else cfg.kv_heads)
         out[gguf_name(name, arch)] = t
+    if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":  # llama3, factors: llama.cpp's way
+        out["rope_freqs.weight"] = rope_frequencies(cfg.d_head, cfg.position_base) / rope_frequencies(
+            cfg.d_head, cfg.position_base, cfg.rope_scaling)  # (D/2,): each frequency's divisor
     return out
 
 
@@ -78,7 +82,7 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
     if cfg.head_dim is not None:
         writer.add_key_length(cfg.d_head)
         writer.add_value_length(cfg.d_head)
-    if cfg.rope_scaling is not None:
+    if cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "linear":
         gguf = gguf_package()
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(cfg.rope_scaling["factor"])

@@ -175,7 +175,9 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (not cfg.embedding_norm and not cfg.output_transform, "embedding_norm / output_transform"),
               (cfg.scale_attention, "scale_attention false (unscaled dot products)"),
               (not cfg.qk_norm or cfg.qkv_bias == cfg.out_bias, "qk_norm with Qwen2's attention biases"),
-              (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window")]
+              (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window"),
+              (cfg.rope_scaling is None or cfg.rope_scaling["type"] != "factors",
+               "rope_scaling factors (a GGUF file's rope_freqs; export it as GGUF)")]
     return [problem for ok, problem in checks if not ok]
 
 

@@ -14,7 +14,8 @@ FEED_FORWARDS = ("standard", "swiglu")
 ROPE_LAYOUTS = ("interleaved", "halves")
 # rope_scaling: the keys each rule needs (the rule's name is under "type").
 ROPE_SCALING = {"linear": ("factor",),
-                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                "factors": ("factors",)}  # one divisor per frequency (a GGUF file's rope_freqs: Llama 3.1)
 POSITIONS = ("sinusoidal", "learned", "rope", "relative", "none")
 SHARING = ("none", "decoder", "inputs", "all")
 
@@ -39,8 +40,16 @@ def _check_choice(cfg, name: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")
 
 
-def _check_rope_scaling(scaling: dict | None) -> None:
+def _check_rope_scaling(scaling: dict | None, d_head: int) -> None:
     if scaling is None:
+        return
+    factors = scaling.get("factors") if scaling.get("type") == "factors" else None
+    if factors is not None:  # a list: one positive divisor per rotary frequency
+        listed = isinstance(factors, (list, tuple)) and len(factors) == d_head // 2
+        if set(scaling) != {"type", "factors"} or not listed or any(
+                isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0 for f in factors):
+            raise ValueError(f"rope_scaling: factors takes a list of {d_head // 2} positive numbers (one per "
+                             "frequency of a head)")
         return
     kind = scaling.get("type")
     if kind not in ROPE_SCALING:
@@ -129,7 +138,7 @@ def validate(cfg) -> None:
         raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads={cfg.n_heads}")
     if cfg.n_heads % cfg.kv_heads:
         raise ValueError(f"n_kv_heads: {cfg.kv_heads} does not divide n_heads={cfg.n_heads}")
-    _check_rope_scaling(cfg.rope_scaling)
+    _check_rope_scaling(cfg.rope_scaling, cfg.d_head)
     _check_non_autoregressive(cfg)
     _check_layer_types(cfg)
     if cfg.padding_row and cfg.pad_id != cfg.target_vocab - 1:

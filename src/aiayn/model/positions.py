@@ -87,10 +87,13 @@ def rope_frequencies(d_head: int, base: float = 10000.0, scaling: dict | None = 
     """theta_i = base^(-2i/d_head), i < d_head/2, in float32, after a scaling rule of long-context checkpoints:
     ``linear`` divides every frequency by ``factor`` (positions / factor); ``llama3`` divides only the low
     frequencies (wavelengths above original_max / low_freq_factor), keeps the high ones (wavelengths below
-    original_max / high_freq_factor) and blends smoothly between."""
+    original_max / high_freq_factor) and blends smoothly between; ``factors`` divides each frequency by its own
+    number (what a GGUF file keeps as ``rope_freqs``)."""
     inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
     if scaling is None:
         return inv_freq
+    if scaling["type"] == "factors":
+        return inv_freq / torch.tensor(scaling["factors"], dtype=torch.float32)
     factor = scaling["factor"]
     if scaling["type"] == "linear":
         return inv_freq / factor
