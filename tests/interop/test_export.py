@@ -129,7 +129,7 @@ def test_what_marian_cannot_express_is_named(trained_run, lm_run, tmp_path, caps
     assert "Marian cannot express norm pre" in err and "positions rope" in err and err.count("\n") == 1
     assert main(["export", "--checkpoint", str(lm_run), "--format", "ctranslate2", "--output", out]) == 2
     err = capsys.readouterr().err  # a language model neither Llama nor GPT-2 can express: named
-    assert "neither Llama (norm_type layernorm" in err and "GPT-2 (positions sinusoidal" in err
+    assert "none of Llama (norm_type layernorm" in err and "GPT-2 (positions sinusoidal" in err
     assert not (tmp_path / "o").exists()
     config = json.loads((tmp_path / "pre" / "config.json").read_text())
     assert config["norm"] == "pre"

@@ -17,6 +17,9 @@ SHAPES = {
     "llama-interleaved-gqa": dict(LLAMA, n_kv_heads=2, rope_layout="interleaved"),
     "qwen2-tied": dict(LLAMA, rope_layout="halves", qkv_bias=True, share_embeddings="all"),
     "qwen3-qk-norm": dict(LLAMA, rope_layout="interleaved", qk_norm=True, head_dim=16, share_embeddings="all"),
+    "gemma3-layers": dict(LLAMA, norm="sandwich", activation="gelu_tanh", qk_norm=True, scale_embeddings=True,
+                          rope_layout="interleaved", head_dim=16, share_embeddings="all", sliding_window=4,
+                          layer_types=("sliding", "full"), local_position_base=10.0),
     "mistral-window": dict(LLAMA, rope_layout="halves", sliding_window=4,
                            rope_scaling={"type": "linear", "factor": 2.0}),
     "gpt2": dict(norm="pre", positions="learned", activation="gelu_tanh", scale_embeddings=False),
@@ -89,5 +92,5 @@ def test_a_shape_neither_can_express_is_refused_by_name(tmp_path, tokenizers, ca
     assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "hf", "--output",
                  str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
-    assert "neither Llama (norm_type layernorm; feed_forward standard" in err and "GPT-2 (positions rope" in err
+    assert "none of Llama (norm_type layernorm; feed_forward standard" in err and "GPT-2 (positions rope" in err
     assert not (tmp_path / "hf").exists()

@@ -394,3 +394,32 @@ def test_llama3_scaled_rotary_frequencies_go_out_and_back_as_rope_freqs(tmp_path
     same_logits(hf, model, ids)
     assert main(["export", "--checkpoint", str(path.with_suffix(".ckpt")), "--format", "hf", "--output",
                  str(tmp_path / "back")]) == 2
+
+
+def test_a_gemma3_shaped_model_goes_out_as_gemma3_and_transformers_reads_it(tmp_path, make_llama):
+    """A Gemma 3 text model with llama.cpp's fixed layout (five sliding layers to a full one, a local rotary base
+    of 10,000): exported as a gemma3 file that transformers' GGUF loader reads with the same logits (past the
+    window), and read back by aiayn tensor for tensor."""
+    tok = byte_level("gpt-2")
+    rows = len(tok) + 2  # Gemma's padding and start ids of their own, past the tokenizer's
+    layers = ["sliding_attention"] * 5 + ["full_attention"]
+    # heads of 256, as every Gemma 3 but the 27B: transformers' GGUF loader takes the query scale of 256
+    folder = make_llama(tmp_path / "hf", "gemma3_text", vocab_size=rows, num_hidden_layers=6, head_dim=256,
+                        query_pre_attn_scalar=256, sliding_window=4, layer_types=layers, pad_token_id=rows - 2,
+                        bos_token_id=rows - 1, eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+                        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                         "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+    tok.save_pretrained(folder)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    path = export(tmp_path / "ckpt", tmp_path / "gemma3.gguf")
+    import gguf
+
+    assert gguf.GGUFReader(path).fields["general.architecture"].contents() == "gemma3"
+    hf, _ = hf_gguf(path)
+    model, _ = imported(path)
+    ids = torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    same_logits(hf, model, ids)
+    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
+    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())

@@ -95,3 +95,47 @@ def import_gemma(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
     model = DecoderOnly(gemma_config(hf, tokenizers.src.unk_id()))
     load_llama_weights(model, gains_as_one_plus(iter_weights(folder)))
     return model.eval(), tokenizers
+
+
+def gemma_problems(cfg: ModelConfig) -> list[str]:
+    """What a ``Gemma3ForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "sandwich", f"norm {cfg.norm}"),
+              (cfg.norm_type == "rmsnorm", "norm_type layernorm"), (cfg.feed_forward == "swiglu", "feed_forward"),
+              (cfg.activation == "gelu_tanh", f"activation {cfg.activation}"), (cfg.qk_norm, "no qk_norm"),
+              (cfg.positions == "rope", f"positions {cfg.positions}"), (cfg.scale_embeddings, "unscaled embeddings"),
+              (cfg.qkv_bias == cfg.out_bias and not cfg.ffn_bias and not cfg.output_bias, "biases"),
+              (cfg.rope_scaling is None or cfg.rope_scaling["type"] == "linear", "rope_scaling"),
+              (cfg.scale_attention and not cfg.embedding_norm and not cfg.output_transform, "the paper's options")]
+    return [problem for ok, problem in checks if not ok]
+
+
+def gemma_hf_config(cfg: ModelConfig, vocab: int) -> dict:
+    """The ``Gemma3TextConfig`` fields of a Gemma-shaped aiayn config (``vocab``: the real rows)."""
+    full = {"rope_type": "default", "rope_theta": cfg.position_base}
+    if cfg.rope_scaling is not None:
+        full = {"rope_type": "linear", "factor": cfg.rope_scaling["factor"], "rope_theta": cfg.position_base}
+    local = {"rope_type": "default", "rope_theta": cfg.local_position_base or cfg.position_base}
+    kinds = {v: k for k, v in LAYER_TYPES.items()}
+    return dict(vocab_size=vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                num_hidden_layers=cfg.n_decoder_layers, num_attention_heads=cfg.n_heads,
+                num_key_value_heads=cfg.kv_heads, head_dim=cfg.d_head, query_pre_attn_scalar=cfg.d_head,
+                hidden_activation="gelu_pytorch_tanh", max_position_embeddings=cfg.max_len,
+                rms_norm_eps=cfg.layer_norm_eps, attention_bias=cfg.qkv_bias,
+                rope_parameters={"full_attention": full, "sliding_attention": local},
+                sliding_window=cfg.sliding_window or cfg.max_len,
+                layer_types=[kinds[t] for t in (cfg.layer_types or ("full",) * cfg.n_decoder_layers)],
+                tie_word_embeddings=cfg.share_embeddings != "none", pad_token_id=cfg.pad_id if cfg.pad_id < vocab
+                else None, bos_token_id=cfg.bos_id, eos_token_id=list(cfg.end_ids) if cfg.stop_ids else cfg.eos_id)
+
+
+def export_gemma(model: DecoderOnly, vocab: int, folder: Path) -> None:
+    """Save ``model`` as a Hugging Face ``Gemma3ForCausalLM`` folder in ``folder``: the LLaMA branch's tensors
+    (``llama_tensors``), each norm's gain g written as Gemma's g - 1."""
+    import transformers
+
+    from aiayn.interop.llama import llama_tensors
+
+    hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma_hf_config(model.config, vocab)))
+    tensors = {k: (v - 1.0 if k.endswith("norm.weight") else v) for k, v in llama_tensors(model, vocab).items()}
+    hf.eval().load_state_dict(tensors, strict=True)
+    hf.save_pretrained(folder)

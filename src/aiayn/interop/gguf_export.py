@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from aiayn.interop import gpt2, llama
-from aiayn.interop.gguf import CONV1D, gguf_name, gguf_package, permute
+from aiayn.interop import gemma, gpt2, llama
+from aiayn.interop.gguf import CONV1D, GEMMA_LOCAL_BASE, GEMMA_PATTERN, gguf_name, gguf_package, permute
 from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
 from aiayn.model.positions import rope_frequencies
 
@@ -31,6 +31,9 @@ def gguf_architecture(cfg, source: str) -> str:
     with what each lacks."""
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
+    as_gemma = gemma.gemma_problems(cfg) + _gemma_fixed(cfg)
+    if not as_gemma:
+        return "gemma3"
     factors = cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "factors"
     as_llama = [p for p in llama.llama_problems(cfg) if not (factors and p.startswith("rope_scaling factors"))]
     as_gpt2 = gpt2.gpt2_problems(cfg)
@@ -39,8 +42,18 @@ def gguf_architecture(cfg, source: str) -> str:
         return kind if kind in ("qwen2", "qwen3") else "llama"
     if not as_gpt2:
         return "gpt2"
-    raise ValueError(f"{source}: neither llama.cpp's llama ({'; '.join(as_llama)}) nor its gpt2 "
-                     f"({'; '.join(as_gpt2)}) can express this model")
+    raise ValueError(f"{source}: none of llama.cpp's llama ({'; '.join(as_llama)}), gemma3 ({'; '.join(as_gemma)}) "
+                     f"and gpt2 ({'; '.join(as_gpt2)}) can express this model")
+
+
+def _gemma_fixed(cfg) -> list[str]:
+    """What llama.cpp fixes for gemma3 rather than reads, that ``cfg`` must match: every sixth layer full, the
+    others sliding with a rotary base of 10,000."""
+    pattern = tuple("full" if (i + 1) % GEMMA_PATTERN == 0 else "sliding" for i in range(cfg.n_decoder_layers))
+    problems = [] if cfg.layer_types == pattern else ["layer_types other than five sliding layers to a full one"]
+    if (cfg.local_position_base or cfg.position_base) != GEMMA_LOCAL_BASE:
+        problems.append(f"local_position_base other than {GEMMA_LOCAL_BASE:g}")
+    return problems
 
 
 def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
@@ -51,7 +64,7 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
         out = {gguf_name(k, arch): (v.t() if k.endswith(CONV1D) else v) for k, v in hf.items()}
         out["output.weight"] = out["token_embd.weight"]  # llama.cpp's converter writes GPT-2's tied output too
         return out
-    hf = llama.llama_tensors(model, vocab)
+    hf = llama.llama_tensors(model, vocab)  # norm gains as they are: gemma3 files keep Gemma's 1 + w too
     if cfg.share_embeddings != "none":
         del hf["lm_head.weight"]  # tied: llama.cpp falls back to token_embd
     out = {}
@@ -76,6 +89,8 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
         writer.add_layer_norm_eps(cfg.layer_norm_eps)
         return
     writer.add_head_count_kv(cfg.kv_heads)
+    if arch == "gemma3":
+        writer.add_sliding_window(cfg.sliding_window)
     writer.add_layer_norm_rms_eps(cfg.layer_norm_eps)
     writer.add_rope_freq_base(cfg.position_base)
     writer.add_rope_dimension_count(cfg.d_head)
@@ -88,8 +103,11 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
         writer.add_rope_scaling_factor(cfg.rope_scaling["factor"])
 
 
-def _add_tokenizer(writer, tokenizers, vocab: int, decoding) -> None:
+def _add_tokenizer(writer, tokenizers, vocab: int, decoding, ids: dict[str, int] | None = None) -> None:
+    """The tokenizer's metadata; ``ids``: special ids the model's config fixes over the tokenizer's (a Gemma's
+    own padding and start ids, rows of its vocabulary)."""
     fields = gguf_tokenizer_fields(tokenizers)
+    fields.update({f"tokenizer.ggml.{kind}_token_id": i for kind, i in (ids or {}).items()})
     tokens, types = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
     if len(tokens) > vocab:
         raise ValueError(f"tokenizer: {len(tokens)} tokens, more than the model's {vocab} rows")
@@ -145,7 +163,8 @@ def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32
     writer.add_name(name)
     writer.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[quantization]))
     _add_hyperparameters(writer, cfg, arch, vocab)
-    _add_tokenizer(writer, tokenizers, vocab, decoding)
+    ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch == "gemma3" else None
+    _add_tokenizer(writer, tokenizers, vocab, decoding, ids)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for tensor_name, t in gguf_tensors(model, arch, vocab).items():
         data, raw = _stored(t.numpy().astype(np.float32), quantization)
@@ -165,8 +184,8 @@ def export_gguf(checkpoint: str | Path, output: str | Path, quantization: str = 
     from aiayn.io.run import resolve_checkpoint
 
     model, tokenizers = load_checkpoint(checkpoint)
-    gguf_architecture(model.config, str(checkpoint))  # refuse before writing anything
-    if model.config.sliding_window is not None:  # as llama.cpp's own converter writes Mistral
+    arch = gguf_architecture(model.config, str(checkpoint))  # refuse before writing anything
+    if arch == "llama" and model.config.sliding_window is not None:  # as llama.cpp's own converter writes Mistral
         print(f"aiayn: warning: llama.cpp's llama attends to the whole context: the same model up to the sliding "
               f"window of {model.config.sliding_window} tokens, not beyond", file=sys.stderr)
     decoding = DecodingConfig.load(resolve_checkpoint(checkpoint))

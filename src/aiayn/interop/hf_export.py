@@ -127,20 +127,24 @@ def _export_t5(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
 
 
 def _export_language_model(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
+    from aiayn.interop.gemma import export_gemma, gemma_problems
     from aiayn.interop.gpt2 import export_gpt2, gpt2_problems
     from aiayn.interop.llama import export_llama, llama_problems
     from aiayn.io.files import atomic_directory
     from aiayn.io.run import resolve_checkpoint
 
     cfg = model.config
-    llama, gpt2 = llama_problems(cfg), gpt2_problems(cfg)
-    if llama and gpt2:
-        raise ValueError(f"{checkpoint}: neither Llama ({'; '.join(llama)}) nor GPT-2 ({'; '.join(gpt2)}) can "
-                         "express this model")
+    shapes = {"Llama": (llama_problems, export_llama), "Gemma 3": (gemma_problems, export_gemma),
+              "GPT-2": (gpt2_problems, export_gpt2)}  # the first that expresses the model writes it
+    problems = {name: check(cfg) for name, (check, _) in shapes.items()}
+    fits = [name for name, found in problems.items() if not found]
+    if not fits:
+        raise ValueError(f"{checkpoint}: none of " + ", ".join(f"{name} ({'; '.join(found)})" for name, found in
+                                                              problems.items()) + " can express this model")
     _needs_transformers()
     vocab = cfg.vocab_size - 1 if cfg.padding_row else cfg.vocab_size  # the appended padding row stays home
     with atomic_directory(output, "export", overwrite) as tmp:
-        (export_gpt2 if llama else export_llama)(model, vocab, tmp)
+        shapes[fits[0]][1](model, vocab, tmp)
         write_generation(tmp, DecodingConfig.load(resolve_checkpoint(checkpoint)))
         tokenizers.save(tmp)
     return Path(output)
