@@ -25,6 +25,8 @@ VARIANTS = {  # name: (model_type, config overrides)
     "mistral-window": ("mistral", dict(sliding_window=5)),
     # two sliding layers (window 4, shorter than the prompts) and a full one, each kind its rotary base; q/k norms,
     # sandwich norms, GeLU-tanh gated FFN, embeddings x sqrt(d): Gemma 3's options
+    "phi3-fused-partial": ("phi3", dict(pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                                                                          "partial_rotary_factor": 0.5})),
     "gemma3-layers": ("gemma3_text", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16,
                                          sliding_window=4, pad_token_id=0,
                                          layer_types=["sliding_attention", "full_attention", "sliding_attention"],
@@ -192,3 +194,14 @@ def test_several_eos_ids_all_stop_and_export_back(tmp_path, make_llama):
     assert main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--format", "hf", "--output",
                  str(tmp_path / "out")]) == 0
     assert json.loads((tmp_path / "out" / "config.json").read_text())["eos_token_id"] == [2, 5, 7]
+
+
+def test_phi3_long_rope_is_refused_by_name(tmp_path, make_llama, capsys):
+    folder = make_llama(tmp_path / "hf", "phi3", pad_token_id=0)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                                 "long_factor": [2.0] * 4, "original_max_position_embeddings": 64}
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["import", str(folder), "--output", str(tmp_path / "out")]) == 2
+    assert "'longrope' (Phi-3's long-context LongRoPE) is not supported" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -176,6 +176,7 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (cfg.scale_attention, "scale_attention false (unscaled dot products)"),
               (not cfg.qk_norm or cfg.qkv_bias == cfg.out_bias, "qk_norm with Qwen2's attention biases"),
               (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window"),
+              (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] != "factors",
                "rope_scaling factors (a GGUF file's rope_freqs; export it as GGUF)")]
     return [problem for ok, problem in checks if not ok]

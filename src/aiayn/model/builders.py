@@ -36,7 +36,7 @@ def _rope(cfg: ModelConfig, base: float | None = None) -> RotaryEmbedding | None
     if cfg.positions != "rope":
         return None
     scaling = cfg.rope_scaling if base is None else None
-    return RotaryEmbedding(cfg.d_head, base or cfg.position_base, cfg.rope_layout == "halves", scaling)
+    return RotaryEmbedding(cfg.d_head, base or cfg.position_base, cfg.rope_layout == "halves", scaling, cfg.rotary_dim)
 
 
 def _final_norm(cfg: ModelConfig) -> nn.Module | None:

@@ -148,6 +148,10 @@ def validate(cfg) -> None:
                                         or cfg.relative_max_distance <= cfg.relative_buckets // 2):
         raise ValueError(f"relative_buckets: T5's buckets need an even count of at least 4 and relative_max_distance "
                          f"above half of it; got {cfg.relative_buckets} and {cfg.relative_max_distance}")
+    if cfg.rotary_dim is not None and (cfg.positions != "rope" or cfg.rotary_dim % 2 or
+                                       not 0 < cfg.rotary_dim <= cfg.d_head):
+        raise ValueError(f"rotary_dim: an even number of a head's {cfg.d_head} dimensions, for positions rope; got "
+                         f"{cfg.rotary_dim}")
     if cfg.positions == "rope" and cfg.d_head % 2:
         raise ValueError(f"n_heads: rope needs an even head size, d_model/n_heads = {cfg.d_head}")
     for name in ("dropout", "attention_dropout", "activation_dropout"):

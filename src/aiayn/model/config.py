@@ -59,6 +59,8 @@ class ModelConfig:
             projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
         scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
             ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
+        rotary_dim: with rotary positions, only each head's first ``rotary_dim`` dimensions turn (Phi-3.5's and
+            Phi-4-mini's partial rotary); None = all of them.
         qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
             embedding (Qwen3, Gemma 3, OLMo 2: the scores stay in range as training runs); the paper has none.
         sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
@@ -133,6 +135,7 @@ class ModelConfig:
     ffn_bias: bool = True
     scale_attention: bool = True
     sliding_window: int | None = None
+    rotary_dim: int | None = None
     qk_norm: bool = False
     layer_types: tuple[str, ...] = ()
     local_position_base: float | None = None

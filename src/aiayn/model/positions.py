@@ -111,9 +111,13 @@ class RotaryEmbedding(nn.Module):
     :func:`rope_frequencies`). Pairs are (2i, 2i+1) (``halves`` False, RoFormer) or (i, i + D/2) (``halves``
     True, LLaMA as Hugging Face lays it out); one layout is the other with the head's dimensions permuted."""
 
-    def __init__(self, d_head: int, base: float = 10000.0, halves: bool = False, scaling: dict | None = None) -> None:
+    def __init__(self, d_head: int, base: float = 10000.0, halves: bool = False, scaling: dict | None = None,
+                 rotary_dim: int | None = None) -> None:
+        """``rotary_dim``: only each head's first dimensions turn (partial rotary: Phi-3.5, Phi-4-mini), the rest pass
+        unrotated; None = all ``d_head``."""
         super().__init__()
-        self.register_buffer("inv_freq", rope_frequencies(d_head, base, scaling), persistent=False)
+        self.rotary_dim = rotary_dim if rotary_dim is not None and rotary_dim < d_head else None
+        self.register_buffer("inv_freq", rope_frequencies(self.rotary_dim or d_head, base, scaling), persistent=False)
         self.halves = halves
         self.tables: dict[tuple, tuple[Tensor, Tensor]] = {}  # (device, dtype) -> cos, sin (L, D/2): a cache
 
@@ -136,6 +140,12 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """Rotate x of shape (B, H, T, D) whose positions start at ``offset`` (an int or per row, (B,))."""
+        if self.rotary_dim is not None:
+            turned, passed = x.split([self.rotary_dim, x.size(-1) - self.rotary_dim], dim=-1)  # (B, H, T, R), rest
+            return torch.cat((self._rotate(turned, offset), passed), dim=-1)  # (B, H, T, D)
+        return self._rotate(x, offset)
+
+    def _rotate(self, x: Tensor, offset: int | Tensor) -> Tensor:
         cos, sin = self.cos_sin(x.size(-2), offset, x)
         if self.halves:
             x0, x1 = x.chunk(2, dim=-1)  # (B, H, T, D/2) each: dimension i pairs with i + D/2
