@@ -170,7 +170,9 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
 
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
-               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM")}
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+               "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+               "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM")}
     config_class, model_class = (getattr(transformers, name) for name in classes[kind])
     fields = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,

@@ -27,6 +27,11 @@ VARIANTS = {  # name: (model_type, config overrides)
     # sandwich norms, GeLU-tanh gated FFN, embeddings x sqrt(d): Gemma 3's options
     "phi3-fused-partial": ("phi3", dict(pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 500.0,
                                                                           "partial_rotary_factor": 0.5})),
+    "mixtral-4-experts-top2": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen3-moe-norm-topk": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                                              norm_topk_prob=True, head_dim=16)),
+    "qwen3-moe-plain-top3": ("qwen3_moe", dict(num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16,
+                                               norm_topk_prob=False)),
     "gemma3-layers": ("gemma3_text", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16,
                                          sliding_window=4, pad_token_id=0,
                                          layer_types=["sliding_attention", "full_attention", "sliding_attention"],

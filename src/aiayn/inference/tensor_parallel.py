@@ -120,7 +120,9 @@ def _block_plan(layer: nn.Module, world: int) -> dict:
         plan |= {f"{name}.{p}": ColwiseParallel() for p in ("q_proj", "k_proj", "v_proj")}
         plan[f"{name}.out_proj"] = RowwiseParallel()
         attn.n_heads, attn.n_kv_heads = attn.n_heads // world, attn.n_kv_heads // world  # this rank's heads
-    if hasattr(layer.ffn, "gate_proj"):
+    if hasattr(layer.ffn, "router"):
+        pass  # a mixture of experts is replicated: every rank runs every expert on the all-reduced activations
+    elif hasattr(layer.ffn, "gate_proj"):
         plan |= {"ffn.gate_proj": ColwiseParallel(), "ffn.up_proj": ColwiseParallel(),
                  "ffn.down_proj": RowwiseParallel()}
     else:

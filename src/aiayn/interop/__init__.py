@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.interop import bert, gemma, gpt2, llama, marian, phi3, sentence, t5
+from aiayn.interop import bert, gemma, gpt2, llama, marian, moe, phi3, sentence, t5
 from aiayn.interop.gguf import read_gguf
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
@@ -42,6 +42,8 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
         model, tokenizers = gemma.import_gemma(folder, config)
     elif kind in phi3.MODEL_TYPES:
         model, tokenizers = phi3.import_phi3(folder, config)
+    elif kind in moe.MODEL_TYPES:
+        model, tokenizers = moe.import_moe(folder, config)
     else:
         importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert,
                      "t5": t5.import_t5, "mt5": t5.import_t5}

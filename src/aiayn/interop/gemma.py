@@ -106,7 +106,8 @@ def gemma_problems(cfg: ModelConfig) -> list[str]:
               (cfg.qkv_bias == cfg.out_bias and not cfg.ffn_bias and not cfg.output_bias, "biases"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] == "linear", "rope_scaling"),
               (cfg.scale_attention and not cfg.embedding_norm and not cfg.output_transform, "the paper's options"),
-              (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)")]
+              (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)"),
+              (not cfg.n_experts, "n_experts")]
     return [problem for ok, problem in checks if not ok]
 
 

@@ -113,6 +113,8 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
     biased = {"q_proj": cfg.qkv_bias, "k_proj": cfg.qkv_bias, "v_proj": cfg.qkv_bias, "o_proj": cfg.out_bias,
               "gate_proj": cfg.ffn_bias, "up_proj": cfg.ffn_bias, "down_proj": cfg.ffn_bias}
     parts = {**LAYER_PARTS, **(QK_NORMS if cfg.qk_norm else {})}
+    if cfg.n_experts:  # the router; the experts' stacked tensors are named below (interop/moe.py stacks them)
+        parts = {**{k: v for k, v in parts.items() if not k.startswith("mlp.")}, "mlp.gate": "ffn.router"}
     if cfg.norm == "sandwich":
         parts = {**{k: v for k, v in parts.items() if not k.endswith("layernorm")}, **SANDWICH}
     for i in range(cfg.n_decoder_layers):
@@ -120,6 +122,9 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
             names[f"model.layers.{i}.{theirs}.weight"] = f"decoder.layers.{i}.{mine}.weight"
             if biased.get(theirs.split(".")[-1]):
                 names[f"model.layers.{i}.{theirs}.bias"] = f"decoder.layers.{i}.{mine}.bias"
+        if cfg.n_experts:
+            for part in ("gate_up", "down"):
+                names[f"model.layers.{i}.mlp.experts.{part}_proj"] = f"decoder.layers.{i}.ffn.{part}"
     return names
 
 
@@ -177,6 +182,7 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (not cfg.qk_norm or cfg.qkv_bias == cfg.out_bias, "qk_norm with Qwen2's attention biases"),
               (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window"),
               (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)"),
+              (not cfg.n_experts, "n_experts (a mixture of experts: not exported yet)"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] != "factors",
                "rope_scaling factors (a GGUF file's rope_freqs; export it as GGUF)")]
     return [problem for ok, problem in checks if not ok]

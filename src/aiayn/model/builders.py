@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import InputEmbedding, TokenEmbedding, build_positions
+from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import (
     ACTIVATIONS,
     Decoder,
@@ -54,7 +55,11 @@ def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> Mu
 
 
 def build_feed_forward(cfg: ModelConfig) -> nn.Module:
-    """The position-wise feed-forward network: equation (2) or SwiGLU, with or without biases."""
+    """The position-wise feed-forward network: equation (2) or SwiGLU, with or without biases; a mixture of
+    SwiGLU experts with ``n_experts``."""
+    if cfg.n_experts:
+        return MixtureOfExperts(cfg.d_model, cfg.expert_d_ff or cfg.d_ff, cfg.n_experts, cfg.experts_per_token,
+                                cfg.renorm_experts, cfg.activation)
     dropout = cfg.dropout if cfg.activation_dropout is None else cfg.activation_dropout
     kind = SwiGLUFeedForward if cfg.feed_forward == "swiglu" else PositionwiseFeedForward
     return kind(cfg.d_model, cfg.d_ff, dropout, cfg.activation, cfg.ffn_bias)

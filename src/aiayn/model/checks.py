@@ -148,6 +148,9 @@ def validate(cfg) -> None:
                                         or cfg.relative_max_distance <= cfg.relative_buckets // 2):
         raise ValueError(f"relative_buckets: T5's buckets need an even count of at least 4 and relative_max_distance "
                          f"above half of it; got {cfg.relative_buckets} and {cfg.relative_max_distance}")
+    if cfg.n_experts and (cfg.feed_forward != "swiglu" or not 1 <= cfg.experts_per_token <= cfg.n_experts):
+        raise ValueError(f"n_experts: a mixture of SwiGLU experts (feed_forward swiglu), 1 to {cfg.n_experts} per "
+                         f"token; got {cfg.feed_forward}, experts_per_token {cfg.experts_per_token}")
     if cfg.rotary_dim is not None and (cfg.positions != "rope" or cfg.rotary_dim % 2 or
                                        not 0 < cfg.rotary_dim <= cfg.d_head):
         raise ValueError(f"rotary_dim: an even number of a head's {cfg.d_head} dimensions, for positions rope; got "

@@ -59,6 +59,10 @@ class ModelConfig:
             projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
         scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
             ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
+        n_experts: 0 (a feed-forward network, the paper's) or a mixture of this many SwiGLU experts in its place
+            (``model/experts.py``: Mixtral, Qwen3-MoE), each token routed to its ``experts_per_token`` best;
+            ``expert_d_ff``: each expert's hidden size (None = ``d_ff``); ``renorm_experts``: the chosen experts'
+            probabilities divided by their sum.
         rotary_dim: with rotary positions, only each head's first ``rotary_dim`` dimensions turn (Phi-3.5's and
             Phi-4-mini's partial rotary); None = all of them.
         qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
@@ -136,6 +140,10 @@ class ModelConfig:
     scale_attention: bool = True
     sliding_window: int | None = None
     rotary_dim: int | None = None
+    n_experts: int = 0
+    experts_per_token: int = 2
+    expert_d_ff: int | None = None
+    renorm_experts: bool = True
     qk_norm: bool = False
     layer_types: tuple[str, ...] = ()
     local_position_base: float | None = None

@@ -19,6 +19,8 @@ def _norm(c: ModelConfig, size: int) -> int:
 def _ffn(c: ModelConfig) -> int:
     """W1, W2 (and SwiGLU's gate) with their biases when the config has them."""
     d, d_ff = c.d_model, c.d_ff
+    if c.n_experts:  # the router and every expert's three matrices
+        return d * c.n_experts + c.n_experts * 3 * d * (c.expert_d_ff or d_ff)
     if c.feed_forward == "swiglu":
         return 3 * d * d_ff + c.ffn_bias * (2 * d_ff + d)
     return 2 * d * d_ff + c.ffn_bias * (d_ff + d)

@@ -1,0 +1,58 @@
+"""A mixture of experts in place of the feed-forward network (Mixtral, Qwen3-MoE, OLMoE): a router scores every
+expert for each token, the token's ``top_k`` best experts (gated feed-forward networks, SwiGLU) run on it, and
+their outputs are summed, weighted by the router's softmax probabilities (renormalised over the chosen ones where
+the model says so). Each token pays for k experts' weights while the model holds all of them.
+
+The experts' weights are batched, ``gate_up`` (E, 2F, D) and ``down`` (E, D, F); tokens are grouped by expert, so
+the loop runs over the experts a batch uses, never over its tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.model.layers import ACTIVATIONS
+
+
+class MixtureOfExperts(nn.Module):
+    """Top-k routed SwiGLU experts. (..., D) -> (..., D).
+
+    Args:
+        d_model: D; d_ff: each expert's hidden size F; n_experts: E; top_k: experts per token.
+        renorm: the chosen experts' probabilities divided by their sum (Mixtral; Qwen3-MoE's ``norm_topk_prob``).
+        activation: the gate's activation (SiLU for SwiGLU).
+    """
+
+    def __init__(self, d_model: int = 512, d_ff: int = 2048, n_experts: int = 8, top_k: int = 2,
+                 renorm: bool = True, activation: str = "silu") -> None:
+        super().__init__()
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.gate_up = nn.Parameter(torch.randn(n_experts, 2 * d_ff, d_model) * d_model ** -0.5)  # (E, 2F, D)
+        self.down = nn.Parameter(torch.randn(n_experts, d_model, d_ff) * d_ff ** -0.5)  # (E, D, F)
+        self.top_k, self.renorm, self.activation = top_k, renorm, ACTIVATIONS[activation]
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Each token's chosen experts and their weights: (N, k) ids and (N, k) float32 weights, x (N, D)."""
+        probs = self.router(x).float().softmax(dim=-1)  # (N, E)
+        weights, chosen = probs.topk(self.top_k, dim=-1)  # (N, k), best first
+        if self.renorm:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return chosen, weights
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.size(-1))  # (N, D)
+        chosen, weights = self.route(flat)
+        order = chosen.flatten().argsort(stable=True)  # (N*k,): the (token, slot) pairs grouped by expert
+        tokens = order // self.top_k
+        counts = torch.bincount(chosen.flatten(), minlength=self.gate_up.size(0)).tolist()
+        out = torch.zeros_like(flat)
+        start = 0
+        for expert, n in enumerate(counts):
+            if n:
+                rows, w = tokens[start:start + n], weights.flatten()[order[start:start + n]]
+                gate, up = (flat[rows] @ self.gate_up[expert].T).chunk(2, dim=-1)  # (n, F) each
+                y = (self.activation(gate) * up) @ self.down[expert].T  # (n, D)
+                out.index_add_(0, rows, y * w[:, None].to(y.dtype))
+                start += n
+        return out.view(x.shape)

@@ -1,0 +1,49 @@
+"""The mixture of experts: the batched, grouped-by-expert forward equals the routing written out token by token,
+and it fits the one model as an option (parameter count, a cached step equal to the whole pass)."""
+
+import pytest
+import torch
+
+from aiayn import build_model, count_parameters
+from aiayn.model.experts import MixtureOfExperts
+
+from conftest import tiny
+
+
+def reference(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
+    """Each token alone: softmax over the experts, its k best, each expert's SwiGLU, the weighted sum."""
+    out = torch.zeros_like(x)
+    for n, token in enumerate(x):
+        probs = moe.router(token).softmax(-1)
+        weights, chosen = probs.topk(moe.top_k)
+        if moe.renorm:
+            weights = weights / weights.sum()
+        for w, e in zip(weights, chosen.tolist(), strict=True):
+            gate, up = (moe.gate_up[e] @ token).chunk(2)
+            out[n] += w * (moe.down[e] @ (torch.nn.functional.silu(gate) * up))
+    return out
+
+
+@pytest.mark.parametrize("top_k, renorm", [(1, True), (2, True), (2, False), (4, False)])
+def test_the_batched_experts_equal_the_routing_written_out(top_k, renorm):
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(16, 24, n_experts=4, top_k=top_k, renorm=renorm).double()
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    with torch.no_grad():
+        expected = reference(moe, x.reshape(-1, 16)).view(2, 9, 16)
+        assert torch.allclose(moe(x), expected, atol=1e-6)  # the router's softmax runs in float32, as HF's
+
+
+def test_experts_are_an_option_of_the_one_model():
+    cfg = tiny(arch="decoder-only", feed_forward="swiglu", activation="silu", n_experts=4, experts_per_token=2,
+               expert_d_ff=24)
+    model = build_model(cfg).eval()
+    assert sum(p.numel() for p in model.parameters()) == count_parameters(cfg)
+    ids = torch.randint(5, 40, (2, 8))
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.new_cache(2, 8, full)
+        steps = torch.cat([model.decode(ids[:, t:t + 1], cache) for t in range(8)], dim=1)
+    assert (full - steps).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="n_experts"):
+        tiny(arch="decoder-only", n_experts=4)  # the paper's feed-forward: no experts of it
