@@ -171,6 +171,7 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+               "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
                "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM")}
     config_class, model_class = (getattr(transformers, name) for name in classes[kind])
@@ -182,8 +183,8 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.3 if param.dim() == 1 else 0.1)
-        if kind == "gemma3_text":  # its padding token is a row of the vocabulary (id 0): zero, as a trained one
-            model.model.embed_tokens.weight[model.config.pad_token_id].zero_()  # is never predicted
+        if kind in ("gemma2", "gemma3_text"):  # its padding token is a row of the vocabulary (id 0): zero, as a
+            model.model.embed_tokens.weight[model.config.pad_token_id].zero_()  # trained one, is never predicted
     model.save_pretrained(folder, max_shard_size="20KB" if shard else "1GB")
     llama_tokenizer(folder)
     return folder

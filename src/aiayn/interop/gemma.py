@@ -1,4 +1,6 @@
-"""Gemma 3 (``Gemma3ForCausalLM``, model_type ``gemma3_text``) -> aiayn's decoder-only model: the LLaMA branch
+"""Gemma 3 (``Gemma3ForCausalLM``, model_type ``gemma3_text``) and Gemma 2 (``gemma2``: no q/k norms, one rotary
+base, a query scale of its own and soft-capped attention scores and logits) -> aiayn's decoder-only model: the
+LLaMA branch
 (``interop/llama.py``'s tensor table) with Gemma's options: sandwich norms (``norm="sandwich"``), q/k norms,
 a GeLU-tanh gated feed-forward, embeddings times sqrt(d_model), and layers of two kinds (five sliding-window
 layers to a full one, ``layer_types``), the sliding ones with a rotary base of their own (``local_position_base``).
@@ -21,21 +23,14 @@ from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
-MODEL_TYPES = ("gemma3_text",)
+MODEL_TYPES = ("gemma3_text", "gemma2")
 LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
 def _refuse(hf: dict) -> None:
-    """What aiayn does not build of a Gemma 3 config, each refused by name."""
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if hf.get(name) is not None:
-            raise ValueError(f"config.json: {name} (Gemma 2's soft-capping) is not supported")
+    """What aiayn does not build of a Gemma 2 or 3 config, each refused by name."""
     if hf.get("use_bidirectional_attention"):
         raise ValueError("config.json: use_bidirectional_attention (EmbeddingGemma) is not supported")
-    head_dim = hf.get("head_dim", 256)
-    if hf.get("query_pre_attn_scalar", head_dim) != head_dim:
-        raise ValueError(f"config.json: query_pre_attn_scalar {hf['query_pre_attn_scalar']} other than head_dim "
-                         f"{head_dim} is not supported")
     if hf.get("hidden_activation", "gelu_pytorch_tanh") not in ACTIVATIONS:
         raise ValueError(f"config.json: hidden_activation {hf.get('hidden_activation')!r} is not supported")
 
@@ -44,9 +39,12 @@ def _ropes(hf: dict) -> tuple[float, float, dict | None]:
     """(the full layers' rotary base, the sliding layers', the full layers' scaling) from ``rope_parameters`` per
     layer type (transformers 5) or ``rope_theta``, ``rope_local_base_freq`` and ``rope_scaling`` (before)."""
     params = hf.get("rope_parameters") or {}
+    if "rope_theta" in params:  # one rotary embedding for every layer (Gemma 2)
+        params = {"full_attention": params, "sliding_attention": params}
     full = params.get("full_attention") or {"rope_theta": hf.get("rope_theta", 1_000_000.0),
                                             **(hf.get("rope_scaling") or {})}
-    local = params.get("sliding_attention") or {"rope_theta": hf.get("rope_local_base_freq", 10_000.0)}
+    local = params.get("sliding_attention") or {"rope_theta": hf.get("rope_local_base_freq", hf.get(
+        "rope_theta", 10_000.0) if hf["model_type"] == "gemma2" else 10_000.0)}
     for name, rope in (("full", full), ("sliding", local)):
         kind = rope.get("rope_type") or rope.get("type") or "default"
         if kind not in ("default", "linear") or (name == "sliding" and kind != "default"):
@@ -61,8 +59,10 @@ def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
     _refuse(hf)
     theta, local_theta, scaling = _ropes(hf)
     heads, layers = hf["num_attention_heads"], hf["num_hidden_layers"]
-    kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0
-                                      else "sliding_attention" for i in range(layers)]
+    pattern = 2 if hf["model_type"] == "gemma2" else hf.get("sliding_window_pattern", 6)  # Gemma 2 alternates
+    kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                                      for i in range(layers)]
+    head_dim = hf.get("head_dim", 256)
     ends = hf.get("eos_token_id")
     ends = list(dict.fromkeys(ends)) if isinstance(ends, list) else [ends]
     pad = hf.get("pad_token_id", 0)
@@ -71,9 +71,11 @@ def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
         n_encoder_layers=0, n_decoder_layers=layers, d_ff=hf["intermediate_size"], dropout=0.0,
         activation=ACTIVATIONS[hf.get("hidden_activation", "gelu_pytorch_tanh")], norm="sandwich",
         norm_type="rmsnorm", feed_forward="swiglu", n_kv_heads=hf.get("num_key_value_heads") or heads,
-        head_dim=hf.get("head_dim", 256), positions="rope", position_base=theta, rope_layout="halves",
+        head_dim=head_dim, positions="rope", position_base=theta, rope_layout="halves",
         rope_scaling=scaling, local_position_base=local_theta, qkv_bias=bool(hf.get("attention_bias", False)),
-        out_bias=bool(hf.get("attention_bias", False)), ffn_bias=False, qk_norm=True,
+        out_bias=bool(hf.get("attention_bias", False)), ffn_bias=False, qk_norm=hf["model_type"] != "gemma2",
+        query_scale=None if hf.get("query_pre_attn_scalar", head_dim) == head_dim else hf["query_pre_attn_scalar"],
+        attention_softcap=hf.get("attn_logit_softcapping"), logit_softcap=hf.get("final_logit_softcapping"),
         sliding_window=hf.get("sliding_window", 4096), layer_types=tuple(LAYER_TYPES[k] for k in kinds),
         share_embeddings="all" if hf.get("tie_word_embeddings", True) else "none",
         max_len=hf.get("max_position_embeddings", 131072), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
@@ -102,6 +104,8 @@ def gemma_problems(cfg: ModelConfig) -> list[str]:
     checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "sandwich", f"norm {cfg.norm}"),
               (cfg.norm_type == "rmsnorm", "norm_type layernorm"), (cfg.feed_forward == "swiglu", "feed_forward"),
               (cfg.activation == "gelu_tanh", f"activation {cfg.activation}"), (cfg.qk_norm, "no qk_norm"),
+              (cfg.query_scale is None and cfg.attention_softcap is None and cfg.logit_softcap is None,
+               "Gemma 2's query scale and soft-capping (exported as Gemma 3)"),
               (cfg.positions == "rope", f"positions {cfg.positions}"), (cfg.scale_embeddings, "unscaled embeddings"),
               (cfg.qkv_bias == cfg.out_bias and not cfg.ffn_bias and not cfg.output_bias, "biases"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] == "linear", "rope_scaling"),

@@ -183,6 +183,8 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window"),
               (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)"),
               (not cfg.n_experts, "n_experts (a mixture of experts: not exported yet)"),
+              (cfg.query_scale is None and cfg.attention_softcap is None and cfg.logit_softcap is None,
+               "query_scale / soft-capping (Gemma 2)"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] != "factors",
                "rope_scaling factors (a GGUF file's rope_freqs; export it as GGUF)")]
     return [problem for ok, problem in checks if not ok]

@@ -23,17 +23,20 @@ def attention_scores(q: Tensor, k: Tensor) -> Tensor:
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                        bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                        bias: Tensor | None = None, softcap: float | None = None) -> tuple[Tensor, Tensor]:
     """Equation (1) written out: softmax(Q K^T / sqrt(d_k) + bias) V, masked scores set to -inf.
 
     Args:
         q: (..., T, D) queries; k: (..., S, D) keys; v: (..., S, Dv) values.
         mask: bool, True = may attend, broadcastable to (..., T, S); None = attend everywhere.
         bias: float, added to the scores (T5's relative positions), broadcastable to (..., T, S); None = none.
+        softcap: the scores squashed into (-cap, cap) as cap * tanh(scores / cap) (Gemma 2); None = none.
     Returns:
         output (..., T, Dv) and the attention weights (..., T, S); fully masked rows are all zeros.
     """
     scores = attention_scores(q, k)  # (..., T, S)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     if bias is not None:
         scores = scores + bias
     if mask is None:
@@ -85,12 +88,16 @@ class MultiHeadAttention(nn.Module):
             the queries are multiplied by sqrt(d_k), which cancels the division on both paths).
         q_norm, k_norm: norms over each head's queries and keys (size d_head), before the rotary embedding (Qwen3's
             q/k normalisation); None = none (the paper).
+        query_scale: the scores divided by sqrt(query_scale) instead of sqrt(d_k) (Gemma 2's
+            ``query_pre_attn_scalar``); softcap: the scores capped as cap * tanh(scores / cap) before the softmax
+            (Gemma 2; computed on the reference path, which SDPA has no such step for).
     """
 
     def __init__(self, d_model: int = 512, n_heads: int = 8, dropout: float = 0.0,
                  rope: RotaryEmbedding | None = None, *, n_kv_heads: int | None = None, d_head: int | None = None,
                  qkv_bias: bool = True, out_bias: bool = True, scaled: bool = True, q_norm: nn.Module | None = None,
-                 k_norm: nn.Module | None = None) -> None:
+                 k_norm: nn.Module | None = None, query_scale: float | None = None,
+                 softcap: float | None = None) -> None:
         super().__init__()
         self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -105,6 +112,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("q_norm and k_norm: give both (q/k normalisation) or neither")
         self.q_norm, self.k_norm = q_norm, k_norm
         self.unscale = 1.0 if scaled else math.sqrt(self.d_head)
+        if query_scale is not None:  # q k / sqrt(query_scale) = (q * sqrt(d_k / query_scale)) k / sqrt(d_k)
+            self.unscale *= math.sqrt(self.d_head / query_scale)
+        self.softcap = softcap
         self.qkv_proj: nn.Module | None = None  # set by fuse(): Q, K and V in one product (inference)
 
     def fuse(self) -> None:
@@ -171,9 +181,11 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
         weights = None
-        if need_weights:
+        if need_weights or self.softcap is not None:
             groups = self.n_heads // self.n_kv_heads
-            out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias)
+            out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias,
+                                               self.softcap)
+            weights = weights if need_weights else None
         else:
             out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0, bias)
         out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)

@@ -51,7 +51,8 @@ def build_attention(cfg: ModelConfig, rope: RotaryEmbedding | None = None) -> Mu
     norms = [make_norm(cfg.norm_type, cfg.d_head, cfg.layer_norm_eps) for _ in range(2)] if cfg.qk_norm else [None] * 2
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, dropout, rope, n_kv_heads=cfg.n_kv_heads,
                               d_head=cfg.head_dim, qkv_bias=cfg.qkv_bias, out_bias=cfg.out_bias,
-                              scaled=cfg.scale_attention, q_norm=norms[0], k_norm=norms[1])
+                              scaled=cfg.scale_attention, q_norm=norms[0], k_norm=norms[1],
+                              query_scale=cfg.query_scale, softcap=cfg.attention_softcap)
 
 
 def build_feed_forward(cfg: ModelConfig) -> nn.Module:

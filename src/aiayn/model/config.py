@@ -63,6 +63,10 @@ class ModelConfig:
             (``model/experts.py``: Mixtral, Qwen3-MoE), each token routed to its ``experts_per_token`` best;
             ``expert_d_ff``: each expert's hidden size (None = ``d_ff``); ``renorm_experts``: the chosen experts'
             probabilities divided by their sum.
+        query_scale: the attention scores divided by sqrt(query_scale) instead of sqrt(d_k) (Gemma's
+            ``query_pre_attn_scalar``); None = d_k (equation 1).
+        attention_softcap, logit_softcap: the attention scores and the output logits squashed as cap * tanh(x / cap)
+            (Gemma 2); None = none.
         rotary_dim: with rotary positions, only each head's first ``rotary_dim`` dimensions turn (Phi-3.5's and
             Phi-4-mini's partial rotary); None = all of them.
         qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
@@ -140,6 +144,9 @@ class ModelConfig:
     scale_attention: bool = True
     sliding_window: int | None = None
     rotary_dim: int | None = None
+    query_scale: float | None = None
+    attention_softcap: float | None = None
+    logit_softcap: float | None = None
     n_experts: int = 0
     experts_per_token: int = 2
     expert_d_ff: int | None = None

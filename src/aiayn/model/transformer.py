@@ -127,7 +127,7 @@ class EncoderDecoderBody(TransformerModel):
         d_model ** -0.5 with ``rescale_output`` (T5 v1.0: its output weight is the unscaled embedding)."""
         if self.config.rescale_output:
             hidden = hidden * self.config.d_model ** -0.5
-        return (self.output if output is None else output)(hidden)
+        return _capped((self.output if output is None else output)(hidden), self.config)
 
 
 class EncoderDecoder(EncoderDecoderBody):
@@ -216,7 +216,7 @@ class DecoderOnly(TransformerModel):
         mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
                                                 **_windows(self.config))  # (B|1, 1, T, offset+T) or None
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions, local_mask=local)
-        return (self.output if output is None else output)(hidden[:, -1:] if last else hidden)
+        return _capped((self.output if output is None else output)(hidden[:, -1:] if last else hidden), self.config)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -280,3 +280,9 @@ def _windows(cfg: ModelConfig) -> dict[str, int | None]:
     the sliding layers alone."""
     local = cfg.sliding_window if "sliding" in cfg.layer_types else None
     return {"window": None if cfg.layer_types else cfg.sliding_window, "local_window": local}
+
+
+def _capped(logits: Tensor, cfg: ModelConfig) -> Tensor:
+    """The logits squashed as cap * tanh(logits / cap) with ``logit_softcap`` (Gemma 2); else as they are."""
+    cap = cfg.logit_softcap
+    return logits if cap is None else cap * torch.tanh(logits / cap)
