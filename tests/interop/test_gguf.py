@@ -423,3 +423,29 @@ def test_a_gemma3_shaped_model_goes_out_as_gemma3_and_transformers_reads_it(tmp_
     same_logits(hf, model, ids)
     original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
     assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+
+
+def test_a_qwen3_mixture_of_experts_goes_out_as_qwen3moe_and_comes_back(tmp_path, make_llama):
+    """A Qwen3-MoE (4 experts, 2 a token, renormalised as llama.cpp's qwen3moe does): exported with its experts as
+    llama.cpp's 3-D ffn_*_exps tensors, read by transformers' GGUF loader with the same logits, and read back by
+    aiayn tensor for tensor."""
+    import gguf
+
+    tok = byte_level("qwen2")
+    # experts of 768 units: transformers' GGUF loader takes Qwen3MoeConfig's default expert size
+    folder = make_llama(tmp_path / "hf", "qwen3_moe", vocab_size=len(tok), num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=768, norm_topk_prob=True, head_dim=16, bos_token_id=None,
+                        eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=False)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+    tok.save_pretrained(folder)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    path = export(tmp_path / "ckpt", tmp_path / "moe.gguf")
+    names = {t.name for t in gguf.GGUFReader(path).tensors}
+    assert {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_exps.weight", "blk.0.ffn_down_exps.weight"} <= names
+    hf, _ = hf_gguf(path)
+    model, _ = imported(path)
+    ids = torch.randint(5, 200, (2, 10), generator=torch.Generator().manual_seed(0))
+    same_logits(hf, model, ids)
+    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
+    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())

@@ -17,16 +17,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.interop import gemma, gpt2, llama
+from aiayn.interop import gemma, gpt2, llama, moe
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
 from aiayn.tokenizers.hf import HFTokenizers
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")  # general.architecture values aiayn reads
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt2")  # general.architecture values aiayn reads
 MAGIC = b"GGUF"
 LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm", "ffn_gate_inp": "mlp.gate",
+               "ffn_gate_exps": "mlp.experts.gate", "ffn_up_exps": "mlp.experts.up",  # a mixture's router and its
+               "ffn_down_exps": "mlp.experts.down_proj"}  # experts, (E, F, D) and (E, D, F)
 LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 GEMMA_NAMES = {**LLAMA_NAMES, "ffn_norm": "pre_feedforward_layernorm",  # Gemma's sandwich norms
                "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
@@ -153,6 +155,10 @@ def hf_config(f: GGUFFile) -> dict:
                     eos_token_id=common["eos_token_id"][0] if common["eos_token_id"] else None, resid_pdrop=0.0)
     if f.arch == "gemma3":
         return _gemma_config(f, common)
+    if f.arch == "qwen3moe":  # llama.cpp's qwen3moe renormalises the chosen experts' weights
+        common = dict(common, model_type="qwen3_moe", num_experts=f.need("expert_count"),
+                      num_experts_per_tok=f.need("expert_used_count"),
+                      moe_intermediate_size=f.need("expert_feed_forward_length"), norm_topk_prob=True)
     heads = f.need("attention.head_count")
     scaling = f.get("rope.scaling.type")
     rope = {"rope_type": "linear", "factor": f.need("rope.scaling.factor")} if scaling == "linear" else (
@@ -191,6 +197,7 @@ def _gemma_config(f: GGUFFile, common: dict) -> dict:
 def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
     """Every tensor as (Hugging Face name, float32 tensor), one at a time: a ``llama`` file's q/k rows unpermuted,
     GPT-2's projections back in its Conv1D (in, out) layout."""
+    held: dict[tuple[str, str], Tensor] = {}  # a layer's experts' gate or up matrices, until both are read
     for name in f.tensors:
         if name == "rope_freqs.weight":
             continue  # read into the config (hf_config)
@@ -205,6 +212,14 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
             t = unpermute(t, hf["num_attention_heads"] if part == "attn_q" else hf["num_key_value_heads"])
         if theirs.endswith(CONV1D):
             t = t.t()
+        if theirs.endswith(("experts.gate.weight", "experts.up.weight")):  # stacked as aiayn's gate_up (E, 2F, D)
+            stem, part, _ = theirs.rsplit(".", 2)
+            held[stem, part] = t
+            if (stem, "gate") in held and (stem, "up") in held:
+                yield f"{stem}.gate_up_proj", torch.cat([held.pop((stem, "gate")), held.pop((stem, "up"))], dim=1)
+            continue
+        if theirs.endswith("experts.down_proj.weight"):
+            theirs = theirs.removesuffix(".weight")
         yield theirs, t
 
 
@@ -227,6 +242,9 @@ def read_gguf(path: str | Path):
     try:
         if f.arch == "gpt2":
             model = gpt2.gpt2_model(gpt2.gpt2_config(hf), dict(hf_tensors(f, hf)))
+        elif f.arch == "qwen3moe":
+            model = llama.DecoderOnly(moe.moe_config(hf, tokenizers.src.unk_id()))
+            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
         elif f.arch == "gemma3":
             model = llama.DecoderOnly(gemma.gemma_config(hf, tokenizers.src.unk_id()))
             llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")

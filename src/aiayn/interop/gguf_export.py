@@ -34,6 +34,11 @@ def gguf_architecture(cfg, source: str) -> str:
     as_gemma = gemma.gemma_problems(cfg) + _gemma_fixed(cfg)
     if not as_gemma:
         return "gemma3"
+    if cfg.n_experts:  # llama.cpp's mixture: qwen3moe (Qwen3's q/k norms, the chosen experts' weights renormalised)
+        as_moe = [p for p in llama.llama_problems(cfg) if not p.startswith("n_experts")]
+        as_moe += [] if cfg.qk_norm and cfg.renorm_experts else ["a mixture without q/k norms or renormalised weights"]
+        if not as_moe:
+            return "qwen3moe"
     factors = cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "factors"
     as_llama = [p for p in llama.llama_problems(cfg) if not (factors and p.startswith("rope_scaling factors"))]
     as_gpt2 = gpt2.gpt2_problems(cfg)
@@ -69,6 +74,13 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
         del hf["lm_head.weight"]  # tied: llama.cpp falls back to token_embd
     out = {}
     for name, t in hf.items():
+        if ".mlp.experts." in name:  # (E, 2F, D) gate and up, (E, D, F) down: llama.cpp's ffn_*_exps
+            block = f"blk.{name.split('.')[2]}"
+            if name.endswith("gate_up_proj"):
+                out[f"{block}.ffn_gate_exps.weight"], out[f"{block}.ffn_up_exps.weight"] = t.chunk(2, dim=1)
+            else:
+                out[f"{block}.ffn_down_exps.weight"] = t
+            continue
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
             t = permute(t, cfg.n_heads if ".q_proj." in name else cfg.kv_heads)
         out[gguf_name(name, arch)] = t
@@ -89,6 +101,10 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
         writer.add_layer_norm_eps(cfg.layer_norm_eps)
         return
     writer.add_head_count_kv(cfg.kv_heads)
+    if arch == "qwen3moe":
+        writer.add_expert_count(cfg.n_experts)
+        writer.add_expert_used_count(cfg.experts_per_token)
+        writer.add_expert_feed_forward_length(cfg.expert_d_ff or cfg.d_ff)
     if arch == "gemma3":
         writer.add_sliding_window(cfg.sliding_window)
     writer.add_layer_norm_rms_eps(cfg.layer_norm_eps)
