@@ -6,7 +6,8 @@ Presets (what each measures is in its module's docstring):
 - translation (``engines_translation.py``): ``small``, ``base`` (aiayn's sizes, random weights, a Marian model of
   the same dimensions) and ``opus-mt`` (an OPUS-MT-shaped Marian folder, imported): generated tokens/s, greedy
   and beam 4, cache on and off, float32, bfloat16 and int8; engines aiayn, hf, ct2.
-- language models (``engines_lm.py``): ``smollm2`` (the real SmolLM2-135M-Instruct from ``--gguf``), ``qwen-shape``
+- language models (``engines_lm.py``): ``smollm2`` and ``gemma3`` (the real SmolLM2-135M-Instruct or Gemma 3 270M
+  from ``--gguf``), ``qwen-shape``
   (random, Qwen2.5-0.5B's shape) and ``llama`` (random, d 512): decode and prefill tokens/s, peak RSS, the
   share of memory bandwidth, at fp32, bf16, int8 and int4; engines aiayn, hf, ct2, llama.cpp.
 
@@ -63,8 +64,8 @@ def main() -> None:
     parser.add_argument("--gguf", help="smollm2: the GGUF file (scripts/fetch_smollm2.py fetches it)")
     parser.add_argument("--new-tokens", type=int, default=64, help="language models: new tokens per timing")
     args = parser.parse_args()
-    if "smollm2" in args.preset and not args.gguf:
-        parser.error("--preset smollm2 needs --gguf FILE")
+    if {"smollm2", "gemma3"} & set(args.preset) and not args.gguf:
+        parser.error("--preset smollm2 and gemma3 need --gguf FILE (scripts/fetch_smollm2.py, fetch_gemma3.py)")
     engines = available(["aiayn", *[e for e in args.engines if e != "aiayn"]])
     translation = [p for p in args.preset if p in engines_translation.PRESETS]
     if translation:

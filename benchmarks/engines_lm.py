@@ -1,7 +1,8 @@
 """The language-model presets of ``bench_engines.py``: batch-1 decoding on a CPU, aiayn against transformers,
 CTranslate2 and llama.cpp (``llama-cpp-python``, where installed) on the very same weights: a real model
-(``smollm2``: SmolLM2-135M-Instruct from its GGUF file), a random model of Qwen2.5-0.5B's shape (``qwen-shape``: d
-896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864, vocabulary 151,936, tied) or a random Llama
+(``smollm2``: SmolLM2-135M-Instruct from its GGUF file; ``gemma3``: Gemma 3 270M from its Q4_K_M GGUF file), a
+random model of Qwen2.5-0.5B's shape (``qwen-shape``: d 896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864,
+vocabulary 151,936, tied) or a random Llama
 (``llama``: d 512, 6 layers, 8 query / 2 key-value heads, SwiGLU 1408, vocabulary 32,000).
 
 The model is imported with ``aiayn import``, exported with ``aiayn export --format hf`` for transformers and
@@ -38,7 +39,7 @@ PROMPT = "Once upon a time"
 PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
               "ct2": ("fp32", "bf16", "int8"), "llama.cpp": ("fp32", "bf16", "int8", "int4")}
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
-PRESETS = ("smollm2", "qwen-shape", "llama")
+PRESETS = ("smollm2", "gemma3", "qwen-shape", "llama")
 
 emit = partial(print_figure, digits=None)
 
@@ -49,7 +50,7 @@ def aiayn(*args: str) -> None:
 
 def prepare(model: str, gguf: str | None, work: Path, engines: list[str]) -> None:
     """work/aiayn (the checkpoint), work/hf (for transformers and CTranslate2), work/ct2, work/*.gguf."""
-    if model == "smollm2":
+    if model in ("smollm2", "gemma3"):  # a real model's GGUF file
         aiayn("import", gguf, "--output", str(work / "aiayn"))
         aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "hf", "--output", str(work / "hf"))
     else:
