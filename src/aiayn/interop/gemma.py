@@ -17,8 +17,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.interop.hf_folder import iter_weights
-from aiayn.interop.llama import ACTIVATIONS, load_llama_weights
+from aiayn.interop.llama import ACTIVATIONS, import_llama
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
@@ -83,20 +82,15 @@ def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
         unk_id=pad if unk_id is None else unk_id, mask_id=pad, stop_ids=tuple(ends[1:]))
 
 
-def gains_as_one_plus(tensors: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
+def gains_as_one_plus(tensors: Iterable[tuple[str, Tensor]],
+                      cfg: ModelConfig | None = None) -> Iterator[tuple[str, Tensor]]:
     """Each norm's weight w read as the gain 1 + w (Gemma's RMSNorm: x_hat * (1 + w))."""
     for name, tensor in tensors:
         yield name, (tensor.float() + 1.0 if name.endswith("norm.weight") else tensor)
 
 
 def import_gemma(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
-    tokenizers = HFTokenizers.load(folder)
-    if len(tokenizers.src) > hf["vocab_size"]:
-        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
-                         f"vocab_size {hf['vocab_size']}")
-    model = DecoderOnly(gemma_config(hf, tokenizers.src.unk_id()))
-    load_llama_weights(model, gains_as_one_plus(iter_weights(folder)))
-    return model.eval(), tokenizers
+    return import_llama(folder, hf, gemma_config, gains_as_one_plus)
 
 
 def gemma_problems(cfg: ModelConfig) -> list[str]:

@@ -11,7 +11,7 @@ checkpoint's). One table of tensor names serves import and export.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -158,13 +158,19 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
             model.output.weight[-1].zero_()
 
 
-def import_llama(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
+def import_llama(folder: Path, hf: dict, config: Callable[[dict, int | None], ModelConfig] | None = None,
+                 weights: Callable[[Iterable, ModelConfig], Iterable] | None = None
+                 ) -> tuple[DecoderOnly, HFTokenizers]:
+    """The model and tokenizers of a folder of the LLaMA branch: ``config`` makes its config (default Llama's; a
+    member's: ``gemma_config``, ``phi3_config``, ``moe_config``), ``weights`` (tensors, config) -> tensors is what
+    the checkpoint's tensors go through first (Gemma's gains, Phi's fused projections split, experts stacked)."""
     tokenizers = HFTokenizers.load(folder)
     if len(tokenizers.src) > hf["vocab_size"]:
         raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
                          f"vocab_size {hf['vocab_size']}")
-    model = DecoderOnly(llama_config(hf, tokenizers.src.unk_id()))
-    load_llama_weights(model, iter_weights(folder))
+    model = DecoderOnly((config or llama_config)(hf, tokenizers.src.unk_id()))
+    tensors = iter_weights(folder)
+    load_llama_weights(model, tensors if weights is None else weights(tensors, model.config))
     return model.eval(), tokenizers
 
 

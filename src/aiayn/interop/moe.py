@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.hf_folder import iter_weights
-from aiayn.interop.llama import llama_config, load_llama_weights
+from aiayn.interop.llama import import_llama, llama_config
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
@@ -66,10 +65,4 @@ def _stack(layer: int, parts: dict[tuple[int, str], Tensor], n: int) -> Iterator
 
 
 def import_moe(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
-    tokenizers = HFTokenizers.load(folder)
-    if len(tokenizers.src) > hf["vocab_size"]:
-        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
-                         f"vocab_size {hf['vocab_size']}")
-    model = DecoderOnly(moe_config(hf, tokenizers.src.unk_id()))
-    load_llama_weights(model, stacked_experts(iter_weights(folder), model.config))
-    return model.eval(), tokenizers
+    return import_llama(folder, hf, moe_config, stacked_experts)

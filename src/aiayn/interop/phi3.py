@@ -11,8 +11,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.interop.hf_folder import iter_weights
-from aiayn.interop.llama import llama_config, load_llama_weights
+from aiayn.interop.llama import import_llama, llama_config
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
@@ -50,10 +49,4 @@ def split_fused(tensors: Iterable[tuple[str, Tensor]], cfg: ModelConfig) -> Iter
 
 
 def import_phi3(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
-    tokenizers = HFTokenizers.load(folder)
-    if len(tokenizers.src) > hf["vocab_size"]:
-        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, more than config.json's "
-                         f"vocab_size {hf['vocab_size']}")
-    model = DecoderOnly(phi3_config(hf, tokenizers.src.unk_id()))
-    load_llama_weights(model, split_fused(iter_weights(folder), model.config))
-    return model.eval(), tokenizers
+    return import_llama(folder, hf, phi3_config, split_fused)
