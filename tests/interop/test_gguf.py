@@ -61,10 +61,15 @@ def byte_level_llama(folder: Path, kind: str, make_llama, **overrides) -> Path:
     end = tok.convert_tokens_to_ids("<|endoftext|>")
     make_llama(folder, kind, vocab_size=len(tok), bos_token_id=None, eos_token_id=end, tie_word_embeddings=False,
                **overrides)
+    with_tokenizer(folder, tok)
+    return folder
+
+
+def with_tokenizer(folder: Path, tok) -> None:
+    """Replace a made folder's tokenizer files by ``tok``'s."""
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         (folder / name).unlink(missing_ok=True)
     tok.save_pretrained(folder)
-    return folder
 
 
 def hf_gguf(path: Path):
@@ -409,9 +414,7 @@ def test_a_gemma3_shaped_model_goes_out_as_gemma3_and_transformers_reads_it(tmp_
                         bos_token_id=rows - 1, eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
                         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                          "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
-        (folder / name).unlink(missing_ok=True)
-    tok.save_pretrained(folder)
+    with_tokenizer(folder, tok)
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
     path = export(tmp_path / "ckpt", tmp_path / "gemma3.gguf")
     import gguf
@@ -436,9 +439,7 @@ def test_a_qwen3_mixture_of_experts_goes_out_as_qwen3moe_and_comes_back(tmp_path
     folder = make_llama(tmp_path / "hf", "qwen3_moe", vocab_size=len(tok), num_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=768, norm_topk_prob=True, head_dim=16, bos_token_id=None,
                         eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=False)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
-        (folder / name).unlink(missing_ok=True)
-    tok.save_pretrained(folder)
+    with_tokenizer(folder, tok)
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
     path = export(tmp_path / "ckpt", tmp_path / "moe.gguf")
     names = {t.name for t in gguf.GGUFReader(path).tensors}

@@ -53,14 +53,20 @@ def _ropes(hf: dict) -> tuple[float, float, dict | None]:
     return float(full["rope_theta"]), float(local["rope_theta"]), scaling
 
 
+def layer_pattern(layers: int, every: int) -> tuple[str, ...]:
+    """Gemma's layer kinds when a config (or a GGUF file) gives only the period: every ``every``-th layer full, the
+    others sliding."""
+    return tuple("full" if (i + 1) % every == 0 else "sliding" for i in range(layers))
+
+
 def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
     """aiayn's config for a Gemma 3 text ``config.json`` (as a dict); ``unk_id``: the tokenizer's."""
     _refuse(hf)
     theta, local_theta, scaling = _ropes(hf)
     heads, layers = hf["num_attention_heads"], hf["num_hidden_layers"]
     pattern = 2 if hf["model_type"] == "gemma2" else hf.get("sliding_window_pattern", 6)  # Gemma 2 alternates
-    kinds = hf.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
-                                      for i in range(layers)]
+    kinds = tuple(LAYER_TYPES[k] for k in hf["layer_types"]) if hf.get("layer_types") else layer_pattern(layers,
+                                                                                                       pattern)
     head_dim = hf.get("head_dim", 256)
     ends = hf.get("eos_token_id")
     ends = list(dict.fromkeys(ends)) if isinstance(ends, list) else [ends]
@@ -75,7 +81,7 @@ def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
         out_bias=bool(hf.get("attention_bias", False)), ffn_bias=False, qk_norm=hf["model_type"] != "gemma2",
         query_scale=None if hf.get("query_pre_attn_scalar", head_dim) == head_dim else hf["query_pre_attn_scalar"],
         attention_softcap=hf.get("attn_logit_softcapping"), logit_softcap=hf.get("final_logit_softcapping"),
-        sliding_window=hf.get("sliding_window", 4096), layer_types=tuple(LAYER_TYPES[k] for k in kinds),
+        sliding_window=hf.get("sliding_window", 4096), layer_types=kinds,
         share_embeddings="all" if hf.get("tie_word_embeddings", True) else "none",
         max_len=hf.get("max_position_embeddings", 131072), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         scale_embeddings=True, pad_id=pad, bos_id=hf.get("bos_token_id", 2), eos_id=ends[0],

@@ -54,7 +54,7 @@ def gguf_architecture(cfg, source: str) -> str:
 def _gemma_fixed(cfg) -> list[str]:
     """What llama.cpp fixes for gemma3 rather than reads, that ``cfg`` must match: every sixth layer full, the
     others sliding with a rotary base of 10,000."""
-    pattern = tuple("full" if (i + 1) % GEMMA_PATTERN == 0 else "sliding" for i in range(cfg.n_decoder_layers))
+    pattern = gemma.layer_pattern(cfg.n_decoder_layers, GEMMA_PATTERN)
     problems = [] if cfg.layer_types == pattern else ["layer_types other than five sliding layers to a full one"]
     if (cfg.local_position_base or cfg.position_base) != GEMMA_LOCAL_BASE:
         problems.append(f"local_position_base other than {GEMMA_LOCAL_BASE:g}")

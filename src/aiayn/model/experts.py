@@ -44,13 +44,13 @@ class MixtureOfExperts(nn.Module):
         flat = x.reshape(-1, x.size(-1))  # (N, D)
         chosen, weights = self.route(flat)
         order = chosen.flatten().argsort(stable=True)  # (N*k,): the (token, slot) pairs grouped by expert
-        tokens = order // self.top_k
+        tokens, slot_weights = order // self.top_k, weights.flatten()[order]  # (N*k,) each, in that order
         counts = torch.bincount(chosen.flatten(), minlength=self.gate_up.size(0)).tolist()
         out = torch.zeros_like(flat)
         start = 0
         for expert, n in enumerate(counts):
             if n:
-                rows, w = tokens[start:start + n], weights.flatten()[order[start:start + n]]
+                rows, w = tokens[start:start + n], slot_weights[start:start + n]
                 gate, up = (flat[rows] @ self.gate_up[expert].T).chunk(2, dim=-1)  # (n, F) each
                 y = (self.activation(gate) * up) @ self.down[expert].T  # (n, D)
                 out.index_add_(0, rows, y * w[:, None].to(y.dtype))

@@ -24,8 +24,7 @@ class Plain:
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
         """Move ``model`` to ``device``; the module the loss runs through (the model, or its wrapper)."""
-        self.model = model.to(device)
-        return self.model
+        return model.to(device)
 
     def no_sync(self, net: nn.Module):
         """Within: a backward pass that keeps its gradients local (all but the last of an accumulation window)."""
