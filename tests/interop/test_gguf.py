@@ -416,24 +416,29 @@ def test_a_gemma3_shaped_model_goes_out_as_gemma3_and_transformers_reads_it(tmp_
                                          "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
     with_tokenizer(folder, tok)
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
-    path = export(tmp_path / "ckpt", tmp_path / "gemma3.gguf")
+    reader = out_and_back(tmp_path / "ckpt", tmp_path / "gemma3.gguf", 12)
+    assert reader.fields["general.architecture"].contents() == "gemma3"
+
+
+def out_and_back(checkpoint: Path, path: Path, length: int):
+    """``checkpoint`` exported as the GGUF file ``path``: transformers' loader reads it with the same logits over
+    ``length`` positions, and aiayn reads it back tensor for tensor. Returns the file's reader."""
     import gguf
 
-    assert gguf.GGUFReader(path).fields["general.architecture"].contents() == "gemma3"
+    export(checkpoint, path)
     hf, _ = hf_gguf(path)
     model, _ = imported(path)
-    ids = torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(5, 200, (2, length), generator=torch.Generator().manual_seed(0))
     same_logits(hf, model, ids)
-    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
+    original = load_checkpoint(checkpoint)[0].state_dict()
     assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    return gguf.GGUFReader(path)
 
 
 def test_a_qwen3_mixture_of_experts_goes_out_as_qwen3moe_and_comes_back(tmp_path, make_llama):
     """A Qwen3-MoE (4 experts, 2 a token, renormalised as llama.cpp's qwen3moe does): exported with its experts as
     llama.cpp's 3-D ffn_*_exps tensors, read by transformers' GGUF loader with the same logits, and read back by
     aiayn tensor for tensor."""
-    import gguf
-
     tok = byte_level("qwen2")
     # experts of 768 units: transformers' GGUF loader takes Qwen3MoeConfig's default expert size
     folder = make_llama(tmp_path / "hf", "qwen3_moe", vocab_size=len(tok), num_experts=4, num_experts_per_tok=2,
@@ -441,12 +446,5 @@ def test_a_qwen3_mixture_of_experts_goes_out_as_qwen3moe_and_comes_back(tmp_path
                         eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=False)
     with_tokenizer(folder, tok)
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
-    path = export(tmp_path / "ckpt", tmp_path / "moe.gguf")
-    names = {t.name for t in gguf.GGUFReader(path).tensors}
+    names = {t.name for t in out_and_back(tmp_path / "ckpt", tmp_path / "moe.gguf", 10).tensors}
     assert {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_exps.weight", "blk.0.ffn_down_exps.weight"} <= names
-    hf, _ = hf_gguf(path)
-    model, _ = imported(path)
-    ids = torch.randint(5, 200, (2, 10), generator=torch.Generator().manual_seed(0))
-    same_logits(hf, model, ids)
-    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
-    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
