@@ -1,9 +1,10 @@
-"""The KV cache and the decoding state: append, reorder, truncate, copy a prefix."""
+"""The KV cache and the decoding state: append, reorder, truncate; a sliding layer's ring."""
 
 import pytest
 import torch
 
-from aiayn.model.cache import DecoderCache, DecodeState, KVCache
+from aiayn.model.cache import ROLLBACK, DecoderCache, DecodeState, KVCache
+from aiayn.model.masks import causal_mask
 
 
 def test_kv_cache_appends_and_refuses_overflow():
@@ -18,7 +19,7 @@ def test_kv_cache_appends_and_refuses_overflow():
         cache.update(k2[:, :, :1], k2[:, :, :1])
 
 
-def test_reorder_truncate_and_copy_prefix():
+def test_reorder_and_truncate():
     cache = DecoderCache.allocate(n_layers=2, batch=3, n_heads=1, max_len=4, d_head=2)
     keys = torch.arange(3 * 2 * 2, dtype=torch.float32).view(3, 1, 2, 2)
     for layer in cache.layers:
@@ -28,9 +29,6 @@ def test_reorder_truncate_and_copy_prefix():
     assert torch.equal(cache.layers[0].self_kv.v[:, :, :2], -keys[[2, 2, 0]])
     cache.truncate(1)
     assert cache.position == 1
-    other = DecoderCache.allocate(2, 3, 1, 4, 2)
-    other.copy_prefix(cache, 1)
-    assert other.position == 1 and torch.equal(other.layers[0].self_kv.k[:, :, :1], keys[[2, 2, 0], :, :1])
 
 
 def test_decode_state_reorders_memory_only_across_groups():
@@ -61,3 +59,53 @@ def test_assembled_rows_get_zeros_in_front_never_old_memory_and_drop_front_colum
     assert kept.length == 3 and (kept.k[0, :, :3] == 7).all() and (kept.k[1, :, :3] == 1).all()
     with pytest.raises(ValueError, match="cannot share"):
         DecoderCache.assemble([(cache, None, 0), (other, None, 0)], capacity=20)  # ends at 3 and 11
+
+
+def _windowed_attention(q, k, v, window):
+    """Reference: softmax attention of every query (B, H, T, D) over all keys within the window."""
+    t = q.size(2)
+    mask = causal_mask(t, t, q.device, window)
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("chunks", [[1] * 45, [7, 1, 1, 20, 1, 3, 1, 1, 10], [45]])
+def test_a_sliding_layers_ring_holds_its_window_and_attends_as_the_whole_cache(chunks):
+    """Positions pass the ring's size many times over, in steps of one and in chunks: each query attends over
+    what the ring returns (its mask cut by ``visible``) exactly as over every key with the window's mask."""
+    torch.manual_seed(0)
+    window, total = 5, sum(chunks)
+    q, k, v = (torch.randn(2, 3, total, 4) for _ in range(3))
+    want = _windowed_attention(q, k, v, window)
+    ring = KVCache(2, 3, max_len=total, d_head=4, window=window)
+    assert ring.capacity == window + ROLLBACK < total
+    start = 0
+    for t in chunks:
+        keys, values = ring.update(k[:, :, start:start + t], v[:, :, start:start + t])
+        mask = ring.visible(causal_mask(t, start + t, "cpu", window)[None, None])
+        assert keys.size(2) <= max(ring.capacity, window - 1 + t)  # bounded by the window, not the length
+        got = torch.nn.functional.scaled_dot_product_attention(q[:, :, start:start + t], keys, values, mask, scale=1.0)
+        assert torch.allclose(got, want[:, :, start:start + t], atol=1e-5)
+        start += t
+    assert ring.length == total and ring.first == total - ring.capacity
+
+
+def test_a_ring_rolls_back_within_its_spare_room_and_refuses_more():
+    ring = KVCache(1, 1, max_len=100, d_head=2, window=4)
+    ring.update(torch.randn(1, 1, 50, 2), torch.randn(1, 1, 50, 2))
+    ring.truncate(50 - ROLLBACK + 3)  # the next query's window is still held
+    assert ring.length == 50 - ROLLBACK + 3
+    with pytest.raises(ValueError, match="cannot roll back"):
+        ring.truncate(30)
+
+
+def test_rings_assemble_rows_of_different_lengths_and_keep_their_latest_positions():
+    torch.manual_seed(1)
+    a, b = KVCache(1, 1, 60, 2, window=3), KVCache(2, 1, 60, 2, window=3)
+    ka, kb = torch.randn(1, 1, 40, 2), torch.randn(2, 1, 25, 2)
+    a.update(ka, ka)
+    b.update(kb, kb)
+    joined = KVCache.assemble([(a, None, 0), (b, torch.tensor([1]), 15)], capacity=70)
+    assert joined.capacity == 3 + ROLLBACK and joined.length == 40
+    held = joined.read(joined.first, 40)[0]  # (2, 1, capacity, 2), positions in order
+    assert torch.equal(held[0], ka[0, :, -joined.capacity:]) and torch.equal(held[1], kb[1, :, -joined.capacity:])

@@ -19,6 +19,9 @@ from aiayn.model.cache import DecoderCache
 from aiayn.model.transformer import DecoderOnly
 
 
+Block = list[tuple[Tensor, Tensor] | None]  # per layer: the block's keys and values (1, H, block_size, D) or None
+
+
 class PromptCache:
     """Least-recently-used blocks of prompt keys/values for one decoder-only model.
 
@@ -32,7 +35,7 @@ class PromptCache:
         if not isinstance(model, DecoderOnly):
             raise TypeError("prompt caching is for decoder-only models")
         self.model, self.block_size, self.max_bytes = model, block_size, max_bytes
-        self.blocks: OrderedDict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = OrderedDict()
+        self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
 
     @torch.no_grad()
@@ -52,16 +55,19 @@ class PromptCache:
         """Copy the cached blocks that start ``prompt`` into ``cache`` (one row) from column ``first_column``
         (left padding before it); return the columns filled, ``first_column`` included (0 if no block)."""
         blocks, b = self.lookup(prompt, len(prompt) - 1), self.block_size
+        blocks = blocks[:_usable(blocks, [layer.self_kv.window for layer in cache.layers], b)]
         for i, block in enumerate(blocks):
-            cols = slice(first_column + i * b, first_column + (i + 1) * b)
-            for layer, (k, v) in zip(cache.layers, block, strict=True):
-                layer.self_kv.k[:, :, cols], layer.self_kv.v[:, :, cols] = k, v
+            for layer, kv in zip(cache.layers, block, strict=True):
+                if kv is not None:
+                    layer.self_kv.write(first_column + i * b, *kv)
         filled = first_column + len(blocks) * b if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
+        self.hits, self.misses = self.hits + bool(blocks), self.misses + (not blocks)
+        self.hit_tokens += len(blocks) * b
         return filled
 
-    def lookup(self, prompt: list[int], usable: int) -> list[list[tuple[Tensor, Tensor]]]:
+    def lookup(self, prompt: list[int], usable: int) -> list[Block]:
         """The cached blocks that start ``prompt``, in order, covering at most ``usable`` tokens."""
         found, b = [], self.block_size
         for end in range(b, usable + 1, b):
@@ -70,26 +76,42 @@ class PromptCache:
                 break
             self.blocks.move_to_end(tuple(prompt[:end]))
             found.append(block)
-        self.hits, self.misses = self.hits + bool(found), self.misses + (not found)
-        self.hit_tokens += len(found) * b
         return found
 
     def store(self, prompt: list[int], cache: DecoderCache, first_column: int, computed: int) -> None:
         """Keep the whole blocks among the first ``computed`` prompt tokens, read from ``cache`` (one row)
-        where the prompt starts at column ``first_column``."""
+        where the prompt starts at column ``first_column``. A sliding layer's ring holds only its latest
+        positions: a block it no longer holds keeps None for that layer (a later, fuller copy replaces it)."""
         b = self.block_size
         for end in range(b, computed + 1, b):
-            key = tuple(prompt[:end])
-            if key in self.blocks:
+            key, start = tuple(prompt[:end]), first_column + end - b
+            block = [la.self_kv.read(start, start + b) for la in cache.layers]
+            if any(kv is None for kv, la in zip(block, cache.layers, strict=True) if la.self_kv.window is None):
+                continue  # not computed yet
+            old = self.blocks.get(key)
+            if old is not None and sum(kv is None for kv in old) <= sum(kv is None for kv in block):
                 continue
-            cols = slice(first_column + end - b, first_column + end)
-            block = [(kv.k[:, :, cols].clone(), kv.v[:, :, cols].clone()) for kv in (la.self_kv for la in cache.layers)]
+            block = [None if kv is None else (kv[0].clone(), kv[1].clone()) for kv in block]
+            self.bytes += _bytes(block) - (0 if old is None else _bytes(old))
             self.blocks[key] = block
-            self.bytes += sum(k.nbytes + v.nbytes for k, v in block)
         while self.bytes > self.max_bytes and self.blocks:
             _, block = self.blocks.popitem(last=False)
-            self.bytes -= sum(k.nbytes + v.nbytes for k, v in block)
+            self.bytes -= _bytes(block)
 
     def stats(self) -> dict:
         return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
                 "prefix_cached_tokens": len(self.blocks) * self.block_size, "prefix_cache_bytes": self.bytes}
+
+
+def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:
+    """How many of the leading ``blocks`` can be loaded: every sliding layer (``windows``) must find the blocks
+    its window reaches back to from their end."""
+    m = len(blocks)
+    while m and any(blocks[i][j] is None for j, w in enumerate(windows) if w is not None
+                    for i in range(max(0, (m * b - w + 1) // b), m)):
+        m -= 1
+    return m
+
+
+def _bytes(block: Block) -> int:
+    return sum(k.nbytes + v.nbytes for kv in block if kv is not None for k, v in [kv])

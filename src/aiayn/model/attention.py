@@ -180,6 +180,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.heads(query, key_value, static_kv, offset)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
+            mask = cache.visible(mask)  # a sliding layer's ring returns only the positions it holds
         weights = None
         if need_weights or self.softcap is not None:
             groups = self.n_heads // self.n_kv_heads

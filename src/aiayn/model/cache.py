@@ -12,77 +12,139 @@ import torch
 from torch import Tensor
 
 
-class KVCache:
-    """Keys and values of past positions for one self-attention layer, preallocated to ``max_len``.
+ROLLBACK = 16  # positions a sliding layer's ring keeps beyond its window: speculative decoding takes back up to this
 
-    Shape: k and v are (B, H, max_len, D); the first ``length`` positions are filled.
+
+class KVCache:
+    """Keys and values of past positions for one self-attention layer, preallocated.
+
+    Position p lives in slot p % capacity. Without a ``window`` the capacity is ``max_len`` and a position past it
+    is refused. A sliding-window layer's cache (``window``: each query sees the latest ``window`` positions,
+    itself included) is a ring of ``window + ROLLBACK`` slots at most: once full it overwrites its oldest
+    positions, so its memory stays bounded however long the text (Mistral's rolling buffer cache).
+
+    Shape: k and v are (B, H, capacity, D); ``length`` counts every position ever added (the ring holds the
+    latest ``capacity`` of them).
     """
 
     def __init__(self, batch: int, n_heads: int, max_len: int, d_head: int,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> None:
-        self.k = torch.zeros(batch, n_heads, max_len, d_head, device=device, dtype=dtype)
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
+                 window: int | None = None) -> None:
+        capacity = max_len if window is None else min(max_len, window + ROLLBACK)
+        self.k = torch.zeros(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
-        self.length = 0
+        self.length, self.window = 0, window
+        self.first = 0  # the oldest position still held (0 until a ring wraps)
+        self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
+
+    @property
+    def capacity(self) -> int:
+        return self.k.size(2)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append (B, H, T, D) keys/values; return all filled ones, (B, H, length, D)."""
-        end = self.length + k.size(2)
-        if end > self.k.size(2):
-            raise ValueError(f"KV cache full: {end} positions asked, {self.k.size(2)} preallocated")
-        self.k[:, :, self.length:end] = k
-        self.v[:, :, self.length:end] = v
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        """Append (B, H, T, D) keys/values; return the keys/values the T queries attend over: every filled
+        position (B, H, length, D), or for a ring that wrapped, the ones it holds (see :meth:`visible`)."""
+        n, t, c = self.length, k.size(2), self.capacity
+        if n + t <= c:  # no wrap: slots are columns
+            self.k[:, :, n:n + t], self.v[:, :, n:n + t] = k, v
+            self.length, self.columns = n + t, None
+            return self.k[:, :, :n + t], self.v[:, :, :n + t]
+        if self.window is None or c < self.window:
+            raise ValueError(f"KV cache full: {n + t} positions asked, {c} preallocated")
+        if t == 1:  # a decoding step: the new position overwrites the oldest slot; attend over the whole ring
+            self.write(n, k, v)
+            self.columns = n - (n - torch.arange(c, device=k.device)) % c  # (c,) each slot's position
+            return self.k, self.v
+        held = max(self.first, n - self.window + 1)  # the oldest position the new queries see
+        keys, values = (torch.cat([old, new], dim=2) for old, new in zip(self.read(held, n), (k, v)))  # (B, H, n-held+t, D)
+        self.write(held, keys, values)
+        self.columns = slice(held, n + t)
+        return keys, values
+
+    def visible(self, mask: Tensor | None) -> Tensor | None:
+        """``mask`` (.., T, length) over every position, cut to the keys :meth:`update` returned last."""
+        if mask is None or self.columns is None:
+            return mask
+        if isinstance(self.columns, slice):
+            return mask[..., self.columns]
+        return mask.index_select(-1, self.columns)
+
+    def write(self, start: int, k: Tensor, v: Tensor) -> None:
+        """Keys/values (B, H, T, D) of positions ``start``.. into their slots (a ring keeps the last ``capacity``);
+        ``length`` becomes their end."""
+        end, c = start + k.size(2), self.capacity
+        first = max(start, end - c)
+        slots = _slots(first, end, c, k.device)
+        self.k[:, :, slots], self.v[:, :, slots] = k[:, :, first - start:], v[:, :, first - start:]
+        self.length, self.first = end, max(self.first, end - c)
+
+    def read(self, start: int, end: int) -> tuple[Tensor, Tensor] | None:
+        """Keys and values (B, H, end - start, D) of positions start..end-1, in order; None if they are not all
+        held (a ring overwrote some)."""
+        if start < self.first or end > self.length:
+            return None
+        slots = _slots(start, end, self.capacity, self.k.device)
+        return self.k[:, :, slots], self.v[:, :, slots]
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` of the batch (beam search), in that order; ``index`` has the batch's size.
 
-        Only the filled positions are moved: the preallocated rest is never read before it is written.
+        Only the filled slots are moved: the preallocated rest is never read before it is written.
         """
-        n = self.length
+        n = min(self.length, self.capacity)
         self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
         self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
 
     def truncate(self, length: int) -> None:
-        """Forget positions from ``length`` on (speculative decoding rolls rejected tokens back)."""
+        """Forget positions from ``length`` on (speculative decoding rolls rejected tokens back); a ring must still
+        hold the window of the next position."""
+        if self.window is not None and length < self.length and max(0, length - self.window + 1) < self.first:
+            raise ValueError(f"KV cache: a sliding layer's ring cannot roll back {self.length - length} positions "
+                             f"(at most {ROLLBACK})")
         self.length = min(self.length, length)
 
     @classmethod
-    def holding(cls, k: Tensor, v: Tensor, length: int) -> KVCache:
-        """A cache around existing (B, H, max_len, D) tensors whose first ``length`` positions are filled."""
+    def holding(cls, k: Tensor, v: Tensor, length: int, window: int | None = None) -> KVCache:
+        """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length``."""
         cache = cls.__new__(cls)
-        cache.k, cache.v, cache.length = k, v, length
+        cache.k, cache.v, cache.length, cache.window, cache.columns = k, v, length, window, None
+        cache.first = max(0, length - k.size(2))
         return cache
 
     @classmethod
     def assemble(cls, parts: list[tuple[KVCache, Tensor | None, int]], capacity: int) -> KVCache:
-        """A new cache of ``capacity`` positions holding, one part after the other, the rows ``index`` (None: all)
-        of each part's cache with their filled positions moved by ``shift``: right (zeros in front: padding
-        columns, never uninitialised memory, for a masked key still multiplies its value by 0 and 0 * NaN is
-        NaN) or left (< 0: that many front positions dropped). Every part must then end at the same position;
-        only filled positions are copied (the rest is never read before it is written)."""
+        """A new cache of ``capacity`` positions (a ring: at most its window and ROLLBACK) holding, one part after
+        the other, the rows ``index`` (None: all) of each part's cache with their positions moved by ``shift``:
+        right (zeros in front: padding columns, never uninitialised memory, for a masked key still multiplies its
+        value by 0 and 0 * NaN is NaN) or left (< 0: that many front positions dropped). Every part must then end
+        at the same position; only held positions are copied (the rest is never read before it is written)."""
         ends = {kv.length + shift for kv, _, shift in parts}
-        if len(ends) != 1 or max(ends) > capacity:
+        first = parts[0][0]
+        if first.window is not None:
+            capacity = min(capacity, first.window + ROLLBACK)
+        if len(ends) != 1 or (first.window is None and max(ends) > capacity):
             raise ValueError(f"KV cache: parts ending at {sorted(ends)} cannot share {capacity} positions")
-        n, first = ends.pop(), parts[0][0]
+        n = ends.pop()
+        low = max(0, n - capacity)  # the first position the new cache holds
         sizes = [kv.k.size(0) if index is None else index.numel() for kv, index, _ in parts]
         shape = (sum(sizes), first.k.size(1), capacity, first.k.size(3))  # (B, H, capacity, D)
         k, v = first.k.new_empty(shape), first.v.new_empty(shape)
         row = 0
         for (kv, index, shift), size in zip(parts, sizes, strict=True):
-            rows, front = slice(row, row + size), max(0, shift)
-            for big, t in ((k, kv.k), (v, kv.v)):
-                filled = t[:, :, max(0, -shift): kv.length]  # (b, H, n - front, D)
-                big[rows, :, front:n] = filled if index is None else filled.index_select(0, index)
-                big[rows, :, :front] = 0
+            rows, front = slice(row, row + size), max(low, kv.first + shift)
+            for big, held in zip((k, v), kv.read(front - shift, kv.length), strict=True):  # (b, H, n - front, D)
+                big[rows, :, _slots(front, n, capacity, k.device)] = (held if index is None
+                                                                      else held.index_select(0, index))
+                big[rows, :, _slots(low, front, capacity, k.device)] = 0
             row += size
-        return cls.holding(k, v, n)
+        return cls.holding(k, v, n, first.window)
 
-    def copy_prefix(self, other: KVCache, length: int) -> None:
-        """Fill the first ``length`` positions from ``other`` (prompt caching)."""
-        self.k[:, :, :length] = other.k[:, :, :length]
-        self.v[:, :, :length] = other.v[:, :, :length]
-        self.length = length
+
+def _slots(start: int, end: int, capacity: int, device: torch.device) -> slice | Tensor:
+    """The slots of positions start..end-1 (at most ``capacity`` of them): a slice unless they wrap."""
+    if end <= start or start // capacity == (end - 1) // capacity:
+        return slice(start % capacity, start % capacity + max(0, end - start))
+    return torch.arange(start, end, device=device) % capacity
 
 
 @dataclass
@@ -108,9 +170,12 @@ class DecoderCache:
 
     @classmethod
     def allocate(cls, n_layers: int, batch: int, n_heads: int, max_len: int, d_head: int,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> DecoderCache:
-        return cls([LayerCache(KVCache(batch, n_heads, max_len, d_head, device, dtype))
-                    for _ in range(n_layers)])
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
+                 windows: list[int | None] | None = None) -> DecoderCache:
+        """``windows``: each layer's sliding window (its cache a ring: :class:`KVCache`), or None for all full."""
+        windows = windows or [None] * n_layers
+        return cls([LayerCache(KVCache(batch, n_heads, max_len, d_head, device, dtype, window))
+                    for window in windows])
 
     @property
     def position(self) -> int:
@@ -140,11 +205,6 @@ class DecoderCache:
             crosses = [(c.layers[i].cross_kv, index) for c, index, _ in parts]
             layers.append(LayerCache(self_kv, _cross(crosses)))
         return cls(layers)
-
-    def copy_prefix(self, other: DecoderCache, length: int) -> None:
-        """Take the first ``length`` self-attention positions of ``other`` (same layers and heads)."""
-        for mine, theirs in zip(self.layers, other.layers, strict=True):
-            mine.self_kv.copy_prefix(theirs.self_kv, length)
 
 
 def _cross(parts: list[tuple[tuple[Tensor, Tensor] | None, Tensor | None]]) -> tuple[Tensor, Tensor] | None:

@@ -78,7 +78,10 @@ class TransformerModel(nn.Module):
         the key/value heads the layers have (this rank's alone when split: ``inference/tensor_parallel.py``)."""
         cfg = self.config
         heads = self.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
-        return DecoderCache.allocate(cfg.n_decoder_layers, batch, heads, max_len, cfg.d_head, like.device, like.dtype)
+        windows = ([cfg.sliding_window if t == "sliding" else None for t in cfg.layer_types]
+                   or [cfg.sliding_window] * cfg.n_decoder_layers)  # a sliding layer's cache is a ring of its window
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, heads, max_len, cfg.d_head, like.device, like.dtype,
+                                     windows)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
