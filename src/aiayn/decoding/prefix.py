@@ -18,7 +18,6 @@ from torch import Tensor
 from aiayn.model.cache import DecoderCache
 from aiayn.model.transformer import DecoderOnly
 
-
 Block = list[tuple[Tensor, Tensor] | None]  # per layer: the block's keys and values (1, H, block_size, D) or None
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-
 ROLLBACK = 16  # positions a sliding layer's ring keeps beyond its window: speculative decoding takes back up to this
 
 
@@ -56,7 +55,8 @@ class KVCache:
             self.columns = n - (n - torch.arange(c, device=k.device)) % c  # (c,) each slot's position
             return self.k, self.v
         held = max(self.first, n - self.window + 1)  # the oldest position the new queries see
-        keys, values = (torch.cat([old, new], dim=2) for old, new in zip(self.read(held, n), (k, v)))  # (B, H, n-held+t, D)
+        old = self.read(held, n)
+        keys, values = (torch.cat([o, new], dim=2) for o, new in zip(old, (k, v), strict=True))  # (B, H, n-held+t, D)
         self.write(held, keys, values)
         self.columns = slice(held, n + t)
         return keys, values
