@@ -448,3 +448,27 @@ def test_a_qwen3_mixture_of_experts_goes_out_as_qwen3moe_and_comes_back(tmp_path
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
     names = {t.name for t in out_and_back(tmp_path / "ckpt", tmp_path / "moe.gguf", 10).tensors}
     assert {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_exps.weight", "blk.0.ffn_down_exps.weight"} <= names
+
+
+def test_a_mixtral_goes_out_as_a_llama_file_with_experts_and_comes_back(tmp_path, make_llama):
+    """A Mixtral (4 experts, 2 a token, renormalised): llama.cpp keeps it a ``llama`` file with ``expert_count`` and
+    3-D ffn_*_exps tensors; aiayn reads it back tensor for tensor, with the logits of the Hugging Face model it came
+    from (transformers' GGUF loader reads no llama file with experts)."""
+    import gguf
+    import transformers
+
+    tok = byte_level("gpt-2")
+    folder = make_llama(tmp_path / "hf", "mixtral", vocab_size=len(tok), num_local_experts=4, num_experts_per_tok=2,
+                        bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+                        tie_word_embeddings=False)
+    with_tokenizer(folder, tok)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    reader = gguf.GGUFReader(export(tmp_path / "ckpt", tmp_path / "mixtral.gguf"))
+    assert reader.fields["general.architecture"].contents() == "llama"
+    assert reader.fields["llama.expert_count"].contents() == 4
+    assert {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_up_exps.weight"} <= {t.name for t in reader.tensors}
+    model, _ = imported(tmp_path / "mixtral.gguf")
+    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
+    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))

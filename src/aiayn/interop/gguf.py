@@ -159,6 +159,9 @@ def hf_config(f: GGUFFile) -> dict:
         common = dict(common, model_type="qwen3_moe", num_experts=f.need("expert_count"),
                       num_experts_per_tok=f.need("expert_used_count"),
                       moe_intermediate_size=f.need("expert_feed_forward_length"), norm_topk_prob=True)
+    elif f.arch == "llama" and f.get("expert_count"):  # a llama file with experts: Mixtral's
+        common = dict(common, model_type="mixtral", num_local_experts=f.get("expert_count"),
+                      num_experts_per_tok=f.need("expert_used_count"))
     heads = f.need("attention.head_count")
     scaling = f.get("rope.scaling.type")
     rope = {"rope_type": "linear", "factor": f.need("rope.scaling.factor")} if scaling == "linear" else (
@@ -242,7 +245,7 @@ def read_gguf(path: str | Path):
     try:
         if f.arch == "gpt2":
             model = gpt2.gpt2_model(gpt2.gpt2_config(hf), dict(hf_tensors(f, hf)))
-        elif f.arch == "qwen3moe":
+        elif hf["model_type"] in ("qwen3_moe", "mixtral"):
             model = llama.DecoderOnly(moe.moe_config(hf, tokenizers.src.unk_id()))
             llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
         elif f.arch == "gemma3":

@@ -34,11 +34,11 @@ def gguf_architecture(cfg, source: str) -> str:
     as_gemma = gemma.gemma_problems(cfg) + _gemma_fixed(cfg)
     if not as_gemma:
         return "gemma3"
-    if cfg.n_experts:  # llama.cpp's mixture: qwen3moe (Qwen3's q/k norms, the chosen experts' weights renormalised)
+    if cfg.n_experts:  # llama.cpp's mixtures: qwen3moe (Qwen3's q/k norms) or llama (Mixtral), both renormalised
         as_moe = [p for p in llama.llama_problems(cfg) if not p.startswith("n_experts")]
-        as_moe += [] if cfg.qk_norm and cfg.renorm_experts else ["a mixture without q/k norms or renormalised weights"]
+        as_moe += [] if cfg.renorm_experts else ["a mixture whose chosen experts' weights are not renormalised"]
         if not as_moe:
-            return "qwen3moe"
+            return "qwen3moe" if cfg.qk_norm else "llama"
     factors = cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "factors"
     as_llama = [p for p in llama.llama_problems(cfg) if not (factors and p.startswith("rope_scaling factors"))]
     as_gpt2 = gpt2.gpt2_problems(cfg)
@@ -101,9 +101,10 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
         writer.add_layer_norm_eps(cfg.layer_norm_eps)
         return
     writer.add_head_count_kv(cfg.kv_heads)
-    if arch == "qwen3moe":
+    if cfg.n_experts:  # qwen3moe, or llama's Mixtral (its experts of feed_forward_length)
         writer.add_expert_count(cfg.n_experts)
         writer.add_expert_used_count(cfg.experts_per_token)
+    if arch == "qwen3moe":
         writer.add_expert_feed_forward_length(cfg.expert_d_ff or cfg.d_ff)
     if arch == "gemma3":
         writer.add_sliding_window(cfg.sliding_window)
