@@ -47,3 +47,30 @@ def test_experts_are_an_option_of_the_one_model():
     assert (full - steps).abs().max() <= 1e-5
     with pytest.raises(ValueError, match="n_experts"):
         tiny(arch="decoder-only", n_experts=4)  # the paper's feed-forward: no experts of it
+
+
+def test_split_experts_are_linear_layers_that_inference_copies_pack_and_quantize():
+    """An inference copy splits each expert into two linear layers: the same outputs, and --int8 / --int4 / packing
+    reach the experts (the most weights a mixture has) as any other layer."""
+    import copy
+
+    from aiayn.inference.precision import inference_copy
+    from aiayn.model.quantized import Int4Linear, Int8Linear
+
+    torch.manual_seed(0)
+    cfg = tiny(arch="decoder-only", feed_forward="swiglu", activation="silu", n_experts=4, experts_per_token=2,
+               expert_d_ff=64, d_model=64, n_heads=4)
+    model = build_model(cfg).eval()
+    ids = torch.randint(5, 40, (2, 8))
+    with torch.no_grad():
+        full = model(ids)
+        split = copy.deepcopy(model)
+        split.decoder.layers[0].ffn.split()
+        assert torch.allclose(split(ids), full, atol=1e-6)
+        for kind, layer in (("int8", Int8Linear), ("int4", Int4Linear)):
+            quantized = inference_copy(model, **{kind: True})
+            experts = quantized.decoder.layers[1].ffn.experts
+            assert all(isinstance(part, layer) for pair in experts for part in pair), kind
+            error = (quantized(ids) - full).abs().max() / full.abs().max()
+            assert 0 < error < (0.02 if kind == "int8" else 0.15), (kind, error)
+            assert type(quantized.decoder.layers[1].ffn.router) is torch.nn.Linear  # the routing as trained

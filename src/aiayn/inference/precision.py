@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
 from aiayn.model.packed import PackedLinear, bf16_kernels_available, check_unpacked, packing_available
 from aiayn.model.quantized import Int4Linear, Int8Linear
@@ -26,7 +27,8 @@ from aiayn.model.transformer import TransformerModel
 
 def fuse(model: TransformerModel) -> TransformerModel:
     """Fuse, in place, each self-attention's Q, K, V projections and each SwiGLU's gate and up projections
-    whose parts are plain linear layers (LoRA-wrapped ones stay apart). Returns ``model``."""
+    whose parts are plain linear layers (LoRA-wrapped ones stay apart); split each mixture's experts into linear
+    layers. Returns ``model``."""
     for module in model.modules():
         layer_attn = getattr(module, "self_attn", None)
         if isinstance(layer_attn, MultiHeadAttention) and layer_attn.qkv_proj is None and all(
@@ -35,6 +37,8 @@ def fuse(model: TransformerModel) -> TransformerModel:
         if isinstance(module, SwiGLUFeedForward) and module.gate_up_proj is None and all(
                 type(p) is nn.Linear for p in (module.gate_proj, module.up_proj)):
             module.fuse()
+        if isinstance(module, MixtureOfExperts):
+            module.split()  # its experts as linear layers, which pack and quantize turn into their kernels'
     return model
 
 
@@ -48,10 +52,12 @@ def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = No
 
 
 def _swap_linears(model: nn.Module, make) -> None:
-    """Replace every plain ``nn.Linear`` of ``model`` by ``make(linear)``."""
+    """Replace every plain ``nn.Linear`` of ``model`` by ``make(linear)``, but a mixture's router: its scores
+    choose the experts, and they stay as they were trained (as llama.cpp keeps ffn_gate_inp)."""
+    routers = {id(m.router) for m in model.modules() if isinstance(m, MixtureOfExperts)}
     for module in list(model.modules()):
         for name, child in module.named_children():
-            if type(child) is nn.Linear:
+            if type(child) is nn.Linear and id(child) not in routers:
                 setattr(module, name, make(child))
 
 

@@ -184,7 +184,8 @@ def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32
     _add_tokenizer(writer, tokenizers, vocab, decoding, ids)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for tensor_name, t in gguf_tensors(model, arch, vocab).items():
-        data, raw = _stored(t.numpy().astype(np.float32), quantization)
+        router = tensor_name.endswith("ffn_gate_inp.weight")  # a mixture's router stays float32, as llama.cpp's
+        data, raw = _stored(t.numpy().astype(np.float32), "f32" if router else quantization)
         writer.add_tensor(tensor_name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

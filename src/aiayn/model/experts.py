@@ -9,7 +9,10 @@ the loop runs over the experts a batch uses, never over its tokens.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.layers import ACTIVATIONS
@@ -31,6 +34,7 @@ class MixtureOfExperts(nn.Module):
         self.gate_up = nn.Parameter(torch.randn(n_experts, 2 * d_ff, d_model) * d_model ** -0.5)  # (E, 2F, D)
         self.down = nn.Parameter(torch.randn(n_experts, d_model, d_ff) * d_ff ** -0.5)  # (E, D, F)
         self.top_k, self.renorm, self.activation = top_k, renorm, ACTIVATIONS[activation]
+        self.experts: nn.ModuleList | None = None  # after split(): per expert, its gate_up and down as linear layers
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Each token's chosen experts and their weights: (N, k) ids and (N, k) float32 weights, x (N, D)."""
@@ -45,14 +49,35 @@ class MixtureOfExperts(nn.Module):
         chosen, weights = self.route(flat)
         order = chosen.flatten().argsort(stable=True)  # (N*k,): the (token, slot) pairs grouped by expert
         tokens, slot_weights = order // self.top_k, weights.flatten()[order]  # (N*k,) each, in that order
-        counts = torch.bincount(chosen.flatten(), minlength=self.gate_up.size(0)).tolist()
+        counts = torch.bincount(chosen.flatten(), minlength=self.router.out_features).tolist()
         out = torch.zeros_like(flat)
         start = 0
         for expert, n in enumerate(counts):
             if n:
                 rows, w = tokens[start:start + n], slot_weights[start:start + n]
-                gate, up = (flat[rows] @ self.gate_up[expert].T).chunk(2, dim=-1)  # (n, F) each
-                y = (self.activation(gate) * up) @ self.down[expert].T  # (n, D)
+                gate_up, down = self._parts(expert)
+                gate, up = gate_up(flat[rows]).chunk(2, dim=-1)  # (n, F) each
+                y = down(self.activation(gate) * up)  # (n, D)
                 out.index_add_(0, rows, y * w[:, None].to(y.dtype))
                 start += n
         return out.view(x.shape)
+
+    def _parts(self, expert: int) -> tuple:
+        """The expert's gate_up and down products: slices of the batched weights, or its own layers once split."""
+        if self.experts is not None:
+            return tuple(self.experts[expert])
+        return partial(F.linear, weight=self.gate_up[expert]), partial(F.linear, weight=self.down[expert])
+
+    def split(self) -> MixtureOfExperts:
+        """In place, for an inference copy: each expert's weights become two ``nn.Linear`` layers, which packing and
+        weight-only int8/int4 (``inference/precision.py``) turn into their kernels' layers as any other."""
+        if self.experts is None:
+            layers = []
+            for gate_up, down in zip(self.gate_up.detach(), self.down.detach(), strict=True):
+                pair = nn.ModuleList(nn.Linear(*w.shape[::-1], bias=False, device="meta") for w in (gate_up, down))
+                for layer, w in zip(pair, (gate_up, down), strict=True):
+                    layer.weight = nn.Parameter(w.clone(), requires_grad=False)  # (F', D'): its own storage
+                layers.append(pair)
+            self.experts = nn.ModuleList(layers)
+            del self.gate_up, self.down
+        return self
