@@ -63,6 +63,8 @@ def main() -> None:
                         "each figure the best")
     parser.add_argument("--gguf", help="smollm2: the GGUF file (scripts/fetch_smollm2.py fetches it)")
     parser.add_argument("--new-tokens", type=int, default=64, help="language models: new tokens per timing")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8", "int4"],
+                        choices=["fp32", "bf16", "int8", "int4"], help="language models: these precisions")
     args = parser.parse_args()
     if {"smollm2", "gemma3"} & set(args.preset) and not args.gguf:
         parser.error("--preset smollm2 and gemma3 need --gguf FILE (scripts/fetch_smollm2.py, fetch_gemma3.py)")
@@ -73,7 +75,7 @@ def main() -> None:
                                 args.repeats, __file__)
     for preset in (p for p in args.preset if p in engines_lm.PRESETS):
         lm = argparse.Namespace(model=preset, gguf=args.gguf, engines=engines, new_tokens=args.new_tokens,
-                                script=__file__)
+                                precisions=args.precisions, script=__file__)
         with tempfile.TemporaryDirectory() as tmp:
             engines_lm.run(lm, Path(tmp))
 

@@ -2,8 +2,9 @@
 CTranslate2 and llama.cpp (``llama-cpp-python``, where installed) on the very same weights: a real model
 (``smollm2``: SmolLM2-135M-Instruct from its GGUF file; ``gemma3``: Gemma 3 270M from its Q4_K_M GGUF file), a
 random model of Qwen2.5-0.5B's shape (``qwen-shape``: d 896, 24 layers, 14 query / 2 key-value heads, SwiGLU 4864,
-vocabulary 151,936, tied) or a random Llama
-(``llama``: d 512, 6 layers, 8 query / 2 key-value heads, SwiGLU 1408, vocabulary 32,000).
+vocabulary 151,936, tied), of Qwen3-0.6B's (``qwen3-shape``), of Qwen3-30B-A3B's cut to 2 of its 48 layers
+(``qwen3-moe-shape``: 128 experts, 8 a token) or a random Llama (``llama``: d 512, 6 layers, 8 query / 2 key-value
+heads, SwiGLU 1408, vocabulary 32,000): ``SHAPES``.
 
 The model is imported with ``aiayn import``, exported with ``aiayn export --format hf`` for transformers and
 CTranslate2 (its own converter) and with ``aiayn export --format gguf`` (F32, BF16, Q8_0, Q4_0) for llama.cpp.
@@ -39,7 +40,7 @@ PROMPT = "Once upon a time"
 PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
               "ct2": ("fp32", "bf16", "int8"), "llama.cpp": ("fp32", "bf16", "int8", "int4")}
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
-PRESETS = ("smollm2", "gemma3", "qwen-shape", "llama")
+PRESETS = ("smollm2", "gemma3", "qwen-shape", "llama", "qwen3-shape", "qwen3-moe-shape")
 
 emit = partial(print_figure, digits=None)
 
@@ -48,20 +49,20 @@ def aiayn(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "aiayn", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-def prepare(model: str, gguf: str | None, work: Path, engines: list[str]) -> None:
+def prepare(model: str, gguf: str | None, work: Path, engines: list[str], precisions: list[str]) -> None:
     """work/aiayn (the checkpoint), work/hf (for transformers and CTranslate2), work/ct2, work/*.gguf."""
     if model in ("smollm2", "gemma3"):  # a real model's GGUF file
         aiayn("import", gguf, "--output", str(work / "aiayn"))
         aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "hf", "--output", str(work / "hf"))
     else:
-        (qwen_shape if model == "qwen-shape" else llama_shape)(work / "hf")
+        random_shape(model, work / "hf")
         aiayn("import", str(work / "hf"), "--output", str(work / "aiayn"))
     if "ct2" in engines:
         from ctranslate2.converters import TransformersConverter
 
         TransformersConverter(str(work / "hf")).convert(str(work / "ct2"))
     if "llama.cpp" in engines:
-        for kind in GGUF_TYPES.values():
+        for kind in (GGUF_TYPES[p] for p in precisions):
             aiayn("export", "--checkpoint", str(work / "aiayn"), "--format", "gguf", "--quantization", kind,
                   "--output", str(work / f"{kind}.gguf"))
 
@@ -77,30 +78,31 @@ def _byte_bpe():
     return GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
 
 
-def qwen_shape(folder: Path) -> None:
-    """A random Qwen2ForCausalLM of Qwen2.5-0.5B's shape with a byte-level BPE (its rows past the BPE's unused)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+SHAPES = {  # random models of these shapes, with a small byte-level BPE (the rows past it unused)
+    "qwen-shape": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                       num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                       max_position_embeddings=32768, tie_word_embeddings=True, rope_theta=1e6),
+    "llama": dict(model_type="llama", vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024),
+    "qwen3-shape": dict(model_type="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072,  # 0.6B
+                        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                        max_position_embeddings=40960, tie_word_embeddings=True, rope_theta=1e6),
+    "qwen3-moe-shape": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                            num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                            num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                            max_position_embeddings=40960, tie_word_embeddings=False, rope_theta=1e6),
+}  # qwen3-moe-shape: Qwen3-30B-A3B's layers, 2 of its 48 (fitting this machine's memory in float32)
+
+
+def random_shape(model: str, folder: Path) -> None:
+    """A random transformers model of ``SHAPES[model]``, saved with the byte-level BPE in ``folder``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     tok = _byte_bpe()
+    fields = dict(SHAPES[model])
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         tie_word_embeddings=True, rope_theta=1e6, eos_token_id=tok.eos_token_id, bos_token_id=None)
-    Qwen2ForCausalLM(config).eval().save_pretrained(folder)
-    tok.save_pretrained(folder)
-
-
-def llama_shape(folder: Path) -> None:
-    """A random LlamaForCausalLM (d 512, 6 layers, 8 query and 2 key/value heads, SwiGLU 1408, vocabulary 32,000)
-    with a byte-level BPE (its rows past the BPE's unused)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = _byte_bpe()
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=6,
-                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
-                         eos_token_id=tok.eos_token_id, bos_token_id=None)
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
 
 
@@ -240,7 +242,7 @@ def run_all(args, work: Path) -> None:
 def run_engines(args, work: Path) -> dict:
     """Every engine at every precision, each in its own process: their figures, by (engine, precision)."""
     results = {}
-    for precision in ("fp32", "bf16", "int8", "int4"):
+    for precision in args.precisions:
         for engine in [e for e in args.engines if precision in PRECISIONS[e]]:
             lines, error = run_worker(args.script, "lm", engine, precision, str(work), str(args.new_tokens))
             config = f"{args.model}/{engine}/{precision}"
@@ -265,9 +267,9 @@ def run_engines(args, work: Path) -> dict:
 
 def run(args, work: Path) -> None:
     """Prepare the preset's model for every engine in ``work``, then measure them all (``args``: model, gguf,
-    engines, new_tokens, script)."""
+    engines, precisions, new_tokens, script)."""
     emit("machine", "torch_threads", torch.get_num_threads(), "threads")
     args.bandwidth = memory_bandwidth()
     emit("machine", "memory_bandwidth_before", round(args.bandwidth, 2), "GB/s")
-    prepare(args.model, args.gguf, work, args.engines)
+    prepare(args.model, args.gguf, work, args.engines, args.precisions)
     run_all(args, work)
