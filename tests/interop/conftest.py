@@ -172,6 +172,7 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+               "gemma3": ("Gemma3TextConfig", "Gemma3ForConditionalGeneration"),
                "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
                "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM")}
     config_class, model_class = (getattr(transformers, name) for name in classes[kind])
@@ -179,12 +180,20 @@ def llama_folder(folder, kind="llama", shard=False, seed=0, **overrides):
                   num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
                   rms_norm_eps=1e-5)
     torch.manual_seed(seed)
-    model = model_class(config_class(**{**fields, **overrides})).eval()
+    config = config_class(**{**fields, **overrides})
+    if kind == "gemma3":  # the multimodal folder: the text model beside a tiny vision tower
+        vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                 num_attention_heads=2, image_size=28, patch_size=14)
+        config = transformers.Gemma3Config(text_config=config, vision_config=vision, mm_tokens_per_image=4,
+                                           boi_token_index=3, eoi_token_index=4, image_token_index=5,
+                                           eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id,
+                                           pad_token_id=config.pad_token_id)
+    model = model_class(config).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.3 if param.dim() == 1 else 0.1)
-        if kind in ("gemma2", "gemma3_text"):  # its padding token is a row of the vocabulary (id 0): zero, as a
-            model.model.embed_tokens.weight[model.config.pad_token_id].zero_()  # trained one, is never predicted
+        if kind in ("gemma2", "gemma3_text", "gemma3"):  # its padding token is a row of the vocabulary (id 0):
+            model.get_input_embeddings().weight[model.config.pad_token_id].zero_()  # zero, as a trained one
     model.save_pretrained(folder, max_shard_size="20KB" if shard else "1GB")
     llama_tokenizer(folder)
     return folder

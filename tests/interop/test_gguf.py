@@ -179,6 +179,11 @@ def test_gpt2_shaped_and_aiayn_trained_models_export(tmp_path):
                 assert ids == hf_tok(text).input_ids, (name, text)  # leading space; SentencePiece and llama.cpp do
         same_logits(hf, model, torch.tensor([tokenizers.src.encode(TEXTS[1])[:10]]))
         same_logits(hf, load_checkpoint(tmp_path / name)[0], torch.tensor([tokenizers.src.encode(TEXTS[1])[:10]]))
+    # the imported SentencePiece BPE (a tokenizer.json with byte fallback, as Gemma's and Llama 2's) goes out again
+    again, _ = hf_gguf(export(tmp_path / "own.ckpt", tmp_path / "again.gguf"))
+    model, tokenizers = imported(tmp_path / "again.gguf")
+    assert all(tokenizers.src.encode(text) == sp.src.encode(text) for text in [*TEXTS, "zebra ünïcode 42"])
+    same_logits(again, model, torch.tensor([tokenizers.src.encode(TEXTS[1])[:10]]))
 
 
 def rewrite(src: Path, dst: Path, arch: str | None = None, drop: str | None = None, retype: str | None = None):

@@ -32,6 +32,11 @@ VARIANTS = {  # name: (model_type, config overrides)
                                               norm_topk_prob=True, head_dim=16)),
     "qwen3-moe-plain-top3": ("qwen3_moe", dict(num_experts=6, num_experts_per_tok=3, moe_intermediate_size=16,
                                                norm_topk_prob=False)),
+    # a multimodal Gemma 3 folder (Gemma3ForConditionalGeneration): its language model, the vision tower left out
+    "gemma3-multimodal-text": ("gemma3", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16,
+                                              sliding_window=4, pad_token_id=0,
+                                              layer_types=["sliding_attention", "sliding_attention",
+                                                           "full_attention"])),
     # Gemma 2: sandwich norms, alternating sliding and full layers, a query scale other than the head size, and both
     # soft-caps small enough to bite on random weights
     "gemma2-softcaps": ("gemma2", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=12, sliding_window=4,

@@ -12,6 +12,7 @@ appended.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
-MODEL_TYPES = ("gemma3_text", "gemma2")
+MODEL_TYPES = ("gemma3_text", "gemma3", "gemma2")  # gemma3: the text part of the multimodal folder
+VISION = ("vision_tower.", "multi_modal_projector.")  # a multimodal gemma3's image parts, not imported
 LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
@@ -96,7 +98,33 @@ def gains_as_one_plus(tensors: Iterable[tuple[str, Tensor]],
 
 
 def import_gemma(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
-    return import_llama(folder, hf, gemma_config, gains_as_one_plus)
+    """A Gemma 2 or 3 text folder; of a multimodal Gemma 3 (``Gemma3ForConditionalGeneration``), its language
+    model alone: the vision tower and its projector are left out, and said so on stderr."""
+    if hf["model_type"] != "gemma3":
+        return import_llama(folder, hf, gemma_config, gains_as_one_plus)
+    text = {**{k: hf[k] for k in ("eos_token_id", "bos_token_id", "pad_token_id") if k in hf},
+            **(hf.get("text_config") or {}), "model_type": "gemma3_text"}
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers"):
+        if key not in text:
+            raise ValueError(f"config.json: text_config.{key} is missing (a multimodal Gemma 3 folder's language "
+                             "model)")
+    if hf.get("vision_config") is not None:
+        print(f"{folder}: aiayn imports the text model; the vision tower (vision_config) is left out",
+              file=sys.stderr)
+    return import_llama(folder, text, gemma_config, lambda tensors, cfg: gains_as_one_plus(_text_part(tensors), cfg))
+
+
+def _text_part(tensors: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
+    """A multimodal Gemma 3's language-model tensors under Gemma3ForCausalLM's names (``language_model.model.*``
+    before transformers 4.52, ``model.language_model.*`` since); its vision tower's dropped."""
+    for name, tensor in tensors:
+        bare = name.removeprefix("model.")
+        if bare.startswith(VISION):
+            continue
+        if bare.startswith("language_model."):
+            name = "model." + bare.removeprefix("language_model.").removeprefix("model.")
+            name = name.replace("model.lm_head.", "lm_head.")
+        yield name, tensor
 
 
 def gemma_problems(cfg: ModelConfig) -> list[str]:

@@ -124,21 +124,47 @@ def gguf_tokenizer_fields(tokenizers) -> dict:
 
 
 def _byte_level_fields(tokenizers) -> dict:
+    """An imported ``tokenizer.json``'s fields: a byte-level BPE (``gpt2``: its merges and word split) or a
+    SentencePiece-style BPE (``llama``: byte fallback, the word-start marker; Gemma's, Llama 2's)."""
     spec = json.loads(tokenizers.src.proto)
     model = spec.get("model") or {}
-    if model.get("type") != "BPE" or not _is_byte_level(spec):
-        raise ValueError("tokenizer.json: GGUF keeps byte-level BPE and SentencePiece BPE tokenizers; this one is "
-                         f"{model.get('type')} without byte-level pieces")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     tok = tokenizers.src.tok
     size = tok.get_vocab_size(with_added_tokens=True)
     tokens = [tok.id_to_token(i) for i in range(size)]
     added = tok.get_added_tokens_decoder()
     types = [(CONTROL if added[i].special else USER_DEFINED) if i in added else NORMAL for i in range(size)]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    pre = _pre_name(spec)
-    fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
-              "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges}
+    if model.get("type") == "BPE" and _is_byte_level(spec):
+        fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": _pre_name(spec),
+                  "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges}
+    elif model.get("type") == "BPE" and model.get("byte_fallback"):
+        fields = _sentencepiece_bpe(spec, tokens, types, merges, model.get("unk_token"))
+    else:
+        raise ValueError("tokenizer.json: GGUF keeps byte-level BPE and SentencePiece BPE tokenizers; this one is "
+                         f"{model.get('type')} with neither byte-level pieces nor byte fallback")
     return {**fields, **_config_fields(tokenizers, tok)}
+
+
+def _sentencepiece_bpe(spec: dict, tokens: list[str], types: list[int], merges: list[str], unk: str | None) -> dict:
+    """``llama`` fields of a SentencePiece BPE in tokenizer.json form: llama.cpp merges the pair whose joined piece
+    scores highest, so each piece scores minus the rank of the first merge that makes it (the merges' order)."""
+    steps = [s for s in _steps(spec.get("pre_tokenizer")) if not (s.get("type") == "Metaspace" and not s.get(
+        "split", True))]
+    if steps:
+        raise ValueError(f"tokenizer.json: a SentencePiece BPE that splits words first ({steps[0].get('type')}); "
+                         "llama.cpp's SentencePiece tokenizer does not")
+    rank = {}
+    for i, merge in enumerate(merges):
+        rank.setdefault(merge.replace(" ", "", 1) if merge.count(" ") else merge, i)
+    scores = [-float(rank.get(t, len(merges))) for t in tokens]
+    for i, token in enumerate(tokens):
+        byte = len(token) == 6 and token.startswith("<0x") and token.endswith(">")  # byte fallback's <0xAB>
+        if types[i] == NORMAL and (token == unk or byte):
+            types[i] = UNKNOWN if token == unk else BYTE
+    normal = json.dumps(spec.get("normalizer")) + json.dumps(spec.get("pre_tokenizer"))
+    prefix = '"Prepend"' in normal or '"prepend_scheme": "first"' in normal or '"prepend_scheme": "always"' in normal
+    return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": scores,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.add_space_prefix": prefix}
 
 
 def _steps(node) -> list[dict]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from torch import Tensor
 
 # model_type values of config.json
-SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "mixtral",
+SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "gemma3", "phi3",
+             "mixtral",
              "qwen3_moe", "t5", "mt5")
 
 
