@@ -1,5 +1,5 @@
-"""Language models out: ``aiayn export --format hf`` writes Llama-shaped models as LlamaForCausalLM (Qwen2's,
-Mistral's) and GPT-shaped ones as GPT2LMHeadModel, with logits equal to aiayn's and the same weights after
+"""Language models out: ``aiayn export --format hf`` writes Llama-shaped models as LlamaForCausalLM (Qwen2's, Qwen3's,
+Mistral's, Mixtral's, Qwen3-MoE's), Phi-3's, Gemma 2's and 3's, and GPT-shaped ones as GPT2LMHeadModel, with logits equal to aiayn's and the same weights after
 importing back; ``--format ctranslate2`` gives a CTranslate2 generator with the same greedy output."""
 
 import pytest
@@ -23,6 +23,14 @@ SHAPES = {
     "mistral-window": dict(LLAMA, rope_layout="halves", sliding_window=4,
                            rope_scaling={"type": "linear", "factor": 2.0}),
     "gpt2": dict(norm="pre", positions="learned", activation="gelu_tanh", scale_embeddings=False),
+    "mixtral-experts": dict(LLAMA, rope_layout="interleaved", n_experts=4, experts_per_token=2, n_kv_heads=2),
+    "qwen3moe-experts": dict(LLAMA, rope_layout="halves", qk_norm=True, n_experts=4, experts_per_token=2,
+                             expert_d_ff=24, renorm_experts=False),
+    "phi3-partial-rotary": dict(LLAMA, rope_layout="halves", rotary_dim=4, n_kv_heads=2),
+    "gemma2-softcaps": dict(LLAMA, norm="sandwich", activation="gelu_tanh", scale_embeddings=True,
+                            rope_layout="interleaved", head_dim=16, share_embeddings="all", sliding_window=4,
+                            layer_types=("sliding", "full"), query_scale=12.0, attention_softcap=2.0,
+                            logit_softcap=3.0),
 }
 
 

@@ -1,5 +1,5 @@
 """``aiayn plot`` (a run's curves) and ``aiayn show`` (attention per head, positions, masks, tensor shapes,
-Mask-Predict's refinement, the softmax's saturation)."""
+Mask-Predict's refinement, the softmax's saturation, a mixture's routing)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,15 @@ def _add_checkpoint_pictures(what) -> tuple:
     t.add_argument("--ref", required=True, help="their references")
     t.add_argument("--sentences", type=int, default=100, help="the first N pairs (default 100)")
     t.add_argument("--output", required=True, help="PNG, SVG or PDF file")
-    return a, r, t
+    e = what.add_parser("experts", help="which experts each token goes to, and each expert's load (a mixture of "
+                                        "experts)",
+                        description="Run TEXT through a language model with experts and print, per layer, the tokens "
+                                    "each expert took; with --output, a heatmap of the router's weights (experts x "
+                                    "tokens) and the load per expert, layer by layer.")
+    e.add_argument("--checkpoint", required=True, help="a language model checkpoint with n_experts (or its run)")
+    e.add_argument("text", help="the text to route")
+    e.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
+    return a, r, t, e
 
 
 def _add_math_pictures(what) -> tuple:
@@ -134,9 +142,25 @@ def show(args: argparse.Namespace) -> int:
         _show_refinement(args)
     elif args.what == "saturation":
         _show_saturation(args)
+    elif args.what == "experts":
+        _show_experts(args)
     else:
         _show_attention(args)
     return 0
+
+
+def _show_experts(args: argparse.Namespace) -> None:
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.visual.experts import plot_routes, routes_for
+    from aiayn.visual.figures import check_output
+
+    if args.output:
+        check_output(args.output)
+    model, tokenizers = load_checkpoint(args.checkpoint, "decoder-only")
+    routes = routes_for(model, tokenizers.src, args.text)
+    sys.stdout.write(routes.format())
+    if args.output:
+        print(plot_routes(routes, args.output))
 
 
 def _show_saturation(args: argparse.Namespace) -> None:

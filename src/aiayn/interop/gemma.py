@@ -129,11 +129,24 @@ def _text_part(tensors: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Ten
 
 def gemma_problems(cfg: ModelConfig) -> list[str]:
     """What a ``Gemma3ForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    return _problems(cfg) + [problem for ok, problem in [
+        (cfg.qk_norm, "no qk_norm"), (cfg.query_scale is None and cfg.attention_softcap is None and cfg.logit_softcap
+                                      is None, "Gemma 2's query scale and soft-capping")] if not ok]
+
+
+def gemma2_problems(cfg: ModelConfig) -> list[str]:
+    """What a ``Gemma2ForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    return _problems(cfg) + [problem for ok, problem in [
+        (not cfg.qk_norm, "qk_norm (Gemma 3's)"), (cfg.rope_scaling is None, "rope_scaling"),
+        (cfg.local_position_base in (None, cfg.position_base), "a rotary base of the sliding layers' own"),
+        (float(cfg.query_scale or 1).is_integer(), "a query scale that is not a whole number")] if not ok]
+
+
+def _problems(cfg: ModelConfig) -> list[str]:
+    """What neither Gemma 2 nor Gemma 3 can express of ``cfg``."""
     checks = [(cfg.arch == "decoder-only", f"arch {cfg.arch}"), (cfg.norm == "sandwich", f"norm {cfg.norm}"),
               (cfg.norm_type == "rmsnorm", "norm_type layernorm"), (cfg.feed_forward == "swiglu", "feed_forward"),
-              (cfg.activation == "gelu_tanh", f"activation {cfg.activation}"), (cfg.qk_norm, "no qk_norm"),
-              (cfg.query_scale is None and cfg.attention_softcap is None and cfg.logit_softcap is None,
-               "Gemma 2's query scale and soft-capping (exported as Gemma 3)"),
+              (cfg.activation == "gelu_tanh", f"activation {cfg.activation}"),
               (cfg.positions == "rope", f"positions {cfg.positions}"), (cfg.scale_embeddings, "unscaled embeddings"),
               (cfg.qkv_bias == cfg.out_bias and not cfg.ffn_bias and not cfg.output_bias, "biases"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] == "linear", "rope_scaling"),
@@ -162,14 +175,26 @@ def gemma_hf_config(cfg: ModelConfig, vocab: int) -> dict:
                 else None, bos_token_id=cfg.bos_id, eos_token_id=list(cfg.end_ids) if cfg.stop_ids else cfg.eos_id)
 
 
+def gemma2_hf_config(cfg: ModelConfig, vocab: int) -> dict:
+    """The ``Gemma2Config`` fields of a Gemma 2-shaped aiayn config: Gemma 3's, with one rotary base, the query
+    scale and the soft-caps."""
+    fields = {k: v for k, v in gemma_hf_config(cfg, vocab).items() if k != "rope_parameters"}
+    return dict(fields, rope_parameters={"rope_type": "default", "rope_theta": cfg.position_base},
+                query_pre_attn_scalar=int(cfg.query_scale or cfg.d_head), attn_logit_softcapping=cfg.attention_softcap,
+                final_logit_softcapping=cfg.logit_softcap)
+
+
 def export_gemma(model: DecoderOnly, vocab: int, folder: Path) -> None:
-    """Save ``model`` as a Hugging Face ``Gemma3ForCausalLM`` folder in ``folder``: the LLaMA branch's tensors
-    (``llama_tensors``), each norm's gain g written as Gemma's g - 1."""
+    """Save ``model`` as a Hugging Face ``Gemma3ForCausalLM`` (without q/k norms: ``Gemma2ForCausalLM``) folder in
+    ``folder``: the LLaMA branch's tensors (``llama_tensors``), each norm's gain g written as Gemma's g - 1."""
     import transformers
 
     from aiayn.interop.llama import llama_tensors
 
-    hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma_hf_config(model.config, vocab)))
+    if model.config.qk_norm:
+        hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma_hf_config(model.config, vocab)))
+    else:
+        hf = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma2_hf_config(model.config, vocab)))
     tensors = {k: (v - 1.0 if k.endswith("norm.weight") else v) for k, v in llama_tensors(model, vocab).items()}
     hf.eval().load_state_dict(tensors, strict=True)
     hf.save_pretrained(folder)

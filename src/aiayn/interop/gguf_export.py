@@ -35,10 +35,12 @@ def gguf_architecture(cfg, source: str) -> str:
     if not as_gemma:
         return "gemma3"
     if cfg.n_experts:  # llama.cpp's mixtures: qwen3moe (Qwen3's q/k norms) or llama (Mixtral), both renormalised
-        as_moe = [p for p in llama.llama_problems(cfg) if not p.startswith("n_experts")]
+        as_moe = llama.llama_problems(cfg)
         as_moe += [] if cfg.renorm_experts else ["a mixture whose chosen experts' weights are not renormalised"]
         if not as_moe:
             return "qwen3moe" if cfg.qk_norm else "llama"
+        raise ValueError(f"{source}: none of llama.cpp's mixtures (qwen3moe, llama) can express this model "
+                         f"({'; '.join(as_moe)})")
     factors = cfg.rope_scaling is not None and cfg.rope_scaling["type"] == "factors"
     as_llama = [p for p in llama.llama_problems(cfg) if not (factors and p.startswith("rope_scaling factors"))]
     as_gpt2 = gpt2.gpt2_problems(cfg)

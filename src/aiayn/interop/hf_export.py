@@ -127,14 +127,16 @@ def _export_t5(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
 
 
 def _export_language_model(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
-    from aiayn.interop.gemma import export_gemma, gemma_problems
+    from aiayn.interop.gemma import export_gemma, gemma2_problems, gemma_problems
     from aiayn.interop.gpt2 import export_gpt2, gpt2_problems
     from aiayn.interop.llama import export_llama, llama_problems
+    from aiayn.interop.phi3 import export_phi3, phi3_problems
     from aiayn.io.files import atomic_directory
     from aiayn.io.run import resolve_checkpoint
 
     cfg = model.config
-    shapes = {"Llama": (llama_problems, export_llama), "Gemma 3": (gemma_problems, export_gemma),
+    shapes = {"Llama": (llama_problems, export_llama), "Phi-3": (phi3_problems, export_phi3),
+              "Gemma 3": (gemma_problems, export_gemma), "Gemma 2": (gemma2_problems, export_gemma),
               "GPT-2": (gpt2_problems, export_gpt2)}  # the first that expresses the model writes it
     problems = {name: check(cfg) for name, (check, _) in shapes.items()}
     fits = [name for name, found in problems.items() if not found]

@@ -188,7 +188,8 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
               (not cfg.qk_norm or cfg.qkv_bias == cfg.out_bias, "qk_norm with Qwen2's attention biases"),
               (not cfg.qk_norm or cfg.sliding_window is None, "qk_norm with a sliding window"),
               (cfg.rotary_dim is None, "rotary_dim (partial rotary positions)"),
-              (not cfg.n_experts, "n_experts (a mixture of experts: not exported yet)"),
+              (not cfg.n_experts or cfg.qk_norm or cfg.renorm_experts,
+               "n_experts without renormalised weights and q/k norms (Mixtral renormalises)"),
               (cfg.query_scale is None and cfg.attention_softcap is None and cfg.logit_softcap is None,
                "query_scale / soft-capping (Gemma 2)"),
               (cfg.rope_scaling is None or cfg.rope_scaling["type"] != "factors",
@@ -197,8 +198,10 @@ def llama_problems(cfg: ModelConfig) -> list[str]:
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
-    """Which of Llama, Qwen2 (q/k/v biases alone), Qwen3 (q/k norms) and Mistral (a sliding window) has this
-    shape."""
+    """Which of Llama, Qwen2 (q/k/v biases alone), Qwen3 (q/k norms), Mistral (a sliding window), Mixtral and
+    Qwen3-MoE (experts, without and with q/k norms) has this shape."""
+    if cfg.n_experts:
+        return "qwen3_moe" if cfg.qk_norm else "mixtral"
     if cfg.qk_norm:
         return "qwen3"
     if cfg.sliding_window is not None:
@@ -224,14 +227,23 @@ def llama_hf_config(cfg: ModelConfig, vocab: int) -> dict:
         fields.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias)
     if kind == "qwen3":
         fields.update(attention_bias=cfg.qkv_bias, use_sliding_window=False)
-    if kind == "mistral":
+    if kind in ("mistral", "mixtral"):
         fields.update(sliding_window=cfg.sliding_window)
+    if kind == "mixtral":
+        fields.update(num_local_experts=cfg.n_experts, num_experts_per_tok=cfg.experts_per_token,
+                      intermediate_size=cfg.expert_d_ff or cfg.d_ff)
+    if kind == "qwen3_moe":
+        fields.update(attention_bias=cfg.qkv_bias, use_sliding_window=False, num_experts=cfg.n_experts,
+                      num_experts_per_tok=cfg.experts_per_token, moe_intermediate_size=cfg.expert_d_ff or cfg.d_ff,
+                      norm_topk_prob=cfg.renorm_experts, decoder_sparse_step=1, mlp_only_layers=[])
     return fields
 
 
 HF_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
+              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+              "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+              "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM")}
 
 
 def llama_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
@@ -257,7 +269,8 @@ def _to_halves(tensors: dict[str, Tensor], cfg: ModelConfig) -> None:
 
 
 def export_llama(model: DecoderOnly, vocab: int, folder: Path) -> None:
-    """Save ``model`` as a Hugging Face ``LlamaForCausalLM`` (Qwen2, Mistral) folder in ``folder``."""
+    """Save ``model`` as a Hugging Face ``LlamaForCausalLM`` (Qwen2, Qwen3, Mistral, Mixtral, Qwen3-MoE) folder in
+    ``folder``."""
     import transformers
 
     config_class, model_class = (getattr(transformers, name) for name in HF_CLASSES[hf_model_type(model.config)])

@@ -2,6 +2,8 @@
 (``interop/llama.py``) with Phi's fused projections, read apart (``qkv_proj`` into q, k, v; ``gate_up_proj`` into
 gate and up: aiayn fuses them again for inference), and partial rotary positions (``partial_rotary_factor``:
 ``rotary_dim``). LongRoPE (the 128k models' ``longrope``/``su`` short and long factors) is refused by name.
+Exported back as ``Phi3ForCausalLM`` (the projections fused again) when the model has partial rotary positions
+(without, it is a Llama: ``interop/llama.py`` writes it).
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
-from aiayn.interop.llama import import_llama, llama_config
+from aiayn.interop.llama import import_llama, llama_config, llama_hf_config, llama_problems, llama_tensors
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
@@ -50,3 +53,32 @@ def split_fused(tensors: Iterable[tuple[str, Tensor]], cfg: ModelConfig) -> Iter
 
 def import_phi3(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
     return import_llama(folder, hf, phi3_config, split_fused)
+
+
+def phi3_problems(cfg: ModelConfig) -> list[str]:
+    """What a ``Phi3ForCausalLM`` cannot express of ``cfg`` (empty: it exports)."""
+    found = [p for p in llama_problems(cfg) if not p.startswith("rotary_dim")]
+    checks = [(not cfg.qk_norm and not cfg.n_experts, "q/k norms or experts"),
+              (not (cfg.qkv_bias or cfg.out_bias or cfg.ffn_bias), "biases"),
+              (cfg.rope_layout == "halves" or cfg.rotary_dim is None, "partial rotary positions in interleaved pairs"),
+              (cfg.rope_scaling is None, "rope_scaling")]
+    return found + [problem for ok, problem in checks if not ok]
+
+
+def export_phi3(model: DecoderOnly, vocab: int, folder: Path) -> None:
+    """Save ``model`` as a Hugging Face ``Phi3ForCausalLM`` folder: q, k, v fused as ``qkv_proj``, gate and up as
+    ``gate_up_proj``."""
+    import transformers
+
+    cfg = model.config
+    fields = {k: v for k, v in llama_hf_config(cfg, vocab).items() if k not in ("attention_bias", "mlp_bias")}
+    fields["rope_parameters"]["partial_rotary_factor"] = (cfg.rotary_dim or cfg.d_head) / cfg.d_head
+    hf = transformers.Phi3ForCausalLM(transformers.Phi3Config(**fields, sliding_window=cfg.sliding_window)).eval()
+    tensors = llama_tensors(model, vocab)
+    for i in range(cfg.n_decoder_layers):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        tensors[f"{attn}.qkv_proj.weight"] = torch.cat([tensors.pop(f"{attn}.{p}_proj.weight") for p in "qkv"])
+        tensors[f"{mlp}.gate_up_proj.weight"] = torch.cat([tensors.pop(f"{mlp}.{p}_proj.weight")
+                                                           for p in ("gate", "up")])
+    hf.load_state_dict(tensors, strict=True)
+    hf.save_pretrained(folder)
