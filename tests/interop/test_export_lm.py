@@ -1,6 +1,7 @@
-"""Language models out: ``aiayn export --format hf`` writes Llama-shaped models as LlamaForCausalLM (Qwen2's, Qwen3's,
-Mistral's, Mixtral's, Qwen3-MoE's), Phi-3's, Gemma 2's and 3's, and GPT-shaped ones as GPT2LMHeadModel, with logits equal to aiayn's and the same weights after
-importing back; ``--format ctranslate2`` gives a CTranslate2 generator with the same greedy output."""
+"""Language models out: ``aiayn export --format hf`` writes Llama-shaped models as LlamaForCausalLM (Qwen2's,
+Qwen3's, Mistral's, Mixtral's, Qwen3-MoE's), Phi-3's, Gemma 2's and 3's, and GPT-shaped ones as GPT2LMHeadModel,
+with logits equal to aiayn's and the same weights after importing back; ``--format ctranslate2`` gives a
+CTranslate2 generator with the same greedy output."""
 
 import pytest
 import torch
