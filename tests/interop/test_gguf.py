@@ -477,3 +477,44 @@ def test_a_mixtral_goes_out_as_a_llama_file_with_experts_and_comes_back(tmp_path
     assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))
+
+
+def test_a_gemma2_goes_out_as_gemma2_and_transformers_reads_it(tmp_path, make_llama):
+    """A Gemma 2 (sliding and full layers alternating, soft-capped scores and logits, no q/k norms): a gemma2 file
+    with its soft-caps, read by transformers' GGUF loader with the same logits past the window, and back by
+    aiayn tensor for tensor."""
+
+    tok = byte_level("gpt-2")
+    rows = len(tok) + 2
+    # heads of 256 and the soft-caps of Gemma2Config's defaults: what transformers' GGUF loader takes
+    folder = make_llama(tmp_path / "hf", "gemma2", vocab_size=rows, num_hidden_layers=4, head_dim=256,
+                        query_pre_attn_scalar=256, sliding_window=4, pad_token_id=rows - 2, bos_token_id=rows - 1,
+                        eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
+    with_tokenizer(folder, tok)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    reader = out_and_back(tmp_path / "ckpt", tmp_path / "gemma2.gguf", 12)
+    assert reader.fields["general.architecture"].contents() == "gemma2"
+    assert reader.fields["gemma2.final_logit_softcapping"].contents() == 30.0
+    assert imported(tmp_path / "gemma2.gguf")[0].config.attention_softcap == 50.0
+def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tmp_path, make_llama):
+    """A Phi-3 rotating half of each head (Phi-4-mini's kind): a phi3 file (q, k, v fused as attn_qkv, gate and up
+    as ffn_up, rope.dimension_count the rotated share) read back by aiayn tensor for tensor, with the logits of the
+    Hugging Face model it came from (transformers' GGUF loader reads no partial rotation)."""
+    import gguf
+    import transformers
+
+    tok = byte_level("gpt-2")
+    folder = make_llama(tmp_path / "hf", "phi3", vocab_size=len(tok), pad_token_id=0, bos_token_id=None,
+                        eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=False,
+                        rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5})
+    with_tokenizer(folder, tok)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    reader = gguf.GGUFReader(export(tmp_path / "ckpt", tmp_path / "phi3.gguf"))
+    assert reader.fields["general.architecture"].contents() == "phi3"
+    assert reader.fields["phi3.rope.dimension_count"].contents() == 4
+    assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= {t.name for t in reader.tensors}
+    model, _ = imported(tmp_path / "phi3.gguf")
+    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
+    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))

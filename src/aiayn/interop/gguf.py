@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.interop import gemma, gpt2, llama, moe
+from aiayn.interop import gemma, gpt2, llama, moe, phi3
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
 from aiayn.tokenizers.hf import HFTokenizers
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gpt2")  # general.architecture values aiayn reads
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma2", "phi3",
+                 "gpt2")  # general.architecture values aiayn reads
 MAGIC = b"GGUF"
 LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
@@ -30,6 +31,7 @@ LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "at
                "ffn_gate_exps": "mlp.experts.gate", "ffn_up_exps": "mlp.experts.up",  # a mixture's router and its
                "ffn_down_exps": "mlp.experts.down_proj"}  # experts, (E, F, D) and (E, D, F)
 LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+PHI3_NAMES = {**LLAMA_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}  # Phi's fused ones
 GEMMA_NAMES = {**LLAMA_NAMES, "ffn_norm": "pre_feedforward_layernorm",  # Gemma's sandwich norms
                "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
 GEMMA_LOCAL_BASE, GEMMA_PATTERN = 10_000.0, 6  # what llama.cpp fixes for gemma3: the sliding layers' rotary base,
@@ -82,7 +84,7 @@ def _tables(arch: str) -> tuple[dict[str, str], dict[str, str]]:
     """(top-level, per-layer) GGUF -> Hugging Face names of an architecture."""
     if arch == "gpt2":
         return GPT2_TOP, GPT2_NAMES
-    return LLAMA_TOP, (GEMMA_NAMES if arch == "gemma3" else LLAMA_NAMES)
+    return LLAMA_TOP, {"gemma3": GEMMA_NAMES, "gemma2": GEMMA_NAMES, "phi3": PHI3_NAMES}.get(arch, LLAMA_NAMES)
 
 
 def permute(w: Tensor, heads: int) -> Tensor:
@@ -153,8 +155,12 @@ def hf_config(f: GGUFFile) -> dict:
                     n_inner=f.get("feed_forward_length", 4 * d), n_positions=f.need("context_length"),
                     layer_norm_epsilon=f.get("attention.layer_norm_epsilon", 1e-5), activation_function="gelu_new",
                     eos_token_id=common["eos_token_id"][0] if common["eos_token_id"] else None, resid_pdrop=0.0)
-    if f.arch == "gemma3":
+    if f.arch in ("gemma3", "gemma2"):
         return _gemma_config(f, common)
+    if f.arch == "phi3":  # partial rotary positions: the rotated share of each head
+        common = dict(common, model_type="phi3", sliding_window=f.get("attention.sliding_window"),
+                      partial_rotary_factor=f.get("rope.dimension_count", 0) / (
+                          f.need("embedding_length") // f.need("attention.head_count")) or 1.0)
     if f.arch == "qwen3moe":  # llama.cpp's qwen3moe renormalises the chosen experts' weights
         common = dict(common, model_type="qwen3_moe", num_experts=f.need("expert_count"),
                       num_experts_per_tok=f.need("expert_used_count"),
@@ -178,18 +184,24 @@ def hf_config(f: GGUFFile) -> dict:
 
 
 def _gemma_config(f: GGUFFile, common: dict) -> dict:
-    """A Gemma 3 text ``config.json`` (as a dict) from the metadata, with what llama.cpp fixes for gemma3 (the
-    sliding layers' rotary base, every sixth layer full, the query scale of the head size); its norm gains are
-    stored as 1 + w already."""
+    """A Gemma 3 text (or Gemma 2) ``config.json`` (as a dict) from the metadata, with what llama.cpp fixes for
+    gemma3 (the sliding layers' rotary base, every sixth layer full) and gemma2 (sliding and full layers
+    alternating, one rotary base), and for both the query scale of the head size; its norm gains are stored as
+    1 + w already."""
     head = f.need("attention.key_length")
     factor = f.get("rope.scaling.factor")
     pad = f.meta.get("tokenizer.ggml.padding_token_id", 0)
-    return dict(common, model_type="gemma3_text", hidden_size=f.need("embedding_length"),
+    theta, local = f.get("rope.freq_base", 1e6), GEMMA_LOCAL_BASE
+    if f.arch == "gemma2":
+        theta = local = f.get("rope.freq_base", 1e4)
+        common = dict(common, model_type="gemma2", attn_logit_softcapping=f.get("attn_logit_softcapping") or None,
+                      final_logit_softcapping=f.get("final_logit_softcapping") or None)  # 0: none
+    return dict(common, model_type=common.get("model_type", "gemma3_text"), hidden_size=f.need("embedding_length"),
                 intermediate_size=f.need("feed_forward_length"), num_hidden_layers=f.need("block_count"),
                 num_attention_heads=f.need("attention.head_count"),
                 num_key_value_heads=f.get("attention.head_count_kv", f.need("attention.head_count")), head_dim=head,
                 query_pre_attn_scalar=head, rms_norm_eps=f.get("attention.layer_norm_rms_epsilon", 1e-6),
-                rope_theta=f.get("rope.freq_base", 1e6), rope_local_base_freq=GEMMA_LOCAL_BASE,
+                rope_theta=theta, rope_local_base_freq=local,
                 rope_scaling={"rope_type": "linear", "factor": factor} if factor not in (None, 1.0) else None,
                 sliding_window=f.need("attention.sliding_window"), sliding_window_pattern=GEMMA_PATTERN,
                 max_position_embeddings=f.get("context_length", 32768), pad_token_id=pad,
@@ -248,9 +260,12 @@ def read_gguf(path: str | Path):
         elif hf["model_type"] in ("qwen3_moe", "mixtral"):
             model = llama.DecoderOnly(moe.moe_config(hf, tokenizers.src.unk_id()))
             llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
-        elif f.arch == "gemma3":
+        elif f.arch in ("gemma3", "gemma2"):
             model = llama.DecoderOnly(gemma.gemma_config(hf, tokenizers.src.unk_id()))
             llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
+        elif f.arch == "phi3":
+            model = llama.DecoderOnly(phi3.phi3_config(hf, tokenizers.src.unk_id()))
+            llama.load_llama_weights(model, phi3.split_fused(hf_tensors(f, hf), model.config), source="the metadata")
         else:
             byte_level = f.meta.get("tokenizer.ggml.model") == "gpt2"
             model = llama.DecoderOnly(llama.llama_config(hf, None if byte_level else tokenizers.src.unk_id()))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from aiayn.interop import gemma, gpt2, llama
+from aiayn.interop import gemma, gpt2, llama, phi3
 from aiayn.interop.gguf import CONV1D, GEMMA_LOCAL_BASE, GEMMA_PATTERN, gguf_name, gguf_package, permute
 from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
 from aiayn.model.positions import rope_frequencies
@@ -27,13 +27,17 @@ FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_
 
 
 def gguf_architecture(cfg, source: str) -> str:
-    """llama, qwen2, qwen3 or gpt2: the llama.cpp architecture with this model's shape; anything else is refused
-    with what each lacks."""
+    """The llama.cpp architecture with this model's shape (gemma3, gemma2, qwen3moe, phi3, llama, qwen2, qwen3,
+    gpt2); anything else is refused with what each lacks."""
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
     as_gemma = gemma.gemma_problems(cfg) + _gemma_fixed(cfg)
     if not as_gemma:
         return "gemma3"
+    if not gemma.gemma2_problems(cfg) + _gemma2_fixed(cfg):
+        return "gemma2"
+    if cfg.rotary_dim is not None and not phi3.phi3_problems(cfg):  # partial rotary positions: llama.cpp's phi3
+        return "phi3"
     if cfg.n_experts:  # llama.cpp's mixtures: qwen3moe (Qwen3's q/k norms) or llama (Mixtral), both renormalised
         as_moe = llama.llama_problems(cfg)
         as_moe += [] if cfg.renorm_experts else ["a mixture whose chosen experts' weights are not renormalised"]
@@ -63,6 +67,13 @@ def _gemma_fixed(cfg) -> list[str]:
     return problems
 
 
+def _gemma2_fixed(cfg) -> list[str]:
+    """What llama.cpp fixes for gemma2: sliding and full layers alternating, the query scale of the head size."""
+    problems = [] if cfg.layer_types == gemma.layer_pattern(cfg.n_decoder_layers, 2) else [
+        "layer_types other than sliding and full alternating"]
+    return problems + ([] if cfg.query_scale in (None, cfg.d_head) else ["a query scale other than the head size"])
+
+
 def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
     """GGUF name -> float32 tensor of ``model`` (its first ``vocab`` token rows)."""
     cfg = model.config
@@ -71,7 +82,8 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
         out = {gguf_name(k, arch): (v.t() if k.endswith(CONV1D) else v) for k, v in hf.items()}
         out["output.weight"] = out["token_embd.weight"]  # llama.cpp's converter writes GPT-2's tied output too
         return out
-    hf = llama.llama_tensors(model, vocab)  # norm gains as they are: gemma3 files keep Gemma's 1 + w too
+    # norm gains as they are: gemma files keep Gemma's 1 + w too; phi3's projections fused
+    hf = phi3.phi3_tensors(model, vocab) if arch == "phi3" else llama.llama_tensors(model, vocab)
     if cfg.share_embeddings != "none":
         del hf["lm_head.weight"]  # tied: llama.cpp falls back to token_embd
     out = {}
@@ -108,11 +120,14 @@ def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
         writer.add_expert_used_count(cfg.experts_per_token)
     if arch == "qwen3moe":
         writer.add_expert_feed_forward_length(cfg.expert_d_ff or cfg.d_ff)
-    if arch == "gemma3":
+    if arch in ("gemma3", "gemma2") or (arch == "phi3" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
+    if arch == "gemma2":
+        writer.add_attn_logit_softcapping(cfg.attention_softcap or 0.0)  # llama.cpp: 0, none
+        writer.add_final_logit_softcapping(cfg.logit_softcap or 0.0)
     writer.add_layer_norm_rms_eps(cfg.layer_norm_eps)
     writer.add_rope_freq_base(cfg.position_base)
-    writer.add_rope_dimension_count(cfg.d_head)
+    writer.add_rope_dimension_count(cfg.rotary_dim or cfg.d_head)  # phi3: the rotated share of each head
     if cfg.head_dim is not None:
         writer.add_key_length(cfg.d_head)
         writer.add_value_length(cfg.d_head)
@@ -182,7 +197,7 @@ def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32
     writer.add_name(name)
     writer.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[quantization]))
     _add_hyperparameters(writer, cfg, arch, vocab)
-    ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch == "gemma3" else None
+    ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch.startswith("gemma") else None
     _add_tokenizer(writer, tokenizers, vocab, decoding, ids)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for tensor_name, t in gguf_tensors(model, arch, vocab).items():

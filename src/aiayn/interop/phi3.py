@@ -74,11 +74,17 @@ def export_phi3(model: DecoderOnly, vocab: int, folder: Path) -> None:
     fields = {k: v for k, v in llama_hf_config(cfg, vocab).items() if k not in ("attention_bias", "mlp_bias")}
     fields["rope_parameters"]["partial_rotary_factor"] = (cfg.rotary_dim or cfg.d_head) / cfg.d_head
     hf = transformers.Phi3ForCausalLM(transformers.Phi3Config(**fields, sliding_window=cfg.sliding_window)).eval()
+    hf.load_state_dict(phi3_tensors(model, vocab), strict=True)
+    hf.save_pretrained(folder)
+
+
+def phi3_tensors(model: DecoderOnly, vocab: int) -> dict[str, Tensor]:
+    """Hugging Face name -> tensor of a Phi-3-shaped model: the LLaMA branch's (``llama_tensors``) with q, k, v
+    fused as ``qkv_proj`` and gate, up as ``gate_up_proj`` (``split_fused`` backwards)."""
     tensors = llama_tensors(model, vocab)
-    for i in range(cfg.n_decoder_layers):
+    for i in range(model.config.n_decoder_layers):
         attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         tensors[f"{attn}.qkv_proj.weight"] = torch.cat([tensors.pop(f"{attn}.{p}_proj.weight") for p in "qkv"])
         tensors[f"{mlp}.gate_up_proj.weight"] = torch.cat([tensors.pop(f"{mlp}.{p}_proj.weight")
                                                            for p in ("gate", "up")])
-    hf.load_state_dict(tensors, strict=True)
-    hf.save_pretrained(folder)
+    return tensors
