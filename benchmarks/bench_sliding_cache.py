@@ -8,6 +8,9 @@ The model is the real one read from its GGUF file (``make gemma3``), or without 
 Prints JSON lines {"config", "metric", "value", "unit"}; ``*_ratio`` figures are from the same run.
 
     python benchmarks/bench_sliding_cache.py [--gguf ~/.cache/aiayn/gemma-3-270m-q4_k_m.gguf] [--lengths 1024 8192]
+        [--plot docs/img/sliding-cache.png]
+
+``--plot``: the cache's size from 512 to 16,384 positions, rings against the mask-only window (docs/tour.md).
 """
 
 from __future__ import annotations
@@ -53,6 +56,28 @@ def filled(model, length: int, rings: bool):
     return cache
 
 
+def plot(model, name: str, output: Path) -> None:
+    """The batch-1 cache's MiB by context length, rings and mask-only (allocated, not filled)."""
+    from aiayn.model.cache import DecoderCache
+    from aiayn.visual.figures import pyplot, save_figure
+
+    cfg, like = model.config, next(model.parameters())
+    lengths = [512 * 2 ** i for i in range(6)]
+    size = lambda cache: sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers) / 2**20  # noqa: E731
+    rings = [size(model.new_cache(1, n, like)) for n in lengths]
+    whole = [size(DecoderCache.allocate(cfg.n_decoder_layers, 1, cfg.kv_heads, n, cfg.d_head)) for n in lengths]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    ax.plot(lengths, whole, "o-", label="mask-only window: every layer keeps every position")
+    ax.plot(lengths, rings, "o-", label=f"rings: the {cfg.layer_types.count('sliding')} sliding layers keep "
+                                        f"{cfg.sliding_window} + 16")
+    ax.set(xscale="log", xlabel="context (tokens)", ylabel="KV cache, batch 1 (MiB, float32)",
+           title=f"{name}: {cfg.layer_types.count('full')} full and {cfg.layer_types.count('sliding')} sliding layers")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.legend(fontsize=8)
+    print(save_figure(fig, output))
+
+
 def decode_rate(model, cache, length: int) -> float:
     """New tokens/s of STEPS steps from ``length`` (the cache rolled back after each run)."""
     ids = torch.tensor([[model.config.bos_id]])
@@ -70,9 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", type=Path, default=GGUF)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192])
+    parser.add_argument("--plot", type=Path, help="draw the cache's size by context length to this PNG, and stop")
     args = parser.parse_args()
     start = time.perf_counter()
     model, name = gemma(args.gguf)
+    if args.plot:
+        plot(model, name, args.plot)
+        return
     emit("machine", "torch_threads", torch.get_num_threads(), "threads")
     with torch.inference_mode():
         for length in args.lengths:
