@@ -479,7 +479,7 @@ def test_a_mixtral_goes_out_as_a_llama_file_with_experts_and_comes_back(tmp_path
     same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))
 
 
-def test_a_gemma2_goes_out_as_gemma2_and_transformers_reads_it(tmp_path, make_llama):
+def test_a_gemma2_goes_out_as_gemma2_and_transformers_reads_it(tmp_path, make_llama, capsys):
     """A Gemma 2 (sliding and full layers alternating, soft-capped scores and logits, no q/k norms): a gemma2 file
     with its soft-caps, read by transformers' GGUF loader with the same logits past the window, and back by
     aiayn tensor for tensor."""
@@ -496,7 +496,19 @@ def test_a_gemma2_goes_out_as_gemma2_and_transformers_reads_it(tmp_path, make_ll
     assert reader.fields["general.architecture"].contents() == "gemma2"
     assert reader.fields["gemma2.final_logit_softcapping"].contents() == 30.0
     assert imported(tmp_path / "gemma2.gguf")[0].config.attention_softcap == 50.0
-def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tmp_path, make_llama):
+    one_line_refusal(tmp_path / "gemma2.gguf", "blk.1.post_ffw_norm.weight", "decoder.layers.1", capsys)
+
+
+def one_line_refusal(good: Path, drop: str, named: str, capsys) -> None:
+    """``good`` without the tensor ``drop``: imported, one line naming the file and what is missing, exit 2,
+    nothing written."""
+    bad, out = good.with_name("bad.gguf"), good.with_name("bad-out")
+    rewrite(good, bad, drop=drop)
+    capsys.readouterr()
+    assert main(["import", str(bad), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and named in err and not out.exists(), err
+def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tmp_path, make_llama, capsys):
     """A Phi-3 rotating half of each head (Phi-4-mini's kind): a phi3 file (q, k, v fused as attn_qkv, gate and up
     as ffn_up, rope.dimension_count the rotated share) read back by aiayn tensor for tensor, with the logits of the
     Hugging Face model it came from (transformers' GGUF loader reads no partial rotation)."""
@@ -518,3 +530,4 @@ def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tm
     assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))
+    one_line_refusal(tmp_path / "phi3.gguf", "blk.1.attn_qkv.weight", "decoder.layers.1", capsys)

@@ -74,3 +74,17 @@ def test_split_experts_are_linear_layers_that_inference_copies_pack_and_quantize
             error = (quantized(ids) - full).abs().max() / full.abs().max()
             assert 0 < error < (0.02 if kind == "int8" else 0.15), (kind, error)
             assert type(quantized.decoder.layers[1].ffn.router) is torch.nn.Linear  # the routing as trained
+
+
+def test_lora_adapts_a_mixtures_attention_and_leaves_its_experts_frozen():
+    """LoRA on a mixture adapts the attention projections (PEFT's q/k/v/o names); the experts and the router are
+    not linear layers LoRA wraps, and stay frozen."""
+    from aiayn.model.lora import apply_lora
+
+    cfg = tiny(arch="decoder-only", feed_forward="swiglu", activation="silu", n_experts=4, experts_per_token=2,
+               expert_d_ff=24)
+    model = build_model(cfg)
+    wrapped = apply_lora(model, r=4, alpha=8, targets="q,k,v,o,ffn")
+    assert len(wrapped) == 4 * cfg.n_decoder_layers and all(".self_attn." in name for name in wrapped)
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_" in name for name in trainable)
