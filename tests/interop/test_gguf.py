@@ -459,24 +459,32 @@ def test_a_mixtral_goes_out_as_a_llama_file_with_experts_and_comes_back(tmp_path
     """A Mixtral (4 experts, 2 a token, renormalised): llama.cpp keeps it a ``llama`` file with ``expert_count`` and
     3-D ffn_*_exps tensors; aiayn reads it back tensor for tensor, with the logits of the Hugging Face model it came
     from (transformers' GGUF loader reads no llama file with experts)."""
-    import gguf
-    import transformers
 
     tok = byte_level("gpt-2")
     folder = make_llama(tmp_path / "hf", "mixtral", vocab_size=len(tok), num_local_experts=4, num_experts_per_tok=2,
                         bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
                         tie_word_embeddings=False)
-    with_tokenizer(folder, tok)
-    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
-    reader = gguf.GGUFReader(export(tmp_path / "ckpt", tmp_path / "mixtral.gguf"))
+    reader = back_as_it_came(folder, tok, tmp_path, "mixtral")
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["llama.expert_count"].contents() == 4
     assert {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_up_exps.weight"} <= {t.name for t in reader.tensors}
-    model, _ = imported(tmp_path / "mixtral.gguf")
+
+
+def back_as_it_came(folder: Path, tok, tmp_path: Path, name: str):
+    """The Hugging Face ``folder`` (with ``tok``) imported and written as ``name``.gguf: aiayn reads it back tensor
+    for tensor, with the logits of the folder's own model. Returns the file's reader."""
+    import gguf
+    import transformers
+
+    with_tokenizer(folder, tok)
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    reader = gguf.GGUFReader(export(tmp_path / "ckpt", tmp_path / f"{name}.gguf"))
+    model, _ = imported(tmp_path / f"{name}.gguf")
     original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
-    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
+    assert all(torch.equal(t, original[key]) for key, t in model.state_dict().items())
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))
+    return reader
 
 
 def test_a_gemma2_goes_out_as_gemma2_and_transformers_reads_it(tmp_path, make_llama, capsys):
@@ -512,22 +520,13 @@ def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tm
     """A Phi-3 rotating half of each head (Phi-4-mini's kind): a phi3 file (q, k, v fused as attn_qkv, gate and up
     as ffn_up, rope.dimension_count the rotated share) read back by aiayn tensor for tensor, with the logits of the
     Hugging Face model it came from (transformers' GGUF loader reads no partial rotation)."""
-    import gguf
-    import transformers
 
     tok = byte_level("gpt-2")
     folder = make_llama(tmp_path / "hf", "phi3", vocab_size=len(tok), pad_token_id=0, bos_token_id=None,
                         eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), tie_word_embeddings=False,
                         rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5})
-    with_tokenizer(folder, tok)
-    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
-    reader = gguf.GGUFReader(export(tmp_path / "ckpt", tmp_path / "phi3.gguf"))
+    reader = back_as_it_came(folder, tok, tmp_path, "phi3")
     assert reader.fields["general.architecture"].contents() == "phi3"
     assert reader.fields["phi3.rope.dimension_count"].contents() == 4
     assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= {t.name for t in reader.tensors}
-    model, _ = imported(tmp_path / "phi3.gguf")
-    original = load_checkpoint(tmp_path / "ckpt")[0].state_dict()
-    assert all(torch.equal(t, original[name]) for name, t in model.state_dict().items())
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    same_logits(hf, model, torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0)))
     one_line_refusal(tmp_path / "phi3.gguf", "blk.1.attn_qkv.weight", "decoder.layers.1", capsys)

@@ -36,7 +36,7 @@ def _add_show(sub) -> None:
 
 
 def _add_checkpoint_pictures(what) -> tuple:
-    """``show attention``, ``refinement`` and ``saturation``: pictures of a trained checkpoint."""
+    """``show attention``, ``refinement``, ``saturation`` and ``experts``: pictures of a trained checkpoint."""
     a = what.add_parser("attention", help="heatmaps of every layer and head for one sentence",
                         description="Translate SENTENCE (or take --target) and draw encoder self-, decoder self- "
                                     "and cross-attention as a grid of layers x heads, tokens on the axes; with a "
