@@ -76,7 +76,7 @@ class MixtureOfExperts(nn.Module):
             for gate_up, down in zip(self.gate_up.detach(), self.down.detach(), strict=True):
                 pair = nn.ModuleList(nn.Linear(*w.shape[::-1], bias=False, device="meta") for w in (gate_up, down))
                 for layer, w in zip(pair, (gate_up, down), strict=True):
-                    layer.weight = nn.Parameter(w.clone(), requires_grad=False)  # (F', D'): its own storage
+                    layer.weight = nn.Parameter(w, requires_grad=False)  # (F', D'): a view, no second copy
                 layers.append(pair)
             self.experts = nn.ModuleList(layers)
             del self.gate_up, self.down
