@@ -30,72 +30,22 @@ PRESETS: dict[str, dict] = {
 class ModelConfig:
     """Architecture of a Transformer (section 3 of the paper); defaults are the base model.
 
+    The options by idea (the Args below in this order): the member and its sizes: arch, vocab_size, tgt_vocab_size,
+    d_model, n_heads, d_ff, n_encoder_layers, n_decoder_layers, max_len, kind, ctc_upsample; attention: n_kv_heads,
+    head_dim, scale_attention, query_scale, attention_softcap, logit_softcap, qk_norm, qkv_bias, out_bias, ffn_bias;
+    feed-forward and experts: feed_forward, activation, n_experts; norms: norm, norm_type, embedding_norm;
+    positions: positions, position_base, rope_layout, rope_scaling, rotary_dim, relative_buckets,
+    relative_max_distance, sinusoid_layout; layer pattern: sliding_window, layer_types; embeddings and output:
+    scale_embeddings, share_embeddings, rescale_output, output_transform, output_bias, padding_row; regularisation:
+    dropout, attention_dropout, activation_dropout; token ids: mask_id, pad_id, bos_id, eos_id, unk_id, stop_ids.
+
     Args:
         arch: which family member ``build_model`` makes: encoder-decoder | decoder-only | encoder-only.
         vocab_size: source vocabulary (the only one for decoder-only / encoder-only models).
         tgt_vocab_size: target vocabulary; ``None`` means the same as ``vocab_size``.
         d_model, n_heads, d_ff: widths (section 3.2.2, 3.3); ``d_model % n_heads == 0``.
         n_encoder_layers, n_decoder_layers: stack depths N (section 3.1).
-        dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
-        attention_dropout, activation_dropout: dropout on the attention weights and inside the
-            feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
-        activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
-            approximation) or silu (Marian's "swish").
-        norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)), ``sandwich`` =
-            x + Norm(Sublayer(Norm(x))) with a norm of its own after the sublayer too (Gemma 2 and 3).
-        norm_type: ``layernorm`` (the paper) or ``rmsnorm`` (LLaMA: x / RMS(x) * g, no mean, no bias, computed
-            in float32); ``layer_norm_eps`` is its epsilon either way.
-        feed_forward: ``standard`` (equation 2) or ``swiglu``: W_down(act(W_gate x) * W_up x), the gated unit
-            of LLaMA (with ``activation`` silu; gelu makes it GeGLU).
-        n_kv_heads: key/value heads, shared by n_heads / n_kv_heads query heads each (grouped-query
-            attention; 1 = multi-query); ``None`` = n_heads (the paper). The KV cache holds only these.
-        head_dim: d_k of every head; ``None`` = d_model / n_heads (some checkpoints give it explicitly).
-        position_base: the base of sinusoidal and rotary frequencies (rope_theta).
-        rope_layout: which dimensions rotary positions rotate together: ``interleaved`` pairs (2i, 2i+1)
-            (RoFormer) or ``halves``: i with i + d/2 (LLaMA in Hugging Face's layout).
-        rope_scaling: ``None`` or {"type": "linear", "factor": f} (positions divided by f) or {"type": "llama3",
-            "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
-        qkv_bias, out_bias, ffn_bias: biases on the query/key/value projections, the attention output
-            projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
-        scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
-            ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
-        n_experts: 0 (a feed-forward network, the paper's) or a mixture of this many SwiGLU experts in its place
-            (``model/experts.py``: Mixtral, Qwen3-MoE), each token routed to its ``experts_per_token`` best;
-            ``expert_d_ff``: each expert's hidden size (None = ``d_ff``); ``renorm_experts``: the chosen experts'
-            probabilities divided by their sum.
-        query_scale: the attention scores divided by sqrt(query_scale) instead of sqrt(d_k) (Gemma's
-            ``query_pre_attn_scalar``); None = d_k (equation 1).
-        attention_softcap, logit_softcap: the attention scores and the output logits squashed as cap * tanh(x / cap)
-            (Gemma 2); None = none.
-        rotary_dim: with rotary positions, only each head's first ``rotary_dim`` dimensions turn (Phi-3.5's and
-            Phi-4-mini's partial rotary); None = all of them.
-        qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
-            embedding (Qwen3, Gemma 3, OLMo 2: the scores stay in range as training runs); the paper has none.
-        sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
-            ``None`` = all earlier tokens (causal self-attention of decoders only).
-        layer_types: per decoder layer, ``full`` or ``sliding`` attention (Gemma 2 and 3: five sliding layers to a
-            full one); empty = every layer as ``sliding_window`` says. With it, only the sliding layers keep the
-            window. local_position_base: the rotary base of the sliding layers (Gemma 3: 10,000 where the full
-            layers have 1,000,000); None = ``position_base``.
-        padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
-            no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
-        positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's learned bias per bucketed
-            offset and head, ``model/positions.py``) | none.
-        relative_buckets, relative_max_distance: T5's ``relative_attention_num_buckets`` and ``..._max_distance``.
-        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
-            Marian models do not).
-        sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
-            ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
-        share_embeddings: none | decoder (target embedding = output projection) | inputs (one table for source and
-            target, the output its own: T5 v1.1) | all (all three, section 3.4).
-        rescale_output: the decoder's output times d_model ** -0.5 before the projection (T5 v1.0).
         max_len: longest sequence for learned positions (sinusoidal and rope take any length).
-        embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
-        output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM
-            head; the paper has none).
-        output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
-            ``final_logits_bias``).
-        mask_id: the id that stands for a masked token (masked-LM training, fill-mask, CMLM).
         kind: how the decoder fills the target: ``autoregressive`` (one token after another, the paper's), or for an
             encoder-decoder every position at once (``aiayn.model.nonautoregressive``): ``cmlm``, Mask-Predict's
             conditional masked language model (its decoder attends over the whole target, a length predictor reads
@@ -104,6 +54,65 @@ class ModelConfig:
             each position; ``strategy="ctc"``). Checkpoints written before this field (``cmlm: true``,
             ``ctc_upsample`` above 0) load as the kind they were.
         ctc_upsample: a CTC model's upsampling, 2 or more; null for the other kinds.
+        n_kv_heads: key/value heads, shared by n_heads / n_kv_heads query heads each (grouped-query
+            attention; 1 = multi-query); ``None`` = n_heads (the paper). The KV cache holds only these.
+        head_dim: d_k of every head; ``None`` = d_model / n_heads (some checkpoints give it explicitly).
+        scale_attention: divide the attention scores by sqrt(d_k) (equation 1, the paper); False is the
+            ablation of section 3.2.1 (plain dot products: the softmax saturates as d_k grows).
+        query_scale: the attention scores divided by sqrt(query_scale) instead of sqrt(d_k) (Gemma's
+            ``query_pre_attn_scalar``); None = d_k (equation 1).
+        attention_softcap, logit_softcap: the attention scores and the output logits squashed as cap * tanh(x / cap)
+            (Gemma 2); None = none.
+        qk_norm: a norm (``norm_type``, over ``d_head``) on each head's queries and keys before the rotary
+            embedding (Qwen3, Gemma 3, OLMo 2: the scores stay in range as training runs); the paper has none.
+        qkv_bias, out_bias, ffn_bias: biases on the query/key/value projections, the attention output
+            projection, and the feed-forward layers (the paper: all; LLaMA: none; Qwen2: q/k/v only).
+        feed_forward: ``standard`` (equation 2) or ``swiglu``: W_down(act(W_gate x) * W_up x), the gated unit
+            of LLaMA (with ``activation`` silu; gelu makes it GeGLU).
+        activation: inside the feed-forward network, relu (paper), gelu, gelu_tanh (GPT-2's tanh
+            approximation) or silu (Marian's "swish").
+        n_experts: 0 (a feed-forward network, the paper's) or a mixture of this many SwiGLU experts in its place
+            (``model/experts.py``: Mixtral, Qwen3-MoE), each token routed to its ``experts_per_token`` best;
+            ``expert_d_ff``: each expert's hidden size (None = ``d_ff``); ``renorm_experts``: the chosen experts'
+            probabilities divided by their sum.
+        norm: ``post`` = LayerNorm(x + Sublayer(x)) (paper), ``pre`` = x + Sublayer(LayerNorm(x)), ``sandwich`` =
+            x + Norm(Sublayer(Norm(x))) with a norm of its own after the sublayer too (Gemma 2 and 3).
+        norm_type: ``layernorm`` (the paper) or ``rmsnorm`` (LLaMA: x / RMS(x) * g, no mean, no bias, computed
+            in float32); ``layer_norm_eps`` is its epsilon either way.
+        embedding_norm: a LayerNorm on embeddings + positions (BERT; the paper has none).
+        positions: sinusoidal (section 3.5) | learned | rope (rotary) | relative (T5's learned bias per bucketed
+            offset and head, ``model/positions.py``) | none.
+        position_base: the base of sinusoidal and rotary frequencies (rope_theta).
+        rope_layout: which dimensions rotary positions rotate together: ``interleaved`` pairs (2i, 2i+1)
+            (RoFormer) or ``halves``: i with i + d/2 (LLaMA in Hugging Face's layout).
+        rope_scaling: ``None`` or {"type": "linear", "factor": f} (positions divided by f) or {"type": "llama3",
+            "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
+        rotary_dim: with rotary positions, only each head's first ``rotary_dim`` dimensions turn (Phi-3.5's and
+            Phi-4-mini's partial rotary); None = all of them.
+        relative_buckets, relative_max_distance: T5's ``relative_attention_num_buckets`` and ``..._max_distance``.
+        sinusoid_layout: ``interleaved`` = sin at even, cos at odd dimensions (the paper's equation);
+            ``halves`` = sin in the first half, cos in the second (Marian / OPUS-MT); same frequencies.
+        sliding_window: each token attends to at most this many latest tokens, itself included (Mistral);
+            ``None`` = all earlier tokens (causal self-attention of decoders only).
+        layer_types: per decoder layer, ``full`` or ``sliding`` attention (Gemma 2 and 3: five sliding layers to a
+            full one); empty = every layer as ``sliding_window`` says. With it, only the sliding layers keep the
+            window. local_position_base: the rotary base of the sliding layers (Gemma 3: 10,000 where the full
+            layers have 1,000,000); None = ``position_base``.
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4; GPT-2, BERT and some
+            Marian models do not).
+        share_embeddings: none | decoder (target embedding = output projection) | inputs (one table for source and
+            target, the output its own: T5 v1.1) | all (all three, section 3.4).
+        rescale_output: the decoder's output times d_model ** -0.5 before the projection (T5 v1.0).
+        output_transform: before the output projection, LayerNorm(activation(x W + b)) (BERT's masked-LM
+            head; the paper has none).
+        output_bias: a bias on the pre-softmax projection (the paper has none; Marian's
+            ``final_logits_bias``).
+        padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
+            no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
+        dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
+        attention_dropout, activation_dropout: dropout on the attention weights and inside the
+            feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
+        mask_id: the id that stands for a masked token (masked-LM training, fill-mask, CMLM).
         pad_id, bos_id, eos_id, unk_id: special token ids (fixed for aiayn's own tokenizers). ``bos_id`` is
             what decoding starts from; it may equal ``pad_id`` (Marian starts from the pad token), and so
             may ``unk_id`` for a model without an unknown token (GPT-2).
