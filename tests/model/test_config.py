@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,18 @@ def test_a_config_written_before_kind_loads_as_the_kind_it_named(tmp_path, old, 
 def test_the_kind_and_its_upsampling_are_checked(changes):
     with pytest.raises(ValueError, match=r"kind|ctc_upsample"):
         ModelConfig(**changes)
+
+
+def test_a_config_json_written_before_the_new_members_loads_and_builds(tmp_path):
+    """``data/config_before_issue_72.json``: what ``ModelConfig.save`` wrote before q/k norms, layer kinds, soft-caps,
+    partial rotation and experts existed (a Llama-shaped model with a sliding window, from the commit before
+    them): it loads with each new option off, builds, and saves again with them."""
+    from aiayn import build_model
+
+    written = json.loads((Path(__file__).parent / "data" / "config_before_issue_72.json").read_text())
+    assert "qk_norm" not in written and "n_experts" not in written and "layer_types" not in written
+    cfg = ModelConfig.load(Path(__file__).parent / "data" / "config_before_issue_72.json")
+    assert (cfg.qk_norm, cfg.n_experts, cfg.layer_types, cfg.rotary_dim, cfg.sliding_window) == (False, 0, (), None, 16)
+    build_model(cfg)
+    cfg.save(tmp_path / "again.json")
+    assert ModelConfig.load(tmp_path / "again.json") == cfg
