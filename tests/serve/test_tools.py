@@ -3,6 +3,7 @@ it, the result goes back, the model answers) on a small model whose chat templat
 named function enforced by the grammar; calls streamed as tool-call deltas; a template without tools refused."""
 
 import json
+from pathlib import Path
 
 import jsonschema
 import openai
@@ -142,3 +143,54 @@ def test_the_agent_loop_of_the_docs_runs(server, generator, capsys):
     answer = final.choices[0].message
     assert capsys.readouterr().out == f"{answer.content}\n"  # the final answer was printed
     assert isinstance(answer.content, str) or answer.tool_calls  # text, or (as the docs say) another call
+
+
+QWEN = Path(__file__).resolve().parents[3] / "shared" / "data" / "tokenizers" / "qwen2.5"
+
+
+def qwen_checkpoint(folder: Path) -> Path:
+    """A tiny random model with Qwen2.5's real tokenizer and chat template: ``<tool_call>`` and ``</tool_call>``
+    are added tokens of its vocabulary, as the released model has them."""
+    import gzip
+    import shutil
+
+    import torch
+
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.config import ModelConfig
+    from aiayn.model.transformer import DecoderOnly
+    from aiayn.tokenizers.hf import HFTokenizers
+
+    tok_folder = folder.parent / "qwen-tokenizer"
+    tok_folder.mkdir()
+    for name in ("chat_template.jinja", "tokenizer_config.json"):
+        shutil.copy(QWEN / name, tok_folder / name)
+    (tok_folder / "tokenizer.json").write_bytes(gzip.decompress((QWEN / "tokenizer.json.gz").read_bytes()))
+    tokenizers = HFTokenizers.load(tok_folder)
+    end, pad = tokenizers.src.token_id("<|im_end|>"), tokenizers.src.token_id("<|endoftext|>")
+    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=len(tokenizers.src), n_encoder_layers=0,
+                             d_model=32, n_heads=2, d_ff=64, dropout=0.0, norm="pre", positions="rope", max_len=1024,
+                             pad_id=pad, bos_id=pad, unk_id=pad, mask_id=pad, eos_id=end)
+    torch.manual_seed(0)
+    write_checkpoint(folder, DecoderOnly(cfg).eval(), tokenizers)
+    return folder
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_call_on_a_vocabulary_whose_markers_are_added_tokens(tmp_path, choice):
+    """Qwen2.5's ``<tool_call>`` is one added token: the grammar asks for that token, so a forced call comes out as a
+    call whose arguments follow the schema, ``finish_reason`` ``tool_calls``; never an empty ``length`` answer."""
+    generator = TextGenerator.from_checkpoint(qwen_checkpoint(tmp_path / "qwen"))
+    assert generator.tokenizer.token_id("<tool_call>") is not None
+    limits = Limits(max_chars=4000)
+    with serving(create_app(generator, limits, name="qwen-tiny"), limits) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        answer = client.chat.completions.create(
+            model="qwen-tiny", messages=[{"role": "user", "content": "The weather in Paris for 3 days?"}],
+            tools=[WEATHER, TIME], tool_choice=choice, max_tokens=80)
+    reply = answer.choices[0]
+    assert reply.finish_reason == "tool_calls" and answer.usage.completion_tokens > 0
+    (call,) = reply.message.tool_calls
+    wanted = WEATHER if isinstance(choice, dict) or call.function.name == "get_weather" else TIME
+    assert call.function.name == wanted["function"]["name"]
+    jsonschema.validate(json.loads(call.function.arguments), wanted["function"]["parameters"])

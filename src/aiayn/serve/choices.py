@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.jobs import DecodeJob
-from aiayn.serve.tools import ToolStream, call_grammar
+from aiayn.serve.tools import CLOSE, OPEN, ToolStream, call_grammar
 
 
 class StopText:
@@ -38,9 +38,10 @@ class Calls:
     """A chat request's tools: the functions offered, the ``tool_choice``, and the grammar that enforces a
     ``required`` or named choice (``serve/tools.py``)."""
 
-    def __init__(self, tools: list[dict], choice: str | dict) -> None:
+    def __init__(self, tools: list[dict], choice: str | dict, tokenizer=None) -> None:
         self.names = {t["function"]["name"] for t in tools}
-        self.grammar = call_grammar(tools, choice)
+        token_id = getattr(tokenizer, "token_id", lambda _: None)  # a tokenizer.json's added tokens, if any
+        self.grammar = call_grammar(tools, choice, {m: token_id(m) for m in (OPEN, CLOSE)})
 
 
 class Choice:

@@ -243,7 +243,7 @@ def _add_text_routes(app: FastAPI, names: list[str], texts: TextRoutes, generato
         texts.check_size([prompt], "messages")
         ids = generator.rendered_ids(prompt)
         top = (req.top_logprobs or 0) if req.logprobs else None
-        calls = Calls(tools, choice) if tools and choice != "none" else None
+        calls = Calls(tools, choice, generator.tokenizer) if tools and choice != "none" else None
         return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter)
 
 

@@ -23,16 +23,26 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 
 
-def call_grammar(tools: list[dict], choice: str | dict) -> str | None:
+def call_grammar(tools: list[dict], choice: str | dict,
+                 marker_ids: dict[str, int | None] | None = None) -> str | None:
     """The grammar (llguidance's Lark dialect) that ``tool_choice`` imposes: ``required``, one call to any of
     ``tools``; a named function, one call to it; its ``arguments`` follow the function's parameter schema.
-    ``auto`` and ``none``: None (the model chooses)."""
+    ``auto`` and ``none``: None (the model chooses). ``marker_ids``: the ids of ``<tool_call>`` and ``</tool_call>``
+    where the vocabulary has each as one added token (Qwen2.5's, Qwen3's): the grammar asks for that token, the
+    one the model learnt to write, not its characters."""
     if choice in ("auto", "none"):
         return None
     wanted = [choice["function"]["name"]] if isinstance(choice, dict) else [t["function"]["name"] for t in tools]
     schemas = [_call_schema(t["function"]) for t in tools if t["function"]["name"] in wanted]
     body = styled(schemas[0] if len(schemas) == 1 else {"anyOf": schemas})
-    return f'start: "{OPEN}\\n" call "\\n{CLOSE}"\ncall: %json {json.dumps(body)}'
+    start, end = (_marker(m, marker_ids or {}) for m in (OPEN, CLOSE))
+    return f'start: {start} "\\n" call "\\n" {end}\ncall: %json {json.dumps(body)}'
+
+
+def _marker(text: str, ids: dict[str, int | None]) -> str:
+    """A call marker as a Lark item: its token (``<[id]>``) where the vocabulary has one, else its text."""
+    token = ids.get(text)
+    return f"<[{token}]>" if token is not None else json.dumps(text)
 
 
 def _call_schema(function: dict) -> dict:
