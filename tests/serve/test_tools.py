@@ -194,3 +194,31 @@ def test_a_forced_call_on_a_vocabulary_whose_markers_are_added_tokens(tmp_path, 
     wanted = WEATHER if isinstance(choice, dict) or call.function.name == "get_weather" else TIME
     assert call.function.name == wanted["function"]["name"]
     jsonschema.validate(json.loads(call.function.arguments), wanted["function"]["parameters"])
+
+
+def test_tools_with_a_json_answer_let_auto_call_or_answer_and_a_forced_call_refuse_it(tmp_path, generator, server):
+    """``tool_choice: auto`` with ``response_format``: the grammar takes either a call (its arguments by the
+    schema) or the JSON answer, nothing else; a forced call with a ``response_format`` is refused by name."""
+    from aiayn.serve.choices import Calls
+
+    answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    qwen = TextGenerator.from_checkpoint(qwen_checkpoint(tmp_path / "qwen"))
+    grammar = qwen.grammars.compile(grammar=Calls([WEATHER], "auto", qwen.tokenizer).grammar(answer))
+    tok = qwen.tokenizer
+    end = tok.token_id("<|im_end|>")
+    for text, fits in [('{"ok": true}', True), ('<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+                                                 '"Paris", "days": 2}}\n</tool_call>', True),
+                       ("Sunny.", False), ('{"ok": "yes"}', False)]:
+        row, ids = grammar.row(), tok.encode(text)
+        try:
+            for token in [*ids, end]:
+                row.take(token)
+            taken = row.stopped
+        except RuntimeError:
+            taken = False
+        assert taken == fits, text
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        server.chat.completions.create(model="tiny-tools", messages=[{"role": "user", "content": "Paris?"}],
+                                       tools=[WEATHER], tool_choice="required", max_tokens=20,
+                                       response_format={"type": "json_object"})

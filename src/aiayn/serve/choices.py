@@ -36,12 +36,17 @@ class StopText:
 
 class Calls:
     """A chat request's tools: the functions offered, the ``tool_choice``, and the grammar that enforces a
-    ``required`` or named choice (``serve/tools.py``)."""
+    ``required`` or named choice, or with a ``response_format`` lets ``auto`` answer with a call or that JSON
+    (``serve/tools.py``)."""
 
     def __init__(self, tools: list[dict], choice: str | dict, tokenizer=None) -> None:
-        self.names = {t["function"]["name"] for t in tools}
+        self.tools, self.choice, self.names = tools, choice, {t["function"]["name"] for t in tools}
         token_id = getattr(tokenizer, "token_id", lambda _: None)  # a tokenizer.json's added tokens, if any
-        self.grammar = call_grammar(tools, choice, {m: token_id(m) for m in (OPEN, CLOSE)})
+        self.marker_ids = {m: token_id(m) for m in (OPEN, CLOSE)}
+
+    def grammar(self, answer: dict | None = None) -> str | None:
+        """The grammar of the choice (``serve/tools.call_grammar``); ``answer``: the ``response_format`` schema."""
+        return call_grammar(self.tools, self.choice, self.marker_ids, answer)
 
 
 class Choice:

@@ -88,10 +88,13 @@ class TextRoutes:
         fields, its ``response_format`` or its tool choice's grammar; that grammar, compiled (400 naming what is
         wrong)."""
         fields = {"temperature": req.temperature, "top_p": req.top_p, **schema_of(req.response_format)}
-        if calls is not None and calls.grammar is not None:
-            if fields.get("json_schema"):
-                raise OpenAIError(400, "response_format: not with a required or named tool_choice", "response_format")
-            fields["grammar"] = calls.grammar
+        if calls is not None:
+            try:  # the tools' grammar takes the response_format's schema in (or refuses it with a forced call)
+                grammar = calls.grammar(json.loads(fields["json_schema"]) if "json_schema" in fields else None)
+            except ValueError as err:
+                raise OpenAIError(400, str(err), "response_format") from None
+            if grammar is not None:
+                fields.update(json_schema=None, grammar=grammar)
         try:
             decoding = self.generator.decoding.replace(**{k: v for k, v in fields.items() if v is not None})
             return decoding, self.generator.grammars.for_decoding(decoding)

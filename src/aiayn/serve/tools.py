@@ -23,20 +23,26 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 
 
-def call_grammar(tools: list[dict], choice: str | dict,
-                 marker_ids: dict[str, int | None] | None = None) -> str | None:
+def call_grammar(tools: list[dict], choice: str | dict, marker_ids: dict[str, int | None] | None = None,
+                 answer: dict | None = None) -> str | None:
     """The grammar (llguidance's Lark dialect) that ``tool_choice`` imposes: ``required``, one call to any of
     ``tools``; a named function, one call to it; its ``arguments`` follow the function's parameter schema.
-    ``auto`` and ``none``: None (the model chooses). ``marker_ids``: the ids of ``<tool_call>`` and ``</tool_call>``
-    where the vocabulary has each as one added token (Qwen2.5's, Qwen3's): the grammar asks for that token, the
-    one the model learnt to write, not its characters."""
-    if choice in ("auto", "none"):
+    ``auto``: None (the model chooses), or with an ``answer`` schema (``response_format``), a call or that answer;
+    ``none``: None. ``marker_ids``: the ids of ``<tool_call>`` and ``</tool_call>`` where the vocabulary has each
+    as one added token (Qwen2.5's, Qwen3's): the grammar asks for that token, the one the model learnt to write,
+    not its characters. A required or named call with an ``answer`` is a ValueError: the two cannot both hold."""
+    if choice == "none" or (choice == "auto" and answer is None):
         return None
+    if choice != "auto" and answer is not None:
+        raise ValueError("response_format: not with a required or named tool_choice (the reply is a call)")
     wanted = [choice["function"]["name"]] if isinstance(choice, dict) else [t["function"]["name"] for t in tools]
     schemas = [_call_schema(t["function"]) for t in tools if t["function"]["name"] in wanted]
     body = styled(schemas[0] if len(schemas) == 1 else {"anyOf": schemas})
     start, end = (_marker(m, marker_ids or {}) for m in (OPEN, CLOSE))
-    return f'start: {start} "\\n" call "\\n" {end}\ncall: %json {json.dumps(body)}'
+    rules = f'{start} "\\n" call "\\n" {end}\ncall: %json {json.dumps(body)}'
+    if answer is None:
+        return f"start: {rules}"
+    return f"start: answer | {rules}\nanswer: %json {json.dumps(styled(answer))}"
 
 
 def _marker(text: str, ids: dict[str, int | None]) -> str:
