@@ -123,7 +123,30 @@ def test_parsing_calls_and_holding_a_call_until_it_closes():
         text_now, found = stream.add(piece)
         sent, deltas = sent + text_now, deltas + found
     assert sent == "Sure. done" and [d["function"]["name"] for d in deltas] == ["get_time"]
-    assert deltas[0]["index"] == 0 and stream.flush() == ""
+    assert deltas[0]["index"] == 0 and stream.flush() == ("", [])
+
+
+@pytest.mark.parametrize(("reply", "names"), [
+    ('{"name": "get_time", "arguments": {"zone": "UTC"}}', ["get_time"]),
+    ('```json\n{"name": "get_time", "parameters": {"zone": "CET"}}\n```', ["get_time"]),  # fenced; Llama 3's key
+    ('[{"name": "get_time", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Paris"}}]',
+     ["get_time", "get_weather"]),  # parallel calls
+    ('{"name": "get_time", "arguments": {"zone": "UTC"}} and more', []),  # text beside it: not a call
+    ('{"name": "send_mail", "arguments": {}}', []),  # a function not offered
+    ('{"ok": true}', []),  # a JSON answer, no call
+    ("It is sunny.", []),
+])
+def test_a_bare_or_fenced_json_call_is_a_call_and_anything_else_stays_text(reply, names):
+    """``tool_choice: auto``: a model that writes its call as the whole reply's JSON (bare, or in a Markdown fence)
+    made a call; streamed in pieces, the reply is held until the end decides."""
+    stream, sent, deltas = ToolStream({"get_time", "get_weather"}), "", []
+    for at in range(0, len(reply), 7):
+        text_now, found = stream.add(reply[at:at + 7])
+        sent, deltas = sent + text_now, deltas + found
+    rest, found = stream.flush()
+    sent, deltas = sent + rest, deltas + found
+    assert [d["function"]["name"] for d in deltas] == names
+    assert sent == ("" if names else reply) and [d["index"] for d in deltas] == list(range(len(names)))
 
 
 def test_the_agent_loop_of_the_docs_runs(server, generator, capsys):

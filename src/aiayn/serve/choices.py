@@ -76,7 +76,10 @@ class Choice:
         """The final event -> the text still held, the calls it completes, the finish reason (``tool_calls``
         when the choice made any)."""
         text, deltas = self._calls(self.stop.flush())
-        text += "" if self.tools is None else self.tools.flush()
+        if self.tools is not None:
+            rest, more = self.tools.flush()
+            text, deltas = text + rest, deltas + more
+            self.calls.extend(more)
         stopped = self.stop.stopped or event["finish_reason"] == "stop"
         return text, deltas, "tool_calls" if self.calls else "stop" if stopped else "length"
 

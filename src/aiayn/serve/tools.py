@@ -21,6 +21,8 @@ from aiayn.decoding.constraint import styled
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)  # one Markdown code block, the whole reply
+BARE = ("{", "[", "`")  # how a reply that is a bare or fenced JSON call starts
 
 
 def call_grammar(tools: list[dict], choice: str | dict, marker_ids: dict[str, int | None] | None = None,
@@ -73,6 +75,24 @@ def parse_calls(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
     return (content or None), calls
 
 
+def bare_calls(text: str, names: set[str]) -> list[dict]:
+    """Calls a model wrote without ``<tool_call>`` markers (``tool_choice: auto``): the whole reply one JSON object,
+    or a list of them, bare or in one Markdown fence, each naming an offered function with its ``arguments`` (or
+    Llama 3's ``parameters``). Anything else, a name not offered or text beside the JSON, is no call: not
+    guessed."""
+    body = _FENCE.fullmatch(text.strip())
+    try:
+        found = json.loads(body.group(1) if body else text)
+    except ValueError:
+        return []
+    found = found if isinstance(found, list) else [found]
+    if not found or not all(isinstance(f, dict) and isinstance(f.get("arguments", f.get("parameters")), dict)
+                            for f in found):
+        return []
+    calls = [_call(json.dumps(f), names) for f in found]
+    return calls if all(calls) else []
+
+
 def _call(body: str, names: set[str]) -> dict | None:
     try:
         found = json.loads(body)
@@ -92,10 +112,14 @@ class ToolStream:
 
     def __init__(self, names: set[str]) -> None:
         self.names, self.held, self.count = names, "", 0
+        self.bare = True  # nothing sent yet: the whole reply may still be a bare or fenced JSON call
 
     def add(self, piece: str) -> tuple[str, list[dict]]:
         """(content that may be sent now, tool-call deltas completed by ``piece``)."""
         self.held += piece
+        if self.bare and (not self.held.strip() or self.held.lstrip().startswith(BARE)):
+            return "", []  # held whole until the end: a reply that is one JSON call (flush decides)
+        self.bare = False
         content, deltas = "", []
         while True:
             start = self.held.find(OPEN)
@@ -113,10 +137,12 @@ class ToolStream:
             content += text or ""
             deltas.extend(self._delta(call) for call in calls)
 
-    def flush(self) -> str:
-        """What is held at the end (an unfinished call) goes out as content."""
+    def flush(self) -> tuple[str, list[dict]]:
+        """At the end: a reply held whole that is one bare or fenced JSON call (or a list of them) becomes those
+        calls; anything else held (an unfinished call, other JSON) goes out as content."""
         rest, self.held = self.held, ""
-        return rest
+        calls = bare_calls(rest, self.names) if self.bare else []
+        return ("", [self._delta(call) for call in calls]) if calls else (rest, [])
 
     def _delta(self, call: dict) -> dict:
         self.count += 1
