@@ -103,6 +103,31 @@ def test_logprobs_of_a_greedy_completion(lm):
     assert lp.token_logprobs == pytest.approx(expected, abs=1e-4)
 
 
+def test_echo_scores_the_prompt_as_evaluation_harnesses_ask(lm):
+    """lm-evaluation-harness's request: token ids, ``echo``, ``logprobs``, ``max_tokens`` 0: the prompt back with
+    each token's log-probability given the ones before (the first ``null``), the model's own log-softmax; with
+    ``max_tokens`` above 0, the prompt's tokens then the completion's."""
+    client, generator = lm
+    ids = generator.prompt_ids("the cat sat")
+    with torch.no_grad():
+        logp = generator.model(torch.tensor([ids]))[0].float().log_softmax(-1)  # (T, V)
+    expected = [float(logp[t - 1, ids[t]]) for t in range(1, len(ids))]
+    scored = client.completions.create(model="tiny-lm", prompt=[ids], max_tokens=0, echo=True, logprobs=1)
+    choice = scored.choices[0]
+    assert choice.text == generator.tokenizer.decode(ids) and scored.usage.completion_tokens == 0
+    assert choice.logprobs.token_logprobs[0] is None and choice.logprobs.top_logprobs[0] is None
+    assert choice.logprobs.token_logprobs[1:] == pytest.approx(expected, abs=1e-4)
+    assert all(len(top) == 1 for top in choice.logprobs.top_logprobs[1:])
+    both = client.completions.create(model="tiny-lm", prompt="the cat sat", max_tokens=4, temperature=0, echo=True,
+                                     logprobs=2).choices[0]
+    assert both.text.startswith("the cat sat") and len(both.logprobs.tokens) == len(ids) + 4
+    assert both.logprobs.token_logprobs[1:len(ids)] == pytest.approx(expected, abs=1e-4)
+    assert "".join(both.logprobs.tokens) == generator.tokenizer.decode(ids) + both.text[len("the cat sat"):]
+    for bad in ([[10 ** 9]], [[]], []):
+        with pytest.raises(openai.BadRequestError, match="prompt"):
+            client.completions.create(model="tiny-lm", prompt=bad, max_tokens=0)
+
+
 def test_streamed_completion_equals_the_whole_one(lm):
     client, generator = lm
     chunks = list(client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=20, temperature=0,

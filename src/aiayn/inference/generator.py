@@ -90,6 +90,19 @@ class TextGenerator:
         ids = self.tokenizer.encode(prompt) or [self.model.config.eos_id]
         return ids[-(self.model.config.max_len - 1):]
 
+    @torch.inference_mode()
+    def prompt_logprobs(self, ids: list[int], top: int = 0) -> list[tuple[float | None, list[tuple[int, float]]]]:
+        """Each prompt token's log-probability given the tokens before it, and the ``top`` likeliest tokens there
+        (id, log-probability): what evaluation harnesses score a continuation by. The first token has no context:
+        (None, [])."""
+        logits = self.model.decode(torch.tensor([ids], device=self.device))[0, :-1].float()  # (T-1, V)
+        logp = logits[:, : len(self.tokenizer)].log_softmax(-1)  # the tokenizer's rows (no appended padding row)
+        taken = logp.gather(1, torch.tensor(ids[1:], device=logp.device)[:, None])[:, 0].tolist()  # (T-1,)
+        best = logp.topk(top, dim=-1) if top else None
+        alternatives = [[] for _ in taken] if best is None else [
+            list(zip(i, v, strict=True)) for i, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)]
+        return [(None, []), *zip(taken, alternatives, strict=True)]
+
     def generate(self, prompt: str | list[int], max_new_tokens: int | None = None, *,
                  decoding: DecodingConfig | None = None, on_text: Callable[[int, str], None] | None = None,
                  **options) -> list[str]:

@@ -34,7 +34,7 @@ class Sampling(BaseModel):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
     stream: bool = False
     stream_options: dict[Literal["include_usage"], bool] | None = None
     user: str | None = None  # the caller's end-user id: accepted, not used
@@ -70,9 +70,15 @@ class JsonSchemaResponse(BaseModel):
 ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponse, Field(discriminator="type")]
 
 
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]  # a prompt as token ids
+
+
 class CompletionRequest(Sampling):
-    prompt: str | list[str]
+    # text or token ids, one prompt or several (evaluation harnesses send ids)
+    prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+    max_tokens: int | None = Field(None, ge=0)  # 0: nothing generated (with echo and logprobs: the prompt scored)
     logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False  # the prompt comes back before the completion, with its tokens' log-probabilities
 
 
 class CalledFunction(BaseModel):
@@ -224,10 +230,8 @@ def _add_text_routes(app: FastAPI, names: list[str], texts: TextRoutes, generato
     async def completions(request: Request):
         req = await parse(request, CompletionRequest)
         adapter = check_model(req.model, names)
-        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
-        texts.check_size(prompts, "prompt")
-        ids = [generator.prompt_ids(p) for p in prompts]
-        return await texts.answer(request, req, ids, "text_completion", req.logprobs, adapter=adapter)
+        ids, shown = texts.completion_prompts(req.prompt)
+        return await texts.complete(request, req, ids, shown, adapter)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):

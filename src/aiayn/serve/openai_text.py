@@ -65,6 +65,65 @@ class TextRoutes:
             raise OpenAIError(413, f"{field}: over the server's limit of {self.limits.max_chars} characters / "
                                    f"{self.limits.max_texts} prompts", field)
 
+    def completion_prompts(self, prompt) -> tuple[list[list[int]], list[str]]:
+        """A completion's prompts as ids and as the text they echo: one text or several, one list of token ids or
+        several (400 for an id outside the vocabulary; 413 over the size limits)."""
+        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
+        vocab, ids, shown = len(self.generator.tokenizer), [], []
+        if not prompts:
+            raise OpenAIError(400, "prompt: empty; give a text or token ids", "prompt")
+        for p in prompts:
+            if isinstance(p, str):
+                ids.append(self.generator.prompt_ids(p))
+                shown.append(p)
+            elif not p or not all(0 <= i < vocab for i in p):
+                raise OpenAIError(400, f"prompt: token ids must be 0 to {vocab - 1}, at least one", "prompt")
+            else:
+                ids.append(list(p))
+                shown.append(self.generator.tokenizer.decode(p))
+        self.check_size(shown, "prompt")
+        return ids, shown
+
+    async def complete(self, request: Request, req, ids: list[list[int]], shown: list[str], adapter: int = 0):
+        """A completion: generated (``answer``), or with ``max_tokens`` 0 nothing generated; with ``echo``, each
+        choice's text starts with its prompt, and with ``logprobs`` the prompt's tokens are scored too (the first
+        has no context: ``null``), as harnesses score a continuation."""
+        if req.echo and (req.stream or (req.logprobs is not None and adapter)):
+            raise OpenAIError(400, "echo: not with stream, nor with logprobs and an adapter", "echo")
+        if req.max_tokens == 0:
+            if req.stream:
+                raise OpenAIError(400, "max_tokens: 0 (nothing generated) does not stream", "max_tokens")
+            body = self._nothing_generated(req, ids)
+        else:
+            body = await self.answer(request, req, ids, "text_completion", req.logprobs, adapter=adapter)
+            if not isinstance(body, dict):  # a stream, or a client gone
+                return body
+        if req.echo:
+            scored = None if req.logprobs is None else [await self._scored(p, req.logprobs) for p in ids]
+            for choice in body["choices"]:
+                p = choice["index"] // req.n
+                choice["text"] = shown[p] + choice["text"]
+                if scored is not None:
+                    choice["logprobs"] = _echoed(ids[p], scored[p], choice["logprobs"], self.generator)
+        return body
+
+    def _nothing_generated(self, req, ids: list[list[int]]) -> dict:
+        empty = None if req.logprobs is None else {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                                   "text_offset": []}
+        choices = [{"index": i, "text": "", "finish_reason": "length", "logprobs": empty}
+                   for i in range(len(ids) * req.n)]
+        prompt = sum(len(p) for p in ids)
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": req.model, "choices": choices,
+                "usage": {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}}
+
+    async def _scored(self, ids: list[int], top: int) -> list:
+        """The prompt's log-probabilities, computed on the decoding thread between two steps."""
+        if len(ids) > self.batcher.capacity:
+            raise OpenAIError(400, f"prompt: {len(ids)} tokens, more than the {self.batcher.capacity} the server "
+                                   "takes", "prompt", "context_length_exceeded")
+        return await asyncio.wrap_future(self.batcher.run_alone(self.generator.prompt_logprobs, ids, top))
+
     def _jobs(self, req, prompts: list[list[int]], logprobs: int | None, emit, chat: bool,
               calls: Calls | None) -> list[Choice]:
         count = len(prompts) * req.n
@@ -77,7 +136,7 @@ class TextRoutes:
             max_new = self._max_new(req, chat, ids)
             for k in range(req.n):
                 index = p * req.n + k
-                seed = {} if req.seed is None else {"seed": req.seed + k}
+                seed = {} if req.seed is None else {"seed": (req.seed + k) % 2 ** 53}  # choice k: seed + k
                 job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed), lambda e, i=index: emit(i, e),
                                 logprobs, grammar)
                 choices.append(Choice(index, job, self.generator, stops, calls))
@@ -236,6 +295,21 @@ def _completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
         at += len(t["text"])
     return {"tokens": [t["text"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
             "top_logprobs": [{decode([i]): lp for i, lp in t["top"]} for t in tokens], "text_offset": offsets}
+
+
+def _echoed(ids: list[int], scored: list, generated: dict | None, generator: TextGenerator) -> dict:
+    """The completions layout of a prompt's scored tokens followed by the generated ones (``generated``)."""
+    decode = generator.tokenizer.decode
+    prompt = [{"text": decode([i]), "logprob": lp, "top": top} for i, (lp, top) in zip(ids, scored, strict=True)]
+    out = _completion_logprobs(prompt, generator)
+    out["top_logprobs"][0] = None  # the first token has no context
+    if generated:
+        shift = sum(len(t["text"]) for t in prompt)
+        out = {"tokens": out["tokens"] + generated["tokens"],
+               "token_logprobs": out["token_logprobs"] + generated["token_logprobs"],
+               "top_logprobs": out["top_logprobs"] + generated["top_logprobs"],
+               "text_offset": out["text_offset"] + [shift + o for o in generated["text_offset"]]}
+    return out
 
 
 def _chat_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
