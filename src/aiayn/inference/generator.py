@@ -56,16 +56,18 @@ class TextGenerator:
         self.chat_template = tokenizers.apply_chat_template if getattr(tokenizers, "chat_template", None) else None
         self.takes_tools = bool(self.chat_template and tokenizers.takes_tools)
 
-    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None,
+                    variables: dict | None = None) -> str:
         """The prompt text of a conversation (``[{"role", "content"}]``) and the ``tools`` it may call, by the
-        model's chat template; a model without one (or without tools in it, when given some) is a ValueError."""
+        model's chat template (``variables``: more of its variables, as Qwen3's ``enable_thinking``); a model without
+        one (or without tools in it, when given some) is a ValueError."""
         if self.chat_template is None:
             raise ValueError("this model has no chat template (an imported model's tokenizer_config.json brings "
                              "one); send a plain prompt")
         if tools and not self.takes_tools:
             raise ValueError("tools: this model's chat template takes no tools (Qwen2.5's and Hermes-style "
                              "templates do)")
-        return self.chat_template(messages, tools=tools) if tools else self.chat_template(messages)
+        return self.chat_template(messages, tools=tools or None, variables=variables)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """The ids of a conversation's prompt (:meth:`rendered_ids` of :meth:`chat_prompt`)."""

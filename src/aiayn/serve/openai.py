@@ -35,6 +35,7 @@ class Sampling(BaseModel):
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
+    ignore_eos: bool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
     stream: bool = False
     stream_options: dict[Literal["include_usage"], bool] | None = None
     user: str | None = None  # the caller's end-user id: accepted, not used
@@ -156,6 +157,8 @@ class ChatRequest(Sampling):
     tools: list[Tool] | None = Field(None, max_length=64)
     tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
     parallel_tool_calls: bool | None = None  # accepted; a call constrained by the grammar is one call
+    # more variables of the chat template (vLLM's name), as Qwen3's {"enable_thinking": false}
+    chat_template_kwargs: dict[str, bool | int | float | str] | None = Field(None, max_length=16)
 
 
 class EmbeddingRequest(BaseModel):
@@ -240,7 +243,7 @@ def _add_text_routes(app: FastAPI, names: list[str], texts: TextRoutes, generato
         tools, choice = chat_tools(req)
         try:
             messages = template_messages([m.model_dump(exclude_none=True) for m in req.messages])
-            prompt = generator.chat_prompt(messages, tools if choice != "none" else None)
+            prompt = generator.chat_prompt(messages, tools if choice != "none" else None, req.chat_template_kwargs)
         except ValueError as err:
             field = "tools" if str(err).startswith("tools") else "messages"
             raise OpenAIError(400, str(err) if field == "tools" else f"messages: {err}", field) from None

@@ -137,7 +137,9 @@ class TextRoutes:
             for k in range(req.n):
                 index = p * req.n + k
                 seed = {} if req.seed is None else {"seed": (req.seed + k) % 2 ** 53}  # choice k: seed + k
-                job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed), lambda e, i=index: emit(i, e),
+                length = {"min_new_tokens": max_new} if req.ignore_eos else {}  # no end before max_tokens
+                job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed, **length),
+                                lambda e, i=index: emit(i, e),
                                 logprobs, grammar)
                 choices.append(Choice(index, job, self.generator, stops, calls))
         return choices

@@ -124,17 +124,23 @@ class HFTokenizers(TokenizerPair):
         return value.get("content") if isinstance(value, dict) else value
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tools: list[dict] | None = None) -> str:
+                            tools: list[dict] | None = None, variables: dict | None = None) -> str:
         """The prompt text of a conversation (and the ``tools`` it may call, OpenAI's function specs), rendered by
-        the model's chat template in a Jinja2 sandbox as ``transformers`` renders it (its ``tojson``)."""
+        the model's chat template in a Jinja2 sandbox as ``transformers`` renders it (its ``tojson``);
+        ``variables``: more of the template's variables (Qwen3's ``enable_thinking``)."""
         from jinja2 import TemplateError
 
         if self.chat_template is None:
             raise ValueError(f"{CONFIG}: this model has no chat_template; send a plain prompt")
+        variables = variables or {}
+        taken = {"messages", "add_generation_prompt", "tools"} & set(variables)
+        if taken:
+            raise ValueError(f"chat template: {', '.join(sorted(taken))} come from the request itself, not from more "
+                             "variables")
         try:
             return _environment().from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                **{name: self.special_token(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")})
+                **{name: self.special_token(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")},
+                **variables, messages=messages, add_generation_prompt=add_generation_prompt, tools=tools)
         except TemplateError as err:
             raise ValueError(f"chat template: {err}") from None
 
