@@ -53,3 +53,15 @@ def test_chat_template_kwargs_reach_the_template(client):
     assert off.usage.prompt_tokens == expected > plain  # the empty thinking block the template adds
     with pytest.raises(openai.BadRequestError, match="messages"):
         api.chat.completions.create(**ask, extra_body={"chat_template_kwargs": {"messages": "x"}})
+
+
+def test_usage_reports_the_prompt_tokens_the_prefix_cache_served(client):
+    """``usage.prompt_tokens_details.cached_tokens``, as OpenAI reports prompt caching: 0 the first time, then the
+    whole blocks of the prompt the prefix cache held."""
+    api, _ = client
+    ask = dict(model="ends", max_tokens=1, messages=[{"role": "user", "content": "Translate to English: Ein Mann "
+                                                                                 "fährt ein Pferd. Zwei Hunde spielen."}])
+    first, again = (api.chat.completions.create(**ask).usage for _ in range(2))
+    assert first.prompt_tokens_details.cached_tokens == 0
+    cached = again.prompt_tokens_details.cached_tokens
+    assert 16 <= cached < again.prompt_tokens and cached % 16 == 0

@@ -80,13 +80,15 @@ class Engine:
         return self._room(max(widths), [*self.groups, *(g for g, _, _ in self.joining), group]) <= self.capacity
 
     @torch.no_grad()
-    def admit(self, group: Rows, inputs: Tensor, beams: int = 1, adapter: int = 0) -> None:
+    def admit(self, group: Rows, inputs: Tensor, beams: int = 1, adapter: int = 0) -> int:
         """Start ``group`` on ``inputs`` (B, S): sources, or right-padded prompts (each stands for ``beams`` rows).
         Its start columns are computed alone (from the prompt cache where it can); its rows join the running
         batch at the next step, with every group admitted since (one copy of the batch for all of them).
-        ``adapter``: the LoRA adapter its rows run (``model/multi_lora.py``; 0, the base model)."""
+        ``adapter``: the LoRA adapter its rows run (``model/multi_lora.py``; 0, the base model). Returns the
+        prompt tokens the prompt cache served (0: none)."""
         if group.done:
-            return
+            return 0
+        cached = 0
         tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams)  # (b, t0)
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
@@ -96,10 +98,11 @@ class Engine:
             state.adapters = torch.full((tokens.size(0),), adapter, dtype=torch.long, device=tokens.device)
         elif self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
             prompt = tokens[0].tolist()
-            self.prompt_cache.load(prompt, state.cache, 0)
+            cached = self.prompt_cache.load(prompt, state.cache, 0)
             self._settle(tokens, state)
             self.prompt_cache.store(prompt, state.cache, 0, len(prompt) - 1)
         self.joining.append((group, tokens, state))
+        return cached
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""

@@ -66,6 +66,7 @@ class DecodeJob:
     submitted_at: float = 0.0
     cancelled: bool = False
     finish_reason: str | None = None
+    cached_tokens: int = 0  # prompt tokens the prefix cache served (set when the scheduler admits the job)
 
     @property
     def prompt(self) -> list[int]:

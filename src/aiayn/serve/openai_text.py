@@ -236,9 +236,13 @@ class TextRoutes:
 
     def _usage(self, choices: list[Choice]) -> dict:
         prompts = {id(c.job.prompt): len(c.job.prompt) for c in choices}  # a prompt counts once for n choices
+        cached = {}
+        for c in choices:  # the prompt tokens the prefix cache served (OpenAI reports prompt caching so)
+            cached[id(c.job.prompt)] = max(cached.get(id(c.job.prompt), 0), c.job.cached_tokens)
         completion = sum(len(c.job.generated) for c in choices)
         return {"prompt_tokens": sum(prompts.values()), "completion_tokens": completion,
-                "total_tokens": sum(prompts.values()) + completion}
+                "total_tokens": sum(prompts.values()) + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
 
     async def _sse(self, request: Request, req, choices: list[Choice], events: asyncio.Queue, head: dict,
                    kind: str):

@@ -213,7 +213,7 @@ class Scheduler:
         if busy:
             self.held = job
             return False
-        self.engine.admit(group, inputs, beams, job.adapter)
+        job.cached_tokens = self.engine.admit(group, inputs, beams, job.adapter)
         self.running.append(_Running(job, group))
         self.joined += 1
         self.largest_batch = max(self.largest_batch, self.engine.rows)
