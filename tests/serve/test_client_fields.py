@@ -59,9 +59,21 @@ def test_usage_reports_the_prompt_tokens_the_prefix_cache_served(client):
     """``usage.prompt_tokens_details.cached_tokens``, as OpenAI reports prompt caching: 0 the first time, then the
     whole blocks of the prompt the prefix cache held."""
     api, _ = client
-    ask = dict(model="ends", max_tokens=1, messages=[{"role": "user", "content": "Translate to English: Ein Mann "
-                                                                                 "fährt ein Pferd. Zwei Hunde spielen."}])
+    text = "Translate to English: Ein Mann fährt ein Pferd. Zwei Hunde spielen."
+    ask = dict(model="ends", max_tokens=1, messages=[{"role": "user", "content": text}])
     first, again = (api.chat.completions.create(**ask).usage for _ in range(2))
     assert first.prompt_tokens_details.cached_tokens == 0
     cached = again.prompt_tokens_details.cached_tokens
     assert 16 <= cached < again.prompt_tokens and cached % 16 == 0
+
+
+def test_streamed_usage_at_the_end_and_in_every_chunk(client):
+    """``stream_options``: ``include_usage`` adds a last chunk with no choices and the usage; vLLM's
+    ``continuous_usage_stats`` puts the usage so far in every chunk, its completion tokens counting up."""
+    api, _ = client
+    chunks = list(api.chat.completions.create(
+        model="ends", messages=[{"role": "user", "content": "Hi"}], max_tokens=5, stream=True,
+        extra_body={"ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+    counts = [c.usage.completion_tokens for c in chunks[:-1]]
+    assert counts == sorted(counts) and counts[-1] == 5 and all(c.usage is not None for c in chunks)

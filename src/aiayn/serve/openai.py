@@ -37,7 +37,8 @@ class Sampling(BaseModel):
     seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
     ignore_eos: bool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
     stream: bool = False
-    stream_options: dict[Literal["include_usage"], bool] | None = None
+    # include_usage: a last chunk with the usage; continuous_usage_stats (vLLM's): the usage so far in every chunk
+    stream_options: dict[Literal["include_usage", "continuous_usage_stats"], bool] | None = None
     user: str | None = None  # the caller's end-user id: accepted, not used
     response_format: ResponseFormat | None = None
 

@@ -248,6 +248,7 @@ class TextRoutes:
                    kind: str):
         logprobs = choices[0].job.logprobs
         first, done = {c.index: True for c in choices}, set()
+        running_usage = (req.stream_options or {}).get("continuous_usage_stats", False)
         try:
             while len(done) < len(choices):
                 index, event = await events.get()
@@ -262,7 +263,8 @@ class TextRoutes:
                 body = self._choice(kind, choice, text, reason, logprobs, delta=True, first=first[index],
                                     calls=calls)
                 first[index] = False
-                yield f"data: {json.dumps({**head, 'choices': [body]}, ensure_ascii=False)}\n\n"
+                usage = {"usage": self._usage(choices)} if running_usage else {}  # vLLM's continuous_usage_stats
+                yield f"data: {json.dumps({**head, 'choices': [body], **usage}, ensure_ascii=False)}\n\n"
                 if await request.is_disconnected():
                     return
             if (req.stream_options or {}).get("include_usage"):
