@@ -41,15 +41,20 @@ def gemma(gguf: Path):
     return DecoderOnly(gemma_config(SHAPE, None)).eval(), "gemma3-270m-shape"
 
 
-def filled(model, length: int, rings: bool):
-    """A batch-1 cache holding ``length`` positions of random keys/values: rings, or every layer whole."""
+def allocated(model, positions: int, rings: bool):
+    """A batch-1 cache with room for ``positions``: the model's own (rings), or every layer keeping every position
+    (the mask-only window)."""
     from aiayn.model.cache import DecoderCache
 
-    cfg, like = model.config, next(model.parameters())
+    cfg = model.config
     if rings:
-        cache = model.new_cache(1, length + STEPS, like)
-    else:
-        cache = DecoderCache.allocate(cfg.n_decoder_layers, 1, cfg.kv_heads, length + STEPS, cfg.d_head)
+        return model.new_cache(1, positions, next(model.parameters()))
+    return DecoderCache.allocate(cfg.n_decoder_layers, 1, cfg.kv_heads, positions, cfg.d_head)
+
+
+def filled(model, length: int, rings: bool):
+    """A batch-1 cache holding ``length`` positions of random keys/values: rings, or every layer whole."""
+    cfg, cache = model.config, allocated(model, length + STEPS, rings)
     for layer in cache.layers:
         kv = torch.randn(1, cfg.kv_heads, length, cfg.d_head)  # (B, H_kv, T, D)
         layer.self_kv.write(0, kv, kv)
@@ -58,14 +63,11 @@ def filled(model, length: int, rings: bool):
 
 def plot(model, name: str, output: Path) -> None:
     """The batch-1 cache's MiB by context length, rings and mask-only (allocated, not filled)."""
-    from aiayn.model.cache import DecoderCache
     from aiayn.visual.figures import pyplot, save_figure
 
-    cfg, like = model.config, next(model.parameters())
-    lengths = [512 * 2 ** i for i in range(6)]
-    size = lambda cache: sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers) / 2**20  # noqa: E731
-    rings = [size(model.new_cache(1, n, like)) for n in lengths]
-    whole = [size(DecoderCache.allocate(cfg.n_decoder_layers, 1, cfg.kv_heads, n, cfg.d_head)) for n in lengths]
+    cfg, lengths = model.config, [512 * 2 ** i for i in range(6)]
+    rings = [mib(allocated(model, n, True)) for n in lengths]
+    whole = [mib(allocated(model, n, False)) for n in lengths]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     ax.plot(lengths, whole, "o-", label="mask-only window: every layer keeps every position")
@@ -76,6 +78,11 @@ def plot(model, name: str, output: Path) -> None:
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.legend(fontsize=8)
     print(save_figure(fig, output))
+
+
+def mib(cache) -> float:
+    """A cache's keys and values, MiB."""
+    return sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers) / 2**20
 
 
 def decode_rate(model, cache, length: int) -> float:
@@ -109,7 +116,7 @@ def main() -> None:
             for rings in (True, False):
                 cache = filled(model, length, rings)
                 config = f"{name}/context{length}/{'ring' if rings else 'mask_only'}"
-                size = sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers) / 2**20
+                size = mib(cache)
                 figures[rings] = size, decode_rate(model, cache, length)
                 emit(config, "kv_cache", round(size, 1), "MiB")
                 emit(config, "decode", round(figures[rings][1], 2), "tokens/s")

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from aiayn.model.cache import ROLLBACK, DecoderCache, DecodeState, KVCache
+from aiayn.model.cache import ROLLBACK, DecoderCache, KVCache
 from aiayn.model.masks import causal_mask
+from aiayn.model.state import DecodeState
 
 
 def test_kv_cache_appends_and_refuses_overflow():

@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Columns
-from aiayn.model.cache import DecodeState
 from aiayn.model.packed import output_rows
+from aiayn.model.state import DecodeState
 from aiayn.model.transformer import TransformerModel
 
 

@@ -158,9 +158,9 @@ def hf_config(f: GGUFFile) -> dict:
     if f.arch in ("gemma3", "gemma2"):
         return _gemma_config(f, common)
     if f.arch == "phi3":  # partial rotary positions: the rotated share of each head
+        head = f.get("attention.key_length", f.need("embedding_length") // f.need("attention.head_count"))
         common = dict(common, model_type="phi3", sliding_window=f.get("attention.sliding_window"),
-                      partial_rotary_factor=f.get("rope.dimension_count", 0) / (
-                          f.need("embedding_length") // f.need("attention.head_count")) or 1.0)
+                      partial_rotary_factor=f.get("rope.dimension_count", head) / head)
     if f.arch == "qwen3moe":  # llama.cpp's qwen3moe renormalises the chosen experts' weights
         common = dict(common, model_type="qwen3_moe", num_experts=f.need("expert_count"),
                       num_experts_per_tok=f.need("expert_used_count"),

@@ -22,11 +22,12 @@ from torch import Tensor, nn
 
 from aiayn.io.checkpoint import CONFIG, load_weights, verify_checkpoint, write_checkpoint
 from aiayn.model.builders import OutputTransform, build_decoder, build_embedding, build_encoder, build_output
-from aiayn.model.cache import DecoderCache, DecodeState
+from aiayn.model.cache import DecoderCache
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.init import init_weights
 from aiayn.model.masks import decoder_inputs, key_mask, left_align, padding_mask
+from aiayn.model.state import DecodeState
 
 
 class TransformerModel(nn.Module):

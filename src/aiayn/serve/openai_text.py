@@ -17,6 +17,7 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.choices import Calls, Choice
 from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
+from aiayn.serve.logprobs import chat_logprobs, completion_logprobs, echoed
 from aiayn.serve.scheduler import Scheduler
 
 
@@ -104,7 +105,7 @@ class TextRoutes:
                 p = choice["index"] // req.n
                 choice["text"] = shown[p] + choice["text"]
                 if scored is not None:
-                    choice["logprobs"] = _echoed(ids[p], scored[p], choice["logprobs"], self.generator)
+                    choice["logprobs"] = echoed(ids[p], scored[p], choice["logprobs"], self.generator)
         return body
 
     def _nothing_generated(self, req, ids: list[list[int]]) -> dict:
@@ -230,8 +231,8 @@ class TextRoutes:
         else:
             out["text"] = text
         tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
-        out["logprobs"] = None if logprobs is None else (_chat_logprobs(tokens, self.generator) if chat
-                                                         else _completion_logprobs(tokens, self.generator))
+        out["logprobs"] = None if logprobs is None else (chat_logprobs(tokens, self.generator) if chat
+                                                         else completion_logprobs(tokens, self.generator))
         return out
 
     def _usage(self, choices: list[Choice]) -> dict:
@@ -292,40 +293,3 @@ class Watch:
                 return await asyncio.wait_for(events.get(), self.every_s)
             except TimeoutError:
                 continue
-
-
-def _completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
-    """The legacy completions layout: parallel lists, one entry per token."""
-    decode = generator.tokenizer.decode
-    offsets, at = [], 0
-    for t in tokens:
-        offsets.append(at)
-        at += len(t["text"])
-    return {"tokens": [t["text"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [{decode([i]): lp for i, lp in t["top"]} for t in tokens], "text_offset": offsets}
-
-
-def _echoed(ids: list[int], scored: list, generated: dict | None, generator: TextGenerator) -> dict:
-    """The completions layout of a prompt's scored tokens followed by the generated ones (``generated``)."""
-    decode = generator.tokenizer.decode
-    prompt = [{"text": decode([i]), "logprob": lp, "top": top} for i, (lp, top) in zip(ids, scored, strict=True)]
-    out = _completion_logprobs(prompt, generator)
-    out["top_logprobs"][0] = None  # the first token has no context
-    if generated:
-        shift = sum(len(t["text"]) for t in prompt)
-        out = {"tokens": out["tokens"] + generated["tokens"],
-               "token_logprobs": out["token_logprobs"] + generated["token_logprobs"],
-               "top_logprobs": out["top_logprobs"] + generated["top_logprobs"],
-               "text_offset": out["text_offset"] + [shift + o for o in generated["text_offset"]]}
-    return out
-
-
-def _chat_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
-    """The chat layout: one object per token, with its bytes and its alternatives."""
-    decode = generator.tokenizer.decode
-
-    def entry(text: str, logprob: float) -> dict:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
-
-    return {"content": [{**entry(t["text"], t["logprob"]),
-                         "top_logprobs": [entry(decode([i]), lp) for i, lp in t["top"]]} for t in tokens]}

@@ -89,15 +89,19 @@ def bare_calls(text: str, names: set[str]) -> list[dict]:
     if not found or not all(isinstance(f, dict) and isinstance(f.get("arguments", f.get("parameters")), dict)
                             for f in found):
         return []
-    calls = [_call(json.dumps(f), names) for f in found]
+    calls = [_call_of(f, names) for f in found]
     return calls if all(calls) else []
 
 
 def _call(body: str, names: set[str]) -> dict | None:
     try:
-        found = json.loads(body)
+        return _call_of(json.loads(body), names)
     except ValueError:
         return None
+
+
+def _call_of(found, names: set[str]) -> dict | None:
+    """OpenAI's tool call of a parsed call object (None: not an object naming an offered function)."""
     if not isinstance(found, dict) or found.get("name") not in names:
         return None
     arguments = found.get("arguments", found.get("parameters", {}))
