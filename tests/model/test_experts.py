@@ -49,7 +49,7 @@ def test_experts_are_an_option_of_the_one_model():
         tiny(arch="decoder-only", n_experts=4)  # the paper's feed-forward: no experts of it
 
 
-def test_split_experts_are_linear_layers_that_inference_copies_pack_and_quantize():
+def test_split_experts_are_linear_layers_that_inference_copies_pack_and_quantize(bf16_kernels):
     """An inference copy splits each expert into two linear layers: the same outputs, and --int8 / --int4 / packing
     reach the experts (the most weights a mixture has) as any other layer."""
     import copy
@@ -67,12 +67,14 @@ def test_split_experts_are_linear_layers_that_inference_copies_pack_and_quantize
         split = copy.deepcopy(model)
         split.decoder.layers[0].ffn.split()
         assert torch.allclose(split(ids), full, atol=1e-6)
-        for kind, layer in (("int8", Int8Linear), ("int4", Int4Linear)):
+        dynamic = torch.ao.nn.quantized.dynamic.Linear  # int8 on a CPU without bfloat16 kernels
+        for kind, layer in (("int8", Int8Linear if bf16_kernels else dynamic), ("int4", Int4Linear)):
             quantized = inference_copy(model, **{kind: True})
             experts = quantized.decoder.layers[1].ffn.experts
             assert all(isinstance(part, layer) for pair in experts for part in pair), kind
             error = (quantized(ids) - full).abs().max() / full.abs().max()
-            assert 0 < error < (0.02 if kind == "int8" else 0.15), (kind, error)
+            bound = {"int4": 0.15, "int8": 0.02 if bf16_kernels else 0.05}[kind]  # dynamic int8 rounds activations too
+            assert 0 < error < bound, (kind, error)
             assert type(quantized.decoder.layers[1].ffn.router) is torch.nn.Linear  # the routing as trained
 
 

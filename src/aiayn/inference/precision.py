@@ -51,14 +51,19 @@ def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = No
     return fuse(copied if dtype is None else copied.to(dtype))
 
 
-def _swap_linears(model: nn.Module, make) -> None:
-    """Replace every plain ``nn.Linear`` of ``model`` by ``make(linear)``, but a mixture's router: its scores
-    choose the experts, and they stay as they were trained (as llama.cpp keeps ffn_gate_inp)."""
+def _linears(model: nn.Module) -> list[str]:
+    """The names of the plain ``nn.Linear`` layers an inference copy converts: every one but a mixture's router,
+    whose scores choose the experts and stay as they were trained (as llama.cpp keeps ffn_gate_inp)."""
     routers = {id(m.router) for m in model.modules() if isinstance(m, MixtureOfExperts)}
-    for module in list(model.modules()):
-        for name, child in module.named_children():
-            if type(child) is nn.Linear and id(child) not in routers:
-                setattr(module, name, make(child))
+    return [name for name, m in model.named_modules() if type(m) is nn.Linear and id(m) not in routers]
+
+
+def _swap_linears(model: nn.Module, make) -> None:
+    """Replace each of ``model``'s converted linear layers (:func:`_linears`) by ``make(linear)``."""
+    for name in _linears(model):
+        parent, _, attr = name.rpartition(".")
+        owner = model.get_submodule(parent) if parent else model
+        setattr(owner, attr, make(getattr(owner, attr)))
 
 
 def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None = None,
@@ -80,7 +85,7 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
-            return torch.ao.quantization.quantize_dynamic(quantized, {nn.Linear}, dtype=torch.qint8)
+            return torch.ao.quantization.quantize_dynamic(quantized, set(_linears(quantized)), dtype=torch.qint8)
     _swap_linears(quantized, lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
                   else Int8Linear(lin))
     return quantized.requires_grad_(False)
