@@ -134,6 +134,37 @@ def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: b
     return folder
 
 
+QWEN = Path(__file__).resolve().parents[2] / "shared" / "data" / "tokenizers" / "qwen2.5"
+
+
+def qwen_checkpoint(folder: Path) -> Path:
+    """A tiny random model with Qwen2.5's real tokenizer and chat template: ``<tool_call>`` and ``</tool_call>``
+    are added tokens of its vocabulary, as the released model has them."""
+    import gzip
+    import shutil
+
+    import torch
+
+    from aiayn.io.checkpoint import write_checkpoint
+    from aiayn.model.config import ModelConfig
+    from aiayn.model.transformer import DecoderOnly
+    from aiayn.tokenizers.hf import HFTokenizers
+
+    tok_folder = folder.parent / "qwen-tokenizer"
+    tok_folder.mkdir()
+    for name in ("chat_template.jinja", "tokenizer_config.json"):
+        shutil.copy(QWEN / name, tok_folder / name)
+    (tok_folder / "tokenizer.json").write_bytes(gzip.decompress((QWEN / "tokenizer.json.gz").read_bytes()))
+    tokenizers = HFTokenizers.load(tok_folder)
+    end, pad = tokenizers.src.token_id("<|im_end|>"), tokenizers.src.token_id("<|endoftext|>")
+    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=len(tokenizers.src), n_encoder_layers=0,
+                             d_model=32, n_heads=2, d_ff=64, dropout=0.0, norm="pre", positions="rope", max_len=1024,
+                             pad_id=pad, bos_id=pad, unk_id=pad, mask_id=pad, eos_id=end)
+    torch.manual_seed(0)
+    write_checkpoint(folder, DecoderOnly(cfg).eval(), tokenizers)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def model() -> EncoderDecoder:
     """A tiny random encoder-decoder in float64 (vocabulary 30) for decoding tests."""
@@ -284,6 +315,20 @@ def serving(app, limits):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def qwen_served(tmp_path_factory):
+    """``aiayn serve`` of a tiny random model with Qwen2.5's tokenizer and chat template, served as "qwen-tiny":
+    the server each client library's tests talk to. Yields (its /v1 URL, the generator)."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
+
+    generator = TextGenerator.from_checkpoint(qwen_checkpoint(tmp_path_factory.mktemp("qwen") / "ckpt"))
+    limits = Limits(max_chars=8000)
+    with serving(create_app(generator, limits, name="qwen-tiny"), limits) as url:
+        yield f"{url}/v1", generator
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
 from aiayn.serve.tools import ToolStream, parse_calls, template_messages
 
-from conftest import chat_checkpoint, serving
+from conftest import chat_checkpoint, qwen_checkpoint, serving
 
 # A Hermes-style template (the tool-call format of Qwen2.5 and Hermes 2 Pro), written small for the test model.
 HERMES = (
@@ -152,7 +152,6 @@ def test_a_bare_or_fenced_json_call_is_a_call_and_anything_else_stays_text(reply
 def test_the_agent_loop_of_the_docs_runs(server, generator, capsys):
     """docs/serving.md's agent loop, run as it is written against this server (its address and model name): the
     function's result goes into the last request's prompt, and what it prints is that request's answer."""
-    from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
     code = doc.split("<!-- agent-loop -->\n```python\n", 1)[1].split("```", 1)[0]
@@ -166,37 +165,6 @@ def test_the_agent_loop_of_the_docs_runs(server, generator, capsys):
     answer = final.choices[0].message
     assert capsys.readouterr().out == f"{answer.content}\n"  # the final answer was printed
     assert isinstance(answer.content, str) or answer.tool_calls  # text, or (as the docs say) another call
-
-
-QWEN = Path(__file__).resolve().parents[3] / "shared" / "data" / "tokenizers" / "qwen2.5"
-
-
-def qwen_checkpoint(folder: Path) -> Path:
-    """A tiny random model with Qwen2.5's real tokenizer and chat template: ``<tool_call>`` and ``</tool_call>``
-    are added tokens of its vocabulary, as the released model has them."""
-    import gzip
-    import shutil
-
-    import torch
-
-    from aiayn.io.checkpoint import write_checkpoint
-    from aiayn.model.config import ModelConfig
-    from aiayn.model.transformer import DecoderOnly
-    from aiayn.tokenizers.hf import HFTokenizers
-
-    tok_folder = folder.parent / "qwen-tokenizer"
-    tok_folder.mkdir()
-    for name in ("chat_template.jinja", "tokenizer_config.json"):
-        shutil.copy(QWEN / name, tok_folder / name)
-    (tok_folder / "tokenizer.json").write_bytes(gzip.decompress((QWEN / "tokenizer.json.gz").read_bytes()))
-    tokenizers = HFTokenizers.load(tok_folder)
-    end, pad = tokenizers.src.token_id("<|im_end|>"), tokenizers.src.token_id("<|endoftext|>")
-    cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=len(tokenizers.src), n_encoder_layers=0,
-                             d_model=32, n_heads=2, d_ff=64, dropout=0.0, norm="pre", positions="rope", max_len=1024,
-                             pad_id=pad, bos_id=pad, unk_id=pad, mask_id=pad, eos_id=end)
-    torch.manual_seed(0)
-    write_checkpoint(folder, DecoderOnly(cfg).eval(), tokenizers)
-    return folder
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])

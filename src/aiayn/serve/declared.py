@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar
 from fastapi import FastAPI
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
-STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions")
+STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses")
 MESSAGE = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
 OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"],

@@ -34,6 +34,16 @@ class OpenAIError(Exception):
                                        "code": self.code}}, status_code=self.status)
 
 
+def check_model(model: str, names: list[str] | str) -> int:
+    """Which of the models served a request names: 0 the base, k its k-th LoRA adapter; another is 404, as
+    OpenAI answers it."""
+    names = [names] if isinstance(names, str) else names
+    if model not in names:
+        raise OpenAIError(404, f"model {model!r} does not exist; this server serves {', '.join(map(repr, names))}",
+                          "model", "model_not_found")
+    return names.index(model)
+
+
 def openai_refusal(err: Refused) -> OpenAIError:
     """The scheduler's refusal in OpenAI's shape: 429 when busy, else 400 (a length over the context:
     ``context_length_exceeded``)."""
@@ -177,9 +187,11 @@ class TextRoutes:
         return max(1, min(self.limits.max_new_tokens, self.batcher.capacity - len(ids)))
 
     async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None,
-                     calls: Calls | None = None, adapter: int = 0):
+                     calls: Calls | None = None, adapter: int = 0, frame=None):
         """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion); ``calls``:
-        the chat's tools; ``adapter``: the LoRA adapter the request's ``model`` names (0: the base)."""
+        the chat's tools; ``adapter``: the LoRA adapter the request's ``model`` names (0: the base). A stream's
+        chunks are framed as Server-Sent Events by ``frame`` (chunks -> event texts; default: ``data: {chunk}``
+        lines and ``data: [DONE]``)."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
 
         def emit(index: int, event: dict) -> None:
@@ -196,8 +208,8 @@ class TextRoutes:
                 "object": kind + (".chunk" if req.stream and kind.startswith("chat") else ""),
                 "created": int(time.time()), "model": req.model}
         if req.stream:
-            return StreamingResponse(self._sse(request, req, choices, events, head, kind),
-                                     media_type="text/event-stream")
+            chunks = self._chunks(request, req, choices, events, head, kind)
+            return StreamingResponse((frame or sse)(chunks), media_type="text/event-stream")
         try:
             texts, reasons, watch = {c.index: "" for c in choices}, {}, Watch(request)
             while len(reasons) < len(choices):
@@ -245,8 +257,10 @@ class TextRoutes:
                 "total_tokens": sum(prompts.values()) + completion,
                 "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
 
-    async def _sse(self, request: Request, req, choices: list[Choice], events: asyncio.Queue, head: dict,
-                   kind: str):
+    async def _chunks(self, request: Request, req, choices: list[Choice], events: asyncio.Queue, head: dict,
+                      kind: str):
+        """A stream's chunks (dicts), one per event that adds text, log-probabilities or calls, then with
+        ``include_usage`` a last one with the usage and no choices."""
         logprobs = choices[0].job.logprobs
         first, done = {c.index: True for c in choices}, set()
         running_usage = (req.stream_options or {}).get("continuous_usage_stats", False)
@@ -265,15 +279,21 @@ class TextRoutes:
                                     calls=calls)
                 first[index] = False
                 usage = {"usage": self._usage(choices)} if running_usage else {}  # vLLM's continuous_usage_stats
-                yield f"data: {json.dumps({**head, 'choices': [body], **usage}, ensure_ascii=False)}\n\n"
+                yield {**head, "choices": [body], **usage}
                 if await request.is_disconnected():
                     return
             if (req.stream_options or {}).get("include_usage"):
-                yield f"data: {json.dumps({**head, 'choices': [], 'usage': self._usage(choices)})}\n\n"
-            yield "data: [DONE]\n\n"
+                yield {**head, "choices": [], "usage": self._usage(choices)}
         finally:
             for choice in choices:
                 choice.job.cancelled = True  # a client that went away frees its rows at the next step
+
+
+async def sse(chunks):
+    """OpenAI's framing of a stream: one ``data: {chunk}`` event per chunk, then ``data: [DONE]``."""
+    async for chunk in chunks:
+        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 class Watch:

@@ -1,0 +1,180 @@
+"""The OpenAI routes' request bodies (OpenAI's field names, defaults and bounds; a field aiayn does not implement
+is refused by name) and their parsing into OpenAI's error shape."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aiayn.serve.openai_text import OpenAIError
+
+
+class Sampling(BaseModel):
+    """The sampling fields both text endpoints take (OpenAI's names and defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)  # unset: the server's (generation.json), else OpenAI's 1
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
+    ignore_eos: bool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
+    stream: bool = False
+    # include_usage: a last chunk with the usage; continuous_usage_stats (vLLM's): the usage so far in every chunk
+    stream_options: dict[Literal["include_usage", "continuous_usage_stats"], bool] | None = None
+    user: str | None = None  # the caller's end-user id: accepted, not used
+    response_format: ResponseFormat | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field(max_length=64)
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+# ``{"type": "text" | "json_object"}`` or ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``:
+# the output is JSON (following the schema), by constrained decoding
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaResponse, Field(discriminator="type")]
+
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]  # a prompt as token ids
+
+
+class CompletionRequest(Sampling):
+    # text or token ids, one prompt or several (evaluation harnesses send ids)
+    prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+    max_tokens: int | None = Field(None, ge=0)  # 0: nothing generated (with echo and logprobs: the prompt scored)
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False  # the prompt comes back before the completion, with its tokens' log-probabilities
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class TextMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user"]
+    content: str
+    name: str | None = None
+
+
+class AssistantMessage(BaseModel):
+    """An earlier answer: its text, or the tool calls it made (or both)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["assistant"]
+    content: str | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ToolMessage(BaseModel):
+    """A tool's result, answering the call ``tool_call_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["tool"]
+    content: str
+    tool_call_id: str
+
+
+ChatMessage = Annotated[TextMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None  # a JSON schema of the arguments
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+
+
+class ToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: ChosenFunction
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Tool] | None = Field(None, max_length=64)
+    tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # accepted; a call constrained by the grammar is one call
+    # more variables of the chat template (vLLM's name), as Qwen3's {"enable_thinking": false}
+    chat_template_kwargs: dict[str, bool | int | float | str] | None = Field(None, max_length=16)
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    user: str | None = None
+
+
+async def parse(request: Request, schema: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as ``schema``, or a 400 naming the field (an unknown one included)."""
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, a number of too many digits
+        raise OpenAIError(400, "the body is not valid JSON (or nested too deep, or a number too long)") from None
+    try:
+        return schema.model_validate(body)
+    except ValidationError as err:
+        first = max(err.errors(), key=lambda e: len(_field(e)))  # of a union's branches, the one it went deepest in
+        field = ".".join(_field(first)) or None
+        if first.get("type") == "extra_forbidden":
+            raise OpenAIError(400, f"{field}: not supported by this server", field, "unsupported_field") from None
+        raise OpenAIError(400, f"{field}: {first.get('msg', 'invalid')}", field) from None
+
+
+def _field(error: dict) -> list[str]:
+    """An error's place as the body's keys and indices (pydantic's names of a union's branches left out)."""
+    return [str(part) for part in error.get("loc", ())
+            if not isinstance(part, str) or not re.search(r"[\[\-]|^(str|int|float|bool|dict|list)$", part)]
