@@ -1,15 +1,11 @@
-"""POST /v1/responses (OpenAI's Responses API) through the official client, and the OpenAI Agents SDK with its
-default settings (which call it) running an agent loop with a function tool, on a tiny random model with Qwen2.5's
-real tokenizer and chat template."""
+"""POST /v1/responses (OpenAI's Responses API) through the official client, on a tiny random model with Qwen2.5's
+real tokenizer and chat template (the OpenAI Agents SDK's use of it: test_client_agents.py)."""
 
-import asyncio
 import json
-from typing import Annotated
 
 import jsonschema
 import openai
 import pytest
-from pydantic import Field
 
 from aiayn.serve.responses import Items
 
@@ -125,40 +121,3 @@ def test_the_stream_items_open_one_at_a_time():
     assert all(c < o for c, o in zip(closed, opened[1:], strict=False))
     assert [item["type"] for item in items.output] == ["message", "function_call", "function_call"]
     assert items.output[1]["arguments"] == '{"x": 1}' and items.output[1]["name"] == "f"
-
-
-def test_the_agents_sdk_runs_an_agent_loop_with_a_function_tool(qwen_served):
-    """The OpenAI Agents SDK with its defaults (the Responses API, streamed) and with chat completions: the model
-    calls the tool (forced), the SDK runs it, and the tool's answer is the agent's final output."""
-    from agents import (
-        Agent,
-        ModelSettings,
-        OpenAIChatCompletionsModel,
-        Runner,
-        function_tool,
-        set_default_openai_client,
-        set_tracing_disabled,
-    )
-
-    set_tracing_disabled(True)
-    asked = []
-
-    @function_tool
-    def get_weather(city: Annotated[str, Field(max_length=12)]) -> str:
-        """The weather in a city."""
-        asked.append(city)
-        return f"Sunny in {city}"
-
-    async def run(chat: bool) -> str:
-        client = openai.AsyncOpenAI(base_url=qwen_served[0], api_key="none", max_retries=0)
-        set_default_openai_client(client, use_for_tracing=False)  # the model named by a string: Responses API
-        model = OpenAIChatCompletionsModel(model="qwen-tiny", openai_client=client) if chat else "qwen-tiny"
-        agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather], model=model,
-                      tool_use_behavior="stop_on_first_tool",
-                      model_settings=ModelSettings(tool_choice="required", max_tokens=60))
-        return (await Runner.run(agent, "Weather in Paris?")).final_output
-
-    for chat in (False, True):
-        final = asyncio.run(run(chat))
-        assert final == f"Sunny in {asked[-1]}"
-    assert len(asked) == 2

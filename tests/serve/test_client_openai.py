@@ -1,0 +1,49 @@
+"""The official ``openai`` client against ``aiayn serve`` of a tiny random model with Qwen2.5's real tokenizer and
+chat template: chat and completions, ``n`` with a ``seed``, ``stop``, log-probabilities, a JSON schema, usage (tool
+calls: test_tools.py; the Responses API: test_responses.py)."""
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def api(qwen_served):
+    return openai.OpenAI(base_url=qwen_served[0], api_key="none", max_retries=0)
+
+
+def test_chat_with_n_a_seed_logprobs_and_usage(api, qwen_served):
+    generator = qwen_served[1]
+    messages = [{"role": "user", "content": "Tell me a story"}]
+    ask = dict(model="qwen-tiny", messages=messages, n=2, seed=7, max_tokens=5, logprobs=True, top_logprobs=2)
+    first, again = api.chat.completions.create(**ask), api.chat.completions.create(**ask)
+    texts = [c.message.content for c in first.choices]
+    assert texts == [c.message.content for c in again.choices]  # a seed repeats
+    assert first.usage.prompt_tokens == len(generator.rendered_ids(generator.chat_prompt(messages)))
+    assert first.usage.completion_tokens == 10 and all(c.finish_reason == "length" for c in first.choices)
+    for choice in first.choices:
+        tokens = choice.logprobs.content
+        assert len(tokens) == 5 and all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in tokens)
+        assert "".join(t.token for t in tokens) == choice.message.content
+
+
+def test_a_stop_string_cuts_the_text_where_it_starts(api):
+    ask = dict(model="qwen-tiny", prompt="Once upon a time", max_tokens=12, temperature=0)
+    whole = api.completions.create(**ask).choices[0].text
+    stop = whole[3:5]
+    cut = api.completions.create(**ask, stop=[stop]).choices[0]
+    assert cut.text == whole[:whole.index(stop)] and cut.finish_reason == "stop"
+
+
+def test_completions_logprobs_and_a_json_schema(api):
+    answer = api.completions.create(model="qwen-tiny", prompt="Once", max_tokens=4, logprobs=2, temperature=0)
+    logprobs = answer.choices[0].logprobs
+    assert "".join(logprobs.tokens) == answer.choices[0].text and len(logprobs.top_logprobs) == 4
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    chat = api.chat.completions.create(model="qwen-tiny", messages=[{"role": "user", "content": "Fine?"}],
+                                       max_tokens=30, response_format={"type": "json_schema", "json_schema": {
+                                           "name": "verdict", "schema": schema, "strict": True}})
+    jsonschema.validate(json.loads(chat.choices[0].message.content), schema)
