@@ -12,7 +12,8 @@ import pytest
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
-from aiayn.serve.tools import ToolStream, parse_calls, template_messages
+from aiayn.serve.tools import parse_calls, template_messages
+from aiayn.serve.toolstream import ToolStream
 
 from conftest import chat_checkpoint, qwen_checkpoint, serving
 
@@ -87,13 +88,16 @@ def test_an_agent_loop_through_the_official_client(server, generator):
 
 
 def test_tool_calls_stream_as_deltas_equal_to_the_whole_answer(server):
+    """As OpenAI streams a call: its id and name first, then its arguments in fragments that join to the whole
+    answer's."""
     request = {"model": "tiny-tools", "messages": [{"role": "user", "content": "Time in Paris?"}],
                "tools": [WEATHER, TIME], "tool_choice": "required", "temperature": 0, "max_tokens": 200}
     whole = server.chat.completions.create(**request).choices[0].message.tool_calls[0]
     deltas = [c.choices[0] for c in server.chat.completions.create(**request, stream=True) if c.choices]
     calls = [d for chunk in deltas for d in (chunk.delta.tool_calls or [])]
-    assert len(calls) == 1 and calls[0].index == 0 and calls[0].id.startswith("call_")
-    assert (calls[0].function.name, calls[0].function.arguments) == (whole.function.name, whole.function.arguments)
+    assert len(calls) > 2 and {c.index for c in calls} == {0} and calls[0].id.startswith("call_")
+    assert calls[0].function.name == whole.function.name and all(c.id is None for c in calls[1:])
+    assert "".join(c.function.arguments or "" for c in calls) == whole.function.arguments
     assert deltas[-1].finish_reason == "tool_calls"
 
 
@@ -112,18 +116,32 @@ def test_tools_are_refused_for_a_template_without_them_and_bad_requests_are_400(
             client.chat.completions.create(model="plain", messages=messages, tool_choice="required")
 
 
-def test_parsing_calls_and_holding_a_call_until_it_closes():
+def test_parsing_calls_and_streaming_a_call_name_first_then_its_arguments():
     text = 'Sure.<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
     content, calls = parse_calls(text, {"get_time"})
     assert content == "Sure." and calls[0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
     assert parse_calls(text, {"other"}) == (text, [])  # a function not offered stays text
-    stream, sent, deltas = ToolStream({"get_time"}), "", []
-    for piece in ["Sure.<tool", "_call>\n{\"name\": \"get_time\", ", "\"arguments\": {\"zone\": \"UTC\"}}\n</tool_",
-                  "call> done"]:
-        text_now, found = stream.add(piece)
-        sent, deltas = sent + text_now, deltas + found
-    assert sent == "Sure. done" and [d["function"]["name"] for d in deltas] == ["get_time"]
-    assert deltas[0]["index"] == 0 and stream.flush() == ("", [])
+    for step in (1, 5, len(text)):  # character by character, in pieces, whole
+        stream, sent, deltas = ToolStream({"get_time"}), "", []
+        for at in range(0, len(text + " done"), step):
+            text_now, found = stream.add((text + " done")[at:at + step])
+            sent, deltas = sent + text_now, deltas + found
+        assert sent == "Sure. done" and stream.flush() == ("", [])
+        assert deltas[0]["function"] == {"name": "get_time", "arguments": ""} and deltas[0]["index"] == 0
+        fragments = [d["function"]["arguments"] for d in deltas[1:]]
+        assert "".join(fragments) == '{"zone": "UTC"}' == stream.calls[0]["function"]["arguments"]
+        assert len(fragments) == (1 if step == len(text) else 4 if step == 5 else 14)  # as written, in pieces
+
+
+def test_a_call_written_otherwise_goes_out_whole_and_a_call_cut_short_says_so():
+    swapped = '<tool_call>{"arguments": {"zone": "UTC"}, "name": "get_time"}</tool_call>'
+    stream = ToolStream({"get_time"})
+    deltas = [d for c in swapped for d in stream.add(c)[1]]
+    (call,) = deltas
+    assert call["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'} and not stream.cut
+    stream = ToolStream({"get_time"})
+    stream.add('<tool_call>{"name": "get_time", "arguments": {"zone": "U')
+    assert stream.flush() == ("", []) and stream.cut and stream.calls[0]["function"]["arguments"] == '{"zone": "U'
 
 
 @pytest.mark.parametrize(("reply", "names"), [
@@ -213,3 +231,51 @@ def test_tools_with_a_json_answer_let_auto_call_or_answer_and_a_forced_call_refu
         server.chat.completions.create(model="tiny-tools", messages=[{"role": "user", "content": "Paris?"}],
                                        tools=[WEATHER], tool_choice="required", max_tokens=20,
                                        response_format={"type": "json_object"})
+
+
+# Llama 3.1's JSON tool calls and Mistral's [TOOL_CALLS] list, as their templates teach them (written small)
+LLAMA3 = ('{%- if tools %}<|im_start|>system\nRespond with a JSON for a function call: {"name": function name, '
+          '"parameters": dictionary of argument name and its value}.\n{% for t in tools %}{{ t | tojson }}\n'
+          '{% endfor %}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}'
+          '<|im_end|>\n{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}')
+MISTRAL = LLAMA3.replace('Respond with a JSON for a function call: {"name": function name, "parameters": '
+                         'dictionary of argument name and its value}.', "[AVAILABLE_TOOLS] Call as [TOOL_CALLS][...]")
+
+
+@pytest.mark.parametrize(("template", "written"), [
+    (LLAMA3, '{"name": "get_weather", "parameters": {"city": "Tokyo", "days": 3}}'),
+    (MISTRAL, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}]'),
+    (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}\n</tool_call>')])
+def test_each_call_format_is_forced_and_read_back_as_its_template_teaches(tmp_path, template, written):
+    """The format is chosen from the template's text: a forced call is written in it (the grammar takes that
+    format's text and not another's) and read back as OpenAI's call, whole and streamed."""
+    from aiayn.serve.choices import Calls
+
+    generator = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "ckpt", template=template))
+    calls = Calls([WEATHER], "required", generator.tokenizer, generator.template)
+    grammar, end = generator.grammars.compile(grammar=calls.grammar()), generator.model.config.eos_id
+    hermes = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}\n</tool_call>'
+    for text in {written, hermes}:
+        row = grammar.row()
+        try:
+            for token in [*generator.tokenizer.encode(text, add_special_tokens=False), end]:
+                row.take(token)
+            taken = row.stopped
+        except RuntimeError:
+            taken = False
+        assert taken == (text == written), (calls.format.name, text)
+    stream = ToolStream(calls.names, calls.format)
+    pieces = [stream.add(written[at:at + 4]) for at in range(0, len(written), 4)] + [stream.flush()]
+    assert "".join(text for text, _ in pieces) == "" and stream.calls[0]["function"]["name"] == "get_weather"
+    assert json.loads(stream.calls[0]["function"]["arguments"]) == {"city": "Tokyo", "days": 3}
+    limits = Limits(max_chars=4000)
+    with serving(create_app(generator, limits, name="fmt"), limits) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        ask = dict(model="fmt", messages=[{"role": "user", "content": "Tokyo?"}], tools=[WEATHER],
+                   tool_choice="required", max_tokens=150, temperature=0)
+        whole = client.chat.completions.create(**ask).choices[0]
+        streamed = [d for c in client.chat.completions.create(**ask, stream=True) if c.choices
+                    for d in c.choices[0].delta.tool_calls or []]
+    assert whole.finish_reason == "tool_calls" and whole.message.content is None
+    jsonschema.validate(json.loads(whole.message.tool_calls[0].function.arguments), WEATHER["function"]["parameters"])
+    assert "".join(d.function.arguments or "" for d in streamed) == whole.message.tool_calls[0].function.arguments

@@ -53,7 +53,8 @@ class TextGenerator:
         self.decoding = decoding or DecodingConfig()
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
         # an imported model's template, if it has one
-        self.chat_template = tokenizers.apply_chat_template if getattr(tokenizers, "chat_template", None) else None
+        self.template = getattr(tokenizers, "chat_template", None)  # its text (the tool-call format it teaches)
+        self.chat_template = tokenizers.apply_chat_template if self.template else None
         self.takes_tools = bool(self.chat_template and tokenizers.takes_tools)
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None,

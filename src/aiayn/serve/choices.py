@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.jobs import DecodeJob
-from aiayn.serve.tools import CLOSE, OPEN, ToolStream, call_grammar
+from aiayn.serve.tools import call_format, call_grammar
+from aiayn.serve.toolstream import ToolStream
 
 
 class StopText:
@@ -39,14 +40,16 @@ class Calls:
     ``required`` or named choice, or with a ``response_format`` lets ``auto`` answer with a call or that JSON
     (``serve/tools.py``)."""
 
-    def __init__(self, tools: list[dict], choice: str | dict, tokenizer=None) -> None:
+    def __init__(self, tools: list[dict], choice: str | dict, tokenizer=None, template: str | None = None) -> None:
+        """``template``: the chat template's text, which says the call format (``serve/tools.call_format``)."""
         self.tools, self.choice, self.names = tools, choice, {t["function"]["name"] for t in tools}
+        self.format = call_format(template)
         token_id = getattr(tokenizer, "token_id", lambda _: None)  # a tokenizer.json's added tokens, if any
-        self.marker_ids = {m: token_id(m) for m in (OPEN, CLOSE)}
+        self.marker_ids = {m: token_id(m) for m in (self.format.open, self.format.close) if m}
 
     def grammar(self, answer: dict | None = None) -> str | None:
         """The grammar of the choice (``serve/tools.call_grammar``); ``answer``: the ``response_format`` schema."""
-        return call_grammar(self.tools, self.choice, self.marker_ids, answer)
+        return call_grammar(self.tools, self.choice, self.marker_ids, answer, self.format)
 
 
 class Choice:
@@ -57,9 +60,8 @@ class Choice:
                  calls: Calls | None = None) -> None:
         self.index, self.job, self.generator = index, job, generator
         self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
-        self.tools = None if calls is None else ToolStream(calls.names)
+        self.tools = None if calls is None else ToolStream(calls.names, calls.format)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
-        self.calls: list[dict] = []  # tool-call deltas, in order
 
     def take(self, event: dict) -> tuple[str, list[dict]]:
         """A token event -> the text it adds (after stop strings) and the tool calls it completes."""
@@ -72,20 +74,21 @@ class Choice:
             self.job.cancelled = True  # its row leaves at the next step
         return self._calls(text)
 
+    @property
+    def calls(self) -> list[dict]:
+        """The tool calls made, whole (OpenAI's ``tool_calls``)."""
+        return [] if self.tools is None else self.tools.calls
+
     def end(self, event: dict) -> tuple[str, list[dict], str]:
         """The final event -> the text still held, the calls it completes, the finish reason (``tool_calls``
-        when the choice made any)."""
+        when the choice made any, unless it ended inside one: ``length``)."""
         text, deltas = self._calls(self.stop.flush())
         if self.tools is not None:
             rest, more = self.tools.flush()
             text, deltas = text + rest, deltas + more
-            self.calls.extend(more)
         stopped = self.stop.stopped or event["finish_reason"] == "stop"
-        return text, deltas, "tool_calls" if self.calls else "stop" if stopped else "length"
+        cut = self.tools is not None and self.tools.cut
+        return text, deltas, "tool_calls" if self.calls and not cut else "stop" if stopped else "length"
 
     def _calls(self, text: str) -> tuple[str, list[dict]]:
-        if self.tools is None:
-            return text, []
-        text, deltas = self.tools.add(text)
-        self.calls.extend(deltas)
-        return text, deltas
+        return (text, []) if self.tools is None else self.tools.add(text)

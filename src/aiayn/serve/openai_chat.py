@@ -26,7 +26,7 @@ async def chat_answer(request: Request, req: ChatRequest, names: list[str], text
     texts.check_size([prompt], "messages")
     ids = generator.rendered_ids(prompt)
     top = (req.top_logprobs or 0) if req.logprobs else None
-    calls = Calls(tools, choice, generator.tokenizer) if tools and choice != "none" else None
+    calls = Calls(tools, choice, generator.tokenizer, generator.template) if tools and choice != "none" else None
     return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter, frame)
 
 

@@ -237,7 +237,7 @@ class TextRoutes:
             out["delta"] = {**({"role": "assistant"} if first else {}), **({"content": text} if text else {}),
                             **({"tool_calls": calls} if calls else {})}
         elif chat:
-            made = [{k: v for k, v in call.items() if k != "index"} for call in choice.calls]
+            made = choice.calls
             content = text.strip() or None if made else text
             out["message"] = {"role": "assistant", "content": content, **({"tool_calls": made} if made else {})}
         else:

@@ -1,14 +1,18 @@
 """Tool calling on /v1/chat/completions (OpenAI's ``tools`` and ``tool_choice``), for models whose chat template
-takes ``tools`` and which answer with Hermes-style calls (Qwen2.5, Hermes 2 Pro, SmolLM2's template family):
+takes ``tools``, in the call format the template teaches (``CallFormat``, chosen from the template's text):
 
-    <tool_call>
+    <tool_call>                                                   Hermes: Qwen2.5, Qwen3, Hermes 2 Pro, SmolLM2
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
+
+    {"name": "get_weather", "parameters": {"city": "Paris"}}      Llama 3.1-3.3 (JSON tool calls)
+
+    [TOOL_CALLS][{"name": "get_weather", "arguments": {...}}]     Mistral
 
 This module turns the request into what the template and the engine take (tools as JSON schemas; assistant
 calls with their arguments as objects, as Hugging Face templates expect; for ``required`` or a named function,
 a grammar whose calls follow the functions' parameter schemas) and the model's text back into OpenAI's
-``tool_calls``, whole or as streamed deltas. No web imports.
+``tool_calls`` (streamed: ``serve/toolstream.py``). No web imports.
 """
 
 from __future__ import annotations
@@ -16,32 +20,63 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import dataclass
 
 from aiayn.decoding.constraint import styled
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How a model family writes its calls: the marker before a call (or before the list of calls) and after it,
+    the key of the arguments, and whether the calls are one JSON list."""
+
+    name: str
+    open: str | None = None
+    close: str | None = None
+    key: str = "arguments"
+    listed: bool = False
+
+
+HERMES = CallFormat("hermes", "<tool_call>", "</tool_call>")
+LLAMA3 = CallFormat("llama3", key="parameters")
+MISTRAL = CallFormat("mistral", "[TOOL_CALLS]", listed=True)
+OPEN, CLOSE = HERMES.open, HERMES.close
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)  # one Markdown code block, the whole reply
-BARE = ("{", "[", "`")  # how a reply that is a bare or fenced JSON call starts
+LEADS = ("<|python_tag|>", "[TOOL_CALLS]")  # markers a whole-reply call may start with (Llama 3's, Mistral's)
+BARE = ("{", "[", "`", *LEADS)  # how a reply that is a bare, fenced or marked JSON call starts
+
+
+def call_format(template: str | None) -> CallFormat:
+    """The call format a chat template teaches: Mistral's ``[TOOL_CALLS]``, Llama 3's ``"parameters"`` objects
+    (its templates write ``<|python_tag|>`` or ask for "parameters"), else Hermes' ``<tool_call>`` blocks."""
+    text = template or ""
+    if "[TOOL_CALLS]" in text:
+        return MISTRAL
+    if OPEN not in text and ("<|python_tag|>" in text or '"parameters"' in text):
+        return LLAMA3
+    return HERMES
 
 
 def call_grammar(tools: list[dict], choice: str | dict, marker_ids: dict[str, int | None] | None = None,
-                 answer: dict | None = None) -> str | None:
+                 answer: dict | None = None, fmt: CallFormat = HERMES) -> str | None:
     """The grammar (llguidance's Lark dialect) that ``tool_choice`` imposes: ``required``, one call to any of
-    ``tools``; a named function, one call to it; its ``arguments`` follow the function's parameter schema.
-    ``auto``: None (the model chooses), or with an ``answer`` schema (``response_format``), a call or that answer;
-    ``none``: None. ``marker_ids``: the ids of ``<tool_call>`` and ``</tool_call>`` where the vocabulary has each
-    as one added token (Qwen2.5's, Qwen3's): the grammar asks for that token, the one the model learnt to write,
+    ``tools``; a named function, one call to it; its arguments follow the function's parameter schema; written in
+    ``fmt``. ``auto``: None (the model chooses), or with an ``answer`` schema (``response_format``), a call or that
+    answer; ``none``: None. ``marker_ids``: the ids of the format's markers where the vocabulary has each as one
+    added token (Qwen2.5's ``<tool_call>``): the grammar asks for that token, the one the model learnt to write,
     not its characters. A required or named call with an ``answer`` is a ValueError: the two cannot both hold."""
     if choice == "none" or (choice == "auto" and answer is None):
         return None
     if choice != "auto" and answer is not None:
         raise ValueError("response_format: not with a required or named tool_choice (the reply is a call)")
     wanted = [choice["function"]["name"]] if isinstance(choice, dict) else [t["function"]["name"] for t in tools]
-    schemas = [_call_schema(t["function"]) for t in tools if t["function"]["name"] in wanted]
-    body = styled(schemas[0] if len(schemas) == 1 else {"anyOf": schemas})
-    start, end = (_marker(m, marker_ids or {}) for m in (OPEN, CLOSE))
-    rules = f'{start} "\\n" call "\\n" {end}\ncall: %json {json.dumps(body)}'
+    schemas = [_call_schema(t["function"], fmt.key) for t in tools if t["function"]["name"] in wanted]
+    body = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    body = styled({"type": "array", "items": body, "minItems": 1, "maxItems": 1} if fmt.listed else body)
+    start, end = (None if m is None else _marker(m, marker_ids or {}) for m in (fmt.open, fmt.close))
+    rules = " ".join(part for part in (start, '"\\n"' if end else None, "call", '"\\n"' if end else None, end)
+                     if part) + f"\ncall: %json {json.dumps(body)}"
     if answer is None:
         return f"start: {rules}"
     return f"start: answer | {rules}\nanswer: %json {json.dumps(styled(answer))}"
@@ -53,10 +88,10 @@ def _marker(text: str, ids: dict[str, int | None]) -> str:
     return f"<[{token}]>" if token is not None else json.dumps(text)
 
 
-def _call_schema(function: dict) -> dict:
+def _call_schema(function: dict, key: str = "arguments") -> dict:
     parameters = function.get("parameters") or {"type": "object", "properties": {}}
-    return {"type": "object", "properties": {"name": {"const": function["name"]}, "arguments": parameters},
-            "required": ["name", "arguments"], "additionalProperties": False}
+    return {"type": "object", "properties": {"name": {"const": function["name"]}, key: parameters},
+            "required": ["name", key], "additionalProperties": False}
 
 
 def parse_calls(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
@@ -76,11 +111,14 @@ def parse_calls(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
 
 
 def bare_calls(text: str, names: set[str]) -> list[dict]:
-    """Calls a model wrote without ``<tool_call>`` markers (``tool_choice: auto``): the whole reply one JSON object,
-    or a list of them, bare or in one Markdown fence, each naming an offered function with its ``arguments`` (or
-    Llama 3's ``parameters``). Anything else, a name not offered or text beside the JSON, is no call: not
-    guessed."""
-    body = _FENCE.fullmatch(text.strip())
+    """Calls a model wrote as its whole reply: one JSON object, or a list of them, bare, in one Markdown fence or
+    after Llama 3's ``<|python_tag|>`` or Mistral's ``[TOOL_CALLS]``, each naming an offered function with its
+    ``arguments`` (or Llama 3's ``parameters``). Anything else, a name not offered or text beside the JSON, is no
+    call: not guessed."""
+    text = text.strip()
+    for lead in LEADS:
+        text = text.removeprefix(lead).lstrip()
+    body = _FENCE.fullmatch(text)
     try:
         found = json.loads(body.group(1) if body else text)
     except ValueError:
@@ -107,50 +145,6 @@ def _call_of(found, names: set[str]) -> dict | None:
     arguments = found.get("arguments", found.get("parameters", {}))
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
             "function": {"name": found["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}}
-
-
-class ToolStream:
-    """Streaming: text outside calls passes as content; a call is held from ``<tool_call>`` until its
-    ``</tool_call>``, then given as one tool-call delta (OpenAI's ``delta.tool_calls[i]`` with its id, name and
-    arguments whole). Text that could still become ``<tool_call>`` is held until it cannot."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.names, self.held, self.count = names, "", 0
-        self.bare = True  # nothing sent yet: the whole reply may still be a bare or fenced JSON call
-
-    def add(self, piece: str) -> tuple[str, list[dict]]:
-        """(content that may be sent now, tool-call deltas completed by ``piece``)."""
-        self.held += piece
-        if self.bare and (not self.held.strip() or self.held.lstrip().startswith(BARE)):
-            return "", []  # held whole until the end: a reply that is one JSON call (flush decides)
-        self.bare = False
-        content, deltas = "", []
-        while True:
-            start = self.held.find(OPEN)
-            if start < 0:
-                keep = max((k for k in range(1, len(OPEN)) if self.held.endswith(OPEN[:k])), default=0)
-                content, self.held = content + self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-                return content, deltas
-            end = self.held.find(CLOSE, start)
-            if end < 0:
-                content, self.held = content + self.held[:start], self.held[start:]
-                return content, deltas
-            content += self.held[:start]
-            whole, self.held = self.held[start:end + len(CLOSE)], self.held[end + len(CLOSE):]
-            text, calls = parse_calls(whole, self.names)
-            content += text or ""
-            deltas.extend(self._delta(call) for call in calls)
-
-    def flush(self) -> tuple[str, list[dict]]:
-        """At the end: a reply held whole that is one bare or fenced JSON call (or a list of them) becomes those
-        calls; anything else held (an unfinished call, other JSON) goes out as content."""
-        rest, self.held = self.held, ""
-        calls = bare_calls(rest, self.names) if self.bare else []
-        return ("", [self._delta(call) for call in calls]) if calls else (rest, [])
-
-    def _delta(self, call: dict) -> dict:
-        self.count += 1
-        return {"index": self.count - 1, **call}
 
 
 def template_messages(messages: list[dict]) -> list[dict]:
