@@ -52,16 +52,63 @@ class Calls:
         return call_grammar(self.tools, self.choice, self.marker_ids, answer, self.format)
 
 
+class Thinking:
+    """A reasoning model's ``<think>`` ... ``</think>`` part taken out of its text as it streams (vLLM's
+    ``reasoning_content``): a ``<think>`` that opens the reply (or that the prompt opened: ``inside``) starts it,
+    ``</think>`` ends it; the spaces around each part are dropped. Text that could still become a tag is held."""
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self, inside: bool = False) -> None:
+        self.inside, self.held, self.started, self.trim = inside, "", inside, True
+
+    def add(self, piece: str) -> tuple[str, str]:
+        """(reasoning, content) that may be sent now."""
+        self.held += piece
+        reasoning = content = ""
+        while True:
+            if self.trim:  # the start of a part: its leading spaces are dropped
+                self.held = self.held.lstrip()
+            if self.inside:
+                end = self.held.find(self.CLOSE)
+                if end < 0:  # held: a tag's start, and the spaces before it (dropped if the part ends there)
+                    partial = max((k for k in range(1, len(self.CLOSE)) if self.held.endswith(self.CLOSE[:k])),
+                                  default=0)
+                    sent = len(self.held[:len(self.held) - partial].rstrip())
+                    reasoning, self.held = reasoning + self.held[:sent], self.held[sent:]
+                    self.trim = self.trim and not reasoning
+                    return reasoning, content
+                reasoning += self.held[:end].rstrip()
+                self.held, self.inside, self.trim = self.held[end + len(self.CLOSE):], False, True
+                continue
+            if not self.started and self.held and self.OPEN.startswith(self.held):
+                return reasoning, content  # maybe the tag that opens the reply
+            if not self.started and self.held.startswith(self.OPEN):
+                self.held, self.inside, self.started = self.held[len(self.OPEN):], True, True
+                continue
+            self.started = self.started or bool(self.held)
+            content, self.held = content + self.held, ""
+            self.trim = self.trim and not content
+            return reasoning, content
+
+    def flush(self) -> tuple[str, str]:
+        rest, self.held = self.held, ""
+        return (rest.rstrip(), "") if self.inside else ("", rest)
+
+
 class Choice:
-    """One choice: its job, its text so far (after stop strings; tool calls taken out), its tokens'
-    log-probabilities, the tool calls it made."""
+    """One choice: its job, its text so far (after stop strings; a reasoning part and tool calls taken out), its
+    tokens' log-probabilities, the tool calls it made."""
 
     def __init__(self, index: int, job: DecodeJob, generator: TextGenerator, stops: list[str],
-                 calls: Calls | None = None) -> None:
+                 calls: Calls | None = None, think: bool | None = None) -> None:
+        """``think``: None, no reasoning part is looked for; else whether the prompt opened one."""
         self.index, self.job, self.generator = index, job, generator
         self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
         self.tools = None if calls is None else ToolStream(calls.names, calls.format)
+        self.thinking = None if think is None else Thinking(think)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
+        self.reasoning, self.thought = "", ""  # the reasoning part: all of it, and what is not sent yet
 
     def take(self, event: dict) -> tuple[str, list[dict]]:
         """A token event -> the text it adds (after stop strings) and the tool calls it completes."""
@@ -72,7 +119,7 @@ class Choice:
         text = "" if self.stop.stopped else self.stop.add(piece)
         if self.stop.stopped:
             self.job.cancelled = True  # its row leaves at the next step
-        return self._calls(text)
+        return self._calls(self._think(text))
 
     @property
     def calls(self) -> list[dict]:
@@ -82,13 +129,24 @@ class Choice:
     def end(self, event: dict) -> tuple[str, list[dict], str]:
         """The final event -> the text still held, the calls it completes, the finish reason (``tool_calls``
         when the choice made any, unless it ended inside one: ``length``)."""
-        text, deltas = self._calls(self.stop.flush())
+        text = self._think(self.stop.flush())
+        if self.thinking is not None:
+            reasoning, rest = self.thinking.flush()
+            self.reasoning, self.thought, text = self.reasoning + reasoning, self.thought + reasoning, text + rest
+        text, deltas = self._calls(text)
         if self.tools is not None:
             rest, more = self.tools.flush()
             text, deltas = text + rest, deltas + more
         stopped = self.stop.stopped or event["finish_reason"] == "stop"
         cut = self.tools is not None and self.tools.cut
         return text, deltas, "tool_calls" if self.calls and not cut else "stop" if stopped else "length"
+
+    def _think(self, text: str) -> str:
+        if self.thinking is None:
+            return text
+        reasoning, text = self.thinking.add(text)
+        self.reasoning, self.thought = self.reasoning + reasoning, self.thought + reasoning
+        return text
 
     def _calls(self, text: str) -> tuple[str, list[dict]]:
         return (text, []) if self.tools is None else self.tools.add(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from aiayn.serve.choices import Calls
+from aiayn.serve.choices import Calls, Thinking
 from aiayn.serve.openai_schema import ChatRequest
 from aiayn.serve.openai_text import OpenAIError, TextRoutes, check_model
 from aiayn.serve.tools import template_messages
@@ -27,7 +27,8 @@ async def chat_answer(request: Request, req: ChatRequest, names: list[str], text
     ids = generator.rendered_ids(prompt)
     top = (req.top_logprobs or 0) if req.logprobs else None
     calls = Calls(tools, choice, generator.tokenizer, generator.template) if tools and choice != "none" else None
-    return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter, frame)
+    think = prompt.rstrip().endswith(Thinking.OPEN) if Thinking.OPEN in (generator.template or "") else None
+    return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter, frame, think)
 
 
 def chat_tools(req: ChatRequest) -> tuple[list[dict] | None, str | dict]:

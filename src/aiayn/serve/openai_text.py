@@ -136,7 +136,7 @@ class TextRoutes:
         return await asyncio.wrap_future(self.batcher.run_alone(self.generator.prompt_logprobs, ids, top))
 
     def _jobs(self, req, prompts: list[list[int]], logprobs: int | None, emit, chat: bool,
-              calls: Calls | None) -> list[Choice]:
+              calls: Calls | None, think: bool | None = None) -> list[Choice]:
         count = len(prompts) * req.n
         if count > self.limits.max_beam_size:
             raise OpenAIError(400, f"n: {count} choices; the server takes {self.limits.max_beam_size} a request", "n")
@@ -152,7 +152,7 @@ class TextRoutes:
                 job = DecodeJob(ids, base.replace(max_new_tokens=max_new, **seed, **length),
                                 lambda e, i=index: emit(i, e),
                                 logprobs, grammar)
-                choices.append(Choice(index, job, self.generator, stops, calls))
+                choices.append(Choice(index, job, self.generator, stops, calls, think))
         return choices
 
     def _decoding(self, req, calls: Calls | None) -> tuple[DecodingConfig, Grammar | None]:
@@ -187,9 +187,10 @@ class TextRoutes:
         return max(1, min(self.limits.max_new_tokens, self.batcher.capacity - len(ids)))
 
     async def answer(self, request: Request, req, prompts: list[list[int]], kind: str, logprobs: int | None,
-                     calls: Calls | None = None, adapter: int = 0, frame=None):
+                     calls: Calls | None = None, adapter: int = 0, frame=None, think: bool | None = None):
         """Answer ``prompts`` (their ids) as OpenAI's ``kind`` (text_completion or chat.completion); ``calls``:
-        the chat's tools; ``adapter``: the LoRA adapter the request's ``model`` names (0: the base). A stream's
+        the chat's tools; ``adapter``: the LoRA adapter the request's ``model`` names (0: the base); ``think``: a
+        chat's reasoning part (``choices.Thinking``: None, none; else whether the prompt opened it). A stream's
         chunks are framed as Server-Sent Events by ``frame`` (chunks -> event texts; default: ``data: {chunk}``
         lines and ``data: [DONE]``)."""
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
@@ -197,7 +198,7 @@ class TextRoutes:
         def emit(index: int, event: dict) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (index, event))
 
-        choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"), calls)
+        choices = self._jobs(req, prompts, logprobs, emit, kind.startswith("chat"), calls, think)
         for choice in choices:
             choice.job.adapter = adapter
         try:
@@ -234,12 +235,15 @@ class TextRoutes:
         chat = kind.startswith("chat")
         out = {"index": choice.index, "finish_reason": reason}
         if chat and delta:
+            thought, choice.thought = choice.thought, ""
             out["delta"] = {**({"role": "assistant"} if first else {}), **({"content": text} if text else {}),
+                            **({"reasoning_content": thought} if thought else {}),
                             **({"tool_calls": calls} if calls else {})}
         elif chat:
             made = choice.calls
             content = text.strip() or None if made else text
-            out["message"] = {"role": "assistant", "content": content, **({"tool_calls": made} if made else {})}
+            out["message"] = {"role": "assistant", "content": content, **({"tool_calls": made} if made else {}),
+                              **({"reasoning_content": choice.reasoning} if choice.reasoning else {})}
         else:
             out["text"] = text
         tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
@@ -273,7 +277,7 @@ class TextRoutes:
                     done.add(index)
                 else:
                     (text, calls), reason = choice.take(event), None
-                    if not text and not calls and not first[index] and not choice.tokens:
+                    if not text and not calls and not first[index] and not choice.tokens and not choice.thought:
                         continue
                 body = self._choice(kind, choice, text, reason, logprobs, delta=True, first=first[index],
                                     calls=calls)

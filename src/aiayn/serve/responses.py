@@ -139,7 +139,9 @@ def add_responses_route(app: FastAPI, names: list[str], texts: TextRoutes) -> No
             return answer
         choice = answer["choices"][0]
         text, calls = choice["message"]["content"], choice["message"].get("tool_calls", [])
-        items = ([_message(text)] if text else []) + [_call(c) for c in calls]
+        thought = choice["message"].get("reasoning_content")
+        items = ([_reasoning(thought)] if thought else []) + ([_message(text)] if text else []) + \
+            [_call(c) for c in calls]
         return response(req, rid, created, items, choice["finish_reason"], answer["usage"])
 
 
@@ -196,6 +198,12 @@ def _message(text: str, status: str = "completed") -> dict:
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
+def _reasoning(text: str, status: str = "completed") -> dict:
+    """A reasoning model's thinking part as the output's reasoning item."""
+    return {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [], "status": status,
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
 def _call(call: dict, status: str = "completed") -> dict:
     """A chat tool call as the output's ``function_call`` item."""
     return {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
@@ -247,7 +255,8 @@ async def events(req: ResponsesRequest, rid: str, created: int, chunks):
         usage = chunk.get("usage") or usage
         for choice in chunk["choices"]:
             delta, finish = choice["delta"], choice["finish_reason"] or finish
-            for kind, fields in items.text(delta.get("content") or ""):
+            for kind, fields in items.text(delta.get("reasoning_content") or "", "reasoning") + \
+                    items.text(delta.get("content") or ""):
                 yield event(kind, **fields)
             for call in delta.get("tool_calls", []):
                 for kind, fields in items.call(call):
@@ -266,18 +275,21 @@ class Items:
         self.output: list[dict] = []
         self.open: dict | None = None
 
-    def text(self, text: str) -> list[tuple[str, dict]]:
+    def text(self, text: str, kind: str = "message") -> list[tuple[str, dict]]:
+        """The events of a piece of the answer's text (``kind`` message) or of its thinking (reasoning)."""
         if not text:
             return []
-        out = [] if self.open is not None and self.open["type"] == "message" else self.close()
+        out = [] if self.open is not None and self.open["type"] == kind else self.close()
         if self.open is None:
-            item = _message("", "in_progress")
+            item = _message("", "in_progress") if kind == "message" else _reasoning("", "in_progress")
             out += self._add(item)
-            out.append(("response.content_part.added", {**self._where(), "content_index": 0,
-                                                        "part": {**item["content"][0]}}))
+            if kind == "message":
+                out.append(("response.content_part.added", {**self._where(), "content_index": 0,
+                                                            "part": {**item["content"][0]}}))
         self.open["content"][0]["text"] += text
-        return [*out, ("response.output_text.delta", {**self._where(), "content_index": 0, "delta": text,
-                                                      "logprobs": []})]
+        extra = {"logprobs": []} if kind == "message" else {}
+        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        return [*out, (name, {**self._where(), "content_index": 0, "delta": text, **extra})]
 
     def call(self, call: dict) -> list[tuple[str, dict]]:
         out = []
@@ -300,6 +312,9 @@ class Items:
             part = item["content"][0]
             out = [("response.output_text.done", {**where, "content_index": 0, "text": part["text"], "logprobs": []}),
                    ("response.content_part.done", {**where, "content_index": 0, "part": part})]
+        elif item["type"] == "reasoning":
+            out = [("response.reasoning_text.done", {**where, "content_index": 0,
+                                                     "text": item["content"][0]["text"]})]
         else:
             out = [("response.function_call_arguments.done", {**where, "name": item["name"],
                                                               "arguments": item["arguments"]})]
