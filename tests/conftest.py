@@ -331,6 +331,24 @@ def qwen_served(tmp_path_factory):
         yield f"{url}/v1", generator
 
 
+def run_client_snippet(name: str, url: str, model: str) -> dict:
+    """Run docs/serving.md's snippet for the client library ``name`` (``<!-- client:NAME -->``) as it is written,
+    against ``url`` (a /v1 address) and ``model``; its variables."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    code = doc.split(f"<!-- client:{name} -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("http://127.0.0.1:8000/v1", url).replace('"MODEL"', f'"{model}"')
+    import sys
+    import types
+
+    module = types.ModuleType(f"docs_{name.replace('-', '_')}")  # a module, so pydantic finds its classes' names
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(code, f"docs/serving.md ({name})", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    return module.__dict__
+
+
 @pytest.fixture(scope="session")
 def live_server(trained_run):
     """A real uvicorn server on a free local port, serving the trained tiny model; yields (url, app)."""

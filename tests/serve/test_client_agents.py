@@ -9,6 +9,8 @@ import openai
 import pytest
 from pydantic import Field
 
+from conftest import run_client_snippet
+
 agents = pytest.importorskip("agents")
 
 
@@ -47,3 +49,8 @@ def test_the_agents_sdk_runs_an_agent_loop_with_a_function_tool(qwen_served):
         final = asyncio.run(run(chat))
         assert final == f"Sunny in {asked[-1]}"
     assert len(asked) == 2
+
+
+def test_the_docs_snippet_runs(qwen_served):
+    found = run_client_snippet("agents", qwen_served[0], "qwen-tiny")
+    assert found["result"].final_output in ("Sunny in Paris", "Sunny in Tokyo")

@@ -8,6 +8,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from conftest import run_client_snippet
+
 instructor = pytest.importorskip("instructor")
 
 
@@ -30,3 +32,8 @@ def test_a_response_model_comes_back_valid_the_first_time(qwen_served, mode):
     assert isinstance(weather, Weather) and 1 <= weather.days <= 7
     assert len(sent) == 1  # no retry
     assert ("tool_choice" in sent[0]) == (mode == "TOOLS") and ("response_format" in sent[0]) == (mode != "TOOLS")
+
+
+def test_the_docs_snippet_runs(qwen_served):
+    found = run_client_snippet("instructor", qwen_served[0], "qwen-tiny")
+    assert isinstance(found["weather"], found["Weather"]) and 1 <= found["weather"].days <= 7

@@ -7,6 +7,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
+from conftest import run_client_snippet
+
 langchain_openai = pytest.importorskip("langchain_openai")
 
 
@@ -43,3 +45,8 @@ def test_bind_tools_with_a_forced_tool_gives_a_call_whose_arguments_follow_the_s
 def test_structured_output_in_both_methods_is_the_model(llm, method):
     weather = llm.with_structured_output(Weather, method=method).invoke("Weather in Tokyo for 3 days?")
     assert isinstance(weather, Weather) and 1 <= weather.days <= 7
+
+
+def test_the_docs_snippet_runs(qwen_served):
+    found = run_client_snippet("langchain", qwen_served[0], "qwen-tiny")
+    assert isinstance(found["weather"], found["Weather"]) and found["Weather"](**found["call"]["args"])

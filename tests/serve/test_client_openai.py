@@ -8,6 +8,8 @@ import jsonschema
 import openai
 import pytest
 
+from conftest import run_client_snippet
+
 
 @pytest.fixture(scope="module")
 def api(qwen_served):
@@ -47,3 +49,11 @@ def test_completions_logprobs_and_a_json_schema(api):
                                        max_tokens=30, response_format={"type": "json_schema", "json_schema": {
                                            "name": "verdict", "schema": schema, "strict": True}})
     jsonschema.validate(json.loads(chat.choices[0].message.content), schema)
+
+
+def test_the_docs_snippet_runs(qwen_served, capsys):
+    found = run_client_snippet("openai", qwen_served[0], "qwen-tiny")
+    assert capsys.readouterr().out == f"{found['chat'].choices[0].message.content}\n{found['response'].output_text}\n"
+    generator = qwen_served[1]
+    system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    assert found["response"].usage.input_tokens == len(generator.rendered_ids(generator.chat_prompt(system)))

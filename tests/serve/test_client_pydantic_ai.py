@@ -7,6 +7,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
+from conftest import run_client_snippet
+
 pydantic_ai = pytest.importorskip("pydantic_ai")
 
 
@@ -29,3 +31,8 @@ def test_an_agent_returns_its_output_type(qwen_served, native):
     assert isinstance(result.output, Weather) and 1 <= result.output.days <= 7
     last = result.all_messages()[-1 if native else -2]  # tool output: the call, then its (output) tool return
     assert any(part.part_kind == ("text" if native else "tool-call") for part in last.parts)
+
+
+def test_the_docs_snippet_runs(qwen_served):
+    found = run_client_snippet("pydantic-ai", qwen_served[0], "qwen-tiny")
+    assert isinstance(found["result"].output, found["Weather"])
