@@ -137,6 +137,15 @@ def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: b
 QWEN = Path(__file__).resolve().parents[2] / "shared" / "data" / "tokenizers" / "qwen2.5"
 
 
+def page_of_text() -> str:
+    """A page of English (the first 40 Multi30K validation captions, about 2,500 characters): a long system
+    prompt, over ``--max-chars``' 1,000 characters."""
+    import gzip
+
+    with gzip.open(QWEN.parents[1] / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+        return "Describe pictures like these:\n" + "\n".join(f.read().splitlines()[:40])
+
+
 def qwen_checkpoint(folder: Path) -> Path:
     """A tiny random model with Qwen2.5's real tokenizer and chat template: ``<tool_call>`` and ``</tool_call>``
     are added tokens of its vocabulary, as the released model has them."""
@@ -326,7 +335,7 @@ def qwen_served(tmp_path_factory):
     from aiayn.serve.server import create_app
 
     generator = TextGenerator.from_checkpoint(qwen_checkpoint(tmp_path_factory.mktemp("qwen") / "ckpt"))
-    limits = Limits(max_chars=8000)
+    limits = Limits()  # the default flags: a page-long system prompt must get through them
     with serving(create_app(generator, limits, name="qwen-tiny"), limits) as url:
         yield f"{url}/v1", generator
 

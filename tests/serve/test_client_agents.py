@@ -9,7 +9,7 @@ import openai
 import pytest
 from pydantic import Field
 
-from conftest import run_client_snippet
+from conftest import page_of_text, run_client_snippet
 
 agents = pytest.importorskip("agents")
 
@@ -54,3 +54,24 @@ def test_the_agents_sdk_runs_an_agent_loop_with_a_function_tool(qwen_served):
 def test_the_docs_snippet_runs(qwen_served):
     found = run_client_snippet("agents", qwen_served[0], "qwen-tiny")
     assert found["result"].final_output in ("Sunny in Paris", "Sunny in Tokyo")
+
+
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served):
+    from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def get_weather(city: Annotated[str, Field(max_length=12)]) -> str:
+        """The weather in a city."""
+        return "Sunny"
+
+    async def run() -> str:
+        set_default_openai_client(openai.AsyncOpenAI(base_url=qwen_served[0], api_key="none", max_retries=0),
+                                  use_for_tracing=False)
+        agent = Agent(name="weather", instructions=page_of_text(), tools=[get_weather], model="qwen-tiny",
+                      tool_use_behavior="stop_on_first_tool",
+                      model_settings=ModelSettings(tool_choice="required", max_tokens=60))
+        return (await Runner.run(agent, "Weather in Paris?")).final_output
+
+    assert asyncio.run(run()) == "Sunny"

@@ -8,7 +8,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from conftest import run_client_snippet
+from conftest import page_of_text, run_client_snippet
 
 instructor = pytest.importorskip("instructor")
 
@@ -37,3 +37,11 @@ def test_a_response_model_comes_back_valid_the_first_time(qwen_served, mode):
 def test_the_docs_snippet_runs(qwen_served):
     found = run_client_snippet("instructor", qwen_served[0], "qwen-tiny")
     assert isinstance(found["weather"], found["Weather"]) and 1 <= found["weather"].days <= 7
+
+
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served):
+    client = instructor.from_openai(openai.OpenAI(base_url=qwen_served[0], api_key="none", max_retries=0))
+    weather = client.chat.completions.create(model="qwen-tiny", response_model=Weather, max_retries=0,
+                                             max_tokens=60, messages=[{"role": "system", "content": page_of_text()},
+                                                                      {"role": "user", "content": "Paris, 2 days?"}])
+    assert isinstance(weather, Weather)

@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from conftest import run_client_snippet
+from conftest import page_of_text, run_client_snippet
 
 langchain_openai = pytest.importorskip("langchain_openai")
 
@@ -50,3 +50,10 @@ def test_structured_output_in_both_methods_is_the_model(llm, method):
 def test_the_docs_snippet_runs(qwen_served):
     found = run_client_snippet("langchain", qwen_served[0], "qwen-tiny")
     assert isinstance(found["weather"], found["Weather"]) and found["Weather"](**found["call"]["args"])
+
+
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(llm):
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    answer = llm.invoke([SystemMessage(page_of_text()), HumanMessage("And this one?")])
+    assert answer.usage_metadata["input_tokens"] > 400 and answer.content

@@ -8,7 +8,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import run_client_snippet
+from conftest import page_of_text, run_client_snippet
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +57,16 @@ def test_the_docs_snippet_runs(qwen_served, capsys):
     generator = qwen_served[1]
     system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
     assert found["response"].usage.input_tokens == len(generator.rendered_ids(generator.chat_prompt(system)))
+
+
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(api, qwen_served):
+    """The prompt is limited in tokens by the model's context, not in characters (``--max-chars`` is 1,000)."""
+    generator, page = qwen_served[1], page_of_text()
+    messages = [{"role": "system", "content": page}, {"role": "user", "content": "And this one?"}]
+    answer = api.chat.completions.create(model="qwen-tiny", messages=messages, max_tokens=4)
+    assert len(page) > 2000 and answer.usage.prompt_tokens == len(generator.rendered_ids(generator.chat_prompt(
+        messages)))
+    too_long = [{"role": "user", "content": page * 3}]  # over the model's 1,024 tokens: refused, naming the flag
+    with pytest.raises(openai.BadRequestError, match="max-model-len") as err:
+        api.chat.completions.create(model="qwen-tiny", messages=too_long, max_tokens=4)
+    assert err.value.code == "context_length_exceeded"

@@ -99,10 +99,20 @@ def test_generate_streams_server_sent_events(lm_client):
 @pytest.mark.parametrize("body, status, words", [
     ({"prompt": ""}, 422, "at least 1 character"), ({"prompt": "a", "max_new_tokens": 65}, 422, "limit"),
     ({"prompt": "a", "colour": 1}, 422, "colour"), ({"prompt": "a", "temperature": -1}, 422, "temperature"),
-    ({"prompt": "a " * 150}, 413, "characters")])
+    ({"prompt": "a " * 10**6}, 413, "request body over")])  # the body guard, sized for the context
 def test_generate_bad_requests(lm_client, body, status, words):
     response = lm_client.post("/generate", json=body)
     assert response.status_code == status and words in str(response.json()["detail"])
+
+
+def test_a_language_models_prompt_is_limited_in_tokens_not_characters(lm_client):
+    """A prompt over ``--max-chars`` (200 here) reaches the model: its limit is the context, in tokens; the body
+    guard is sized for it (32 bytes a token), and /health and /tokenize say the context."""
+    answer = lm_client.post("/generate", json={"prompt": "the cat " * 60, "max_new_tokens": 2, "temperature": 0})
+    assert answer.status_code == 200 and answer.json()["prompt_tokens"] > 200 // 4
+    health = lm_client.get("/health").json()
+    capacity = lm_client.app.state.batcher.capacity
+    assert health["max_model_len"] == capacity and health["limits"]["max_body_bytes"] >= 32 * capacity
 
 
 def test_a_prompt_and_continuation_over_the_context_is_422(generator):
@@ -352,3 +362,14 @@ def test_a_language_model_serves_in_int8_and_int4(lm_run, bits, bf16_kernels):
     agree = sum(a == b for a, b in zip(answer.json()["text"], fp32, strict=False))
     assert agree >= 10, (answer.json()["text"], fp32)  # 12 of 12 in 8 runs (bench_learning_spread.py --measures
     # quantized, int8 and int4): at most 2 of 12 characters may differ
+
+
+def test_max_model_len_caps_the_context_and_a_longer_prompt_is_refused_naming_it(generator):
+    with TestClient(create_app(generator, Limits(max_model_len=48))) as client:
+        assert client.app.state.batcher.capacity == 48 == client.get("/health").json()["max_model_len"]
+        assert client.get("/v1/models").json()["data"][0]["max_model_len"] == 48
+        ok = client.post("/v1/completions", json={"model": "aiayn", "prompt": "the cat", "max_tokens": 4})
+        assert ok.status_code == 200
+        long = client.post("/v1/completions", json={"model": "aiayn", "prompt": [5] * 60, "max_tokens": 1})
+        assert long.status_code == 400 and "--max-model-len" in long.json()["error"]["message"]
+        assert long.json()["error"]["code"] == "context_length_exceeded"

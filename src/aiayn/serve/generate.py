@@ -21,7 +21,6 @@ from aiayn.serve.http import (
     DecodingOptions,
     Served,
     add_page_and_health,
-    check_size,
     native_refusal,
     request_decoding,
 )
@@ -51,9 +50,11 @@ def product(model, tokenizers, folder, decoding: DecodingConfig, device: str,
 
 def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
     """The scheduler of a language model: a KV cache of the context it takes (learned positions: its own
-    length), a prompt cache of ``limits.prefix_cache_bytes``."""
+    length; else its length or ``limits.max_context`` if larger; ``limits.max_model_len`` caps either), a prompt
+    cache of ``limits.prefix_cache_bytes``."""
     cfg = generator.model.config
     capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
+    capacity = min(capacity, limits.max_model_len or capacity)
     prefix = PromptCache(generator.model, max_bytes=limits.prefix_cache_bytes)
     return Scheduler(generator.model, capacity=capacity, prefix_cache=prefix, limits=limits, **options)
 
@@ -61,10 +62,10 @@ def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
 def add_routes(app: FastAPI, served: Served) -> None:
     """GET / (the family's page), GET /health, /tokenize, /detokenize, POST /generate and the /v1 routes."""
     generator, batcher, limits = served.product, served.scheduler, served.limits
-    add_page_and_health(app, served, "family.html")
+    add_page_and_health(app, served, "family.html", max_model_len=batcher.capacity)
     chat = None if generator.chat_template is None else \
         (lambda messages, prompt: generator.rendered_ids(generator.chat_template(messages, prompt)))
-    add_token_routes(app, generator.tokenizer, batcher.capacity, limits, chat)
+    add_token_routes(app, generator.tokenizer, batcher.capacity, chat)
     _declare_bounds(app, generator, limits)
     _add_generate(app, generator, batcher, limits)
     add_openai_routes(app, served.name, limits, generator, batcher)
@@ -136,8 +137,7 @@ def _counts(final: dict) -> dict:
 
 
 def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list[int]:
-    """The prompt's ids, or 413/422 for a text over the size limit or empty (lengths: the scheduler's check)."""
-    check_size([text], limits)
+    """The prompt's ids, or 422 for an empty text (lengths, in tokens: the scheduler's check)."""
     if not text:
         raise HTTPException(422, "prompt: empty; give the text to continue")
     return generator.prompt_ids(text)

@@ -13,7 +13,8 @@ def _limit(default: float, help: str):
 class Limits:
     """Caps on what one request may ask: over one -> 413 (size), 422 (decoding length) or 429 (busy)."""
 
-    max_chars: int = _limit(1000, "characters per text or prompt")
+    max_chars: int = _limit(1000, "characters per text (translation, encoders; a language model's prompts are "
+                                  "limited in tokens: --max-model-len)")
     max_texts: int = _limit(64, "texts per /translate request")
     max_new_tokens: int = _limit(256, "longest translation or continuation a request may ask for")
     max_beam_size: int = _limit(16, "beam size (and sequences returned) a request may ask for")
@@ -21,6 +22,9 @@ class Limits:
     max_attention_tokens: int = _limit(128, "tokens per side for /attention (its answer grows with the square)")
     max_context: int = _limit(1024, "prompt + continuation tokens for /generate (models without a learned "
                                     "position table)")
+    max_model_len: int = _limit(0, "a language model's context in tokens, prompt and continuation: 0, the model's "
+                                   "own (its max_len, or --max-context if larger); a longer prompt is refused naming "
+                                   "this flag")
     prefix_cache_bytes: int = _limit(64 * 2**20, "memory for the keys/values of prompt blocks kept across "
                                                  "/generate requests (least recently used evicted)")
     read_timeout_s: float = _limit(10.0, "seconds a client has to send its headers, and then its body")

@@ -23,7 +23,6 @@ async def chat_answer(request: Request, req: ChatRequest, names: list[str], text
     except ValueError as err:
         field = "tools" if str(err).startswith("tools") else "messages"
         raise OpenAIError(400, str(err) if field == "tools" else f"messages: {err}", field) from None
-    texts.check_size([prompt], "messages")
     ids = generator.rendered_ids(prompt)
     top = (req.top_logprobs or 0) if req.logprobs else None
     calls = Calls(tools, choice, generator.tokenizer, generator.template) if tools and choice != "none" else None

@@ -70,11 +70,12 @@ class TextRoutes:
     def __init__(self, name: str, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
         self.name, self.generator, self.batcher, self.limits = name, generator, batcher, limits
 
-    def check_size(self, texts: list[str], field: str) -> None:
-        """413 for prompts over the server's size limits (characters of the text the model reads)."""
-        if sum(len(t) for t in texts) > self.limits.max_chars or len(texts) > self.limits.max_texts:
-            raise OpenAIError(413, f"{field}: over the server's limit of {self.limits.max_chars} characters / "
-                                   f"{self.limits.max_texts} prompts", field)
+    def check_count(self, prompts: list, field: str) -> None:
+        """413 for more prompts than the server takes in one request (their lengths are counted in tokens, against
+        the context: the scheduler's check)."""
+        if len(prompts) > self.limits.max_texts:
+            raise OpenAIError(413, f"{field}: {len(prompts)} prompts; the server takes {self.limits.max_texts} a "
+                                   "request", field)
 
     def completion_prompts(self, prompt) -> tuple[list[list[int]], list[str]]:
         """A completion's prompts as ids and as the text they echo: one text or several, one list of token ids or
@@ -92,7 +93,7 @@ class TextRoutes:
             else:
                 ids.append(list(p))
                 shown.append(self.generator.tokenizer.decode(p))
-        self.check_size(shown, "prompt")
+        self.check_count(shown, "prompt")
         return ids, shown
 
     async def complete(self, request: Request, req, ids: list[list[int]], shown: list[str], adapter: int = 0):

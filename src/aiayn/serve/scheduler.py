@@ -101,6 +101,10 @@ class Scheduler:
                 return decoding
             job.decoding = decoding
             start = self.engine.start_width(torch.tensor([job.inputs]))
+            if self.model.config.arch == "decoder-only" and len(job.inputs) >= self.capacity:
+                return Refusal("too_long", "prompt", f"prompt: {len(job.inputs)} tokens; the server's context is "
+                                                     f"{self.capacity} tokens of prompt and continuation (aiayn serve "
+                                                     "--max-model-len, up to the model's own)")
             if start + decoding.max_new_tokens > self.capacity:
                 return Refusal("too_long", "max_new_tokens", f"prompt and max_new_tokens: {len(job.inputs)} + "
                                                              f"{decoding.max_new_tokens} tokens exceed the model's "

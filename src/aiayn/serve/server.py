@@ -5,6 +5,7 @@ every other rank follows it with a scheduler and no app (``serve/mirror.py``).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ ROOMS = {"encoder-decoder": Room(translate.product, translate.scheduler, transla
          "encoder-only": Room(encode.product, encode.scheduler, encode.add_routes, None)}
 
 
+BODY_BYTES_PER_TOKEN = 32  # a token of JSON text: at most a few characters, each at most 6 bytes escaped
+
+
 def build_scheduler(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
                     threads: int | None = None, embedder=None, batching: str = "continuous") -> Scheduler:
     """The one scheduler of ``product`` (continuous batching, or ``batching="static"``; ``max_batch`` rows;
@@ -54,6 +58,10 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     kind's routes and, unless the model is split over processes (a rank sees its own heads), its pictures.
     With ``api_key`` every route but /health needs ``Authorization: Bearer KEY``."""
     scheduler = served.scheduler
+    if served.product.model.config.arch == "decoder-only":  # a body holds a prompt as long as the context
+        limits = served.limits
+        served = dataclasses.replace(served, limits=dataclasses.replace(
+            limits, max_body_bytes=max(limits.max_body_bytes, BODY_BYTES_PER_TOKEN * scheduler.capacity)))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

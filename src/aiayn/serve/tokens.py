@@ -7,8 +7,6 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from aiayn.serve.declared import ExactlyOne, Whole, declare_fields
-from aiayn.serve.http import check_size
-from aiayn.serve.limits import Limits
 
 
 class TokenizeRequest(ExactlyOne):
@@ -30,7 +28,7 @@ class DetokenizeRequest(BaseModel):
     tokens: list[Whole] = Field(max_length=65536)
 
 
-def add_token_routes(app: FastAPI, tokenizer, context: int, limits: Limits, chat=None) -> None:
+def add_token_routes(app: FastAPI, tokenizer, context: int, chat=None) -> None:
     """The two routes over ``tokenizer`` (the model's input side); ``context``: the most tokens a prompt and its
     continuation may take (``max_model_len``); ``chat(messages, add_generation_prompt)``: the template's ids
     (None: the model has no template, and the schema takes no ``messages``)."""
@@ -43,13 +41,11 @@ def add_token_routes(app: FastAPI, tokenizer, context: int, limits: Limits, chat
         if req.messages is not None:
             if chat is None:
                 raise HTTPException(422, "messages: this model has no chat template; send a prompt")
-            check_size([str(m.get("content", "")) for m in req.messages], limits)
             try:
                 ids = chat(req.messages, req.add_generation_prompt)
             except (ValueError, TypeError) as err:
                 raise HTTPException(422, f"messages: {err}") from None
         else:
-            check_size([req.prompt], limits)
             ids = _encode(tokenizer, req.prompt, req.add_special_tokens)
         strs = {"token_strs": tokenizer.pieces(ids)} if req.return_token_strs else {}
         return {"count": len(ids), "max_model_len": context, "tokens": ids, **strs}

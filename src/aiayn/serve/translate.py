@@ -55,7 +55,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
                         decoding=translator.decoding.to_dict(), **served.info)
     add_openai_routes(app, served.name, limits)
     _add_translate(app, translator, served.scheduler, limits)
-    add_token_routes(app, translator.tokenizers.src, cfg.max_len, limits)
+    add_token_routes(app, translator.tokenizers.src, cfg.max_len)
     strategies = (own_strategy(cfg),) if cfg.non_autoregressive else ("greedy", "beam", "sample")
     declare_fields(app, {"HeadRequest": {"layer": {"maximum": max(cfg.n_encoder_layers, cfg.n_decoder_layers) - 1},
                                          "head": {"maximum": cfg.n_heads - 1}},
