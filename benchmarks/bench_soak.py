@@ -1,13 +1,13 @@
 """A soak under load: a language-model server (OpenAI routes, an API key) and a translation server, each an ``aiayn
 serve`` process of its own, under a steady Poisson mix of requests for ``--minutes``: streamed and whole completions,
-streams the client drops after the first token, whole translations the client gives up on, translations over --max-
-chars and prompts over the context, a wrong API key. Every request is judged by what it must get (200 with a whole
-answer, or its one refusal: 401, 400 or 413) and counted as ``ok``, ``refused``, ``cancelled``, ``5xx`` or ``lost``
-(anything else: a transport error, an answer cut short, an unexpected status). Each server's RSS, open file
-descriptors and threads are sampled every ``--every`` seconds, and counted at rest (no load, 12 s after it: keep-
-alive closed, idle worker threads reaped) before the soak and after it. Then, under the same load, a few streams are
-opened on the language-model server, SIGTERM is sent while they run: they must end whole, new requests get 503 or a
-closed socket, the process exits 0 and nothing listens on its port afterwards.
+streams the client drops after the first token, whole translations the client gives up on, translations over
+--max-chars and prompts over the context, a wrong API key. Every request is judged by what it must get (200 with a
+whole answer, or its one refusal: 401, 400 or 413) and counted as ``ok``, ``refused``, ``cancelled``, ``5xx`` or
+``lost`` (anything else: a transport error, an answer cut short, an unexpected status). Each server's RSS, open file
+descriptors and threads are sampled every ``--every`` seconds, and counted at rest (no load, 12 s after it:
+keep-alive closed, idle worker threads reaped) before the soak and after it. Then, under the same load, a few streams
+are opened on the language-model server, SIGTERM is sent while they run: they must end whole, new requests get 503 or
+a closed socket, the process exits 0 and nothing listens on its port afterwards.
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per minute each server's rss/fds/threads; then the
 counts, p99 latency of whole requests in the first ``w`` minutes and the last (w = min(3, minutes / 4))
