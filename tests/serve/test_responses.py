@@ -7,7 +7,7 @@ import jsonschema
 import openai
 import pytest
 
-from aiayn.serve.responses import Items
+from aiayn.serve.response_object import Items
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo"]},

@@ -17,8 +17,8 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.declared import declare, declare_fields
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai_chat import chat_answer
-from aiayn.serve.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest, parse
-from aiayn.serve.openai_text import OpenAIError, TextRoutes, check_model
+from aiayn.serve.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest, OpenAIError, check_model, parse
+from aiayn.serve.openai_text import TextRoutes
 from aiayn.serve.responses import ResponsesRequest, add_responses_route
 from aiayn.serve.scheduler import Scheduler
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import Request
 
 from aiayn.serve.choices import Calls, Thinking
-from aiayn.serve.openai_schema import ChatRequest
-from aiayn.serve.openai_text import OpenAIError, TextRoutes, check_model
+from aiayn.serve.openai_schema import ChatRequest, OpenAIError, check_model
+from aiayn.serve.openai_text import TextRoutes
 from aiayn.serve.tools import template_messages
 
 

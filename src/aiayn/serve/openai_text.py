@@ -18,41 +18,8 @@ from aiayn.serve.choices import Calls, Choice
 from aiayn.serve.jobs import DecodeJob, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.logprobs import chat_logprobs, completion_logprobs, echoed
+from aiayn.serve.openai_schema import OpenAIError, openai_refusal
 from aiayn.serve.scheduler import Scheduler
-
-
-class OpenAIError(Exception):
-    """An error answered in OpenAI's shape."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-    def response(self) -> JSONResponse:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return JSONResponse({"error": {"message": self.message, "type": kind, "param": self.param,
-                                       "code": self.code}}, status_code=self.status)
-
-
-def check_model(model: str, names: list[str] | str) -> int:
-    """Which of the models served a request names: 0 the base, k its k-th LoRA adapter; another is 404, as
-    OpenAI answers it."""
-    names = [names] if isinstance(names, str) else names
-    if model not in names:
-        raise OpenAIError(404, f"model {model!r} does not exist; this server serves {', '.join(map(repr, names))}",
-                          "model", "model_not_found")
-    return names.index(model)
-
-
-def openai_refusal(err: Refused) -> OpenAIError:
-    """The scheduler's refusal in OpenAI's shape: 429 when busy, else 400 (a length over the context:
-    ``context_length_exceeded``)."""
-    refusal = err.refusal
-    if refusal.kind == "busy":
-        return OpenAIError(429, refusal.message, None, "rate_limit_exceeded")
-    field = {"max_new_tokens": "max_tokens", "num_return_sequences": "n"}.get(refusal.field, refusal.field)
-    message = refusal.message.replace(f"{refusal.field}:", f"{field}:", 1)  # OpenAI's name for the field
-    return OpenAIError(400, message, field, "context_length_exceeded" if refusal.kind == "too_long" else None)
 
 
 def schema_of(response_format) -> dict:

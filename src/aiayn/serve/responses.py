@@ -10,18 +10,25 @@ events (``response.created`` ... ``response.output_text.delta`` ... ``response.c
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from itertools import count
 from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from aiayn.serve.openai_chat import chat_answer
-from aiayn.serve.openai_schema import ChatRequest, JsonObjectFormat, TextFormat, parse
-from aiayn.serve.openai_text import OpenAIError, TextRoutes
+from aiayn.serve.openai_schema import (
+    ChatRequest,
+    FunctionSpec,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    OpenAIError,
+    TextFormat,
+    parse,
+)
+from aiayn.serve.openai_text import TextRoutes
+from aiayn.serve.response_object import call_item, events, message_item, reasoning_item, response
 
 
 class Part(BaseModel):
@@ -34,37 +41,36 @@ class Part(BaseModel):
     logprobs: list | None = None
 
 
-class MessageItem(BaseModel):
+class InputItem(BaseModel):
+    """An item of ``input``: its own ``id`` and ``status`` (as an earlier answer gave them) are accepted."""
+
     model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    status: str | None = None
+
+
+class MessageItem(InputItem):
     type: Literal["message"] = "message"
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[Part]
-    id: str | None = None
-    status: str | None = None
     phase: str | None = None
 
 
-class FunctionCallItem(BaseModel):
+class FunctionCallItem(InputItem):
     """A call the model made earlier (as its answer gave it)."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["function_call"]
     call_id: str
     name: str
     arguments: str
-    id: str | None = None
-    status: str | None = None
 
 
-class FunctionCallOutputItem(BaseModel):
+class FunctionCallOutputItem(InputItem):
     """A function's result, answering the call ``call_id``."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[Part]
-    id: str | None = None
-    status: str | None = None
 
 
 def _item_kind(item) -> str:
@@ -75,13 +81,10 @@ Item = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCall
                  Annotated[FunctionCallOutputItem, Tag("function_call_output")], Discriminator(_item_kind)]
 
 
-class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FunctionTool(FunctionSpec):
+    """A function tool, flat (the chat API nests the same fields under ``function``)."""
+
     type: Literal["function"]
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict | None = None
-    strict: bool | None = None
 
 
 class FunctionChoice(BaseModel):
@@ -90,13 +93,10 @@ class FunctionChoice(BaseModel):
     name: str
 
 
-class SchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class SchemaFormat(JsonSchemaFormat):
+    """``text.format``'s JSON schema, flat (the chat API nests the same fields under ``json_schema``)."""
+
     type: Literal["json_schema"]
-    name: str = Field(max_length=64)
-    schema_: dict | None = Field(None, alias="schema")
-    strict: bool | None = None
-    description: str | None = None
 
 
 class TextConfig(BaseModel):
@@ -140,8 +140,8 @@ def add_responses_route(app: FastAPI, names: list[str], texts: TextRoutes) -> No
         choice = answer["choices"][0]
         text, calls = choice["message"]["content"], choice["message"].get("tool_calls", [])
         thought = choice["message"].get("reasoning_content")
-        items = ([_reasoning(thought)] if thought else []) + ([_message(text)] if text else []) + \
-            [_call(c) for c in calls]
+        items = ([reasoning_item(thought)] if thought else []) + ([message_item(text)] if text else []) + \
+            [call_item(c) for c in calls]
         return response(req, rid, created, items, choice["finish_reason"], answer["usage"])
 
 
@@ -190,141 +190,3 @@ def messages(req: ResponsesRequest) -> list[dict]:
 
 def _text(content: str | list[Part]) -> str:
     return content if isinstance(content, str) else "".join(part.text for part in content)
-
-
-def _message(text: str, status: str = "completed") -> dict:
-    """An answer's text as the output's message item."""
-    return {"type": "message", "id": f"msg_{uuid.uuid4().hex}", "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
-
-
-def _reasoning(text: str, status: str = "completed") -> dict:
-    """A reasoning model's thinking part as the output's reasoning item."""
-    return {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [], "status": status,
-            "content": [{"type": "reasoning_text", "text": text}]}
-
-
-def _call(call: dict, status: str = "completed") -> dict:
-    """A chat tool call as the output's ``function_call`` item."""
-    return {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
-            "name": call["function"]["name"], "arguments": call["function"]["arguments"], "status": status}
-
-
-def response(req: ResponsesRequest, rid: str, created: int, output: list[dict], finish: str | None,
-             usage: dict | None) -> dict:
-    """The Response object: ``status`` completed, or incomplete at ``max_output_tokens`` (``in_progress`` while
-    ``finish`` is None)."""
-    status = "in_progress" if finish is None else "incomplete" if finish == "length" else "completed"
-    tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
-    fmt = {"type": "text"} if req.text is None or req.text.format is None else \
-        req.text.format.model_dump(by_alias=True, exclude_none=True)
-    return {"id": rid, "object": "response", "created_at": created, "status": status, "model": req.model,
-            "output": output, "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
-            "metadata": req.metadata or {}, "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "previous_response_id": None, "store": False, "temperature": req.temperature, "top_p": req.top_p,
-            "text": {"format": fmt}, "tool_choice": _choice(req.tool_choice), "tools": tools,
-            "truncation": "disabled", "user": req.user, "usage": None if usage is None else _usage(usage)}
-
-
-def _choice(choice) -> str | dict:
-    return choice.model_dump() if isinstance(choice, FunctionChoice) else choice or "auto"
-
-
-def _usage(usage: dict) -> dict:
-    return {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
-            "total_tokens": usage["total_tokens"],
-            "input_tokens_details": {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},
-            "output_tokens_details": {"reasoning_tokens": 0}}
-
-
-async def events(req: ResponsesRequest, rid: str, created: int, chunks):
-    """A chat stream's chunks as the Responses API's typed events, each ``event: TYPE`` and ``data: {...}`` with
-    its ``sequence_number``: the output's items opened, their text or arguments in deltas, closed, then
-    ``response.completed`` (or ``response.incomplete``) with the whole Response."""
-    numbers, items = count(), Items()
-
-    def event(kind: str, **fields) -> str:
-        return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(numbers), **fields})}\n\n"
-
-    yield event("response.created", response=response(req, rid, created, [], None, None))
-    yield event("response.in_progress", response=response(req, rid, created, [], None, None))
-    finish, usage = None, None
-    async for chunk in chunks:
-        usage = chunk.get("usage") or usage
-        for choice in chunk["choices"]:
-            delta, finish = choice["delta"], choice["finish_reason"] or finish
-            for kind, fields in items.text(delta.get("reasoning_content") or "", "reasoning") + \
-                    items.text(delta.get("content") or ""):
-                yield event(kind, **fields)
-            for call in delta.get("tool_calls", []):
-                for kind, fields in items.call(call):
-                    yield event(kind, **fields)
-    for kind, fields in items.close():
-        yield event(kind, **fields)
-    done = response(req, rid, created, items.output, finish or "stop", usage)
-    yield event("response.incomplete" if done["status"] == "incomplete" else "response.completed", response=done)
-
-
-class Items:
-    """The output items of a streamed Response as its chunks arrive: the events that open an item, add to it
-    and close it (one item open at a time: a message's text, or one function call)."""
-
-    def __init__(self) -> None:
-        self.output: list[dict] = []
-        self.open: dict | None = None
-
-    def text(self, text: str, kind: str = "message") -> list[tuple[str, dict]]:
-        """The events of a piece of the answer's text (``kind`` message) or of its thinking (reasoning)."""
-        if not text:
-            return []
-        out = [] if self.open is not None and self.open["type"] == kind else self.close()
-        if self.open is None:
-            item = _message("", "in_progress") if kind == "message" else _reasoning("", "in_progress")
-            out += self._add(item)
-            if kind == "message":
-                out.append(("response.content_part.added", {**self._where(), "content_index": 0,
-                                                            "part": {**item["content"][0]}}))
-        self.open["content"][0]["text"] += text
-        extra = {"logprobs": []} if kind == "message" else {}
-        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        return [*out, (name, {**self._where(), "content_index": 0, "delta": text, **extra})]
-
-    def call(self, call: dict) -> list[tuple[str, dict]]:
-        out = []
-        if "id" in call:  # a new call: its name first
-            out = self.close()
-            out += self._add(_call({**call, "function": {**call["function"], "arguments": ""}}, "in_progress"))
-        fragment = call.get("function", {}).get("arguments", "")
-        if fragment and self.open is not None:
-            self.open["arguments"] += fragment
-            out.append(("response.function_call_arguments.delta", {**self._where(), "delta": fragment}))
-        return out
-
-    def close(self) -> list[tuple[str, dict]]:
-        item, self.open = self.open, None
-        if item is None:
-            return []
-        item["status"] = "completed"
-        where = {"item_id": item["id"], "output_index": len(self.output) - 1}
-        if item["type"] == "message":
-            part = item["content"][0]
-            out = [("response.output_text.done", {**where, "content_index": 0, "text": part["text"], "logprobs": []}),
-                   ("response.content_part.done", {**where, "content_index": 0, "part": part})]
-        elif item["type"] == "reasoning":
-            out = [("response.reasoning_text.done", {**where, "content_index": 0,
-                                                     "text": item["content"][0]["text"]})]
-        else:
-            out = [("response.function_call_arguments.done", {**where, "name": item["name"],
-                                                              "arguments": item["arguments"]})]
-        return [*out, ("response.output_item.done", {"output_index": where["output_index"], "item": item})]
-
-    def _add(self, item: dict) -> list[tuple[str, dict]]:
-        self.output.append(item)
-        self.open = item
-        return [("response.output_item.added", {"output_index": len(self.output) - 1, "item": json.loads(
-            json.dumps(item))})]
-
-    def _where(self) -> dict:
-        return {"item_id": self.open["id"], "output_index": len(self.output) - 1}
