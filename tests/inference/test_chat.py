@@ -87,3 +87,39 @@ def test_a_model_without_a_chat_template_is_refused_in_one_line(tmp_path, capsys
     assert main(["chat", "--checkpoint", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no chat template" in err and "aiayn generate" in err
+
+
+def test_a_long_system_message_and_first_turn_come_from_files(checkpoint, tmp_path, monkeypatch, capsys):
+    """``--system-file`` and ``--prompt-file``: text of many lines (which stdin would split into turns) as one
+    message each; the conversation then goes on from stdin. A missing file is one line naming it."""
+    system, first = "Be brief.\nAnswer in German.", "Two dogs play.\nA man rides a horse."
+    (tmp_path / "system.txt").write_text(system + "\n")
+    (tmp_path / "first.txt").write_text(first)
+    seen, reply = [], Chat.reply
+
+    def recorded(chat, text, *args, **kwargs):
+        seen.append((chat.system, text))
+        return reply(chat, text, *args, **kwargs)
+
+    monkeypatch.setattr(Chat, "reply", recorded)
+    monkeypatch.setattr("sys.stdin", io.StringIO("Thanks.\n"))
+    assert main(["chat", "--checkpoint", str(checkpoint), "--system-file", str(tmp_path / "system.txt"),
+                 "--prompt-file", str(tmp_path / "first.txt"), "--temperature", "0", "--max-new-tokens", "5"]) == 0
+    assert seen == [(system, first), (system, "Thanks.")]
+    capsys.readouterr()
+    assert main(["chat", "--checkpoint", str(checkpoint), "--system-file", str(tmp_path / "none.txt")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "none.txt" in err
+
+
+def test_generate_reads_its_prompt_from_a_file_and_says_what_a_long_one_lost(checkpoint, tmp_path, capsys):
+    gen = TextGenerator.from_checkpoint(checkpoint)
+    (tmp_path / "p.txt").write_text("Two dogs play.\nA man")
+    assert main(["generate", "--checkpoint", str(checkpoint), "--prompt-file", str(tmp_path / "p.txt"),
+                 "--temperature", "0", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out == gen.generate("Two dogs play.\nA man", temperature=0, max_new_tokens=4)[0] + "\n"
+    (tmp_path / "long.txt").write_text("Two dogs play. " * 200)
+    assert main(["generate", "--checkpoint", str(checkpoint), "--prompt-file", str(tmp_path / "long.txt"),
+                 "--temperature", "0", "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "tokens were dropped: the model's context is 256 tokens" in err

@@ -5,6 +5,7 @@ Not a terminal on stdin: one user turn a line, so a conversation scripts."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 
 from aiayn.cli.common import (
@@ -30,7 +31,11 @@ def add_parsers(sub) -> None:
                                   'aiayn chat --checkpoint runs/smollm2 --system "Answer in one word." --temperature 0',
                                   "aiayn chat --checkpoint runs/smollm2 --adapter runs/ft/best"))
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
-    p.add_argument("--system", help="the system message (default: the template's own, if it has one)")
+    system = p.add_mutually_exclusive_group()
+    system.add_argument("--system", help="the system message (default: the template's own, if it has one)")
+    system.add_argument("--system-file", dest="system_file", help="a file whose whole text is the system message")
+    p.add_argument("--prompt-file", dest="prompt_file",
+                   help="a file whose whole text is the first user turn (then the conversation goes on)")
     p.add_argument("--device", default="cpu")
     add_decoding_options(p)
     add_adapter(p)
@@ -50,6 +55,13 @@ def _turns(interactive: bool):
         if not interactive and not line:
             return
         yield line.rstrip("\n")
+
+
+def _read(path: str) -> str:
+    """A whole file's text (a missing or unreadable file: the error names it)."""
+    from aiayn.data.corpus import read_lines
+
+    return "\n".join(read_lines(path))
 
 
 def _command(chat, line: str) -> bool:
@@ -77,9 +89,10 @@ def chat(args: argparse.Namespace) -> int:
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               **precision_options(args))
-    conversation = Chat(generator, args.system)
+    conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
-    for line in _turns(interactive):
+    first = [_read(args.prompt_file)] if args.prompt_file else []
+    for line in itertools.chain(first, _turns(interactive)):
         if not line.strip():
             continue
         if line.startswith("/"):

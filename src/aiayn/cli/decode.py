@@ -70,7 +70,9 @@ def _add_family(sub) -> None:
                                   "aiayn generate --checkpoint runs/smollm2 --json-schema person.json --prompt "
                                   '"A person as JSON:"'))
     g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
-    g.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
+    source = g.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
+    source.add_argument("--prompt-file", dest="prompt_file", help="a file whose whole text is the prompt (UTF-8)")
     g.add_argument("--device", default="cpu")
     add_tensor_parallel(g)
     add_decoding_options(g)
@@ -157,10 +159,15 @@ def generate(args: argparse.Namespace) -> int:
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     start_parallel(args)
-    prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(None)))
+    prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(
+        args.prompt_file)))
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               **precision_options(args))
     decoding = generator.decoding.replace(**options)
+    dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
+    if dropped > 0:
+        print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "
+              f"{generator.model.config.max_len} tokens", file=sys.stderr)
 
     def show(sample: int, text: str) -> None:
         sys.stdout.write(text)
