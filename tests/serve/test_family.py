@@ -373,3 +373,24 @@ def test_max_model_len_caps_the_context_and_a_longer_prompt_is_refused_naming_it
         long = client.post("/v1/completions", json={"model": "aiayn", "prompt": [5] * 60, "max_tokens": 1})
         assert long.status_code == 400 and "--max-model-len" in long.json()["error"]["message"]
         assert long.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_the_prompt_cache_is_sized_for_the_model_by_default(generator):
+    """``--prefix-cache-bytes -1`` (the default): four whole contexts of the model's keys and values, at most an
+    eighth of the memory; /health and the start-up line say the cap."""
+    from aiayn.decoding.prefix import sized_for, token_bytes
+    from aiayn.serve.http import Served
+    from aiayn.serve.server import startup_line
+
+    app = create_app(generator, Limits())
+    cache, capacity = app.state.batcher.prefix_cache, app.state.batcher.capacity
+    cfg = generator.model.config
+    per_token = cfg.n_decoder_layers * 2 * cfg.kv_heads * cfg.d_head * 4  # float32 keys and values
+    assert token_bytes(generator.model) == per_token and cache.max_bytes == 4 * capacity * per_token
+    assert sized_for(generator.model, capacity, share=1e-12) < cache.max_bytes  # the memory share caps it
+    with TestClient(app) as client:
+        assert client.get("/health").json()["prefix_cache_max_bytes"] == cache.max_bytes
+    line = startup_line(Served(generator, app.state.batcher, Limits(), "tiny"))
+    assert f"serving tiny (decoder-only, autoregressive), context {capacity} tokens, prompt cache up to" in line
+    assert f"({cache.max_bytes // per_token} tokens)" in line
+    assert create_app(generator, Limits(prefix_cache_bytes=0)).state.batcher.prefix_cache.max_bytes == 0

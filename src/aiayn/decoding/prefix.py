@@ -99,7 +99,24 @@ class PromptCache:
 
     def stats(self) -> dict:
         return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
-                "prefix_cached_tokens": len(self.blocks) * self.block_size, "prefix_cache_bytes": self.bytes}
+                "prefix_cached_tokens": len(self.blocks) * self.block_size, "prefix_cache_bytes": self.bytes,
+                "prefix_cache_max_bytes": self.max_bytes}
+
+
+def token_bytes(model: DecoderOnly) -> int:
+    """The bytes one prompt token's keys and values take in every layer (as the model's weights are stored)."""
+    cfg, weight = model.config, next(model.parameters())
+    heads = model.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
+    return cfg.n_decoder_layers * 2 * heads * cfg.d_head * weight.element_size()
+
+
+def sized_for(model: DecoderOnly, context: int, contexts: int = 4, share: float = 1 / 8) -> int:
+    """A prompt cache's default cap for ``model``: ``contexts`` whole contexts of ``context`` tokens (a few long
+    system prompts or documents, each kept whole), at most ``share`` of this machine's memory."""
+    import os
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(min(contexts * context * token_bytes(model), share * memory))
 
 
 def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig
-from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.prefix import PromptCache, sized_for
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.declared import declare_fields, one_output, vocabulary
 from aiayn.serve.http import (
@@ -51,11 +51,12 @@ def product(model, tokenizers, folder, decoding: DecodingConfig, device: str,
 def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
     """The scheduler of a language model: a KV cache of the context it takes (learned positions: its own
     length; else its length or ``limits.max_context`` if larger; ``limits.max_model_len`` caps either), a prompt
-    cache of ``limits.prefix_cache_bytes``."""
+    cache of ``limits.prefix_cache_bytes`` (-1: sized for the model, ``decoding/prefix.sized_for``)."""
     cfg = generator.model.config
     capacity = cfg.max_len if cfg.positions == "learned" else max(cfg.max_len, limits.max_context)
     capacity = min(capacity, limits.max_model_len or capacity)
-    prefix = PromptCache(generator.model, max_bytes=limits.prefix_cache_bytes)
+    cap = limits.prefix_cache_bytes if limits.prefix_cache_bytes >= 0 else sized_for(generator.model, capacity)
+    prefix = PromptCache(generator.model, max_bytes=cap)
     return Scheduler(generator.model, capacity=capacity, prefix_cache=prefix, limits=limits, **options)
 
 

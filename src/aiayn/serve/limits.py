@@ -25,8 +25,9 @@ class Limits:
     max_model_len: int = _limit(0, "a language model's context in tokens, prompt and continuation: 0, the model's "
                                    "own (its max_len, or --max-context if larger); a longer prompt is refused naming "
                                    "this flag")
-    prefix_cache_bytes: int = _limit(64 * 2**20, "memory for the keys/values of prompt blocks kept across "
-                                                 "/generate requests (least recently used evicted)")
+    prefix_cache_bytes: int = _limit(-1, "memory for the keys/values of prompt blocks kept across requests (least "
+                                         "recently used evicted): -1, sized for the model (four whole contexts, at "
+                                         "most an eighth of the machine's memory); 0, none")
     read_timeout_s: float = _limit(10.0, "seconds a client has to send its headers, and then its body")
     max_connections: int = _limit(64, "open connections at once; more are answered 503 and closed")
     max_streams: int = _limit(32, "/generate requests running or waiting at once; more are answered 429")

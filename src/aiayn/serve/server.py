@@ -6,6 +6,7 @@ every other rank follows it with a scheduler and no app (``serve/mirror.py``).""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import torch
 from fastapi import FastAPI
 
 from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.prefix import token_bytes
 from aiayn.serve import encode, generate, inspect, translate
 from aiayn.serve.http import Served, base_app, serve_until_stopped, server_config
 from aiayn.serve.limits import Limits
@@ -140,7 +142,19 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         return
     served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name, embedder)
     app = build_app(served, api_key)
+    print(startup_line(served), file=sys.stderr, flush=True)
     _serve(server_config(app, host, port, limits), scheduler, parallel)
+
+
+def startup_line(served: Served) -> str:
+    """What the server says it serves as it starts: the model, its context and its prompt cache's cap."""
+    cfg, scheduler = served.product.model.config, served.scheduler
+    line = f"aiayn: serving {served.name} ({cfg.arch}, {cfg.kind}), context {scheduler.capacity} tokens"
+    cache = getattr(scheduler, "prefix_cache", None)
+    if cache is not None:
+        tokens = cache.max_bytes // token_bytes(cache.model)
+        line += f", prompt cache up to {cache.max_bytes / 2**20:.0f} MiB ({tokens} tokens)"
+    return line
 
 
 def _serve(config, scheduler: Scheduler, parallel) -> None:
