@@ -55,10 +55,11 @@ class PromptCache:
         (left padding before it); return the columns filled, ``first_column`` included (0 if no block)."""
         blocks, b = self.lookup(prompt, len(prompt) - 1), self.block_size
         blocks = blocks[:_usable(blocks, [layer.self_kv.window for layer in cache.layers], b)]
-        for i, block in enumerate(blocks):
-            for layer, kv in zip(cache.layers, block, strict=True):
-                if kv is not None:
-                    layer.self_kv.write(first_column + i * b, *kv)
+        for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
+            held = [i for i, block in enumerate(blocks) if block[j] is not None]
+            for run in _runs(held):
+                keys, values = zip(*(blocks[i][j] for i in run), strict=True)
+                layer.self_kv.write(first_column + run[0] * b, torch.cat(keys, 2), torch.cat(values, 2))
         filled = first_column + len(blocks) * b if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
@@ -84,10 +85,12 @@ class PromptCache:
         b = self.block_size
         for end in range(b, computed + 1, b):
             key, start = tuple(prompt[:end]), first_column + end - b
+            old = self.blocks.get(key)
+            if old is not None and all(kv is not None for kv in old):
+                continue  # kept whole already
             block = [la.self_kv.read(start, start + b) for la in cache.layers]
             if any(kv is None for kv, la in zip(block, cache.layers, strict=True) if la.self_kv.window is None):
                 continue  # not computed yet
-            old = self.blocks.get(key)
             if old is not None and sum(kv is None for kv in old) <= sum(kv is None for kv in block):
                 continue
             block = [None if kv is None else (kv[0].clone(), kv[1].clone()) for kv in block]
@@ -117,6 +120,17 @@ def sized_for(model: DecoderOnly, context: int, contexts: int = 4, share: float 
 
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return int(min(contexts * context * token_bytes(model), share * memory))
+
+
+def _runs(indices: list[int]) -> list[list[int]]:
+    """``indices`` (increasing) as runs of consecutive ones: [0, 1, 2, 5, 6] -> [[0, 1, 2], [5, 6]]."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:

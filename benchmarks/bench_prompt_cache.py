@@ -1,0 +1,103 @@
+"""Prompt caching at the size people use it: a long system prompt (a page of Multi30K captions, about
+``--system-tokens`` tokens), then ``--questions`` short different questions, each a streamed
+``/v1/chat/completions`` request one after another; the time to the first streamed token of the first request
+(cold: nothing cached) and the median of the others (warm: the system prompt's blocks cached).
+
+It starts ``aiayn serve`` once per configuration, at the server's default flags but for the one named: the
+default prompt cache (sized for the model), ``--prefix-cache-bytes 0`` (none), and any ``--extra NAME=FLAGS``;
+``--peer URL`` measures a running OpenAI-compatible server (llama.cpp's, on the same weights) in the same run.
+Every configuration must answer each question with the same tokens (greedy): the cache changes nothing but time.
+
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
+
+Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
+speedup (cold / warm), and the warm time of each configuration over the default's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+from common import emit, start_server
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+QUESTIONS = ["Which caption has a dog?", "How many people are on the beach?", "Is anyone riding a bike?",
+             "What colour is the car?", "Who is cooking?", "Where do the children play?", "Is it raining?",
+             "What is the man holding?", "Which one is at night?", "Who is smiling?"]
+
+
+def system_prompt(tokens: int) -> str:
+    """About ``tokens`` tokens of English: Multi30K validation captions, one a line (a caption is about 14)."""
+    with gzip.open(MULTI30K / "val.en.gz", "rt", encoding="utf-8") as f:
+        captions = f.read().splitlines()
+    return "Answer questions about these picture captions:\n" + "\n".join(captions[:max(1, tokens // 14)])
+
+
+def ask(client: httpx.Client, url: str, model: str, system: str, question: str) -> tuple[float, str]:
+    """(seconds to the first streamed token, the whole answer) of one greedy streamed chat request."""
+    body = {"model": model, "stream": True, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+    start, first, text = time.perf_counter(), None, ""
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            delta = json.loads(line[len("data: "):])["choices"][0]["delta"].get("content") or ""
+            if delta and first is None:
+                first = time.perf_counter() - start
+            text += delta
+    return (first if first is not None else time.perf_counter() - start), text
+
+
+def measure(url: str, model: str, system: str, questions: list[str]) -> tuple[float, float, list[str]]:
+    """(cold ms, warm median ms, the answers)."""
+    with httpx.Client(timeout=600) as client:
+        runs = [ask(client, url, model, system, q) for q in questions]
+    times = [t * 1000 for t, _ in runs]
+    return times[0], statistics.median(times[1:]), [a for _, a in runs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--questions", type=int, default=7)
+    parser.add_argument("--system-tokens", type=int, default=1760, dest="system_tokens")
+    parser.add_argument("--extra", action="append", default=[], help="NAME=FLAGS: one more configuration")
+    parser.add_argument("--peer", help="URL of a running OpenAI-compatible server on the same weights")
+    parser.add_argument("--peer-model", default="peer", dest="peer_model")
+    args = parser.parse_args()
+    system = system_prompt(args.system_tokens)
+    questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.questions + 1)]
+    configs = {"default": [], "no-prompt-cache": ["--prefix-cache-bytes", "0"],
+               **{name: flags.split() for name, _, flags in (e.partition("=") for e in args.extra)}}
+    warm, answers = {}, {}
+    for name, flags in configs.items():
+        server = start_server(name, args.checkpoint, "--model-name", "bench", *flags)
+        try:
+            cold, warm[name], answers[name] = measure(server.url, "bench", system, questions)
+        finally:
+            server.stop()
+        emit(name, "ttft_cold_ms", cold, "ms", 1)
+        emit(name, "ttft_warm_ms", warm[name], "ms", 1)
+        emit(name, "speedup", cold / warm[name], "x", 2)
+    if args.peer:
+        cold, warm["peer"], _ = measure(args.peer, args.peer_model, system, questions)
+        emit("peer", "ttft_cold_ms", cold, "ms", 1)
+        emit("peer", "ttft_warm_ms", warm["peer"], "ms", 1)
+    for name in warm:
+        emit(name, "warm_over_default", warm[name] / warm["default"], "x", 2)
+    same = all(a == answers["default"] for a in answers.values())
+    emit("all", "answers_equal", same, "bool")
+    if not same:
+        raise SystemExit("the configurations answered differently")
+
+
+if __name__ == "__main__":
+    main()

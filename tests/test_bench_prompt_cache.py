@@ -1,0 +1,24 @@
+"""benchmarks/bench_prompt_cache.py on a small chat model: a long system prompt, then questions; each server
+configuration started, timed, and its answers compared (the cache changes nothing but time)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import chat_checkpoint
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_prompt_cache.py"
+
+
+def test_the_prompt_cache_benchmark_times_cold_and_warm_and_finds_the_answers_equal(tmp_path):
+    folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
+    done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--questions", "3",
+                           "--system-tokens", "60"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    found = {(r["config"], r["metric"]): r["value"] for r in lines}
+    for config in ("default", "no-prompt-cache"):
+        cold, warm = found[(config, "ttft_cold_ms")], found[(config, "ttft_warm_ms")]
+        assert cold > 0 and warm > 0 and abs(found[(config, "speedup")] - cold / warm) < 0.01 * cold / warm + 0.01
+    assert found[("all", "answers_equal")] is True
