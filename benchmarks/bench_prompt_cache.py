@@ -9,6 +9,7 @@ default prompt cache (sized for the model), ``--prefix-cache-bytes 0`` (none), a
 Every configuration must answer each question with the same tokens (greedy): the cache changes nothing but time.
 
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
 speedup (cold / warm), and the warm time of each configuration over the default's.
@@ -64,6 +65,30 @@ def measure(url: str, model: str, system: str, questions: list[str]) -> tuple[fl
     return times[0], statistics.median(times[1:]), [a for _, a in runs]
 
 
+def chat_turns(checkpoint: str, turns: int, system: str) -> None:
+    """``aiayn chat``'s library (``Chat``): the time to the first piece of each turn, with its prompt cache (turn
+    n+1 reuses turn n's keys and values) and without; turn 1 and the last turn printed, replies compared."""
+    from aiayn.decoding.prefix import PromptCache
+    from aiayn.inference.chat import Chat
+    from aiayn.inference.generator import TextGenerator
+
+    replies = {}
+    for name, cached in (("chat", True), ("chat-no-prompt-cache", False)):
+        generator = TextGenerator.from_checkpoint(checkpoint)
+        if not cached:
+            generator.prompt_cache = PromptCache(generator.model, max_bytes=0)
+        chat, times, replies[name] = Chat(generator, system), [], []
+        for turn in range(turns):
+            start, first = time.perf_counter(), []
+            answer = chat.reply(QUESTIONS[turn % len(QUESTIONS)], lambda piece, f=first, s=start: f.append(
+                f or time.perf_counter() - s), temperature=0, max_new_tokens=8)
+            times.append(first[0] * 1000 if first else float("nan"))
+            replies[name].append(answer)
+        emit(name, "ttft_turn1_ms", times[0], "ms", 1)
+        emit(name, f"ttft_turn{turns}_ms", times[-1], "ms", 1)
+    emit("chat", "replies_equal", replies["chat"] == replies["chat-no-prompt-cache"], "bool")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -72,8 +97,13 @@ def main() -> None:
     parser.add_argument("--extra", action="append", default=[], help="NAME=FLAGS: one more configuration")
     parser.add_argument("--peer", help="URL of a running OpenAI-compatible server on the same weights")
     parser.add_argument("--peer-model", default="peer", dest="peer_model")
+    parser.add_argument("--chat-turns", type=int, default=0, dest="chat_turns",
+                        help="instead: aiayn chat's library over this many turns, with its prompt cache and without")
     args = parser.parse_args()
     system = system_prompt(args.system_tokens)
+    if args.chat_turns:
+        chat_turns(args.checkpoint, args.chat_turns, system)
+        return
     questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.questions + 1)]
     configs = {"default": [], "no-prompt-cache": ["--prefix-cache-bytes", "0"],
                **{name: flags.split() for name, _, flags in (e.partition("=") for e in args.extra)}}

@@ -22,3 +22,13 @@ def test_the_prompt_cache_benchmark_times_cold_and_warm_and_finds_the_answers_eq
         cold, warm = found[(config, "ttft_cold_ms")], found[(config, "ttft_warm_ms")]
         assert cold > 0 and warm > 0 and abs(found[(config, "speedup")] - cold / warm) < 0.01 * cold / warm + 0.01
     assert found[("all", "answers_equal")] is True
+
+
+def test_the_chat_mode_times_each_turn_with_and_without_the_cache_and_compares_the_replies(tmp_path):
+    folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
+    done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--chat-turns", "3",
+                           "--system-tokens", "60"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, done.stdout.splitlines())}
+    assert all(found[(c, m)] > 0 for c in ("chat", "chat-no-prompt-cache") for m in ("ttft_turn1_ms", "ttft_turn3_ms"))
+    assert found[("chat", "replies_equal")] is True

@@ -123,3 +123,17 @@ def test_generate_reads_its_prompt_from_a_file_and_says_what_a_long_one_lost(che
                  "--temperature", "0", "--max-new-tokens", "2"]) == 0
     err = capsys.readouterr().err
     assert "tokens were dropped: the model's context is 256 tokens" in err
+
+
+def test_turn_two_reuses_turn_ones_keys_and_values_and_answers_the_same(checkpoint):
+    """A conversation keeps a prompt cache: turn n+1's prompt starts with turn n's, whose blocks it reuses; each
+    reply is what a generator without a cache gives for the same prompt."""
+    gen = TextGenerator.from_checkpoint(checkpoint)
+    chat = Chat(gen, system="Be brief. " * 8)
+    chat.reply("Two dogs play in the park.", temperature=0, max_new_tokens=6)
+    assert gen.prompt_cache.stats()["prefix_hit_tokens"] == 0
+    second = chat.reply("A man rides a horse.", temperature=0, max_new_tokens=6)
+    ids = gen.chat_ids(chat.conversation()[:-1])
+    assert gen.prompt_cache.stats()["prefix_hit_tokens"] >= 32  # the first turn's whole blocks
+    plain = TextGenerator.from_checkpoint(checkpoint)
+    assert plain.prompt_cache is None and second == plain.generate(ids, temperature=0, max_new_tokens=6)[0]

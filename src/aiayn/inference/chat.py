@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiayn.decoding.config import TEXT_MAX_NEW_TOKENS
+from aiayn.decoding.prefix import PromptCache, sized_for
 from aiayn.inference.generator import TextGenerator
 
 
@@ -27,6 +28,9 @@ class Chat:
     def __post_init__(self) -> None:
         if self.generator.chat_template is None:
             raise ValueError("this model has no chat template; use aiayn generate for plain text continuation")
+        if self.generator.prompt_cache is None:  # turn n+1 starts with turn n's prompt: its keys/values are kept
+            model = self.generator.model
+            self.generator.prompt_cache = PromptCache(model, max_bytes=sized_for(model, model.config.max_len, 2))
 
     def reset(self) -> None:
         """Forget every turn (the system message stays)."""

@@ -10,6 +10,7 @@ import torch
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammars
 from aiayn.decoding.generation import generate
+from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
 from aiayn.io.run import resolve_checkpoint
@@ -42,10 +43,12 @@ class TextGenerator:
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
-                 int4: bool = False, own: bool = False) -> None:
+                 int4: bool = False, own: bool = False, prompt_cache: PromptCache | None = None) -> None:
         """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
         int4 linear layers (CPU; ``aiayn.inference.precision.quantize``); ``own``: ``model`` is handed over and
-        made the inference copy in place (else it is copied and left as it was)."""
+        made the inference copy in place (else it is copied and left as it was); ``prompt_cache``: a
+        :class:`~aiayn.decoding.prefix.PromptCache` over the inference copy (``self.model``), set after
+        construction, reused by every :meth:`generate` of one sequence (the server's scheduler keeps its own)."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
         self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own)
@@ -56,6 +59,7 @@ class TextGenerator:
         self.template = getattr(tokenizers, "chat_template", None)  # its text (the tool-call format it teaches)
         self.chat_template = tokenizers.apply_chat_template if self.template else None
         self.takes_tools = bool(self.chat_template and tokenizers.takes_tools)
+        self.prompt_cache = prompt_cache
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None,
                     variables: dict | None = None) -> str:
@@ -128,5 +132,5 @@ class TextGenerator:
                     on_text(i, text)
 
         out = generate(self.model, ids, config=decoding, max_new_tokens=min(wanted, room), grammars=self.grammars,
-                       on_token=on_token if on_text is not None else None)
+                       on_token=on_token if on_text is not None else None, prompt_cache=self.prompt_cache)
         return [self.tokenizer.decode(row) for row in out]
