@@ -177,6 +177,8 @@ def test_metrics_count_requests_tokens_and_latencies(lm):
     assert moved[("aiayn_time_to_first_token_seconds_count", ())] == 1
     assert moved[("aiayn_inter_token_latency_seconds_count", ())] == 4  # 5 tokens, 4 gaps
     assert ("aiayn_running_rows", ()) in after and ("aiayn_prefix_cache_bytes", ()) in after
+    # one prompt, too short for a whole block: a miss, no hit
+    assert moved[("aiayn_prefix_cache_misses", ())] == 1 and moved[("aiayn_prefix_cache_hits", ())] == 0
 
 
 def test_the_api_key_guards_every_route_but_health(lm):

@@ -39,6 +39,7 @@ class Metrics:
             cache = batcher.prefix_cache
             gauges.update({
                 "aiayn_prefix_cache_hits": ("prompts that reused cached blocks", lambda: cache.hits),
+                "aiayn_prefix_cache_misses": ("prompts that found no cached block", lambda: cache.misses),
                 "aiayn_prefix_cache_hit_tokens": ("prompt tokens read from the cache", lambda: cache.hit_tokens),
                 "aiayn_prefix_cache_bytes": ("bytes of keys/values held", lambda: cache.bytes)})
         for name, (doc, read) in gauges.items():
