@@ -108,3 +108,26 @@ def test_joining_without_a_cache_is_a_clear_error(model):
     engine.admit(other, rows, beams)
     with pytest.raises(ValueError, match="KV cache"):
         engine.step()
+
+
+def test_a_long_prompt_is_computed_in_chunks_while_the_running_rows_go_on(lm):
+    """Chunked prefill (``prefill_chunk``): a prompt longer than a chunk joins after one chunk a step; the rows
+    already running take a token every step meanwhile, and every request decodes what it decodes alone."""
+    torch.manual_seed(2)
+    prompts = [random_ids(1, n, vocab=30) for n in (4, 23, 17, 2, 19)]  # beam, sampling, greedy: chunked
+    engine, groups = Engine(lm, capacity=80, prefill_chunk=5), []
+    for i, (prompt, cfg) in enumerate(zip(prompts, CONFIGS, strict=True)):
+        group, rows, beams = rows_for(lm, prompt, cfg)
+        engine.admit(group, rows, beams)
+        groups.append((group, cfg))
+        running = [g for g in engine.groups if not g.done]
+        before = [g.steps for g in running]
+        engine.step()
+        assert [g.steps for g in running] == [b + 1 for b in before]  # nobody waited for the prompt
+        if i == 1:
+            assert engine.prefilling and group not in engine.groups  # 22 columns: 5 a step
+        engine.remove_done()
+    engine.run()
+    assert not engine.prefilling and not engine.groups
+    for prompt, (group, cfg) in zip(prompts, groups, strict=True):
+        assert outputs(group, cfg) == generate(lm, prompt, config=cfg), cfg

@@ -54,11 +54,15 @@ class Engine:
             leave sizes the cache to what the rows still need. None: no bound (the library's single group).
         prompt_cache: decoder-only: one-row prompts reuse the stored keys/values of their longest cached prefix
             and store their whole blocks (``aiayn.decoding.prefix``).
+        prefill_chunk: a prompt with more columns than this to compute is computed this many a step, before the
+            running rows' step (chunked prefill: the rows already running keep their pace); None: at once.
     """
 
     def __init__(self, model: TransformerModel, use_cache: bool = True, candidates: Tensor | None = None,
-                 capacity: int | None = None, prompt_cache=None) -> None:
+                 capacity: int | None = None, prompt_cache=None, prefill_chunk: int | None = None) -> None:
         self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
+        self.prefill_chunk = prefill_chunk
+        self.prefilling: list[tuple[Rows, Tensor, DecodeState, bool]] = []  # admitted, prompt still computing
         self.columns = Columns(model.config, candidates)
         self.groups: list[Rows] = []
         self.joining: list[tuple[Rows, Tensor, DecodeState]] = []  # admitted, joining at the next step
@@ -68,16 +72,16 @@ class Engine:
 
     @property
     def rows(self) -> int:
-        return sum(group.size for group in self.groups) + sum(g.size for g, _, _ in self.joining)
+        return sum(group.size for group in self.groups) + sum(g.size for g, *_ in self.joining + self.prefilling)
 
     def fits(self, width: int, group: Rows) -> bool:
         """Whether every row, a newcomer of ``width`` start columns included, can reach its limit within
         ``capacity`` cache positions."""
-        if self.capacity is None or not (self.groups or self.joining):
+        waiting = self.joining + self.prefilling
+        if self.capacity is None or not (self.groups or waiting):
             return True
-        widths = [width] + [t.size(1) for _, t, _ in self.joining] + ([] if self.tokens is None else
-                                                                         [self.tokens.size(1)])
-        return self._room(max(widths), [*self.groups, *(g for g, _, _ in self.joining), group]) <= self.capacity
+        widths = [width] + [t.size(1) for _, t, *_ in waiting] + ([] if self.tokens is None else [self.tokens.size(1)])
+        return self._room(max(widths), [*self.groups, *(g for g, *_ in waiting), group]) <= self.capacity
 
     @torch.no_grad()
     def admit(self, group: Rows, inputs: Tensor, beams: int = 1, adapter: int = 0) -> int:
@@ -96,13 +100,30 @@ class Engine:
             if self.model.adapter_rows is None:
                 raise ValueError("adapter: this model has no adapters attached")
             state.adapters = torch.full((tokens.size(0),), adapter, dtype=torch.long, device=tokens.device)
-        elif self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1:
-            prompt = tokens[0].tolist()
-            cached = self.prompt_cache.load(prompt, state.cache, 0)
-            self._settle(tokens, state)
-            self.prompt_cache.store(prompt, state.cache, 0, len(prompt) - 1)
-        self.joining.append((group, tokens, state))
+        cacheable = not adapter and self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1
+        if cacheable:
+            cached = self.prompt_cache.load(tokens[0].tolist(), state.cache, 0)
+        if self.prefill_chunk and state.cache is not None and tokens.size(1) - 1 - state.position > self.prefill_chunk:
+            self.prefilling.append((group, tokens, state, cacheable))  # computed a chunk a step (prefill)
+        else:
+            self._ready(group, tokens, state, cacheable)
         return cached
+
+    def _ready(self, group: Rows, tokens: Tensor, state: DecodeState, cacheable: bool) -> None:
+        """A group whose prompt is computed (a cacheable one now, its whole blocks stored) joins at the next step."""
+        if cacheable:
+            self._settle(tokens, state)
+            self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, tokens.size(1) - 1)
+        self.joining.append((group, tokens, state))
+
+    def prefill(self) -> None:
+        """The next ``prefill_chunk`` columns of the oldest prompt still computing; done, it joins."""
+        group, tokens, state, cacheable = self.prefilling[0]
+        end = min(state.position + self.prefill_chunk, tokens.size(1) - 1)
+        self.model.step(tokens[:, :end], state, last=True)  # only the cache is wanted
+        if end == tokens.size(1) - 1:
+            self.prefilling.pop(0)
+            self._ready(group, tokens, state, cacheable)
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
@@ -140,8 +161,12 @@ class Engine:
     def step(self) -> None:
         """One decoding step for every row (the groups admitted since the last step join first): each group
         chooses its rows' next tokens."""
+        if self.prefilling:
+            self.prefill()
         if self.joining:
             self.join()
+        if not self.groups:  # every group admitted is still computing its prompt
+            return
         scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
         self._apply(*self._choose(scores))
 
@@ -178,6 +203,7 @@ class Engine:
     def remove(self, leaving: list[Rows]) -> None:
         """Take these groups' rows out of the batch, then the padding columns every remaining row has in front."""
         self.joining = [j for j in self.joining if j[0] not in leaving]
+        self.prefilling = [p for p in self.prefilling if p[0] not in leaving]
         leaving = [group for group in leaving if group in self.groups]
         if not leaving:
             return
@@ -199,7 +225,7 @@ class Engine:
 
     def run(self) -> None:
         """Step until every group is done (the library's decode: one group, no newcomers)."""
-        while self.groups or self.joining:
+        while self.groups or self.joining or self.prefilling:
             self.step()
             self.remove_done()
 

@@ -64,7 +64,8 @@ class Scheduler:
         self.limits = limits or Limits()
         self.capacity, self.threads = capacity or model.config.max_len, threads
         self.encode, self.wait = encode, wait_ms / 1000
-        self.engine = Engine(model, capacity=self.capacity, prompt_cache=prefix_cache)
+        self.engine = Engine(model, capacity=self.capacity, prompt_cache=prefix_cache,
+                             prefill_chunk=self.limits.prefill_chunk or None)
         self.waiting: queue.Queue = queue.Queue()  # jobs, encoder work and chores, in arrival order
         self.held: Job | None = None  # the next in line, waiting for room
         self.running: list[_Running] = []
@@ -276,7 +277,8 @@ class Scheduler:
             self._leave(self.running, "error")
             return
         for running in self.running:
-            running.job.after_step(running.group)
+            if running.group in self.engine.groups:  # not one still computing its prompt (chunked prefill)
+                running.job.after_step(running.group)
         finished = [r for r in self.running if r.group.done]
         if self.static and len(finished) < len(self.running):
             return
