@@ -10,6 +10,7 @@ Every configuration must answer each question with the same tokens (greedy): the
 
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 128 32]
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
 speedup (cold / warm), and the warm time of each configuration over the default's.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import statistics
 import time
@@ -89,6 +91,62 @@ def chat_turns(checkpoint: str, turns: int, system: str) -> None:
     emit("chat", "replies_equal", replies["chat"] == replies["chat-no-prompt-cache"], "bool")
 
 
+async def _stream(client, url: str, body: dict) -> list[float]:
+    """The arrival time of each streamed token of one /v1/completions request."""
+    times = []
+    async with client.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                times.append(time.perf_counter())
+    return times
+
+
+async def _joining(url: str, streams: int, join_tokens: int, system: str,
+                   after_s: float) -> tuple[list[float], float | None]:
+    """``streams`` running generations; after ``after_s`` a ``join_tokens``-token prompt joins (0: none). The running
+    streams' gaps between tokens while it is computed (all of them without one), and its time to first token."""
+    import asyncio
+
+    body = {"model": "bench", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    async with httpx.AsyncClient(timeout=600) as client:
+        running = [asyncio.create_task(_stream(client, url, {**body, "prompt": f"Story {i}:"}))
+                   for i in range(streams)]
+        await asyncio.sleep(after_s)
+        start, first = time.perf_counter(), None
+        if join_tokens:
+            long = (system * (1 + join_tokens // max(1, len(system) // 4)))[:join_tokens * 4]
+            joined = await _stream(client, url, {**body, "prompt": long, "max_tokens": 2})
+            first = joined[0] - start
+        rows = await asyncio.gather(*running)
+    end = start + first if first is not None else float("inf")
+    gaps = [b - a for times in rows for a, b in itertools.pairwise(times)  # the gaps that overlap the join
+            if first is None or (b >= start and a <= end)]
+    return gaps, first
+
+
+def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], system: str,
+            after_s: float = 2.0) -> None:
+    """Chunked prefill: the p99 gap between tokens of running streams while a long prompt joins, per
+    ``--prefill-chunk`` (0: whole), beside their p99 with no prompt joining; the joining prompt's first token."""
+    import asyncio
+
+    from common import percentile
+
+    for chunk in [None, *chunks]:
+        name = "no-join" if chunk is None else f"prefill-chunk-{chunk}"
+        server = start_server(name, checkpoint, "--model-name", "bench", "--prefill-chunk", str(chunk or 0),
+                              "--max-new-tokens", "400")
+        try:
+            gaps, first = asyncio.run(_joining(server.url, streams, 0 if chunk is None else join_tokens, system,
+                                               after_s))
+        finally:
+            server.stop()
+        emit(name, "p99_inter_token_ms", (percentile(gaps, 99) if len(gaps) > 1 else max(gaps)) * 1000, "ms", 1)
+        if first is not None:
+            emit(name, "joining_ttft_ms", first * 1000, "ms", 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -99,8 +157,16 @@ def main() -> None:
     parser.add_argument("--peer-model", default="peer", dest="peer_model")
     parser.add_argument("--chat-turns", type=int, default=0, dest="chat_turns",
                         help="instead: aiayn chat's library over this many turns, with its prompt cache and without")
+    parser.add_argument("--join-tokens", type=int, default=0, dest="join_tokens",
+                        help="instead: chunked prefill, a prompt of this many tokens joining --streams running ones")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--chunks", type=int, nargs="+", default=[0, 128, 32])
+    parser.add_argument("--join-after", type=float, default=2.0, dest="join_after", help="seconds before it joins")
     args = parser.parse_args()
     system = system_prompt(args.system_tokens)
+    if args.join_tokens:
+        joining(args.checkpoint, args.streams, args.join_tokens, args.chunks, system, args.join_after)
+        return
     if args.chat_turns:
         chat_turns(args.checkpoint, args.chat_turns, system)
         return
