@@ -108,9 +108,8 @@ class PromptCache:
 
 def token_bytes(model: DecoderOnly) -> int:
     """The bytes one prompt token's keys and values take in every layer (as the model's weights are stored)."""
-    cfg, weight = model.config, next(model.parameters())
-    heads = model.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
-    return cfg.n_decoder_layers * 2 * heads * cfg.d_head * weight.element_size()
+    cfg = model.config
+    return cfg.n_decoder_layers * 2 * model.cache_heads * cfg.d_head * next(model.parameters()).element_size()
 
 
 def sized_for(model: DecoderOnly, context: int, contexts: int = 4, share: float = 1 / 8) -> int:

@@ -78,11 +78,16 @@ class TransformerModel(nn.Module):
         """A preallocated decoder cache for ``batch`` rows and ``max_len`` positions, on ``like``'s device; it holds
         the key/value heads the layers have (this rank's alone when split: ``inference/tensor_parallel.py``)."""
         cfg = self.config
-        heads = self.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
         windows = ([cfg.sliding_window if t == "sliding" else None for t in cfg.layer_types]
                    or [cfg.sliding_window] * cfg.n_decoder_layers)  # a sliding layer's cache is a ring of its window
-        return DecoderCache.allocate(cfg.n_decoder_layers, batch, heads, max_len, cfg.d_head, like.device, like.dtype,
-                                     windows)
+        return DecoderCache.allocate(cfg.n_decoder_layers, batch, self.cache_heads, max_len, cfg.d_head, like.device,
+                                     like.dtype, windows)
+
+    @property
+    def cache_heads(self) -> int:
+        """The key/value heads a layer's cache holds (this rank's alone when split)."""
+        cfg = self.config
+        return self.decoder.layers[0].self_attn.n_kv_heads if cfg.n_decoder_layers else cfg.kv_heads
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.jobs import DecodeJob
-from aiayn.serve.tools import call_format, call_grammar
+from aiayn.serve.tools import call_format, call_grammar, held_back
 from aiayn.serve.toolstream import ToolStream
 
 
@@ -23,7 +23,7 @@ class StopText:
         if cut >= 0:
             self.text, self.stopped = self.text[:cut], True
             return self.flush()
-        hold = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+        hold = max((held_back(self.text, s) for s in self.stops), default=0)
         return self._send(len(self.text) - hold)
 
     def flush(self) -> str:
@@ -72,9 +72,7 @@ class Thinking:
             if self.inside:
                 end = self.held.find(self.CLOSE)
                 if end < 0:  # held: a tag's start, and the spaces before it (dropped if the part ends there)
-                    partial = max((k for k in range(1, len(self.CLOSE)) if self.held.endswith(self.CLOSE[:k])),
-                                  default=0)
-                    sent = len(self.held[:len(self.held) - partial].rstrip())
+                    sent = len(self.held[:len(self.held) - held_back(self.held, self.CLOSE)].rstrip())
                     reasoning, self.held = reasoning + self.held[:sent], self.held[sent:]
                     self.trim = self.trim and not reasoning
                     return reasoning, content

@@ -47,6 +47,11 @@ LEADS = ("<|python_tag|>", "[TOOL_CALLS]")  # markers a whole-reply call may sta
 BARE = ("{", "[", "`", *LEADS)  # how a reply that is a bare, fenced or marked JSON call starts
 
 
+def held_back(text: str, marker: str) -> int:
+    """How many of ``text``'s last characters may be the start of ``marker`` (held until the next piece says)."""
+    return max((k for k in range(1, len(marker)) if text.endswith(marker[:k])), default=0)
+
+
 def call_format(template: str | None) -> CallFormat:
     """The call format a chat template teaches: Mistral's ``[TOOL_CALLS]``, Llama 3's ``"parameters"`` objects
     (its templates write ``<|python_tag|>`` or ask for "parameters"), else Hermes' ``<tool_call>`` blocks."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from aiayn.serve.tools import BARE, HERMES, CallFormat, bare_calls, parse_calls
+from aiayn.serve.tools import BARE, HERMES, CallFormat, bare_calls, held_back, parse_calls
 
 # the start of a Hermes call's object, up to where its arguments begin
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
@@ -41,13 +41,13 @@ class ToolStream:
             if not self.inside:
                 start = self.held.find(HERMES.open) if self.fmt is HERMES else -1
                 if start < 0:
-                    cut = len(self.held) - (_partial(self.held, HERMES.open) if self.fmt is HERMES else 0)
+                    cut = len(self.held) - (held_back(self.held, HERMES.open) if self.fmt is HERMES else 0)
                     content, self.held = content + self.held[:cut], self.held[cut:]
                     return content, deltas
                 content, self.held = content + self.held[:start], self.held[start + len(HERMES.open):]
                 self.inside = True
             end = self.held.find(HERMES.close)
-            written = self.held[:end] if end >= 0 else self.held[:len(self.held) - _partial(self.held, HERMES.close)]
+            written = self.held[:end] if end >= 0 else self.held[:len(self.held) - held_back(self.held, HERMES.close)]
             deltas += self._name() + self._arguments(written)
             if end < 0:
                 return content, deltas
@@ -88,18 +88,13 @@ class ToolStream:
         rest, self.held = self.held, ""
         if self.inside:
             rest = HERMES.open + rest
-        calls = bare_calls(rest, self.names) if self.bare else []
         if self.streamed is not None:  # a call cut short (max_tokens): it stays the call it started as
             self.cut = True
             return "", []
+        calls = bare_calls(rest, self.names) if self.bare else []
         return ("", [self._new(call) for call in calls]) if calls else (rest, [])
 
     def _new(self, call: dict) -> dict:
         """A call made: kept whole in ``calls``; its delta (with its index)."""
         self.calls.append({**call, "function": dict(call["function"])})
         return {"index": len(self.calls) - 1, **call, "function": dict(call["function"])}
-
-
-def _partial(text: str, marker: str) -> int:
-    """How many of ``text``'s last characters may be the start of ``marker`` (held until the next piece says)."""
-    return max((k for k in range(1, len(marker)) if text.endswith(marker[:k])), default=0)
