@@ -131,3 +131,53 @@ def test_a_long_prompt_is_computed_in_chunks_while_the_running_rows_go_on(lm):
     assert not engine.prefilling and not engine.groups
     for prompt, (group, cfg) in zip(prompts, groups, strict=True):
         assert outputs(group, cfg) == generate(lm, prompt, config=cfg), cfg
+
+
+def test_a_prompt_pass_picks_the_first_token_so_a_joining_prompt_costs_one_pass(lm):
+    """The pass over a newcomer's prompt yields its first token (vLLM's prefill), with or without the prompt cache:
+    no second pass for its last column."""
+    from aiayn.decoding.prefix import PromptCache
+
+    cfg = DecodingConfig(strategy="greedy", max_new_tokens=5, max_len_b=None)
+    for prompt_cache in (None, PromptCache(lm, block_size=4)):
+        engine = Engine(lm, capacity=60, prompt_cache=prompt_cache)
+        first, rows, beams = rows_for(lm, random_ids(1, 6, vocab=30), cfg)
+        engine.admit(first, rows, beams)
+        engine.step()
+        prompt = random_ids(1, 13, vocab=30)
+        group, rows, beams = rows_for(lm, prompt, cfg)
+        passes, step = [], lm.step
+        lm.step = lambda tokens, state, last=False: passes.append(tokens.size(0)) or step(tokens, state, last)
+        try:
+            engine.admit(group, rows, beams)
+        finally:
+            del lm.step
+        assert passes == [1] and group.steps == 1  # one pass over its prompt alone, and its first token
+        engine.run()
+        assert group.results() == generate(lm, prompt, config=cfg)
+
+
+def test_a_long_prompt_joining_short_rows_never_reads_their_padding(lm):
+    """Rows padded in front by far more than ``SLACK`` columns are attended apart from their first real column:
+    the padding of an assembled cache is left unwritten (a long prompt joining short rows costs its own columns,
+    not the batch's width), so it may hold anything, NaN included, and every row still decodes as alone."""
+    from aiayn.model.cache import SLACK
+
+    long_lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope", max_len=200)).double().eval()
+    cfg = DecodingConfig(strategy="greedy", max_new_tokens=6, max_len_b=None)
+    prompts = [random_ids(1, n, vocab=30) for n in (3, 5, SLACK + 40)]
+    engine, groups = Engine(long_lm, capacity=200), []
+    for prompt in prompts:
+        group, rows, beams = rows_for(long_lm, prompt, cfg)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+    engine.join()
+    starts = engine.state.left_pad.tolist()
+    assert starts[0] - SLACK > 0 and starts[2] == 0
+    for layer in engine.state.cache.layers:  # what unwritten memory may hold, beyond the zeroed slack
+        for t in (layer.self_kv.k, layer.self_kv.v):
+            for row, start in enumerate(starts):
+                t[row, :, :max(0, start - SLACK)] = float("nan")
+    engine.run()
+    for prompt, group in zip(prompts, groups, strict=True):
+        assert group.results() == generate(long_lm, prompt, config=cfg)

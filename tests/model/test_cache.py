@@ -110,3 +110,25 @@ def test_rings_assemble_rows_of_different_lengths_and_keep_their_latest_position
     assert joined.capacity == 3 + ROLLBACK and joined.length == 40
     held = joined.read(joined.first, 40)[0]  # (2, 1, capacity, 2), positions in order
     assert torch.equal(held[0], ka[0, :, -joined.capacity:]) and torch.equal(held[1], kb[1, :, -joined.capacity:])
+
+
+def test_rows_run_together_while_their_padding_is_within_slack():
+    from aiayn.model.cache import SLACK, runs_of
+
+    assert runs_of([0, 3, SLACK]) is None  # one run from column 0: nothing to skip
+    assert runs_of([5, 5]) == [(0, 2, 5)]
+    assert runs_of([300, 310, 0, 0, SLACK + 1]) == [(0, 2, 300), (2, 4, 0), (4, 5, SLACK + 1)]
+    assert runs_of([0, SLACK, SLACK + 1]) == [(0, 2, 0), (2, 3, SLACK + 1)]  # a run's starts span at most SLACK
+
+
+def test_an_assembly_for_rows_attended_apart_zeroes_the_slack_before_each_row():
+    from aiayn.model.cache import SLACK
+
+    cache = DecoderCache.allocate(1, 1, 1, 8, 2)
+    cache.layers[0].self_kv.update(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    long = DecoderCache.allocate(1, 1, 1, 200, 2)
+    long.layers[0].self_kv.update(torch.full((1, 1, 150, 2), 2.0), torch.full((1, 1, 150, 2), 2.0))
+    joined = DecoderCache.assemble([(cache, None, 147), (long, None, 0)], 160, starts=[147, 0])
+    kv = joined.layers[0].self_kv
+    assert (kv.k[0, :, 147 - SLACK:147] == 0).all() and (kv.v[0, :, 147 - SLACK:147] == 0).all()
+    assert (kv.k[0, :, 147:150] == 1).all() and (kv.k[1, :, :150] == 2).all()

@@ -124,3 +124,27 @@ def test_finish_reasons_come_from_the_rows_group(model):
     assert first["finish_reason"] == "length" and len(first["ids"]) == 1
     alone = generate(model, torch.tensor([[5, 6, 7]]), "greedy", max_new_tokens=40, max_len_b=None)[0]
     assert second["ids"] == alone and second["finish_reason"] == ("length" if len(alone) == 40 else "stop")
+
+
+def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(model):
+    """The prompt pass picks the first token: an error there (a grammar that fails) fails that request alone."""
+
+    class Failing(DecodeJob):
+        def group(self, model):
+            group, inputs, beams = super().group(model)
+            group.choose = lambda scores: (_ for _ in ()).throw(ValueError("a grammar error"))
+            return group, inputs, beams
+
+    failing, ended = Failing([5, 6, 7], OPTIONS[0], lambda e: None), Future()
+    failing.emit = lambda e: "finish_reason" in e and not ended.done() and ended.set_result(e)
+    fine = job_of([5, 6, 7, 8], OPTIONS[0])
+    scheduler = Scheduler(model, max_batch=4, capacity=40)
+    scheduler.start()
+    try:
+        scheduler.submit(failing)
+        scheduler.submit(fine)
+        event, out = ended.result(timeout=60), wait_all([fine])[0]
+    finally:
+        scheduler.stop()
+    assert event["finish_reason"] == "error" and "a grammar error" in event["detail"]
+    assert out == generate(model, torch.tensor([[5, 6, 7, 8]]), config=OPTIONS[0])[0]

@@ -8,8 +8,9 @@ short one (the continuous batching of Orca and vLLM, written small). Rows of eve
 width; each keeps its own positions, its own source (encoder-decoder: its memory and cross-attention keys), and
 never attends to padding, so a group's tokens are the ones it would get alone.
 
-Between two steps, once rows have joined: ``tokens`` (B, W) holds every row and the cache holds columns
-0..W-2 (the last column is what the next step reads).
+Between two steps, for the batch and for every group waiting to join: ``tokens`` (B, W) holds every row and the
+cache holds columns 0..W-2 (the last column is what the next step reads). A group's prompt pass picks its first
+tokens, so it joins with them.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ class Engine:
     @torch.no_grad()
     def admit(self, group: Rows, inputs: Tensor, beams: int = 1, adapter: int = 0) -> int:
         """Start ``group`` on ``inputs`` (B, S): sources, or right-padded prompts (each stands for ``beams`` rows).
-        Its start columns are computed alone (from the prompt cache where it can); its rows join the running
-        batch at the next step, with every group admitted since (one copy of the batch for all of them).
+        Its start columns are computed alone (from the prompt cache where it can), with its first tokens; its
+        rows join the running batch at the next step, with every group admitted since (one copy of the batch for
+        all of them).
         ``adapter``: the LoRA adapter its rows run (``model/multi_lora.py``; 0, the base model). Returns the
         prompt tokens the prompt cache served (0: none)."""
         if group.done:
@@ -103,38 +105,40 @@ class Engine:
         cacheable = not adapter and self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1
         if cacheable:
             cached = self.prompt_cache.load(tokens[0].tolist(), state.cache, 0)
-        if self.prefill_chunk and state.cache is not None and tokens.size(1) - 1 - state.position > self.prefill_chunk:
+        if self.prefill_chunk and state.cache is not None and tokens.size(1) - state.position > self.prefill_chunk:
             self.prefilling.append((group, tokens, state, cacheable))  # computed a chunk a step (prefill)
         else:
             self._ready(group, tokens, state, cacheable)
         return cached
 
     def _ready(self, group: Rows, tokens: Tensor, state: DecodeState, cacheable: bool) -> None:
-        """A group whose prompt is computed (a cacheable one now, its whole blocks stored) joins at the next step."""
+        """The rest of a group's prompt computed in one pass that also picks its first tokens (a prefill yields a
+        token, as in vLLM: no second pass for the last column); a cacheable prompt's whole blocks are stored. The
+        group joins at the next step unless that token ended it."""
+        scores = self.model.step(tokens, state, last=True)[:, -1].float()  # (b, V), or (b, C) with candidates
         if cacheable:
-            self._settle(tokens, state)
-            self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, tokens.size(1) - 1)
-        self.joining.append((group, tokens, state))
+            self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, tokens.size(1))
+        nexts, order = self._choose(scores, [group])
+        if order is not None:
+            tokens = tokens.index_select(0, order)
+            state.reorder(order, within_groups=True)
+        tokens = torch.cat([tokens, nexts[:, None]], dim=1)  # (b, t0 + 1)
+        if not group.done:
+            self.joining.append((group, tokens, state))
 
     def prefill(self) -> None:
-        """The next ``prefill_chunk`` columns of the oldest prompt still computing; done, it joins."""
+        """The next ``prefill_chunk`` columns of the oldest prompt still computing; its last chunk yields its
+        first tokens and it joins."""
         group, tokens, state, cacheable = self.prefilling[0]
-        end = min(state.position + self.prefill_chunk, tokens.size(1) - 1)
-        self.model.step(tokens[:, :end], state, last=True)  # only the cache is wanted
-        if end == tokens.size(1) - 1:
-            self.prefilling.pop(0)
-            self._ready(group, tokens, state, cacheable)
+        if tokens.size(1) - state.position > self.prefill_chunk:
+            self.model.step(tokens[:, :state.position + self.prefill_chunk], state, last=True)  # the cache only
+            return
+        self.prefilling.pop(0)
+        self._ready(group, tokens, state, cacheable)
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
         return 1 if self.model.config.arch == "encoder-decoder" else inputs.size(1)
-
-    def _settle(self, tokens: Tensor, state: DecodeState) -> None:
-        """Compute columns not yet in the cache but the last (the invariant rows share)."""
-        if state.cache is None:
-            raise ValueError("use_cache=False: rows join a running batch only with a KV cache")
-        if state.position < tokens.size(1) - 1:
-            self.model.step(tokens[:, :-1], state, last=True)  # only the cache is wanted
 
     def join(self) -> None:
         """Append the joining groups' rows to the batch, each left-padded to the widest, into one cache sized to
@@ -145,8 +149,8 @@ class Engine:
             self.groups.append(group)
             return
         parts = ([] if self.tokens is None else [(self.tokens, self.state)]) + [(t, st) for _, t, st in joining]
-        for tokens, state in parts:
-            self._settle(tokens, state)
+        if any(state.cache is None for _, state in parts):
+            raise ValueError("use_cache=False: rows join a running batch only with a KV cache")
         width = max(tokens.size(1) for tokens, _ in parts)
         self.groups.extend(group for group, _, _ in joining)
         self.state = DecodeState.assemble([(st, None, width - t.size(1)) for t, st in parts],
@@ -161,27 +165,28 @@ class Engine:
     def step(self) -> None:
         """One decoding step for every row (the groups admitted since the last step join first): each group
         chooses its rows' next tokens."""
-        if self.prefilling:
-            self.prefill()
         if self.joining:
             self.join()
+        if self.prefilling:
+            self.prefill()  # a prompt that completes joins at the next step (one token a step per group)
         if not self.groups:  # every group admitted is still computing its prompt
             return
         scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
-        self._apply(*self._choose(scores))
+        self._apply(*self._choose(scores, self.groups))
 
-    def _choose(self, scores: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Each group picks its rows' next tokens from ``scores`` (B, V): the tokens (B,) and, when a beam search
-        reordered its rows, the row each row continues (B,) (None: every row its own)."""
+    def _choose(self, scores: Tensor, groups: list[Rows]) -> tuple[Tensor, Tensor | None]:
+        """Each of ``groups`` (whose rows ``scores`` (B, V) holds, in order) picks its rows' next tokens: the
+        tokens (B,) and, when a beam search reordered its rows, the row each row continues (B,) (None: every row
+        its own)."""
         nexts, orders, start = [], [], 0
-        for group in self.groups:
+        for group in groups:
             nxt, order = group.advance(scores[start: start + group.size], self.columns)
             nexts.append(nxt)
             orders.append((start, group.size, order))
             start += group.size
         index = None
         if any(order is not None for _, _, order in orders):
-            index = torch.cat([torch.arange(first, first + size, device=self.tokens.device) if order is None
+            index = torch.cat([torch.arange(first, first + size, device=scores.device) if order is None
                                else order + first for first, size, order in orders])  # (B,)
         return torch.cat(nexts), index
 

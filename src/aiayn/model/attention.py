@@ -178,16 +178,33 @@ class MultiHeadAttention(nn.Module):
             output (B, T, d_model) and the weights or None.
         """
         q, k, v = self.heads(query, key_value, static_kv, offset)
+        runs = None
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
             mask = cache.visible(mask)  # a sliding layer's ring returns only the positions it holds
-        weights = None
+            runs = None if need_weights else cache.runs
+        if runs is None:
+            out, weights = self.attend(q, k, v, mask, bias, need_weights)
+        else:  # rows padded in front attended apart, from their first real column: the padding is never read
+            out, weights = torch.cat([self.attend(q[a:b], k[a:b, :, s:], v[a:b, :, s:], _rows(mask, a, b, s),
+                                                  _rows(bias, a, b, s), False)[0] for a, b, s in runs]), None
+        out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
+        return self.out_proj(out), weights
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+               need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """softmax(Q K^T / sqrt(d_k)) V of heads (B, H, T, D) over keys and values (B, H_kv, S, D), mask bool
+        (True = may attend): the output (B, H, T, D) and, with ``need_weights``, the weights (B, H, T, S)."""
         if need_weights or self.softcap is not None:
             groups = self.n_heads // self.n_kv_heads
             out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias,
                                                self.softcap)
-            weights = weights if need_weights else None
-        else:
-            out = fast_attention(q, k, v, mask, self.dropout if self.training else 0.0, bias)
-        out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
-        return self.out_proj(out), weights
+            return out, (weights if need_weights else None)
+        return fast_attention(q, k, v, mask, self.dropout if self.training else 0.0, bias), None
+
+
+def _rows(t: Tensor | None, first: int, end: int, column: int) -> Tensor | None:
+    """A mask or bias (B or 1, .., S) cut to rows first..end-1 and keys from ``column`` on."""
+    if t is None:
+        return None
+    return (t if t.size(0) == 1 else t[first:end])[..., column:]

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 ROLLBACK = 16  # positions a sliding layer's ring keeps beyond its window: speculative decoding takes back up to this
+SLACK = 64  # padding columns before a row's first real one that an assembled cache keeps zero (see runs_of)
 
 
 class KVCache:
@@ -34,6 +35,7 @@ class KVCache:
         self.length, self.window = 0, window
         self.first = 0  # the oldest position still held (0 until a ring wraps)
         self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
+        self.runs: list[tuple[int, int, int]] | None = None  # rows attended apart (DecoderCache.mark_padding)
 
     @property
     def capacity(self) -> int:
@@ -106,17 +108,22 @@ class KVCache:
     def holding(cls, k: Tensor, v: Tensor, length: int, window: int | None = None) -> KVCache:
         """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length``."""
         cache = cls.__new__(cls)
-        cache.k, cache.v, cache.length, cache.window, cache.columns = k, v, length, window, None
+        cache.k, cache.v, cache.length, cache.window, cache.columns, cache.runs = k, v, length, window, None, None
         cache.first = max(0, length - k.size(2))
         return cache
 
     @classmethod
-    def assemble(cls, parts: list[tuple[KVCache, Tensor | None, int]], capacity: int) -> KVCache:
+    def assemble(cls, parts: list[tuple[KVCache, Tensor | None, int]], capacity: int,
+                 starts: list[int] | None = None) -> KVCache:
         """A new cache of ``capacity`` positions (a ring: at most its window and ROLLBACK) holding, one part after
         the other, the rows ``index`` (None: all) of each part's cache with their positions moved by ``shift``:
-        right (zeros in front: padding columns, never uninitialised memory, for a masked key still multiplies its
-        value by 0 and 0 * NaN is NaN) or left (< 0: that many front positions dropped). Every part must then end
-        at the same position; only held positions are copied (the rest is never read before it is written)."""
+        right (padding columns in front) or left (< 0: that many front positions dropped). Every part must then
+        end at the same position; only held positions are copied (the rest is never read before it is written).
+
+        Padding is zeros (a masked key still multiplies its value by 0, and 0 * NaN is NaN), but where ``starts``
+        (each row's first real column) is given a full layer zeroes only the ``SLACK`` columns before it: its
+        rows are attended apart (:func:`runs_of`), so the rest of the padding is never read, nor its memory
+        touched (a long prompt joining short rows costs its own columns, not the batch's width)."""
         ends = {kv.length + shift for kv, _, shift in parts}
         first = parts[0][0]
         if first.window is not None:
@@ -128,15 +135,34 @@ class KVCache:
         sizes = [kv.k.size(0) if index is None else index.numel() for kv, index, _ in parts]
         shape = (sum(sizes), first.k.size(1), capacity, first.k.size(3))  # (B, H, capacity, D)
         k, v = first.k.new_empty(shape), first.v.new_empty(shape)
+        ragged = starts is not None and first.window is None
         row = 0
         for (kv, index, shift), size in zip(parts, sizes, strict=True):
             rows, front = slice(row, row + size), max(low, kv.first + shift)
             for big, held in zip((k, v), kv.read(front - shift, kv.length), strict=True):  # (b, H, n - front, D)
                 big[rows, :, _slots(front, n, capacity, k.device)] = (held if index is None
                                                                       else held.index_select(0, index))
-                big[rows, :, _slots(low, front, capacity, k.device)] = 0
+                if not ragged:
+                    big[rows, :, _slots(low, front, capacity, k.device)] = 0
             row += size
+        for b, start in enumerate(starts if ragged else []):
+            k[b, :, max(0, start - SLACK):start] = v[b, :, max(0, start - SLACK):start] = 0
         return cls.holding(k, v, n, first.window)
+
+
+def runs_of(starts: list[int]) -> list[tuple[int, int, int]] | None:
+    """Rows of a batch whose real columns begin at ``starts`` (their left padding), as runs of neighbours that
+    are attended together: (first row, end row, the run's first column), each row's start within ``SLACK`` of
+    it. None when one run from column 0 holds every row (no padding to skip)."""
+    runs: list[list[int]] = []  # [first row, end row, lowest start, highest start]
+    for row, start in enumerate(starts):
+        if runs and max(runs[-1][3], start) - min(runs[-1][2], start) <= SLACK:
+            runs[-1][1:] = [row + 1, min(runs[-1][2], start), max(runs[-1][3], start)]
+        else:
+            runs.append([row, row + 1, start, start])
+    if len(runs) == 1 and runs[0][2] == 0:
+        return None
+    return [(a, b, low) for a, b, low, _ in runs]
 
 
 def _slots(start: int, end: int, capacity: int, device: torch.device) -> slice | Tensor:
@@ -193,14 +219,23 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_kv.truncate(length)
 
+    def mark_padding(self, left_pad: Tensor | None) -> None:
+        """Rows padded in front by ``left_pad`` (B,) (None: none): each full layer's attention takes the runs of
+        rows with like padding apart, from their first real column (:func:`runs_of`); rings attend whole."""
+        runs = None if left_pad is None else runs_of(left_pad.tolist())
+        for layer in self.layers:
+            layer.self_kv.runs = runs if layer.self_kv.window is None else None
+
     @classmethod
-    def assemble(cls, parts: list[tuple[DecoderCache, Tensor | None, int]], capacity: int) -> DecoderCache:
+    def assemble(cls, parts: list[tuple[DecoderCache, Tensor | None, int]], capacity: int,
+                 starts: list[int] | None = None) -> DecoderCache:
         """Continuous batching (``aiayn.decoding.engine``): rows of several caches in one, see
-        :meth:`KVCache.assemble`; cross-attention keys/values of sources of different lengths are zero-padded
-        to the longest (the source mask hides them)."""
+        :meth:`KVCache.assemble` (``starts``: each row's first real column); cross-attention keys/values of
+        sources of different lengths are zero-padded to the longest (the source mask hides them)."""
         layers = []
         for i in range(len(parts[0][0].layers)):
-            self_kv = KVCache.assemble([(c.layers[i].self_kv, index, shift) for c, index, shift in parts], capacity)
+            self_kv = KVCache.assemble([(c.layers[i].self_kv, index, shift) for c, index, shift in parts], capacity,
+                                       starts)
             crosses = [(c.layers[i].cross_kv, index) for c, index, _ in parts]
             layers.append(LayerCache(self_kv, _cross(crosses)))
         return cls(layers)

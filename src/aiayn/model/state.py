@@ -68,7 +68,8 @@ class DecodeState:
         adapters = None
         if any(st.adapters is not None for st, _, _ in parts):
             adapters = torch.cat([pick(_adapters(st), index) for st, index, _ in parts])  # (B,)
-        cache = DecoderCache.assemble([(st.cache, index, shift) for st, index, shift in parts], capacity)
+        cache = DecoderCache.assemble([(st.cache, index, shift) for st, index, shift in parts], capacity,
+                                      left_pad.tolist())
         return DecodeState(cache, memory, src_mask, left_pad if bool(left_pad.any()) else None, parts[0][0].output,
                            adapters)
 

@@ -165,6 +165,8 @@ class EncoderDecoder(EncoderDecoderBody):
         self_mask, local, positions = decoder_inputs(tgt_ids, self.config.pad_id, _offset(cache), left_pad,
                                                      first_is_real=True, **_windows(self.config))
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        if cache is not None:
+            cache.mark_padding(left_pad)
         x = self.tgt_embed(tgt_ids, positions)
         return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights, local)
 
@@ -224,6 +226,8 @@ class DecoderOnly(TransformerModel):
         """
         mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
                                                 **_windows(self.config))  # (B|1, 1, T, offset+T) or None
+        if cache is not None:
+            cache.mark_padding(left_pad)
         hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions, local_mask=local)
         return _capped((self.output if output is None else output)(hidden[:, -1:] if last else hidden), self.config)
 

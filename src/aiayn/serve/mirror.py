@@ -41,24 +41,24 @@ class LeaderEngine(Engine):
         super().__init__(*args, **kwargs)
         self.parallel, self.ids, self.numbers = parallel, {}, itertools.count()
 
-    def admit(self, group, inputs: Tensor, beams: int = 1, adapter: int = 0) -> None:
+    def admit(self, group, inputs: Tensor, beams: int = 1, adapter: int = 0) -> int:
         if group.done:
-            return
+            return 0
         number = self.ids[id(group)] = next(self.numbers)
         self.parallel.share(("admit", number, inputs, beams, adapter, group.size, group.longest))
-        super().admit(group, inputs, beams, adapter)
+        return super().admit(group, inputs, beams, adapter)
 
     def step(self) -> None:
         self.parallel.share(("step",))
         super().step()
 
-    def _choose(self, scores: Tensor):
+    def _choose(self, scores: Tensor, groups: list):
         try:
-            chosen = super()._choose(scores)
+            chosen = super()._choose(scores, groups)
         except Exception:
             self.parallel.share(None)  # the followers drop this step too
             raise
-        self.parallel.share((*chosen, [group.steps for group in self.groups]))
+        self.parallel.share((*chosen, [(group.steps, group.done) for group in groups]))
         return chosen
 
     def remove(self, leaving: list) -> None:
@@ -83,13 +83,13 @@ class FollowerEngine(Engine):
         super().__init__(*args, **kwargs)
         self.parallel = parallel
 
-    def _choose(self, scores: Tensor):
+    def _choose(self, scores: Tensor, groups: list):
         chosen = self.parallel.share(None)
         if chosen is None:
             raise RuntimeError("rank 0's step failed")
         nexts, index, steps = chosen
-        for group, taken in zip(self.groups, steps, strict=True):
-            group.steps = taken
+        for group, (taken, done) in zip(groups, steps, strict=True):
+            group.steps, group.done = taken, done
         return nexts, index
 
 

@@ -39,6 +39,13 @@ class _Running:
 
     job: Job
     group: object
+    told: int = 0  # the group's steps the job has been told of
+
+    def tell(self) -> None:
+        """Tell the job of the token its group took since it was last told (a prompt pass or a step)."""
+        if self.group.steps > self.told:
+            self.told = self.group.steps
+            self.job.after_step(self.group)
 
 
 class Scheduler:
@@ -218,8 +225,14 @@ class Scheduler:
         if busy:
             self.held = job
             return False
-        job.cached_tokens = self.engine.admit(group, inputs, beams, job.adapter)
+        try:
+            job.cached_tokens = self.engine.admit(group, inputs, beams, job.adapter)  # its prompt pass
+        except Exception as err:  # the request gets it (a grammar that fails on its first token); the thread lives on
+            job.fail(err)
+            self._done(job, "error")
+            return True
         self.running.append(_Running(job, group))
+        self.running[-1].tell()  # the prompt pass's token
         self.joined += 1
         self.largest_batch = max(self.largest_batch, self.engine.rows)
         if group.done:  # nothing to generate (a limit of 0)
@@ -277,8 +290,7 @@ class Scheduler:
             self._leave(self.running, "error")
             return
         for running in self.running:
-            if running.group in self.engine.groups:  # not one still computing its prompt (chunked prefill)
-                running.job.after_step(running.group)
+            running.tell()
         finished = [r for r in self.running if r.group.done]
         if self.static and len(finished) < len(self.running):
             return
