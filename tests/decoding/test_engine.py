@@ -147,7 +147,12 @@ def test_a_prompt_pass_picks_the_first_token_so_a_joining_prompt_costs_one_pass(
         prompt = random_ids(1, 13, vocab=30)
         group, rows, beams = rows_for(lm, prompt, cfg)
         passes, step = [], lm.step
-        lm.step = lambda tokens, state, last=False: passes.append(tokens.size(0)) or step(tokens, state, last)
+
+        def counted(tokens, state, last=False, passes=passes, step=step):
+            passes.append(tokens.size(0))
+            return step(tokens, state, last)
+
+        lm.step = counted
         try:
             engine.admit(group, rows, beams)
         finally:
