@@ -26,10 +26,37 @@ def test_prompt_cache_reuses_a_prefix_with_identical_outputs():
     for _ in range(3):
         prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
         assert greedy_search(lm, prompt, 8, prompt_cache=store) == greedy_search(lm, prompt, 8)
-    assert store.hits == 3 and store.hit_tokens == 3 * 8
+    assert store.hits == 3 and store.hit_tokens >= 8 + 2 * 10  # then the first's block past 8 in part: 2 tokens
     other = torch.tensor([random_ids(1, 12, vocab=30)[0].tolist()])
     assert greedy_search(lm, other, 8, prompt_cache=store) == greedy_search(lm, other, 8)
     assert store.misses == 1
+
+
+def test_a_stored_block_that_shares_leading_tokens_with_a_prompt_is_reused_in_part():
+    """Past its last whole block, a prompt reuses the leading tokens it shares with a stored block (a token-level
+    match: a token's keys depend only on the tokens before it), leaving at least one token for the model."""
+    from aiayn.decoding import PromptCache
+
+    lm = _lm()
+    system = random_ids(1, 8, vocab=30)[0].tolist()
+    store = PromptCache(lm, block_size=4)
+    store.add(system + [5, 6, 7, 8])
+    for tail, reused in (([5, 6, 9, 9, 9], 10), ([5, 6, 7], 10), ([9, 5, 6, 7, 8], 8), ([5, 6, 7, 8, 9], 12)):
+        prompt = torch.tensor([system + tail])
+        before = store.hit_tokens
+        assert greedy_search(lm, prompt, 6, prompt_cache=store) == greedy_search(lm, prompt, 6)
+        assert store.hit_tokens - before == reused, tail
+    store.store(system + [5, 6, 7, 8] + [4] * 4, *_computed(lm, system + [5, 6, 7, 8] + [4] * 4))
+    while store.blocks:  # eviction keeps the index of blocks by their prefix in step
+        store.max_bytes = store.bytes - 1
+        store.store([], None, 0, 0)
+    assert store.children == {}
+
+
+def _computed(lm, prompt: list[int]):
+    cache = lm.new_cache(1, len(prompt), next(lm.parameters()))
+    lm.decode(torch.tensor([prompt]), cache=cache)
+    return cache, 0, len(prompt)
 
 
 def test_the_byte_cap_evicts_the_least_recently_used_blocks():

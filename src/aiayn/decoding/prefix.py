@@ -3,8 +3,10 @@ small): the one store that the library's decoding (``generate(..., prompt_cache=
 (``serve/scheduler.py``) both use, through the engine (``decoding/engine.py``).
 
 The keys/values of every whole block of ``block_size`` prompt tokens are kept under the tuple of all prompt
-tokens up to the block's end, so a shared system prompt is found whatever follows it. A byte cap evicts the
-least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that leaves holds
+tokens up to the block's end, so a shared system prompt is found whatever follows it; past the last whole block
+that matches, the leading tokens a stored block shares with the prompt are reused too (a token-level match, as
+SGLang's radix tree and llama.cpp's slots give: the keys of a token depend only on the tokens before it). A byte
+cap evicts the least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that leaves holds
 nothing. Outputs are identical to computing everything (tests/decoding/test_prefix.py).
 """
 
@@ -35,6 +37,7 @@ class PromptCache:
             raise TypeError("prompt caching is for decoder-only models")
         self.model, self.block_size, self.max_bytes = model, block_size, max_bytes
         self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
+        self.children: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # a block's prefix -> the blocks after it
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
 
     @torch.no_grad()
@@ -52,20 +55,37 @@ class PromptCache:
 
     def load(self, prompt: list[int], cache: DecoderCache, first_column: int) -> int:
         """Copy the cached blocks that start ``prompt`` into ``cache`` (one row) from column ``first_column``
-        (left padding before it); return the columns filled, ``first_column`` included (0 if no block)."""
+        (left padding before it), then the leading tokens of a block that shares them (:meth:`partial`); return
+        the columns filled, ``first_column`` included (0 if none)."""
         blocks, b = self.lookup(prompt, len(prompt) - 1), self.block_size
         blocks = blocks[:_usable(blocks, [layer.self_kv.window for layer in cache.layers], b)]
+        tail, shared = self.partial(prompt, len(blocks) * b, len(prompt) - 1)
+        if shared:
+            blocks.append([(k[:, :, :shared], v[:, :, :shared]) for k, v in tail])
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
             held = [i for i, block in enumerate(blocks) if block[j] is not None]
             for run in _runs(held):
                 keys, values = zip(*(blocks[i][j] for i in run), strict=True)
                 layer.self_kv.write(first_column + run[0] * b, torch.cat(keys, 2), torch.cat(values, 2))
-        filled = first_column + len(blocks) * b if blocks else 0
+        reused = (len(blocks) - bool(shared)) * b + shared
+        filled = first_column + reused if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
         self.hits, self.misses = self.hits + bool(blocks), self.misses + (not blocks)
-        self.hit_tokens += len(blocks) * b
+        self.hit_tokens += reused
         return filled
+
+    def partial(self, prompt: list[int], start: int, usable: int) -> tuple[Block | None, int]:
+        """The stored block after ``prompt[:start]`` that shares the most leading tokens with the prompt's next
+        ones (at most ``usable - start``), and how many it shares (0: none). Only a block every layer holds."""
+        best, shared, b = None, 0, self.block_size
+        ahead = prompt[start:min(start + b, usable)]
+        for key in self.children.get(tuple(prompt[:start]), ()):
+            n = next((i for i, (x, y) in enumerate(zip(key[start:], ahead, strict=False)) if x != y), len(ahead))
+            block = self.blocks[key]
+            if n > shared and all(kv is not None for kv in block):
+                best, shared = block, n
+        return best, shared
 
     def lookup(self, prompt: list[int], usable: int) -> list[Block]:
         """The cached blocks that start ``prompt``, in order, covering at most ``usable`` tokens."""
@@ -96,9 +116,14 @@ class PromptCache:
             block = [None if kv is None else (kv[0].clone(), kv[1].clone()) for kv in block]
             self.bytes += _bytes(block) - (0 if old is None else _bytes(old))
             self.blocks[key] = block
+            self.children.setdefault(key[:-b], set()).add(key)
         while self.bytes > self.max_bytes and self.blocks:
-            _, block = self.blocks.popitem(last=False)
+            key, block = self.blocks.popitem(last=False)
             self.bytes -= _bytes(block)
+            siblings = self.children[key[:-b]]
+            siblings.discard(key)
+            if not siblings:
+                del self.children[key[:-b]]
 
     def stats(self) -> dict:
         return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
