@@ -9,6 +9,7 @@ default prompt cache (sized for the model), ``--prefix-cache-bytes 0`` (none), a
 Every configuration must answer each question with the same tokens (greedy): the cache changes nothing but time.
 
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/gemma3 --completions   (a base model: /v1/completions)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 128 32]
 
@@ -42,27 +43,35 @@ def system_prompt(tokens: int) -> str:
     return "Answer questions about these picture captions:\n" + "\n".join(captions[:max(1, tokens // 14)])
 
 
-def ask(client: httpx.Client, url: str, model: str, system: str, question: str) -> tuple[float, str]:
-    """(seconds to the first streamed token, the whole answer) of one greedy streamed chat request."""
-    body = {"model": model, "stream": True, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+def ask(client: httpx.Client, url: str, model: str, system: str, question: str,
+        completions: bool = False) -> tuple[float, str]:
+    """(seconds to the first streamed token, the whole answer) of one greedy streamed chat request; with
+    ``completions``, the system prompt and the question as one text through /v1/completions (a base model)."""
+    body = {"model": model, "stream": True, "max_tokens": 8, "temperature": 0}
+    if completions:
+        route, body["prompt"] = "completions", f"{system}\n\nQuestion: {question}\nAnswer:"
+    else:
+        route, body["messages"] = "chat/completions", [{"role": "system", "content": system},
+                                                       {"role": "user", "content": question}]
     start, first, text = time.perf_counter(), None, ""
-    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+    with client.stream("POST", f"{url}/v1/{route}", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: {"):
                 continue
-            delta = json.loads(line[len("data: "):])["choices"][0]["delta"].get("content") or ""
+            choice = json.loads(line[len("data: "):])["choices"][0]
+            delta = choice.get("text") if completions else choice["delta"].get("content")
             if delta and first is None:
                 first = time.perf_counter() - start
-            text += delta
+            text += delta or ""
     return (first if first is not None else time.perf_counter() - start), text
 
 
-def measure(url: str, model: str, system: str, questions: list[str]) -> tuple[float, float, list[str]]:
+def measure(url: str, model: str, system: str, questions: list[str],
+            completions: bool = False) -> tuple[float, float, list[str]]:
     """(cold ms, warm median ms, the answers)."""
     with httpx.Client(timeout=600) as client:
-        runs = [ask(client, url, model, system, q) for q in questions]
+        runs = [ask(client, url, model, system, q, completions) for q in questions]
     times = [t * 1000 for t, _ in runs]
     return times[0], statistics.median(times[1:]), [a for _, a in runs]
 
@@ -162,6 +171,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--chunks", type=int, nargs="+", default=[0, 128, 32])
     parser.add_argument("--join-after", type=float, default=2.0, dest="join_after", help="seconds before it joins")
+    parser.add_argument("--completions", action="store_true",
+                        help="the system prompt and each question as one text through /v1/completions (a base model "
+                             "without a chat template)")
     args = parser.parse_args()
     system = system_prompt(args.system_tokens)
     if args.join_tokens:
@@ -177,14 +189,14 @@ def main() -> None:
     for name, flags in configs.items():
         server = start_server(name, args.checkpoint, "--model-name", "bench", *flags)
         try:
-            cold, warm[name], answers[name] = measure(server.url, "bench", system, questions)
+            cold, warm[name], answers[name] = measure(server.url, "bench", system, questions, args.completions)
         finally:
             server.stop()
         emit(name, "ttft_cold_ms", cold, "ms", 1)
         emit(name, "ttft_warm_ms", warm[name], "ms", 1)
         emit(name, "speedup", cold / warm[name], "x", 2)
     if args.peer:
-        cold, warm["peer"], _ = measure(args.peer, args.peer_model, system, questions)
+        cold, warm["peer"], _ = measure(args.peer, args.peer_model, system, questions, args.completions)
         emit("peer", "ttft_cold_ms", cold, "ms", 1)
         emit("peer", "ttft_warm_ms", warm["peer"], "ms", 1)
     for name in warm:

@@ -24,6 +24,16 @@ def test_the_prompt_cache_benchmark_times_cold_and_warm_and_finds_the_answers_eq
     assert found[("all", "answers_equal")] is True
 
 
+def test_the_completions_mode_asks_a_base_model_through_v1_completions(tmp_path):
+    folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
+    done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--questions", "2",
+                           "--system-tokens", "60", "--completions"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, done.stdout.splitlines())}
+    assert found[("default", "ttft_cold_ms")] > 0 and found[("no-prompt-cache", "ttft_warm_ms")] > 0
+    assert found[("all", "answers_equal")] is True
+
+
 def test_the_chat_mode_times_each_turn_with_and_without_the_cache_and_compares_the_replies(tmp_path):
     folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
     done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--chat-turns", "3",

@@ -40,13 +40,14 @@ def test_a_stored_block_that_shares_leading_tokens_with_a_prompt_is_reused_in_pa
     lm = _lm()
     system = random_ids(1, 8, vocab=30)[0].tolist()
     store = PromptCache(lm, block_size=4)
-    store.add(system + [5, 6, 7, 8])
+    store.add([*system, 5, 6, 7, 8])
     for tail, reused in (([5, 6, 9, 9, 9], 10), ([5, 6, 7], 10), ([9, 5, 6, 7, 8], 8), ([5, 6, 7, 8, 9], 12)):
         prompt = torch.tensor([system + tail])
         before = store.hit_tokens
         assert greedy_search(lm, prompt, 6, prompt_cache=store) == greedy_search(lm, prompt, 6)
         assert store.hit_tokens - before == reused, tail
-    store.store(system + [5, 6, 7, 8] + [4] * 4, *_computed(lm, system + [5, 6, 7, 8] + [4] * 4))
+    longer = [*system, 5, 6, 7, 8, 4, 4, 4, 4]
+    store.store(longer, *_computed(lm, longer))
     while store.blocks:  # eviction keeps the index of blocks by their prefix in step
         store.max_bytes = store.bytes - 1
         store.store([], None, 0, 0)

@@ -6,8 +6,8 @@ The keys/values of every whole block of ``block_size`` prompt tokens are kept un
 tokens up to the block's end, so a shared system prompt is found whatever follows it; past the last whole block
 that matches, the leading tokens a stored block shares with the prompt are reused too (a token-level match, as
 SGLang's radix tree and llama.cpp's slots give: the keys of a token depend only on the tokens before it). A byte
-cap evicts the least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that leaves holds
-nothing. Outputs are identical to computing everything (tests/decoding/test_prefix.py).
+cap evicts the least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that
+leaves holds nothing. Outputs are identical to computing everything (tests/decoding/test_prefix.py).
 """
 
 from __future__ import annotations
