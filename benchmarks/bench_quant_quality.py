@@ -8,7 +8,8 @@ from its GGUF file, imported with ``aiayn import``; llama.cpp reads ``aiayn expo
   four words), compared with aiayn float32's: the share of continuations identical throughout
   (``greedy_identical``) and the mean share of tokens before the first difference (``greedy_prefix``).
 
-Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``), int4 (``--int4``);
+Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``: this CPU's choice; ``int8-a8``
+and ``int8-a16`` force its int8 or bfloat16 activations), int4 (``--int4``);
 llama.cpp F32, Q8_0, Q4_0 (``llama-cpp-python``, when installed). JSON lines {"config", "metric", "value",
 "unit"}. Not timed (``bench_engines.py`` times).
 
@@ -32,7 +33,8 @@ from common import emit as print_figure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WINDOW, NEW_TOKENS = 512, 32
-AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int4": {"int4": True}}
+AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int8-a8": {"int8": True, "w8a8": True},
+         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True}}
 LLAMA_CPP = {"fp32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
 
@@ -68,9 +70,18 @@ def aiayn_engine(checkpoint: Path, options: dict):
     from aiayn import generate
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import inference_copy
+    from aiayn.model import quantized
 
     model, _ = load_checkpoint(checkpoint)
-    model = inference_copy(model.eval(), **options)
+    options = dict(options)
+    w8a8 = options.pop("w8a8", None)
+    choice = quantized.native_bf16
+    if w8a8 is not None:
+        quantized.native_bf16 = lambda: not w8a8  # Int8Linear's activations, whatever this CPU has
+    try:
+        model = inference_copy(model.eval(), **options)
+    finally:
+        quantized.native_bf16 = choice
 
     def logits_of(ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids]))[0]  # (T, V)

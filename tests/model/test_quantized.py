@@ -19,8 +19,11 @@ LLAMA_LIKE = dict(arch="decoder-only", positions="rope", rope_layout="halves", n
                   norm_type="rmsnorm", norm="pre", qkv_bias=False, out_bias=False, ffn_bias=False)
 
 
-def _activation_rounding(x: torch.Tensor, weight: torch.Tensor, bf16: bool) -> float:
-    """A bound on what bfloat16 (8-bit mantissa) activations and dequantised weights can move x W^T by."""
+def _activation_rounding(x: torch.Tensor, weight: torch.Tensor, bf16: bool, int8: bool = False) -> float:
+    """A bound on what bfloat16 (8-bit mantissa) activations and dequantised weights, or int8 activations (half a
+    step of max|x_row| / 127 each), can move x W^T by."""
+    if int8:
+        return float((x.abs().amax(1, keepdim=True) / 254 * weight.abs().sum(1)).max()) + 1e-4
     if not bf16:
         return 1e-4
     return float(2 ** -7 * (x.abs() @ weight.abs().t()).max()) + 1e-4  # x and, for many rows, W rounded
@@ -39,7 +42,9 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernel
         want = F.linear(x, weight, linear.bias).detach()
         got = layer(x)
         assert got.shape == want.shape and got.dtype == torch.float32
-        assert float((got - want).abs().max()) <= _activation_rounding(x.view(-1, 64), weight, bf16_kernels)
+        bound = _activation_rounding(x.view(-1, 64), weight, bf16_kernels, getattr(layer, "w8a8", False))
+        assert float((got - want).abs().max()) <= bound
+    assert getattr(layer, "w8a8", not bf16_kernels) == (not bf16_kernels)  # int8: int8 activations without bf16
 
 
 def test_int8_weights_are_within_half_a_step_of_the_float_ones():
@@ -81,9 +86,7 @@ def test_quantized_model_is_close_to_float_and_decodes_the_same_with_and_without
     model = build_model(tiny(**LLAMA_LIKE)).eval()
     low = quantize(model, bits)
     kinds = {type(m) for m in low.modules()}
-    dynamic = bits == 8 and not bf16_kernels  # an AVX2-only CPU: torch's dynamic int8 (quantize's doc)
-    expected = torch.ao.nn.quantized.dynamic.Linear if dynamic else (Int4Linear if bits == 4 else Int8Linear)
-    assert expected in kinds and nn.Linear not in kinds
+    assert (Int4Linear if bits == 4 else Int8Linear) in kinds and nn.Linear not in kinds
     ids = random_ids(2, 9)
     with torch.no_grad():
         got, want = low(ids), model(ids)
@@ -125,3 +128,18 @@ def test_fusing_draws_nothing_from_torchs_random_generator():
     torch.manual_seed(5)
     fuse(copy.deepcopy(model))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
+    """oneDNN offers bfloat16 on any AVX512 CPU (by conversion); aiayn trains and runs its int8 layers in bfloat16
+    only where the CPU has AVX512-BF16, AMX-BF16, AVX-NE-CONVERT or AArch64's BF16 (decided from its flags)."""
+    from aiayn.model.packed import bf16_kernels_available, native_bf16
+
+    if not bf16_kernels_available():
+        assert not native_bf16({"avx512_bf16"})  # no oneDNN bfloat16 at all: nothing is native
+        return
+    assert not native_bf16({"avx2", "avx512_f", "avx512_bw", "avx512_vnni"})  # an AVX512 Xeon without bf16
+    assert not native_bf16({"avx2", "fma3"})  # an AVX2-only EPYC
+    for flag in ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16"):
+        assert native_bf16({"avx2", flag}), flag
+    assert Int8Linear(nn.Linear(32, 8)).w8a8 == (not native_bf16())  # this CPU's own choice

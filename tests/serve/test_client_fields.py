@@ -56,15 +56,17 @@ def test_chat_template_kwargs_reach_the_template(client):
 
 
 def test_usage_reports_the_prompt_tokens_the_prefix_cache_served(client):
-    """``usage.prompt_tokens_details.cached_tokens``, as OpenAI reports prompt caching: 0 the first time, then the
-    whole blocks of the prompt the prefix cache held."""
+    """``usage.prompt_tokens_details.cached_tokens``, as OpenAI reports prompt caching: the first time only the
+    template's opening that earlier requests shared (less than a block), then the whole blocks of the prompt the
+    prefix cache held."""
     api, _ = client
     text = "Translate to English: Ein Mann fährt ein Pferd. Zwei Hunde spielen."
     ask = dict(model="ends", max_tokens=1, messages=[{"role": "user", "content": text}])
     first, again = (api.chat.completions.create(**ask).usage for _ in range(2))
-    assert first.prompt_tokens_details.cached_tokens == 0
+    opening = first.prompt_tokens_details.cached_tokens
+    assert opening < 16
     cached = again.prompt_tokens_details.cached_tokens
-    assert 16 <= cached < again.prompt_tokens and cached % 16 == 0
+    assert 16 <= cached < again.prompt_tokens and cached == again.prompt_tokens // 16 * 16
 
 
 def test_streamed_usage_at_the_end_and_in_every_chunk(client):

@@ -346,15 +346,13 @@ def test_encoder_requests_that_arrive_together_are_one_batch_and_a_bad_one_fails
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_a_language_model_serves_in_int8_and_int4(lm_run, bits, bf16_kernels):
-    """``aiayn serve --int8`` / ``--int4`` on a language model: weight-only int8 or int4 linear layers (dynamic int8
-    on a CPU without bfloat16 kernels: both forced), the routes as in float32; its greedy text stays close to
-    float32's."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
-
+    """``aiayn serve --int8`` / ``--int4`` on a language model: int8 or int4 linear layers (bfloat16 activations, or
+    int8 ones on a CPU without bfloat16 instructions: both forced), the routes as in float32; its greedy text stays
+    close to float32's."""
     from aiayn.model.quantized import Int4Linear, Int8Linear
 
     int8 = TextGenerator.from_checkpoint(lm_run, int8=bits == 8, int4=bits == 4)
-    kind = Int4Linear if bits == 4 else Int8Linear if bf16_kernels else DynamicInt8Linear
+    kind = Int4Linear if bits == 4 else Int8Linear
     assert any(isinstance(m, kind) for m in int8.model.modules())
     with TestClient(create_app(int8, Limits(max_new_tokens=64))) as client:
         answer = client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 12, "temperature": 0})

@@ -154,33 +154,33 @@ def test_cpu_precision_choices(monkeypatch):
 
     cpu = torch.device("cpu")
     for kernels in (True, False):
-        monkeypatch.setattr(build, "bf16_kernels_available", lambda k=kernels: k)
+        monkeypatch.setattr(build, "native_bf16", lambda k=kernels: k)
         assert build.autocast_dtype("auto", cpu) is None and build.autocast_dtype("fp32", cpu) is None
         with pytest.raises(ValueError, match="fp16 autocast needs a CUDA device"):
             build.autocast_dtype("fp16", cpu)
-    monkeypatch.setattr(build, "bf16_kernels_available", lambda: True)
+    monkeypatch.setattr(build, "native_bf16", lambda: True)
     assert build.autocast_dtype("bf16", cpu) == torch.bfloat16
-    monkeypatch.setattr(build, "bf16_kernels_available", lambda: False)  # emulated bf16 would crawl: fp32
+    monkeypatch.setattr(build, "native_bf16", lambda: False)  # emulated bf16 would crawl: fp32
     assert build.autocast_dtype("bf16", cpu) is None
 
 
-def test_bf16_on_a_cpu_without_bf16_kernels_trains_in_fp32_and_says_so(tmp_path, monkeypatch, capsys):
+def test_bf16_on_a_cpu_without_bf16_instructions_trains_in_fp32_and_says_so(tmp_path, monkeypatch, capsys):
     from aiayn.training import build
 
-    monkeypatch.setattr(build, "bf16_kernels_available", lambda: False)
+    monkeypatch.setattr(build, "native_bf16", lambda: False)
     cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "run"), "max_steps": 2, "eval_every": 2,
                                  "precision": "bf16", "keep_last": 0})
     trainer = Trainer(cfg)
     assert trainer.amp is None
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 0 and first["precision"] == "fp32"
-    assert "bf16 was asked for, but this CPU has no bfloat16 kernels" in capsys.readouterr().out
+    assert "bf16 was asked for, but this CPU has no bfloat16 instructions" in capsys.readouterr().out
 
 
 def test_bf16_autocast_on_cpu_trains_fp32_weights(tmp_path, monkeypatch):
     from aiayn.training import build
 
-    monkeypatch.setattr(build, "bf16_kernels_available", lambda: True)  # autocast on any CPU (slow where emulated)
+    monkeypatch.setattr(build, "native_bf16", lambda: True)  # autocast on any CPU (slow where emulated)
     cfg = TrainConfig.from_dict({**TINY, "output": str(tmp_path / "bf16"), "max_steps": 60, "eval_every": 60,
                                  "precision": "bf16", "keep_last": 0})
     trainer = Trainer(cfg)

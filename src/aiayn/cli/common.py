@@ -75,8 +75,9 @@ def warn_truncated(translator, where: str) -> None:
 
 def add_precision(p) -> None:
     """--int8, --int4 and --bf16, for the commands that decode (translate, evaluate, generate, chat, serve)."""
-    p.add_argument("--int8", action="store_true", help="weight-only int8 linear layers (CPU; on a CPU without "
-                   "bfloat16 kernels, dynamic int8); see docs/decoding.md")
+    p.add_argument("--int8", action="store_true", help="int8 linear layers, one scale a weight row (CPU; bfloat16 "
+                   "activations on a CPU with bfloat16 instructions, int8 ones, one scale a row, elsewhere); see "
+                   "docs/decoding.md")
     p.add_argument("--int4", action="store_true", help="weight-only int4 linear layers, groups of 32 (CPU; the "
                    "smallest and fastest for one sequence at a time, some quality lost: docs/decoding.md)")
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
@@ -90,19 +91,19 @@ def precision_options(args: argparse.Namespace) -> dict:
 
 
 def note_emulated_bf16(args: argparse.Namespace) -> None:
-    """--bf16 on a CPU without oneDNN's bfloat16 kernels: say that it decodes emulated, slower than float32 for
+    """--bf16 on a CPU without bfloat16 instructions: say that it decodes converted or emulated, slower than float32 for
     batches (on an AVX2-only EPYC 0.28-0.39x at batch 16, 1.34x at batch 1: ``benchmarks/bench_engines.py``);
     the weights still take half the memory, which may be why it was asked for. With --int8 or --int4 only the
     layers around the quantized ones are in bfloat16: no note."""
     import torch
 
-    from aiayn.model.packed import bf16_kernels_available
+    from aiayn.model.packed import native_bf16
 
     quantized = args.int8 or args.int4
-    if args.bf16 and not quantized and torch.device(args.device).type == "cpu" and not bf16_kernels_available():
-        print("aiayn: note: --bf16: this CPU has no bfloat16 kernels (AVX512-BF16, AMX or AVX-NE-CONVERT), so "
-              "bfloat16 is emulated: slower than float32 for batches of sentences (faster for one at a time); "
-              "leave out --bf16 for speed (it halves the model's memory)", file=sys.stderr)
+    if args.bf16 and not quantized and torch.device(args.device).type == "cpu" and not native_bf16():
+        print("aiayn: note: --bf16: this CPU has no bfloat16 instructions (AVX512-BF16, AMX or AVX-NE-CONVERT), so "
+              "bfloat16 is converted or emulated: slower than float32 for batches of sentences (faster for one at a "
+              "time); leave out --bf16 for speed (it halves the model's memory)", file=sys.stderr)
 
 
 def translator_from_args(args: argparse.Namespace):

@@ -6,13 +6,12 @@ gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: ev
 :class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with weights reordered ahead of time: 2x to 2.5x
 faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
 every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
-:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits, activations in floating point; the
-embeddings stay as they are). ``inference_copy`` picks one of them for a product."""
+:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits; the embeddings stay as they are).
+``inference_copy`` picks one of them for a product."""
 
 from __future__ import annotations
 
 import copy
-import warnings
 
 import torch
 from torch import nn
@@ -20,7 +19,7 @@ from torch import nn
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
-from aiayn.model.packed import PackedLinear, bf16_kernels_available, check_unpacked, packing_available
+from aiayn.model.packed import PackedLinear, check_unpacked, packing_available
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.transformer import TransformerModel
 
@@ -71,21 +70,11 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     """A weight-only int8 (``bits`` 8) or int4 (``bits`` 4, groups of 32) copy of ``model`` for CPU inference, in
     eval mode, its other parts in ``dtype`` (default the model's); ``generate`` and ``Translator`` take it.
 
-    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8). On a CPU without
-    bfloat16 kernels int8 is torch's dynamic quantization instead (weights int8, activations quantized on the
-    fly, float32 only): the weight-only kernels run 10-25x slower in float32, but per-tensor activation scales
-    can cost a model with outlier activations much quality (docs/decoding.md)."""
+    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8). int8's activations are
+    bfloat16 where the CPU computes in it and int8 elsewhere (:class:`~aiayn.model.quantized.Int8Linear`)."""
     if bits not in (4, 8):
         raise ValueError(f"quantize: bits {bits}; choose 8 or 4")
-    dynamic = bits == 8 and not bf16_kernels_available()
-    if dynamic and dtype not in (None, torch.float32):
-        raise ValueError("--int8 --bf16: this CPU has no bfloat16 kernels; leave out --bf16")
     quantized = _cpu_copy(model, "quantize", dtype, own)
-    if dynamic:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # torch marks quantized tensors as deprecated
-            warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
-            return torch.ao.quantization.quantize_dynamic(quantized, set(_linears(quantized)), dtype=torch.qint8)
     _swap_linears(quantized, lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
                   else Int8Linear(lin))
     return quantized.requires_grad_(False)
@@ -134,5 +123,5 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
 
 def is_inference_copy(model: nn.Module) -> bool:
     """Whether ``model``'s linear layers were already packed or quantized (``pack``, ``quantize``)."""
-    return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear, torch.ao.nn.quantized.dynamic.Linear))
+    return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear))
                for m in model.modules())

@@ -13,12 +13,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16")  # x86's, then AArch64's
+
 
 def bf16_kernels_available() -> bool:
-    """This CPU has oneDNN's bfloat16 kernels (AVX512 BW/VL/DQ, AMX or AVX-NE-CONVERT). Without them bfloat16
-    matrix products are emulated: on 2 cores of an AVX2-only AMD EPYC, bf16 autocast trained 32x slower than
-    float32 (``benchmarks/bench_train.py --bf16``)."""
+    """oneDNN answers that it has bfloat16 kernels for this CPU (AVX512 BW/VL/DQ is enough: it converts, where
+    :func:`native_bf16` CPUs compute in bfloat16). Packing bfloat16 weights needs them; speed needs native_bf16."""
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def native_bf16(flags: set[str] | None = None) -> bool:
+    """This CPU computes in bfloat16 with its own instructions (``flags``, default this CPU's: AVX512-BF16, AMX-BF16,
+    AVX-NE-CONVERT, or AArch64's BF16). oneDNN also offers bfloat16 on AVX512 CPUs without them, by conversion:
+    on 2 cores of such an Intel Xeon a bf16 training step took 2.45x a float32 one and ``--int8`` with bfloat16
+    activations answered "The capital of France is" with "The answer is: 2018-01-10". Elsewhere aiayn trains and
+    runs its weight-only layers in float32 (``aiayn.model.quantized``)."""
+    flags = cpu_flags() if flags is None else flags
+    return bf16_kernels_available() and any(flag in flags for flag in BF16_FLAGS)
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's instruction-set features, as torch's cpuinfo probe names them (``torch.cpu.get_capabilities``)."""
+    return {name for name, present in torch.cpu.get_capabilities().items() if present is True}
 
 
 def packing_available(dtype: torch.dtype | None = None) -> bool:

@@ -8,9 +8,10 @@ weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's 
 Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time (decoding) go through PyTorch's
 weight-only matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16
 activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized (to
-bfloat16 there), one layer at a time, and a dense product. ``aiayn.inference.precision.quantize`` builds them.
-(torch's dynamic int8, which also quantizes the activations, one scale a tensor, was faster here but took a real
-model's perplexity from 30.1 to 97.1: docs/decoding.md.)
+bfloat16 there), one layer at a time, and a dense product. On a CPU without native bfloat16 int8 quantizes the
+activations too, one scale a row, for oneDNN's integer products (:class:`Int8Linear`). ``aiayn.inference.
+precision.quantize`` builds them. (torch's dynamic int8, one scale a tensor for the weights and the activations,
+took a real model's perplexity from 30.1 to 97.1: docs/decoding.md.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.packed import bf16_kernels_available
+from aiayn.model.packed import bf16_kernels_available, native_bf16
 
 FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
 
@@ -46,16 +47,22 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
+    Two kernels, chosen by the CPU (``w8a8``, default: where it has no native bfloat16, :func:`native_bf16`):
+    bfloat16 activations through the weight-only kernel (a prompt's many rows through the weight dequantized to
+    bfloat16), or the activations quantized too, one scale a row (x = p t, p int8), and integer products
+    (``torch._int_mm``, oneDNN's int8 kernels: y = (p q^T) t s), as llama.cpp's Q8_0 x Q8_0 and vLLM's W8A8 do.
+
     Shape: x (..., in_features) -> (..., out_features), in x's dtype.
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, w8a8: bool | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()  # (N, K)
         scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
         self.q = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # (N, K)
-        self.scale, self.dtype = scale, kernel_dtype()
+        self.w8a8 = not native_bf16() if w8a8 is None else w8a8
+        self.scale, self.dtype = scale, torch.float32 if self.w8a8 else torch.bfloat16
         self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
 
@@ -64,14 +71,22 @@ class Int8Linear(nn.Module):
         return self.q.to(dtype) * self.scale[:, None].to(dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.numel() // self.in_features > FEW_ROWS:
+        rows = x.reshape(-1, self.in_features)  # (rows, K)
+        if self.w8a8:
+            rows = rows.float()
+            step = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (rows, 1): t
+            p = (rows / step).round_().to(torch.int8)  # (rows, K)
+            y = torch._int_mm(p, self.q.t()).float().mul_(step).mul_(self.scale)  # (rows, N)
+            return _output(y, x, self.out_features, self.bias)
+        if rows.size(0) > FEW_ROWS:
             return _dequantized_product(self, x)
-        rows = x.reshape(-1, self.in_features).to(self.dtype).contiguous()  # (rows, K): the kernels read it densely
+        rows = rows.to(self.dtype).contiguous()  # the kernels read it densely
         y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.kernel_scale)  # (rows, N)
         return _output(y, x, self.out_features, self.bias)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"activations={'int8' if self.w8a8 else 'bfloat16'}")
 
 
 class Int4Linear(nn.Module):

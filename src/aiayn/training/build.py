@@ -10,7 +10,7 @@ from aiayn.data.corpus import Parallel, both_directions, clean, read_lines, read
 from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
-from aiayn.model.packed import bf16_kernels_available
+from aiayn.model.packed import native_bf16
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
 from aiayn.training.chat import ChatTask, read_conversations
 from aiayn.training.config import TrainConfig
@@ -41,16 +41,16 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for plain float32.
 
     CUDA: ``auto`` picks bf16 where supported, else fp16. CPU: float32 unless ``bf16`` is asked for (mixed
-    precision; fast on CPUs with AVX512-BF16 or AMX) and this CPU has oneDNN's bfloat16 kernels (without them
-    bf16 is emulated, many times slower than float32: the run trains in float32 and says so); fp16 autocast
-    is CUDA only.
+    precision) and this CPU computes in bfloat16 with its own instructions (``native_bf16``: AVX512-BF16, AMX or
+    AVX-NE-CONVERT; elsewhere bfloat16 is converted or emulated, slower than float32: 2.45x a step on an AVX512
+    Xeon without them, 32x on an AVX2 EPYC; the run trains in float32 and says so); fp16 autocast is CUDA only.
     """
     if precision == "fp32" or device.type not in ("cuda", "cpu"):
         return None
     if device.type == "cpu":
         if precision == "fp16":
             raise ValueError("precision: fp16 autocast needs a CUDA device; use bf16 or fp32 on CPU")
-        return torch.bfloat16 if precision == "bf16" and bf16_kernels_available() else None
+        return torch.bfloat16 if precision == "bf16" and native_bf16() else None
     if precision == "fp16":
         return torch.float16
     if precision == "bf16" or torch.cuda.is_bf16_supported():

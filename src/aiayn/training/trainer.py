@@ -128,8 +128,8 @@ class Trainer:
         if self.dist.main:
             tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {malloc}")
             if self.cfg.precision == "bf16" and self.amp is None:
-                tqdm.write("precision: bf16 was asked for, but this CPU has no bfloat16 kernels (oneDNN needs AVX512 "
-                           "or AMX) and would emulate it many times slower: training in fp32")
+                tqdm.write("precision: bf16 was asked for, but this CPU has no bfloat16 instructions (AVX512-BF16, "
+                           "AMX or AVX-NE-CONVERT) and would convert or emulate it, slower: training in fp32")
 
     def lr(self, step: int) -> float:
         return learning_rate(self.cfg, self.model.config.d_model, step, self.max_steps)
