@@ -6,7 +6,8 @@ model imported, exported with ``aiayn export --format gguf`` at each precision (
 aiayn's float32, bfloat16, weight-only int8 and int4 of the same checkpoint), every engine and precision in its own
 process; ``decode_vs_llama.cpp`` is aiayn's tokens/s over llama.cpp's from the same run.
 
-Prints JSON lines {"config", "metric", "value", "unit"}.
+Prints JSON lines {"config", "metric", "value", "unit"}, first the CPU's and the paths aiayn chose on it: whether it
+computes in bfloat16 (its instruction flags: ``native_bf16``) and the activations of ``--int8`` and ``--int4``.
 
     python benchmarks/bench_cpu_decode.py [--models gemma3 qwen3-shape qwen3-moe-shape] [--precisions bf16 int8 int4]
 """
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import engines_lm
-from common import available
+from common import available, emit
 
 MODELS = ("gemma3", "qwen3-shape", "qwen3-moe-shape")
 GEMMA = Path.home() / ".cache" / "aiayn" / "gemma-3-270m-q4_k_m.gguf"
@@ -34,12 +35,27 @@ def main() -> None:
     args = parser.parse_args()
     if "gemma3" in args.models and not args.gguf.exists():
         parser.error(f"{args.gguf}: missing; run make gemma3, or leave gemma3 out of --models")
+    cpu_paths()
     engines = available(["aiayn", "llama.cpp"])
     for model in args.models:
         lm = argparse.Namespace(model=model, gguf=str(args.gguf), engines=engines, new_tokens=args.new_tokens,
                                 precisions=args.precisions, script=str(Path(__file__).with_name("bench_engines.py")))
         with tempfile.TemporaryDirectory() as tmp:
             engines_lm.run(lm, Path(tmp))
+
+
+def cpu_paths() -> None:
+    """The CPU and what aiayn chose on it, as figures of this run."""
+    import torch
+    from torch import nn
+
+    from aiayn.model.packed import native_bf16
+    from aiayn.model.quantized import Int4Linear, Int8Linear
+
+    emit("cpu", "name", torch.cpu.get_capabilities().get("cpu_name", "unknown"), "")
+    emit("cpu", "native_bf16", native_bf16(), "AVX512-BF16, AMX-BF16, AVX-NE-CONVERT or AArch64 BF16")
+    emit("cpu", "int8_activations", "int8" if Int8Linear(nn.Linear(32, 16)).w8a8 else "bfloat16", "")
+    emit("cpu", "int4_activations", str(Int4Linear(nn.Linear(32, 16)).dtype).removeprefix("torch."), "")
 
 
 if __name__ == "__main__":

@@ -35,3 +35,17 @@ def test_the_ratios_are_the_figures_ratios(capsys):
                    ("s/greedy/b1/cache/fp32", "speedup_vs_unpacked"): 2.0,
                    ("s/greedy/b1/cache/bf16", "speedup_vs_hf_generate_fp32"): 4.5,
                    ("s/greedy/b1/cache/bf16", "speedup_vs_fp32"): 1.5}
+
+
+def test_the_cpu_decode_benchmark_names_the_cpu_and_the_paths_aiayn_chose_on_it(capsys):
+    import json
+
+    import bench_cpu_decode
+
+    from aiayn.model.packed import native_bf16
+
+    bench_cpu_decode.cpu_paths()
+    found = {r["metric"]: r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert found["native_bf16"] == native_bf16() and found["name"]
+    assert found["int8_activations"] == ("bfloat16" if native_bf16() else "int8")
+    assert found["int4_activations"] in ("bfloat16", "float32")
