@@ -118,11 +118,7 @@ class Engine:
         scores = self.model.step(tokens, state, last=True)[:, -1].float()  # (b, V), or (b, C) with candidates
         if cacheable:
             self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, tokens.size(1))
-        nexts, order = self._choose(scores, [group])
-        if order is not None:
-            tokens = tokens.index_select(0, order)
-            state.reorder(order, within_groups=True)
-        tokens = torch.cat([tokens, nexts[:, None]], dim=1)  # (b, t0 + 1)
+        tokens = _extend(tokens, state, *self._choose(scores, [group]))  # (b, t0 + 1)
         if not group.done:
             self.joining.append((group, tokens, state))
 
@@ -172,7 +168,8 @@ class Engine:
         if not self.groups:  # every group admitted is still computing its prompt
             return
         scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
-        self._apply(*self._choose(scores, self.groups))
+        self.tokens = _extend(self.tokens, self.state, *self._choose(scores, self.groups))  # (B, W+1)
+        self.steps += 1
 
     def _choose(self, scores: Tensor, groups: list[Rows]) -> tuple[Tensor, Tensor | None]:
         """Each of ``groups`` (whose rows ``scores`` (B, V) holds, in order) picks its rows' next tokens: the
@@ -189,14 +186,6 @@ class Engine:
             index = torch.cat([torch.arange(first, first + size, device=scores.device) if order is None
                                else order + first for first, size, order in orders])  # (B,)
         return torch.cat(nexts), index
-
-    def _apply(self, nexts: Tensor, index: Tensor | None) -> None:
-        """Rows reordered by ``index`` (beams move within their own sentence only), then ``nexts`` appended."""
-        if index is not None:
-            self.tokens = self.tokens.index_select(0, index)
-            self.state.reorder(index, within_groups=True)
-        self.tokens = torch.cat([self.tokens, nexts[:, None]], dim=1)  # (B, W+1)
-        self.steps += 1
 
     def remove_done(self) -> list[Rows]:
         """Take the finished groups out (their rows leave the batch); return them."""
@@ -242,6 +231,15 @@ def run(model: TransformerModel, group: Rows, inputs: Tensor, beams: int = 1, us
     engine.admit(group, inputs, beams)
     engine.run()
     return group
+
+
+def _extend(tokens: Tensor, state: DecodeState, nexts: Tensor, index: Tensor | None) -> Tensor:
+    """Rows ``tokens`` (B, W) and their ``state`` reordered by ``index`` (beams move within their own sentence
+    only), then ``nexts`` (B,) appended: (B, W+1)."""
+    if index is not None:
+        tokens = tokens.index_select(0, index)
+        state.reorder(index, within_groups=True)
+    return torch.cat([tokens, nexts[:, None]], dim=1)
 
 
 def _pad_front(tokens: Tensor, width: int, pad_id: int) -> Tensor:

@@ -60,6 +60,7 @@ class PromptCache:
         blocks, b = self.lookup(prompt, len(prompt) - 1), self.block_size
         blocks = blocks[:_usable(blocks, [layer.self_kv.window for layer in cache.layers], b)]
         tail, shared = self.partial(prompt, len(blocks) * b, len(prompt) - 1)
+        reused = len(blocks) * b + shared
         if shared:
             blocks.append([(k[:, :, :shared], v[:, :, :shared]) for k, v in tail])
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
@@ -67,7 +68,6 @@ class PromptCache:
             for run in _runs(held):
                 keys, values = zip(*(blocks[i][j] for i in run), strict=True)
                 layer.self_kv.write(first_column + run[0] * b, torch.cat(keys, 2), torch.cat(values, 2))
-        reused = (len(blocks) - bool(shared)) * b + shared
         filled = first_column + reused if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
