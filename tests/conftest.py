@@ -48,14 +48,16 @@ def device(device_name):
 @pytest.fixture(params=[True, False], ids=["bf16-kernels", "no-bf16-kernels"])
 def bf16_kernels(request, monkeypatch) -> bool:
     """Both of the CPU's branches on every machine: as if it computes in bfloat16 (``native_bf16``: int8 and int4
-    with bfloat16 activations, bf16 training) and as if it does not (int8 with int8 activations, int4 with float32
-    ones, fp32 training), whatever this CPU has. Forced where the modules choose; not in ``packing_available``:
-    oneDNN packs bfloat16 weights only on a CPU with AVX512 at least (it refuses elsewhere, with no fallback)."""
+    with bfloat16 activations, bf16 training) and as if it does not (int8 with int8 activations, as two products
+    where this CPU has no exact int8 dots; int4 with float32 ones; fp32 training), whatever this CPU has. Forced
+    where the modules choose; not in ``packing_available``: oneDNN packs bfloat16 weights only on a CPU with AVX512
+    at least (it refuses elsewhere, with no fallback)."""
     from aiayn.model import quantized
     from aiayn.training import build
 
-    for module, name in ((quantized, "bf16_kernels_available"), (quantized, "native_bf16"), (build, "native_bf16")):
+    for module, name in ((quantized, "bf16_kernels_available"), (build, "native_bf16")):
         monkeypatch.setattr(module, name, lambda: request.param)
+    monkeypatch.setattr(quantized, "int8_activations", lambda: not request.param)
     return request.param
 
 

@@ -133,7 +133,7 @@ def test_fusing_draws_nothing_from_torchs_random_generator():
 def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
     """oneDNN offers bfloat16 on any AVX512 CPU (by conversion); aiayn trains and runs its int8 layers in bfloat16
     only where the CPU has AVX512-BF16, AMX-BF16, AVX-NE-CONVERT or AArch64's BF16 (decided from its flags)."""
-    from aiayn.model.packed import bf16_kernels_available, native_bf16
+    from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
     if not bf16_kernels_available():
         assert not native_bf16({"avx512_bf16"})  # no oneDNN bfloat16 at all: nothing is native
@@ -142,4 +142,24 @@ def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
     assert not native_bf16({"avx2", "fma3"})  # an AVX2-only EPYC
     for flag in ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16"):
         assert native_bf16({"avx2", flag}), flag
-    assert Int8Linear(nn.Linear(32, 8)).w8a8 == (not native_bf16())  # this CPU's own choice
+    assert Int8Linear(nn.Linear(32, 8)).w8a8 == (not native_bf16() and exact_int8_dot())  # this CPU's choice
+    assert exact_int8_dot({"avx512_vnni"}) and exact_int8_dot({"avx_vnni"}) and not exact_int8_dot({"avx2"})
+
+
+def test_int8_activations_without_exact_int8_dots_take_two_products_with_the_same_result(monkeypatch):
+    """Without VNNI or AMX oneDNN sums pairs of int8 products in 16 bits, which saturate for full-range weights:
+    there q = 2 h + l goes as two products with small weights, equal to the one product where dots are exact."""
+    from aiayn.model import quantized
+
+    torch.manual_seed(6)
+    linear, x = nn.Linear(96, 40), torch.randn(5, 96) * 3
+    layer = Int8Linear(linear, w8a8=True)
+    step = x.abs().amax(1, keepdim=True) / 127
+    p = (x / step).round().to(torch.int8)
+    exact = (p.int() @ layer.q.int().t()).float() * step * layer.scale + linear.bias  # the integer product, exactly
+    monkeypatch.setattr(quantized, "exact_int8_dot", lambda: False)
+    split = Int8Linear(linear, w8a8=True)
+    high, low = split.halves
+    assert int(high.max()) <= 63 and int(high.min()) >= -64 and set(low.unique().tolist()) <= {0, 1}
+    assert torch.equal(2 * high + low, split.q)
+    torch.testing.assert_close(split(x), exact.detach(), rtol=1e-6, atol=1e-5)

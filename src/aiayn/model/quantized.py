@@ -8,8 +8,9 @@ weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's 
 Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time (decoding) go through PyTorch's
 weight-only matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16
 activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized (to
-bfloat16 there), one layer at a time, and a dense product. On a CPU without native bfloat16 int8 quantizes the
-activations too, one scale a row, for oneDNN's integer products (:class:`Int8Linear`). ``aiayn.inference.
+bfloat16 there), one layer at a time, and a dense product. On a CPU without native bfloat16 but with exact int8
+dot products int8 quantizes the activations too, one scale a row, for oneDNN's integer products
+(:class:`Int8Linear`). ``aiayn.inference.
 precision.quantize`` builds them. (torch's dynamic int8, one scale a tensor for the weights and the activations,
 took a real model's perplexity from 30.1 to 97.1: docs/decoding.md.)
 """
@@ -20,15 +21,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.packed import bf16_kernels_available, native_bf16
+from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
 FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
 
 
 def kernel_dtype() -> torch.dtype:
-    """The activations' dtype for the weight-only kernels: bfloat16 where the CPU has its kernels (in float32
-    the kernels ran 10-15x slower on an AVX512 EPYC), else float32."""
+    """The activations' dtype for the int4 kernel: bfloat16 where oneDNN has bfloat16 kernels, native or converted
+    (in float32 the kernel is a scalar loop, 10-15x slower on an AVX512 EPYC), else float32."""
     return torch.bfloat16 if bf16_kernels_available() else torch.float32
+
+
+def int8_activations() -> bool:
+    """Whether :class:`Int8Linear` quantizes its activations on this CPU: where it has no native bfloat16
+    (:func:`native_bf16`) but exact int8 dot products (:func:`exact_int8_dot`); elsewhere bfloat16 activations."""
+    return not native_bf16() and exact_int8_dot()
 
 
 def _output(y: Tensor, x: Tensor, n: int, bias: Tensor | None) -> Tensor:
@@ -47,10 +54,12 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
-    Two kernels, chosen by the CPU (``w8a8``, default: where it has no native bfloat16, :func:`native_bf16`):
-    bfloat16 activations through the weight-only kernel (a prompt's many rows through the weight dequantized to
-    bfloat16), or the activations quantized too, one scale a row (x = p t, p int8), and integer products
-    (``torch._int_mm``, oneDNN's int8 kernels: y = (p q^T) t s), as llama.cpp's Q8_0 x Q8_0 and vLLM's W8A8 do.
+    Two kernels, chosen by the CPU (``w8a8``, default :func:`int8_activations`): bfloat16 activations through the
+    weight-only kernel (a prompt's many rows through the weight dequantized to bfloat16), or the activations
+    quantized too, one scale a row (x = p t, p int8), and integer products (``torch._int_mm``, oneDNN's int8
+    kernels: y = (p q^T) t s), as llama.cpp's Q8_0 x Q8_0 and vLLM's W8A8 do. On a CPU without exact int8 dots
+    (integer products only when asked for there) q = 2 h + l is multiplied as two products whose weights, h in
+    [-64, 63] and l in {0, 1}, keep oneDNN's 16-bit pair sums from saturating: the same result, at twice the work.
 
     Shape: x (..., in_features) -> (..., out_features), in x's dtype.
     """
@@ -61,7 +70,11 @@ class Int8Linear(nn.Module):
         weight = linear.weight.detach().float()  # (N, K)
         scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
         self.q = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # (N, K)
-        self.w8a8 = not native_bf16() if w8a8 is None else w8a8
+        self.w8a8 = int8_activations() if w8a8 is None else w8a8
+        self.halves = None  # (h, l) with q = 2 h + l, where the CPU's int8 dot products are not exact
+        if self.w8a8 and not exact_int8_dot():
+            high = torch.div(self.q, 2, rounding_mode="floor")  # (N, K) in [-64, 63]
+            self.halves = (high, self.q - 2 * high)  # l in {0, 1}
         self.scale, self.dtype = scale, torch.float32 if self.w8a8 else torch.bfloat16
         self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
@@ -76,7 +89,11 @@ class Int8Linear(nn.Module):
             rows = rows.float()
             step = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (rows, 1): t
             p = (rows / step).round_().to(torch.int8)  # (rows, K)
-            y = torch._int_mm(p, self.q.t()).float().mul_(step).mul_(self.scale)  # (rows, N)
+            if self.halves is None:
+                y = torch._int_mm(p, self.q.t())  # (rows, N) int32
+            else:
+                y = torch._int_mm(p, self.halves[0].t()) * 2 + torch._int_mm(p, self.halves[1].t())
+            y = y.float().mul_(step).mul_(self.scale)  # (rows, N)
             return _output(y, x, self.out_features, self.bias)
         if rows.size(0) > FEW_ROWS:
             return _dequantized_product(self, x)
