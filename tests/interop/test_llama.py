@@ -219,3 +219,19 @@ def test_phi3_long_rope_is_refused_by_name(tmp_path, make_llama, capsys):
     assert main(["import", str(folder), "--output", str(tmp_path / "out")]) == 2
     assert "'longrope' (Phi-3's long-context LongRoPE) is not supported" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("theirs, ours", [
+    (None, {"temperature": 0.0}),  # no file: greedy, as Hugging Face's generate
+    ({"bos_token_id": 1}, {"temperature": 0.0}),  # a file silent on sampling: the same
+    ({"do_sample": False, "temperature": 0.6}, {"temperature": 0.0}),  # greedy, said: Hugging Face ignores the 0.6
+    ({"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "min_p": 0.0},
+     {"strategy": "sample", "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}),  # Qwen2.5's
+])
+def test_an_imported_language_model_decodes_as_its_files_say_else_greedily(tmp_path, make_llama, theirs, ours):
+    folder = make_llama(tmp_path / "hf", "llama")
+    (folder / "generation_config.json").unlink(missing_ok=True)
+    if theirs is not None:
+        (folder / "generation_config.json").write_text(json.dumps(theirs))
+    assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
+    assert json.loads((tmp_path / "ckpt" / "generation.json").read_text()) == ours

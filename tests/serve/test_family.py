@@ -217,6 +217,25 @@ def test_lm_attention_is_causal_per_layer_and_head(generator):
         assert client.post("/attention/head", json={"text": "the cat", "head": 99}).status_code == 422
 
 
+def test_lm_attention_takes_token_ids_and_one_row(generator):
+    """A conversation's ids as decoded (no re-tokenizing) and one token's row of every layer and head: the same
+    numbers as the whole picture of the text."""
+    limits = Limits(max_attention_tokens=20)
+    ids = generator.tokenizer.encode("the cat sat")
+    with TestClient(create_app(generator, limits), raise_server_exceptions=False) as client:
+        whole = client.post("/attention", json={"text": "the cat sat"}).json()
+        assert client.post("/attention", json={"ids": ids}).json() == whole
+        row = client.post("/attention", json={"ids": ids, "row": 4}).json()
+        assert row["tokens"] == whole["tokens"] and "experts" not in row
+        assert row["attention"]["decoder_self"] == [[h[4:5] for h in layer] for layer in whole["attention"]
+                                                    ["decoder_self"]]
+        inside = client.post("/attention/head", json={"ids": ids, "layer": 1, "head": 2, "query": 4}).json()
+        assert inside["weights"] == whole["attention"]["decoder_self"][1][2][4]
+        for body, code in (({"ids": ids, "row": len(ids)}, 404), ({"ids": [len(generator.tokenizer)]}, 422),
+                           ({"ids": ids, "text": "a"}, 422), ({"ids": []}, 422), ({"ids": [5] * 21}, 413)):
+            assert client.post("/attention", json=body).status_code == code, body
+
+
 def test_generate_over_the_stream_cap_is_429(generator):
     app = create_app(generator, Limits(max_streams=1))
     with TestClient(app, raise_server_exceptions=False) as client:

@@ -72,6 +72,42 @@ def test_seeded_sampling_and_n_choices(lm):
     assert done.usage.completion_tokens == sum(len(ids) for ids in drawn)  # library draws for that seed alone
 
 
+def test_penalties_min_p_and_top_k_reach_the_decoding_as_the_library_takes_them(lm):
+    """OpenAI's frequency_penalty and presence_penalty, vLLM's top_k, min_p and repetition_penalty."""
+    client, generator = lm
+    penalties = {"frequency_penalty": 2.0, "presence_penalty": 2.0}
+    extra = {"repetition_penalty": 1.3, "top_k": 5, "min_p": 0.1}
+    done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=20, temperature=0, **penalties,
+                                     extra_body={"repetition_penalty": 3.0})
+    want = generator.generate("the cat ", 20, temperature=0, repetition_penalty=3.0, **penalties)[0]
+    assert done.choices[0].text == want != generator.generate("the cat ", 20, temperature=0)[0]
+    sampled = client.completions.create(model="tiny-lm", prompt="a dog", max_tokens=15, temperature=1.5, seed=3,
+                                        extra_body=extra)
+    assert sampled.choices[0].text == generator.generate("a dog", 15, temperature=1.5, seed=3, **extra)[0]
+    with pytest.raises(openai.BadRequestError, match="min_p"):
+        client.completions.create(model="tiny-lm", prompt="a", max_tokens=2, extra_body={"min_p": 1.5})
+
+
+def test_return_token_ids_gives_the_prompt_and_the_tokens_as_decoded(lm):
+    """vLLM's return_token_ids: each choice's prompt_token_ids, and the token_ids of its text; a stream sends the
+    prompt's once (first chunk) and each chunk's own ids."""
+    client, generator = lm
+    prompt = generator.prompt_ids("the cat ")
+    ids = generate(generator.model, torch.tensor([prompt]), "greedy", max_new_tokens=12)[0]
+    done = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=12, temperature=0,
+                                     extra_body={"return_token_ids": True})
+    choice = done.choices[0].model_dump()
+    assert choice["prompt_token_ids"] == prompt and choice["token_ids"] == ids
+    assert generator.tokenizer.decode(ids) == choice["text"]
+    chunks = [c.choices[0].model_dump() for c in client.completions.create(
+        model="tiny-lm", prompt="the cat ", max_tokens=12, temperature=0, stream=True,
+        extra_body={"return_token_ids": True})]
+    assert chunks[0]["prompt_token_ids"] == prompt and all("prompt_token_ids" not in c for c in chunks[1:])
+    assert [t for c in chunks for t in c["token_ids"]] == ids
+    plain = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=2).choices[0].model_dump()
+    assert "token_ids" not in plain and "prompt_token_ids" not in plain
+
+
 def test_stop_strings_cut_the_text(lm):
     client, generator = lm
     greedy = generator.generate("the cat ", 30, temperature=0)[0]
@@ -181,7 +217,8 @@ def test_metrics_count_requests_tokens_and_latencies(lm):
     assert moved[("aiayn_prefix_cache_misses", ())] == 1 and moved[("aiayn_prefix_cache_hits", ())] == 0
 
 
-def test_the_api_key_guards_every_route_but_health(lm):
+def test_the_api_key_guards_every_route_but_health_and_the_pages_files(lm):
+    """The page and its scripts hold no data and come without the key (the page asks for it, and sends it)."""
     client, _ = lm
     url = str(client.base_url).rstrip("/")
     with pytest.raises(openai.AuthenticationError):
@@ -189,13 +226,16 @@ def test_the_api_key_guards_every_route_but_health(lm):
     root = url.removesuffix("/v1")
     schema = httpx.get(root + "/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
     routes = [(method, path) for path, ops in schema["paths"].items() for method in ops if path != "/health"]
-    routes += [("get", "/"), ("get", "/docs"), ("get", "/openapi.json"), ("get", "/metrics"), ("get", "/static/app.js")]
+    routes += [("get", "/docs"), ("get", "/openapi.json"), ("get", "/metrics"), ("post", "/"),
+               ("post", "/static/app.js")]
     assert len(routes) > 10 and ("post", "/tokenize") in routes
     for method, path in routes:  # every route the server has, without a key and with a wrong one
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             answer = httpx.request(method.upper(), root + path, headers=headers, json={})
             assert answer.status_code == 401, (method, path, headers, answer.status_code)
     assert httpx.get(root + "/health").status_code == 200
+    for page in ("/", "/complete", "/static/chat.js", "/static/i18n.js"):
+        assert httpx.get(root + page).status_code == 200, page
 
 
 @pytest.fixture(scope="module")

@@ -42,3 +42,21 @@ def test_a_model_without_experts_is_refused_in_one_line(lm_run, tmp_path, capsys
     assert main(["show", "experts", "--checkpoint", str(lm_run), "hello", "--output", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
     assert "has no experts" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.png").exists()
+
+
+def test_the_attention_route_gives_a_token_row_with_its_experts(moe_run):
+    """POST /attention with ``row`` on a mixture: the router's weights of that token, layer by layer (what the
+    chat page shows when a reply's token is clicked)."""
+    from fastapi.testclient import TestClient
+
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
+
+    generator = TextGenerator.from_checkpoint(moe_run)
+    ids = generator.tokenizer.encode("the cat sat")
+    with TestClient(create_app(generator, Limits())) as client:
+        answer = client.post("/attention", json={"ids": ids, "row": 3}).json()
+    routes = routes_for(generator.model, generator.tokenizer, ids)
+    assert answer["experts"] == routes.weights[:, 3].round(decimals=4).tolist()
+    assert all(sum(w > 0 for w in layer) == 2 for layer in answer["experts"])

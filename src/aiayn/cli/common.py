@@ -153,7 +153,9 @@ def add_decoding_options(p, skip: tuple[str, ...] = ()) -> None:
     the field's default."""
     from aiayn.decoding.config import DecodingConfig
 
-    group = p.add_argument_group("decoding", "default: the checkpoint's generation.json, else the value shown")
+    group = p.add_argument_group("decoding", "default: the checkpoint's generation.json (an imported language model's: "
+                                 "its own files' sampling, else greedy, as Hugging Face's; llama.cpp samples with "
+                                 "--temperature 0.8 --top-k 40 --top-p 0.95 --min-p 0.05), else the value shown")
     add_field_flags(group, DecodingConfig, skip)
 
 

@@ -4,6 +4,7 @@ message and exit code 2."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from aiayn import __version__
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aiayn: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``aiayn generate ... | head``): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
 
 
 def _as_flags(message: str, args: argparse.Namespace) -> str:

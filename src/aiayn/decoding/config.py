@@ -20,6 +20,11 @@ PARALLEL = {"mask-predict": "cmlm", "ctc": "ctc"}  # the non-autoregressive stra
 # source_prefix: words, one space between, and at most one space after (T5's "translate English to German: ")
 PREFIX = r"(?:[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)* ?)?"
 TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation's follows its source
+# An imported language model whose files say nothing of sampling decodes greedily, as Hugging Face's generate does
+# then (do_sample false): the same answer every time; --temperature 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 is
+# llama.cpp's sampling
+SILENT_DEFAULTS = {"temperature": 0.0}
+SAMPLING_FIELDS = ("strategy", "temperature", "top_k", "top_p", "min_p")
 
 
 def _option(default, help: str, **extra):
@@ -56,6 +61,13 @@ class DecodingConfig:
     temperature: float = _option(1.0, "sampling temperature; 0 = greedy")
     top_k: int = _option(0, "sample from the k most likely tokens only; 0 = all")
     top_p: float = _option(1.0, "nucleus sampling: from the fewest tokens holding this probability; 1 = all")
+    min_p: float = _option(0.0, "sample only tokens at least this fraction as likely as the likeliest; 0 = all")
+    repetition_penalty: float = _option(1.0, "scores of tokens already in the prompt or the output: divided by "
+                                             "this when positive, multiplied when negative; 1 = none")
+    frequency_penalty: float = _option(0.0, "subtracted from a token's score once per time it was generated; "
+                                            "0 = none")
+    presence_penalty: float = _option(0.0, "subtracted from the score of every token generated at least once; "
+                                           "0 = none")
     seed: int | None = _option(None, "sampling seed: the same seed gives the same output")
     iterations: int = _option(10, "mask-predict: parallel passes T (re-masking the least sure tokens); 1 = one "
                                   "pass")
@@ -112,10 +124,17 @@ class DecodingConfig:
         if (self.json_schema or self.grammar) and strategy not in ("greedy", "sample"):
             raise ValueError(f"{'json_schema' if self.json_schema else 'grammar'}: constrained decoding is greedy "
                              f"or sampled, not {strategy}")
+        if self.penalized and strategy not in ("greedy", "sample"):
+            raise ValueError(f"repetition_penalty: the penalties are for greedy or sampled decoding, not {strategy}")
         limit = self.max_new_tokens
         if model.arch == "decoder-only" and limit is None:
             limit = TEXT_MAX_NEW_TOKENS
         return dataclasses.replace(self, strategy=strategy, max_new_tokens=limit)
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any penalty on seen tokens is set (repetition, frequency, presence)."""
+        return (self.repetition_penalty, self.frequency_penalty, self.presence_penalty) != (1.0, 0.0, 0.0)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -137,6 +156,16 @@ class DecodingConfig:
         return {k: v for k, v in self.to_dict().items() if v != _default(k)}
 
 
+def imported_defaults(model, found: dict | None) -> dict | None:
+    """The decoding defaults an imported model (its ``ModelConfig``) is written with: the options its own files
+    give (``found``); for a language model whose files say nothing of sampling, greedy decoding
+    (``SILENT_DEFAULTS``) with them."""
+    found = dict(found or {})
+    if model.arch == "decoder-only" and not any(name in found for name in SAMPLING_FIELDS):
+        found.update(SILENT_DEFAULTS)
+    return found or None
+
+
 def names() -> list[str]:
     return [f.name for f in dataclasses.fields(DecodingConfig)]
 
@@ -156,6 +185,10 @@ _RULES = {  # field -> (test, what it must be)
     "temperature": (lambda v: _real(v) and 0 <= v <= 100, "a number in [0, 100] (0 = greedy)"),
     "top_k": (lambda v: _int(v) and v >= 0, "a whole number >= 0 (0 = all tokens)"),
     "top_p": (lambda v: _real(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "min_p": (lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "repetition_penalty": (lambda v: _real(v) and 0 < v <= 10, "a number in (0, 10]"),
+    "frequency_penalty": (lambda v: _real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    "presence_penalty": (lambda v: _real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**53), "a whole number in [0, 2^53) (exact in JSON)"),
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
     "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
@@ -174,7 +207,8 @@ BOUNDS = {"beam_size": {"ge": 1}, "length_penalty": {"ge": 0, "le": 10}, "max_le
           "max_len_b": {"ge": 0, "le": 100_000},
           "max_new_tokens": {"ge": 1}, "min_new_tokens": {"ge": 0}, "temperature": {"ge": 0, "le": 100},
           "top_k": {"ge": 0},
-          "top_p": {"gt": 0, "le": 1}, "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
+          "top_p": {"gt": 0, "le": 1}, "min_p": {"ge": 0, "le": 1}, "repetition_penalty": {"gt": 0, "le": 10},
+          "frequency_penalty": {"ge": -2, "le": 2}, "presence_penalty": {"ge": -2, "le": 2}, "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
           "iterations": {"ge": 1, "le": 100}, "length_beam": {"ge": 1, "le": 100},
           "source_prefix": {"max_length": 64, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
 

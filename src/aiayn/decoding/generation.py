@@ -23,7 +23,7 @@ from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
 from aiayn.decoding.prefix import PromptCache
-from aiayn.decoding.sampling import sampled_rows
+from aiayn.decoding.sampling import penalties_for, sampled_rows
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
 from aiayn.model.transformer import TransformerModel
 
@@ -74,7 +74,7 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft_model is not None:
-        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar:
+        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar or cfg.penalized:
             raise ValueError("draft_model: speculative decoding is greedy and unconstrained; use strategy='greedy'")
         return speculative_greedy(model, draft_model, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
                                   cfg.min_new_tokens, speculative_stats)[0]
@@ -136,9 +136,11 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     if cfg.strategy in PARALLEL:
         raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
                          "generate")
+    vocab = model.config.target_vocab
     if cfg.strategy == "greedy":
         constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
-        return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token, constraints), src_ids, 1
+        penalties = penalties_for(cfg, _decoded(model, src_ids), pad, vocab)
+        return TokenRows(limits, argmax, eos, pad, cfg.min_new_tokens, on_token, constraints, penalties), src_ids, 1
     if cfg.strategy == "beam":
         if cfg.num_return_sequences > cfg.beam_size:
             raise ValueError(f"num_return_sequences: at most beam_size={cfg.beam_size} for beam search")
@@ -146,9 +148,17 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
             cfg.beam_size
     n = cfg.num_return_sequences
     constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0) * n)]
+    prompts = src_ids.repeat_interleave(n, dim=0)  # (B*n, S)
     group = sampled_rows(model, limits.repeat_interleave(n), cfg.min_new_tokens, cfg.temperature, cfg.top_k,
-                         cfg.top_p, cfg.seed, on_token, constraints)
-    return group, src_ids.repeat_interleave(n, dim=0), 1  # (B*n, S)
+                         cfg.top_p, cfg.seed, on_token, constraints, cfg.min_p, penalties_for(cfg, _decoded(model, prompts), pad,
+                                                                                   vocab))
+    return group, prompts, 1
+
+
+def _decoded(model: TransformerModel, src_ids: Tensor) -> Tensor:
+    """The rows' tokens the penalties see before the output: a language model's prompts (B, S); none for a
+    translation model, whose source is another vocabulary (B, 0)."""
+    return src_ids[:, :0] if model.config.arch == "encoder-decoder" else src_ids
 
 
 def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None) -> Tensor:

@@ -29,19 +29,22 @@ class TokenRows:
         on_token: ``on_token(next_ids (B,), live (B,) bool)`` after every step (streaming); ``live`` is False
             for rows that had already finished (their next id is PAD).
         constraints: per row, a grammar its tokens follow (:mod:`aiayn.decoding.constraint`) or None.
+        penalties: lowers the scores of tokens each row has seen (:class:`~aiayn.decoding.sampling.Penalties`).
     After each step ``last_scores`` holds the step's scores (forbidden tokens at -inf), e.g. for log-probabilities,
     and ``live`` which rows took a token in it. A finished row's ``reasons`` entry says why: ``"stop"`` (an end
     id, or its grammar complete), ``"length"`` (its limit) or ``"cancelled"``.
     """
 
     def __init__(self, limits: Tensor, choose: Chooser, eos_id: int, pad_id: int, min_new_tokens: int = 0,
-                 on_token: Callable[[Tensor, Tensor], None] | None = None, constraints: list | None = None) -> None:
+                 on_token: Callable[[Tensor, Tensor], None] | None = None, constraints: list | None = None,
+                 penalties=None) -> None:
         self.limits, self.choose, self.eos_id, self.pad_id = limits, choose, eos_id, pad_id
         self.min_new_tokens, self.on_token = min_new_tokens, on_token
         self.size, self.longest, self.steps = limits.numel(), int(limits.max()) if limits.numel() else 0, 0
         self.finished = limits <= 0  # (B,)
         self.live = ~self.finished
         self.reasons: list[str | None] = ["length" if done else None for done in self.finished.tolist()]
+        self.penalties = penalties
         self.constraints = constraints if constraints and any(c is not None for c in constraints) else None
         self.generated: list[Tensor] = []  # one (B,) per step
         self.last_scores: Tensor | None = None
@@ -56,11 +59,16 @@ class TokenRows:
         self.finished = torch.ones_like(self.finished)
 
     def advance(self, scores: Tensor, columns: Columns) -> tuple[Tensor, None]:
-        self.last_scores = scores = columns.forbid(scores, self.steps < self.min_new_tokens)  # (B, V) or (B, C)
+        scores = columns.forbid(scores, self.steps < self.min_new_tokens)  # (B, V) or (B, C)
+        if self.penalties is not None:
+            scores = self.penalties.apply(scores, columns.candidates)
+        self.last_scores = scores
         if self.constraints is not None:
             self._constrain(scores)
         nxt = columns.token_ids(self.choose(scores)).masked_fill(self.finished, self.pad_id)  # (B,)
         self.live = ~self.finished
+        if self.penalties is not None:
+            self.penalties.take(nxt, self.live)
         if self.on_token is not None:
             self.on_token(nxt, self.live)
         self.generated.append(nxt)

@@ -1,4 +1,5 @@
-"""Sampling: temperature, top-k and top-p (nucleus) filtering, with a seeded generator."""
+"""Sampling: temperature, top-k, top-p (nucleus) and min-p filtering, with a seeded generator; and the penalties
+on tokens already seen (repetition, frequency, presence) that greedy search and sampling share."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from aiayn.decoding.greedy import TokenRows
 from aiayn.model.transformer import TransformerModel
 
 
-def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Scale by 1/temperature, keep the ``top_k`` best (0 = all) and the smallest set whose probability
-    reaches ``top_p``; everything else becomes -inf. (B, V) -> (B, V)."""
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                  min_p: float = 0.0) -> Tensor:
+    """Scale by 1/temperature, keep the ``top_k`` best (0 = all), the smallest set whose probability
+    reaches ``top_p``, and the tokens at least ``min_p`` times as likely as the likeliest (Hugging Face's order);
+    everything else becomes -inf. (B, V) -> (B, V)."""
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0, got {temperature}")
     if not 0 < top_p <= 1:
@@ -32,11 +35,14 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         drop_sorted[..., 0] = False  # the likeliest token is always kept (a top_p that rounds to 0 included)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if min_p > 0.0:
+        probs = logits.softmax(dim=-1)  # (B, V)
+        logits = logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, float("-inf"))
     return logits
 
 
 def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, top_k: int = 0,
-         top_p: float = 1.0, pad_last: bool = False) -> Tensor:
+         top_p: float = 1.0, pad_last: bool = False, min_p: float = 0.0) -> Tensor:
     """One token per row of (B, V) logits, drawn from the filtered softmax with ``generator``: (B,) ids.
 
     ``pad_last``: the last column is a padding row aiayn appended to an imported vocabulary (never
@@ -44,7 +50,7 @@ def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, t
     checkpoint's own vocabulary (``torch.multinomial`` takes one random number per column)."""
     if pad_last:
         logits = logits[:, :-1]  # (B, V - 1)
-    probs = filter_logits(logits, temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
+    probs = filter_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
@@ -53,16 +59,60 @@ def pad_is_last(cfg, width: int) -> bool:
     return cfg.padding_row and width == cfg.target_vocab
 
 
+class Penalties:
+    """Lower the scores of tokens a row has seen (vLLM's and OpenAI's penalties, in that order): a score of a token
+    in the prompt or the output is divided by ``repetition`` when positive, multiplied when negative (CTRL, as
+    Hugging Face and vLLM do); ``frequency`` is taken off once per time the row generated the token, ``presence``
+    once if it did.
+
+    Args:
+        prompts: (B, S) the rows' prompts, padded with ``pad_id`` (not counted).
+        vocab: the number of score columns (V).
+    """
+
+    def __init__(self, prompts: Tensor, pad_id: int, vocab: int, repetition: float = 1.0, frequency: float = 0.0,
+                 presence: float = 0.0) -> None:
+        self.repetition, self.frequency, self.presence = repetition, frequency, presence
+        ids = prompts.clamp(0, vocab - 1)  # (B, S)
+        self.seen = torch.zeros(prompts.size(0), vocab, dtype=torch.bool, device=prompts.device)  # (B, V)
+        self.seen.scatter_(1, ids, prompts != pad_id)
+        self.counts = torch.zeros(prompts.size(0), vocab, device=prompts.device)  # (B, V) output counts
+
+    def apply(self, scores: Tensor, candidates: Tensor | None = None) -> Tensor:
+        """Penalised scores (B, V), or (B, C) for a shortlist's ``candidates`` (C,)."""
+        seen, counts = self.seen, self.counts
+        if candidates is not None:
+            seen, counts = seen[:, candidates], counts[:, candidates]  # (B, C)
+        if self.repetition != 1.0:
+            hit = seen | (counts > 0)
+            scaled = torch.where(scores > 0, scores / self.repetition, scores * self.repetition)
+            scores = torch.where(hit, scaled, scores)
+        return scores - self.frequency * counts - self.presence * (counts > 0).float()
+
+    def take(self, tokens: Tensor, live: Tensor) -> None:
+        """Count each live row's new token (B,)."""
+        rows = live.nonzero().flatten()
+        self.counts[rows, tokens[rows]] += 1
+
+
+def penalties_for(cfg, prompts: Tensor, pad_id: int, vocab: int) -> Penalties | None:
+    """The :class:`Penalties` a decoding config (``DecodingConfig``) asks for, None when it asks for none."""
+    if not cfg.penalized:
+        return None
+    return Penalties(prompts, pad_id, vocab, cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty)
+
+
 def sampled_rows(model: TransformerModel, limits: Tensor, min_new_tokens: int = 0, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, on_token=None,
-                 constraints: list | None = None) -> TokenRows:
+                 constraints: list | None = None, min_p: float = 0.0,
+                 penalties: Penalties | None = None) -> TokenRows:
     """Rows (limits (B,)) that each draw their next token with one generator seeded by ``seed`` (random when
     None): the engine group of sampling."""
     gen = torch.Generator(device=limits.device)
     gen.manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
 
     def choose(scores: Tensor) -> Tensor:
-        return draw(scores, gen, temperature, top_k, top_p, pad_is_last(model.config, scores.size(-1)))
+        return draw(scores, gen, temperature, top_k, top_p, pad_is_last(model.config, scores.size(-1)), min_p)
 
     cfg = model.config
-    return TokenRows(limits, choose, cfg.eos_id, cfg.pad_id, min_new_tokens, on_token, constraints)
+    return TokenRows(limits, choose, cfg.eos_id, cfg.pad_id, min_new_tokens, on_token, constraints, penalties)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aiayn.decoding.config import imported_defaults
 from aiayn.interop import bert, gemma, gpt2, llama, marian, moe, phi3, sentence, t5
 from aiayn.interop.gguf import read_gguf
 from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
@@ -26,7 +27,8 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     folder = Path(folder)
     if folder.is_file():  # one file: GGUF (llama.cpp's)
         model, tokenizers, generation = read_gguf(folder)
-        write_checkpoint(output, model, tokenizers, generation=generation, by="import", overwrite=overwrite)
+        write_checkpoint(output, model, tokenizers, generation=imported_defaults(model.config, generation),
+                         by="import", overwrite=overwrite)
         return Path(output)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such file or folder; give a Hugging Face model folder or a .gguf file")
@@ -48,6 +50,7 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
         importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert,
                      "t5": t5.import_t5, "mt5": t5.import_t5}
         model, tokenizers = importers[kind](folder, config, read_weights(folder))
-    write_checkpoint(output, model, tokenizers, generation=read_generation(folder), by="import", overwrite=overwrite,
+    generation = imported_defaults(model.config, read_generation(folder))
+    write_checkpoint(output, model, tokenizers, generation=generation, by="import", overwrite=overwrite,
                      write_extra=None if pooling is None else pooling.save)
     return Path(output)

@@ -42,7 +42,14 @@ GPT2_TOP = {"token_embd": "transformer.wte", "position_embd": "transformer.wpe",
             "output": "lm_head"}
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # GPT-2's (in, out)
 SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
-            "general.sampling.top_p": "top_p"}
+            "general.sampling.top_p": "top_p", "general.sampling.min_p": "min_p",
+            "general.sampling.penalty_repeat": "repetition_penalty"}
+
+
+def _number(value):
+    """A GGUF number as JSON keeps it: whole numbers as they are, float32 ones to the digits they hold (0.8, not
+    0.800000011920929)."""
+    return value if isinstance(value, int) else float(f"{float(value):.7g}")
 
 
 def gguf_package():
@@ -272,5 +279,5 @@ def read_gguf(path: str | Path):
             llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
     except ValueError as err:
         raise ValueError(f"{f.path}: {str(err).removeprefix('config.json: ')}") from None
-    sampling = {ours: f.meta[key] for key, ours in SAMPLING.items() if key in f.meta}
+    sampling = {ours: _number(f.meta[key]) for key, ours in SAMPLING.items() if key in f.meta}
     return model.eval(), tokenizers, sampling or None

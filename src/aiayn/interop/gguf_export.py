@@ -162,7 +162,8 @@ def _add_tokenizer(writer, tokenizers, vocab: int, decoding, ids: dict[str, int]
         else:
             writer.add_string(key, value)
     sampling = {"temperature": writer.add_sampling_temp, "top_k": writer.add_sampling_top_k,
-                "top_p": writer.add_sampling_top_p}
+                "top_p": writer.add_sampling_top_p, "min_p": writer.add_sampling_min_p,
+                "repetition_penalty": writer.add_sampling_penalty_repeat}
     for name, add in sampling.items():
         if name in decoding.changes():
             add(getattr(decoding, name))

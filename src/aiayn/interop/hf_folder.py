@@ -115,7 +115,8 @@ def load_mapped(model, mapped: dict[str, Tensor]) -> None:
 # length ** alpha, not GNMT's ((5 + length) / 6) ** alpha: a different formula, so it is not carried over.
 HF_GENERATION = {"num_beams": "beam_size", "max_new_tokens": "max_new_tokens", "min_new_tokens": "min_new_tokens",
                  "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                 "num_return_sequences": "num_return_sequences"}
+                 "num_return_sequences": "num_return_sequences", "min_p": "min_p",
+                 "repetition_penalty": "repetition_penalty"}
 
 
 def read_generation(folder: Path) -> dict | None:
@@ -133,6 +134,8 @@ def read_generation(folder: Path) -> dict | None:
     options = {ours: theirs[key] for key, ours in HF_GENERATION.items() if theirs.get(key) is not None}
     if theirs.get("do_sample"):
         options["strategy"] = "sample"
+    elif "do_sample" in theirs:  # greedy, said (silent: aiayn.decoding.config.imported_defaults); Hugging Face
+        options["temperature"] = 0.0  # ignores a temperature then
     try:
         return DecodingConfig().replace(**options).changes() or None
     except ValueError as err:

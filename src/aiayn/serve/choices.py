@@ -106,11 +106,14 @@ class Choice:
         self.tools = None if calls is None else ToolStream(calls.names, calls.format)
         self.thinking = None if think is None else Thinking(think)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
+        self.ids: list[int] | None = None  # with return_token_ids: the ids not sent yet
         self.reasoning, self.thought = "", ""  # the reasoning part: all of it, and what is not sent yet
 
     def take(self, event: dict) -> tuple[str, list[dict]]:
         """A token event -> the text it adds (after stop strings) and the tool calls it completes."""
         piece = self.stream.add(event["id"])
+        if self.ids is not None and not self.stop.stopped:
+            self.ids.append(event["id"])
         if "logprob" in event and not self.stop.stopped:
             self.tokens.append({"id": event["id"], "text": self.generator.tokenizer.decode([event["id"]]),
                                 "logprob": event["logprob"], "top": event["top"]})

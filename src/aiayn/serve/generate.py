@@ -10,7 +10,7 @@ import asyncio
 import json
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig
@@ -18,6 +18,7 @@ from aiayn.decoding.prefix import PromptCache, sized_for
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.declared import declare_fields, one_output, vocabulary
 from aiayn.serve.http import (
+    STATIC,
     DecodingOptions,
     Served,
     add_page_and_health,
@@ -63,7 +64,15 @@ def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
 def add_routes(app: FastAPI, served: Served) -> None:
     """GET / (the family's page), GET /health, /tokenize, /detokenize, POST /generate and the /v1 routes."""
     generator, batcher, limits = served.product, served.scheduler, served.limits
-    add_page_and_health(app, served, "family.html", max_model_len=batcher.capacity)
+    page = "family.html" if generator.chat_template is None else "chat.html"  # a chat model's page is the chat
+    add_page_and_health(app, served, page, max_model_len=batcher.capacity, chat=generator.chat_template is not None,
+                        decoding=generator.decoding.changes())
+
+    @app.get("/complete", include_in_schema=False)
+    async def complete_page() -> FileResponse:
+        """The prompt box (a text continued, then its attention): a chat model's page links here."""
+        return FileResponse(STATIC / "family.html")
+
     chat = None if generator.chat_template is None else \
         (lambda messages, prompt: generator.rendered_ids(generator.chat_template(messages, prompt)))
     add_token_routes(app, generator.tokenizer, batcher.capacity, chat)

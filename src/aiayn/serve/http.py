@@ -116,14 +116,19 @@ class Draining:
 
 
 class BearerKey:
-    """ASGI middleware: every path but /health needs ``Authorization: Bearer KEY`` (else 401, in OpenAI's error
-    shape too). Keys are compared in constant time and never logged."""
+    """ASGI middleware: every path but /health and the page's own files (``PAGE_FILES``: they hold no data; the
+    page asks for the key and sends it) needs ``Authorization: Bearer KEY`` (else 401, in OpenAI's error shape
+    too). Keys are compared in constant time and never logged."""
+
+    PAGE_FILES = ("/", "/complete")
 
     def __init__(self, app, key: str) -> None:
         self.app, self.key = app, key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/health":
+        path = scope.get("path", "")
+        page = scope.get("method") == "GET" and (path in self.PAGE_FILES or path.startswith("/static/"))
+        if scope["type"] != "http" or path == "/health" or page:
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, token = given.partition(b" ")

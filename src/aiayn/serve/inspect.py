@@ -10,10 +10,11 @@ from typing import Literal
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiayn.serve.declared import NONBLANK, Whole
+from aiayn.serve.declared import NONBLANK, ExactlyOne, Whole
 from aiayn.serve.http import Served, check_size
 from aiayn.serve.limits import Limits
 from aiayn.visual.attention import attention_for, lm_attention_for
+from aiayn.visual.experts import routes_for
 from aiayn.visual.inside import NoSuchPosition, inside_for, lm_inside_for
 from aiayn.visual.refinement import alignment_for, refinement_for
 
@@ -45,14 +46,24 @@ class HeadRequest(AttentionRequest):
                                               "text: 404)")
 
 
-class TextAttentionRequest(BaseModel):
-    """A text (a prompt and its continuation) to draw the language model's causal attention over."""
+class TextInput(ExactlyOne):
+    """A text (a prompt and its continuation), or its token ids (a rendered conversation exactly as it was decoded:
+    the ``prompt_token_ids`` and ``token_ids`` a /v1 answer returns with ``return_token_ids``)."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(pattern=NONBLANK)
+    one_of = ("text", "ids")
+    text: str = Field(None, pattern=NONBLANK)  # exactly one of text and ids; neither may be null
+    ids: list[Whole] = Field(None, min_length=1)
 
 
-class TextHeadRequest(TextAttentionRequest):
+class TextAttentionRequest(TextInput):
+    """What to draw the language model's causal attention over; ``row``: that token's row alone."""
+
+    row: Whole | None = Field(None, ge=0, description="only this token's row of every layer and head (the answer "
+                                                      "grows with the length, not its square; past the end: 404)")
+
+
+class TextHeadRequest(TextInput):
     """Inside one head: the layer, head and query token (0-based) to open."""
 
     layer: Whole = Field(0, ge=0)
@@ -114,19 +125,28 @@ def add_lm_pictures(app: FastAPI, served: Served) -> None:
     @app.post("/attention")
     async def attention(req: TextAttentionRequest) -> dict:
         """{"tokens", "heads", "attention": {"decoder_self": [layer][head][row][col]}}: row i attends to
-        columns 0..i (causal) of ``text``, a prompt with its continuation."""
-        _check_text(req.text, generator, limits)
-        maps = await _alone(served, lm_attention_for, generator.model, generator.tokenizer, req.text)
-        weights = maps.weights["decoder_self"].round(decimals=4).tolist()
-        return {"tokens": maps.target_tokens, "heads": generator.model.config.n_heads,
-                "attention": {"decoder_self": weights}}
+        columns 0..i (causal) of ``text`` (or ``ids``), a prompt with its continuation. With ``row``, that row
+        alone ([layer][head][1][col]) and, for a model with experts, "experts": [layer][expert], the router's
+        weights for that token."""
+        given = _check_text(req, generator, limits)
+        if req.row is not None and req.row >= _count(req, generator):
+            raise HTTPException(404, f"row: {req.row} is past the last token ({_count(req, generator) - 1})")
+        maps = await _alone(served, lm_attention_for, generator.model, generator.tokenizer, given)
+        weights = maps.weights["decoder_self"]  # (L, H, T, T)
+        rows = slice(None) if req.row is None else slice(req.row, req.row + 1)
+        answer = {"tokens": maps.target_tokens, "heads": generator.model.config.n_heads,
+                  "attention": {"decoder_self": weights[:, :, rows].round(decimals=4).tolist()}}
+        if req.row is not None and generator.model.config.n_experts:
+            routes = await _alone(served, routes_for, generator.model, generator.tokenizer, given)
+            answer["experts"] = routes.weights[:, req.row].round(decimals=4).tolist()  # (L, E)
+        return answer
 
     @app.post("/attention/head")
     async def attention_head(req: TextHeadRequest) -> dict:
         """Inside one head: for token ``query`` of ``text`` in ``layer``/``head`` (0-based), the query vector,
         keys, values, scores q.k/sqrt(d_k), mask, softmax weights (the /attention numbers) and output."""
-        _check_text(req.text, generator, limits)
-        found = await _alone(served, lm_inside_for, generator.model, generator.tokenizer, req.text, req.layer,
+        given = _check_text(req, generator, limits)
+        found = await _alone(served, lm_inside_for, generator.model, generator.tokenizer, given, req.layer,
                              req.head, req.query)
         return found.to_dict()
 
@@ -142,12 +162,24 @@ def _check_pair(req: AttentionRequest, translator, limits: Limits, maps: bool = 
     _check_tokens("source", len(translator.source_ids(req.source)), limits)
 
 
-def _check_text(text: str, generator, limits: Limits) -> None:
-    """413/422 for a text /attention cannot take."""
-    check_size([text], limits)
-    if not text:
+def _check_text(req: TextInput, generator, limits: Limits) -> str | list[int]:
+    """The text or the ids of ``req``; 413/422 for what /attention cannot take."""
+    if req.ids is not None:
+        vocab = len(generator.tokenizer)
+        bad = next((t for t in req.ids if t >= vocab), None)
+        if bad is not None:
+            raise HTTPException(422, f"ids: {bad} is not an id of the vocabulary (0..{vocab - 1})")
+        _check_tokens("ids", len(req.ids), limits)
+        return req.ids
+    check_size([req.text], limits)
+    if not req.text:
         raise HTTPException(422, "text: empty; give a prompt and its continuation")
-    _check_tokens("text", len(generator.tokenizer.encode(text)), limits)
+    _check_tokens("text", _count(req, generator), limits)
+    return req.text
+
+
+def _count(req: TextInput, generator) -> int:
+    return len(req.ids) if req.ids is not None else len(generator.tokenizer.encode(req.text))
 
 
 def _check_tokens(field: str, n_tokens: int, limits: Limits) -> None:

@@ -55,9 +55,16 @@ class Sampling(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)  # unset: the server's (generation.json), else OpenAI's 1
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    # OpenAI's penalties, and vLLM's top_k (0 or -1: all tokens), min_p and repetition_penalty; unset: the server's
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
+    return_token_ids: bool = False  # vLLM's: each choice carries its prompt_token_ids and the token_ids it adds
     ignore_eos: bool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
     stream: bool = False
     # include_usage: a last chunk with the usage; continuous_usage_stats (vLLM's): the usage so far in every chunk

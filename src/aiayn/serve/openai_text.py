@@ -121,13 +121,16 @@ class TextRoutes:
                                 lambda e, i=index: emit(i, e),
                                 logprobs, grammar)
                 choices.append(Choice(index, job, self.generator, stops, calls, think))
+                choices[-1].ids = [] if req.return_token_ids else None
         return choices
 
     def _decoding(self, req, calls: Calls | None) -> tuple[DecodingConfig, Grammar | None]:
         """The server's decoding (generation.json, then ``aiayn serve``'s flags) with the request's sampling
         fields, its ``response_format`` or its tool choice's grammar; that grammar, compiled (400 naming what is
         wrong)."""
-        fields = {"temperature": req.temperature, "top_p": req.top_p, **schema_of(req.response_format)}
+        fields = {name: getattr(req, name) for name in ("temperature", "top_p", "min_p", "repetition_penalty",
+                                                         "frequency_penalty", "presence_penalty")}
+        fields.update(top_k=None if req.top_k is None else max(req.top_k, 0), **schema_of(req.response_format))
         if calls is not None:
             try:  # the tools' grammar takes the response_format's schema in (or refuses it with a forced call)
                 grammar = calls.grammar(json.loads(fields["json_schema"]) if "json_schema" in fields else None)
@@ -214,6 +217,10 @@ class TextRoutes:
                               **({"reasoning_content": choice.reasoning} if choice.reasoning else {})}
         else:
             out["text"] = text
+        if choice.ids is not None:  # vLLM's return_token_ids: the prompt's once, then the ids each chunk adds
+            out.update({"prompt_token_ids": list(choice.job.prompt)} if first or not delta else {},
+                       token_ids=choice.ids)
+            choice.ids = [] if delta else choice.ids
         tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
         out["logprobs"] = None if logprobs is None else (chat_logprobs(tokens, self.generator) if chat
                                                          else completion_logprobs(tokens, self.generator))

@@ -60,15 +60,15 @@ def attention_for(translator: Translator, source: str, target: str | None = None
 
 
 @torch.no_grad()
-def lm_attention_for(model, tokenizer, text: str) -> AttentionMaps:
-    """Causal self-attention of a decoder-only ``model`` over ``text`` (a prompt and its continuation): only
-    ``decoder_self`` (L, H, T, T); the tokens are the rows and the columns."""
-    ids = tokenizer.encode(text)[-model.config.max_len:]
+def lm_attention_for(model, tokenizer, text: str | list[int]) -> AttentionMaps:
+    """Causal self-attention of a decoder-only ``model`` over ``text`` (a prompt and its continuation, or its ids):
+    only ``decoder_self`` (L, H, T, T); the tokens are the rows and the columns."""
+    ids = (tokenizer.encode(text) if isinstance(text, str) else text)[-model.config.max_len:]
     if not ids:
         raise ValueError("text: empty; give the text to draw the attention of")
     maps = model.eval().attention_maps(torch.tensor([ids], device=next(model.parameters()).device))  # (1, T)
     weights = {"decoder_self": torch.stack([w[0] for w in maps["decoder_self"]]).float().cpu()}  # (L, H, T, T)
-    return AttentionMaps([], tokenizer.pieces(ids), text, weights)
+    return AttentionMaps([], tokenizer.pieces(ids), text if isinstance(text, str) else tokenizer.decode(ids), weights)
 
 
 def _heatmap(ax, matrix: Tensor, rows: list[str], cols: list[str], left: bool, bottom: bool) -> object:

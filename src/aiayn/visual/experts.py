@@ -37,9 +37,9 @@ class Routes:
 
 
 @torch.no_grad()
-def routes_for(model, tokenizer, text: str) -> Routes:
-    """The router choices of a decoder-only ``model`` with experts over ``text``."""
-    ids = tokenizer.encode(text)[-model.config.max_len:]
+def routes_for(model, tokenizer, text: str | list[int]) -> Routes:
+    """The router choices of a decoder-only ``model`` with experts over ``text`` (or its ids)."""
+    ids = (tokenizer.encode(text) if isinstance(text, str) else text)[-model.config.max_len:]
     if not ids:
         raise ValueError("text: empty; give the text whose routing to draw")
     layers = [m for m in model.modules() if isinstance(m, MixtureOfExperts)]

@@ -119,8 +119,8 @@ def inside_for(translator, source: str, target: str | None, kind: str, layer: in
     return inside_head(module, lambda: attention_for(translator, source, target), kind, layer, head, query)
 
 
-def lm_inside_for(model, tokenizer, text: str, layer: int, head: int, query: int) -> HeadInside:
-    """:func:`inside_head` of a decoder-only model over ``text`` (causal self-attention)."""
+def lm_inside_for(model, tokenizer, text: str | list[int], layer: int, head: int, query: int) -> HeadInside:
+    """:func:`inside_head` of a decoder-only model over ``text`` or its ids (causal self-attention)."""
     _check(model, "decoder_self", layer, head, ("decoder_self",))
     module = attention_module(model, "decoder_self", layer)
     return inside_head(module, lambda: lm_attention_for(model, tokenizer, text), "decoder_self", layer, head, query)

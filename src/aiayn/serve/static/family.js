@@ -82,6 +82,7 @@ async function init() {
   what();
   document.addEventListener("aiayn:language", what);
   const lm = arch === "decoder-only";
+  $("chat-link").hidden = !health.chat;  // a chat model's page is the chat; this one is a click away
   $(lm ? "lm" : "mlm").hidden = false;
   const [input, run] = lm ? ["prompt", generateText] : ["masked", fillMask];
   $(lm ? "generate" : "fill").addEventListener("click", run);

@@ -46,6 +46,32 @@ const STRINGS = {
     ctc_emits: "emits",
     hint_ctc: "The decoder reads every source piece repeated, and each position emits a token or the blank ε in "
       + "one pass; repeats are merged and blanks dropped. Darker = more probable; framed = kept.",
+    chat_title: "Chat", prompt_box_link: "Prompt box and attention explorer", chat_link: "Chat",
+    key_label: "This server needs its API key", key_save: "Use this key", key_needed: "401: give the server's API key",
+    key_hint: "Kept in this tab only (sessionStorage), sent as Authorization: Bearer.",
+    chats: "Conversations", new_chat: "New chat", export: "Export", import: "Import", untitled: "(untitled)",
+    rename: "Rename", delete: "Delete", delete_confirm: "Delete the conversation \"{title}\"?",
+    system_prompt: "System prompt", system_placeholder: "How the assistant should behave (optional)",
+    message: "Message", message_placeholder: "Message (Enter sends, Shift+Enter a new line)", send: "Send",
+    stop: "Stop", stopped: "stopped", settings: "Settings", top_p: "Top-p", top_k: "Top-k (0: all)",
+    max_tokens: "Max tokens", to_end_of_turn: "to the end of the turn", seed: "Seed", random: "random",
+    adapter: "Adapter", base_model: "the base model", schema: "JSON schema of the answer (empty: free text)",
+    reset_settings: "Model's defaults", user: "You", assistant: "Assistant", system: "System", edit: "Edit",
+    save_send: "Save and send", cancel: "Cancel", regenerate: "Regenerate", show_tokens: "Show the tokens",
+    answering: "Answering…", copy: "Copy", copied: "Copied",
+    stat_prompt: "{n} prompt tokens", stat_cached: "{n} cached", stat_completion: "{n} generated",
+    stat_rate: "{n} tokens/s", stat_ttft: "first token after {n} ms", context_used: "context: {n} of {max} tokens",
+    bad_schema: "The JSON schema is not valid JSON: {msg}", import_shape: "expected a list of messages (OpenAI's "
+      + "role and content) or an object with one", imported: "Imported {name}", import_failed: "Cannot import {name}: {msg}",
+    inspect_title: "Inside this token", token_at: "Token {k} “{token}”, chosen with p = {p}%",
+    alternatives: "What the model weighed", attention_from: "Where it looked",
+    attention_all: "All {n} tokens of the conversation; darker = more attention from this token.",
+    attention_cut: "The last {n} of the conversation's {total} tokens (the server's /attention cap); darker = more "
+      + "attention from this token.",
+    per_head: "Every head at a glance",
+    per_head_hint: "One cell per layer and head: the upper bar is the share on the previous token, the lower one "
+      + "the share on the chat template's markers (darker = more). Click a cell to see that head above.",
+    head_share: "previous token {prev}%, template markers {markers}%", experts: "Experts this token went to",
   },
   zh: {
     lang_toggle: "English", tagline: "《Attention Is All You Need》中的 Transformer：翻译一个句子，看看每个注意力头"
@@ -82,6 +108,31 @@ const STRINGS = {
     ctc_one_pass: "CTC，一次解码", ctc_title: "CTC：每个位置输出什么", ctc_inputs: "读入", ctc_emits: "输出",
     hint_ctc: "解码器读入重复若干次的源语言片段，每个位置一次性输出一个词元或空白 ε；相邻重复合并、空白删去。"
       + "颜色越深概率越高；带框的是保留下来的。",
+    chat_title: "对话", prompt_box_link: "提示词续写与注意力浏览器", chat_link: "对话",
+    key_label: "此服务器需要 API 密钥", key_save: "使用此密钥", key_needed: "401：请输入服务器的 API 密钥",
+    key_hint: "只保存在本标签页（sessionStorage），以 Authorization: Bearer 发送。",
+    chats: "对话列表", new_chat: "新对话", export: "导出", import: "导入", untitled: "（未命名）",
+    rename: "重命名", delete: "删除", delete_confirm: "删除对话“{title}”？",
+    system_prompt: "系统提示词", system_placeholder: "助手应当如何回答（可选）",
+    message: "消息", message_placeholder: "输入消息（Enter 发送，Shift+Enter 换行）", send: "发送",
+    stop: "停止", stopped: "已停止", settings: "设置", top_p: "Top-p", top_k: "Top-k（0：全部）",
+    max_tokens: "最多词元数", to_end_of_turn: "直到本轮结束", seed: "随机种子", random: "随机",
+    adapter: "适配器", base_model: "基础模型", schema: "回答的 JSON Schema（留空：自由文本）",
+    reset_settings: "模型默认值", user: "你", assistant: "助手", system: "系统", edit: "编辑",
+    save_send: "保存并发送", cancel: "取消", regenerate: "重新生成", show_tokens: "显示词元",
+    answering: "正在回答…", copy: "复制", copied: "已复制",
+    stat_prompt: "提示词 {n} 个词元", stat_cached: "缓存命中 {n}", stat_completion: "生成 {n}",
+    stat_rate: "{n} 词元/秒", stat_ttft: "首个词元用时 {n} 毫秒", context_used: "上下文：已用 {n} / {max} 个词元",
+    bad_schema: "JSON Schema 不是有效的 JSON：{msg}", import_shape: "需要消息列表（OpenAI 的 role 与 content）或包含"
+      + "它的对象", imported: "已导入 {name}", import_failed: "无法导入 {name}：{msg}",
+    inspect_title: "这个词元的内部", token_at: "第 {k} 个词元“{token}”，被选中的概率 {p}%",
+    alternatives: "模型考虑过的候选", attention_from: "它看向哪里",
+    attention_all: "对话的全部 {n} 个词元；颜色越深，这个词元给它的注意力越多。",
+    attention_cut: "对话共 {total} 个词元，这里显示最后 {n} 个（服务器 /attention 的上限）；颜色越深，注意力越多。",
+    per_head: "所有注意力头一览",
+    per_head_hint: "每层每个头一格：上面的条是放在前一个词元上的注意力，下面的条是放在对话模板标记上的注意力"
+      + "（越深越多）。点击一格，在上方查看该头。",
+    head_share: "前一个词元 {prev}%，模板标记 {markers}%", experts: "这个词元去了哪些专家",
   },
 };
 

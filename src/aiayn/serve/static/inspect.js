@@ -1,0 +1,148 @@
+// Inside one token of a chat reply (chat.js keeps each reply's log-probabilities and token ids): the alternatives
+// the model weighed at that step (the stream's top_logprobs), where the token looked (POST /attention with the
+// conversation's ids and the token's row: every layer and head), a per-head summary (attention on the previous
+// token and on the chat template's markers), and for a mixture of experts the experts it went to.
+"use strict";
+
+let inspected = null;  // the /attention answer shown: {tokens, heads, attention: {decoder_self}, experts?}
+const MARKER = /^<[|｜]?[^<>\s]{1,40}[|｜]?>$/;  // <|im_start|>, <start_of_turn>, </s>: a template's marker
+
+function visible(text) {  // a token's text with its spaces and line breaks visible
+  return text.replace(/ /g, "·").replace(/\n/g, "⏎").replace(/\t/g, "⇥") || "∅";
+}
+
+function toggleTokens(item, m) {
+  const body = item.querySelector(".msg-body");
+  if (!item.classList.toggle("as-tokens")) { fillBody(body, m); return; }
+  body.replaceChildren(...m.info.tokens.map((entry, k) => {
+    const p = Math.exp(entry.logprob);
+    const button = Object.assign(document.createElement("button"), {type: "button", className: "tok",
+                                                                    textContent: visible(entry.token)});
+    button.title = `p = ${p.toFixed(3)}`;
+    button.style.background = `rgba(240, 180, 41, ${(0.6 * (1 - p)).toFixed(2)})`;  // the less sure, the deeper
+    button.addEventListener("click", () => openToken(m, k, button));
+    return button;
+  }));
+}
+
+function closeInspector() {
+  $("inspect").hidden = true;
+  inspected = null;
+}
+
+async function openToken(m, k, button) {
+  document.querySelectorAll(".tok.chosen").forEach((b) => b.classList.remove("chosen"));
+  button.classList.add("chosen");
+  const entry = m.info.tokens[k];
+  $("inspect").hidden = false;
+  $("inspect-token").textContent = t("token_at", {token: visible(entry.token), k: k + 1,
+                                                  p: (100 * Math.exp(entry.logprob)).toFixed(1)});
+  showAlternatives(entry);
+  const ids = m.info.promptTail.concat(m.info.ids.slice(0, k + 1)).slice(-server.cap);
+  const total = m.info.promptCount + k + 1;
+  $("attention-note").textContent = total > ids.length ? t("attention_cut", {n: ids.length, total})
+    : t("attention_all", {n: ids.length});
+  try {
+    inspected = await (await api("/attention", {ids, row: ids.length - 1})).json();
+  } catch (err) {
+    $("attention-note").textContent = String(err.message || err);
+    return;
+  }
+  const layers = inspected.attention.decoder_self.length;
+  $("att-layer").replaceChildren(...[...Array(layers).keys()].map((i) => new Option(t("layer_n", {n: i + 1}), i)));
+  $("att-head").replaceChildren(new Option(t("mean_heads"), "mean"),
+    ...[...Array(inspected.heads).keys()].map((i) => new Option(t("head_n", {n: i + 1}), i)));
+  drawAttention();
+  headSummary();
+  showExperts();
+  $("inspect-title").scrollIntoView({block: "nearest"});
+}
+
+function showAlternatives(entry) {
+  $("alternatives").replaceChildren(...(entry.top_logprobs || []).map((alt) => {
+    const p = Math.exp(alt.logprob);
+    const item = document.createElement("li");
+    item.dataset.p = String(p);
+    item.classList.toggle("chosen", alt.token === entry.token);
+    const bar = Object.assign(document.createElement("span"), {className: "bar pos"});
+    bar.style.width = `${Math.max(1, Math.round(p * 120))}px`;
+    item.append(bar, `${visible(alt.token)}  ${(100 * p).toFixed(1)}%`);
+    return item;
+  }));
+}
+
+function rowOf(layer, head) {  // the token's weights over the conversation, (T,): one head or their mean
+  const heads = inspected.attention.decoder_self[layer];
+  if (head !== "mean") return heads[Number(head)][0];
+  return heads[0][0].map((_, j) => heads.reduce((sum, h) => sum + h[0][j], 0) / heads.length);
+}
+
+function drawAttention() {
+  const weights = rowOf(Number($("att-layer").value), $("att-head").value);
+  const top = Math.max(...weights);
+  $("attention-text").replaceChildren(...inspected.tokens.map((token, j) => {
+    const span = Object.assign(document.createElement("span"), {className: "att", textContent: visible(token)});
+    span.style.background = `rgba(36, 86, 199, ${(0.85 * weights[j] / top).toFixed(3)})`;
+    span.style.color = weights[j] / top > 0.55 ? "#fff" : "inherit";
+    span.title = `${(100 * weights[j]).toFixed(1)}%`;
+    return span;
+  }));
+}
+
+function headSummary() {  // per layer and head: the share on the previous token (blue) and on markers (orange)
+  const table = $("head-summary");
+  const n = inspected.tokens.length;
+  const markers = inspected.tokens.map((token) => MARKER.test(token.trim()));
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  head.append(document.createElement("th"));
+  for (let h = 0; h < inspected.heads; h++) head.append(Object.assign(document.createElement("th"), {textContent: h + 1}));
+  const body = table.createTBody();
+  inspected.attention.decoder_self.forEach((heads, layer) => {
+    const row = body.insertRow();
+    row.append(Object.assign(document.createElement("th"), {textContent: t("layer_n", {n: layer + 1})}));
+    heads.forEach(([weights], h) => {
+      const previous = n > 1 ? weights[n - 2] : 0;
+      const marked = weights.reduce((sum, w, j) => sum + (markers[j] ? w : 0), 0);
+      const cell = row.insertCell();
+      cell.title = t("head_share", {prev: (100 * previous).toFixed(0), markers: (100 * marked).toFixed(0)});
+      cell.className = "share";
+      cell.tabIndex = 0;
+      cell.append(shareBar(previous, "prev"), shareBar(marked, "marker"));
+      const pick = () => { $("att-layer").value = layer; $("att-head").value = h; drawAttention(); };
+      cell.addEventListener("click", pick);
+      cell.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });
+    });
+  });
+}
+
+function shareBar(share, kind) {
+  const bar = Object.assign(document.createElement("span"), {className: `share-bar ${kind}`});
+  bar.style.opacity = (0.1 + 0.9 * share).toFixed(2);
+  return bar;
+}
+
+function showExperts() {
+  const weights = inspected.experts;
+  $("experts-box").hidden = !weights;
+  if (!weights) return;
+  const table = $("experts");
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  head.append(document.createElement("th"));
+  weights[0].forEach((_, e) => head.append(Object.assign(document.createElement("th"), {textContent: e + 1})));
+  const body = table.createTBody();
+  weights.forEach((row, layer) => {
+    const tr = body.insertRow();
+    tr.append(Object.assign(document.createElement("th"), {textContent: t("layer_n", {n: layer + 1})}));
+    row.forEach((w) => {
+      const cell = tr.insertCell();
+      cell.textContent = w > 0 ? w.toFixed(2) : "";
+      cell.style.background = `rgba(36, 86, 199, ${(0.8 * w).toFixed(2)})`;
+    });
+  });
+}
+
+$("att-layer").addEventListener("change", drawAttention);
+$("att-head").addEventListener("change", drawAttention);
+document.addEventListener("aiayn:language", () => { if (inspected) { headSummary(); showExperts(); } });

@@ -1,0 +1,221 @@
+"""The chat page in a real browser: Debian's chromium driven by Playwright against a live server (behind an API key)
+of a tiny model with a ChatML template: streamed turns with their counts, stop, regenerate, edit and continue, a
+reload that keeps the conversation, export and import, the language switch, a reply token opened (its alternatives
+and its attention over the conversation), a reply with markup shown as text, a phone-width window, the keyboard."""
+
+import json
+import time
+
+import httpx
+import pytest
+
+from serve.test_page import browser  # noqa: F401 (the module's chromium)
+
+from conftest import chat_checkpoint, serving
+
+KEY = "page-key-not-secret"
+UNSAFE = "Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> **bold** `code`"
+
+
+@pytest.fixture(scope="module")
+def chat_server(tmp_path_factory):
+    """A live server of the tiny chat model whose every step takes 15 ms more (so a reply can be stopped midway);
+    yields (its URL, the generator)."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
+
+    generator = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path_factory.mktemp("chat") / "ckpt", max_len=512))
+    decode = generator.model.decode
+
+    def slow(*args, **kwargs):
+        time.sleep(0.015)
+        return decode(*args, **kwargs)
+
+    generator.model.decode = slow
+    limits = Limits(max_attention_tokens=256)
+    with serving(create_app(generator, limits, name="tiny-chat", api_key=KEY), limits) as url:
+        yield url, generator
+
+
+def opened(browser, url: str, width: int = 1280):  # noqa: F811
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.on("dialog", lambda dialog: dialog.accept())  # the delete confirmation
+    page.goto(url)
+    return page
+
+
+def with_key(page) -> None:
+    page.wait_for_selector("#key-form:not([hidden])", timeout=30_000)  # asked once, kept in sessionStorage
+    page.fill("#key-input", KEY)
+    page.press("#key-input", "Enter")
+    page.wait_for_function("document.querySelector('#model-name').textContent === 'tiny-chat'", timeout=30_000)
+
+
+def settle(page, n_assistant: int) -> None:
+    """Wait until ``n_assistant`` replies are there and none is streaming."""
+    page.wait_for_function(f"document.querySelectorAll('.msg.assistant').length === {n_assistant} && "
+                           "document.querySelector('#stop').hidden", timeout=60_000)
+
+
+def say(page, text: str, n_assistant: int) -> None:
+    page.fill("#message", text)
+    page.press("#message", "Enter")
+    settle(page, n_assistant)
+
+
+def stored(page) -> list[dict]:
+    return page.evaluate("JSON.parse(localStorage.getItem('aiayn-chats'))")
+
+
+def test_a_conversation_streams_stops_regenerates_edits_and_survives_a_reload(browser, chat_server, tmp_path):  # noqa: F811
+    url, generator = chat_server
+    page = opened(browser, url)
+    with_key(page)
+    page.fill("#temperature", "1")  # seeded sampling: visible text (this random model's greedy text is blank)
+    page.fill("#seed", "7")
+    page.fill("#max-tokens", "12")
+    page.click("#system-box summary")
+    page.fill("#system", "You are terse.")
+    say(page, "hello there", 1)
+    say(page, "and again", 2)
+    chat = stored(page)[0]
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "user", "assistant"]
+    for turn, (reply, m) in enumerate(zip(page.locator(".msg.assistant").all(), chat["messages"][1::2], strict=True)):
+        assert m["info"]["ids"] and len(m["info"]["ids"]) <= 12 and reply.locator(".msg-body").inner_text().strip()
+        stats = reply.locator(".stats").inner_text()
+        assert f"{m['info']['usage']['prompt_tokens']} prompt tokens" in stats and "tokens/s" in stats
+        # what streamed is the server's answer to the same request, whole; the prompt: the conversation so far,
+        # rendered by the server's template
+        messages = [{"role": "system", "content": "You are terse."}] + [
+            {"role": x["role"], "content": x["content"]} for x in chat["messages"][:2 * turn + 1]]
+        whole = httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+                           json={"model": "tiny-chat", "messages": messages, "temperature": 1, "seed": 7,
+                                 "max_tokens": 12}).json()
+        assert whole["choices"][0]["message"]["content"] == m["content"]
+        want = generator.rendered_ids(generator.chat_template(messages, True))
+        assert m["info"]["promptCount"] == len(want) == whole["usage"]["prompt_tokens"]
+    assert page.locator("#context").inner_text().startswith("context: ")
+
+    # Stop: a long reply cut midway keeps what came
+    page.fill("#max-tokens", "250")
+    page.fill("#message", "a long one please")
+    page.press("#message", "Enter")
+    page.wait_for_function("(document.querySelector('.msg.assistant:last-child .msg-body') || {}).textContent",
+                           timeout=30_000)
+    page.click("#stop")
+    settle(page, 3)
+    last = stored(page)[0]["messages"][-1]
+    assert last["info"]["stopped"] and 0 < len(last["info"]["ids"]) < 250 and last["content"]
+    assert "stopped" in page.locator(".msg.assistant").last.locator(".stats").inner_text()
+
+    # regenerate the last reply: one request, still three replies
+    page.fill("#max-tokens", "12")
+    with page.expect_request("**/v1/chat/completions"):
+        page.click(".msg.assistant:last-child button[aria-label='Regenerate']")
+    settle(page, 3)
+    assert not stored(page)[0]["messages"][-1]["info"].get("stopped")
+
+    # edit the second user turn: what came after it goes, and the conversation continues from there
+    page.click(".msg.user >> nth=1 >> button[aria-label='Edit']")
+    page.fill(".msg.user >> nth=1 >> textarea", "edited turn")
+    page.click("text=Save and send")
+    settle(page, 2)
+    assert [m["content"] for m in stored(page)[0]["messages"] if m["role"] == "user"] == ["hello there", "edited turn"]
+
+    # a reload finds the conversation (and the key, kept for this tab)
+    page.reload()
+    page.wait_for_function("document.querySelector('#model-name').textContent === 'tiny-chat'", timeout=30_000)
+    assert page.locator(".msg").count() == 4 and page.locator("#system").input_value() == "You are terse."
+
+    # export it, delete it, import it back
+    with page.expect_download() as download:
+        page.click("#export")
+    exported = json.loads(open(download.value.path(), encoding="utf-8").read())
+    assert exported["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert [m["role"] for m in exported["messages"][1:]] == ["user", "assistant", "user", "assistant"]
+    page.click("#chat-list li.current button[aria-label='Delete']")
+    assert page.locator(".msg").count() == 0
+    saved = tmp_path / "chat.json"
+    saved.write_text(json.dumps(exported), encoding="utf-8")
+    page.set_input_files("#import-file", str(saved))
+    page.wait_for_function("document.querySelectorAll('.msg').length === 4")
+    assert stored(page)[0]["messages"][1]["content"] == exported["messages"][2]["content"]
+
+    # rename it
+    page.click("#chat-list li.current button[aria-label='Rename']")
+    page.fill("#chat-list input.rename", "my chat")
+    page.press("#chat-list input.rename", "Enter")
+    assert page.locator("#chat-list li.current .chat-open").inner_text() == "my chat"
+
+    # the language switch
+    page.click("#lang")
+    assert page.locator("#send").inner_text() == "发送" and page.locator(".msg.user strong").first.inner_text() == "你"
+    page.click("#lang")
+    assert page.locator("#send").inner_text() == "Send"
+    page.close()
+
+
+def test_a_reply_token_opens_its_alternatives_and_its_attention(browser, chat_server):  # noqa: F811
+    url, generator = chat_server
+    page = opened(browser, url)
+    with_key(page)
+    page.click("#new-chat")
+    page.fill("#temperature", "0.9")
+    page.fill("#seed", "3")
+    page.fill("#max-tokens", "8")
+    say(page, "what is inside", 1)
+    page.click(".msg.assistant button[aria-label='Show the tokens']")
+    tokens = page.locator(".msg.assistant .tok")
+    assert tokens.count() == len(stored(page)[0]["messages"][1]["info"]["ids"])
+    tokens.nth(2).click()
+    page.wait_for_selector("#inspect:not([hidden])")
+    page.wait_for_function("document.querySelectorAll('#attention-text .att').length > 0", timeout=30_000)
+    probabilities = [float(p) for p in page.locator("#alternatives li").evaluate_all("l => l.map(i => i.dataset.p)")]
+    assert len(probabilities) == 5 and sum(probabilities) <= 1 + 1e-6 and probabilities == sorted(probabilities)[::-1]
+    # as many columns as the conversation's tokens up to this one: the prompt, then the reply's first three
+    counted = httpx.post(f"{url}/tokenize", headers={"Authorization": f"Bearer {KEY}"},
+                         json={"messages": [{"role": "user", "content": "what is inside"}]}).json()["count"]
+    assert page.locator("#attention-text .att").count() == counted + 3
+    cfg = generator.model.config
+    assert page.locator("#head-summary td.share").count() == cfg.n_decoder_layers * cfg.n_heads
+    page.locator("#head-summary td.share").nth(cfg.n_heads + 1).click()  # layer 2, head 2
+    assert page.locator("#att-layer").input_value() == "1" and page.locator("#att-head").input_value() == "1"
+    assert "All" in page.locator("#attention-note").inner_text()
+    page.close()
+
+
+def test_markup_in_a_reply_is_shown_as_text(browser, chat_server):  # noqa: F811
+    url, _ = chat_server
+    page = opened(browser, url)
+    with_key(page)
+    page.click("#new-chat")
+    chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": UNSAFE}, "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    page.route("**/v1/chat/completions", lambda route: route.fulfill(status=200, body=body,
+                                                                     content_type="text/event-stream"))
+    say(page, "show me markup", 1)
+    reply = page.locator(".msg.assistant .msg-body")
+    assert "<script>window.pwned = 1</script>" in reply.inner_text() and "<img src=x" in reply.inner_text()
+    assert reply.locator("script, img").count() == 0 and page.evaluate("window.pwned === undefined")
+    assert reply.locator("strong").inner_text() == "bold" and reply.locator("code").inner_text() == "code"
+    page.close()
+
+
+def test_a_phone_width_window_and_the_keyboard_alone(browser, chat_server):  # noqa: F811
+    url, _ = chat_server
+    page = opened(browser, url, width=390)
+    with_key(page)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.click("#new-chat")
+    page.fill("#max-tokens", "6")
+    page.focus("#message")
+    page.keyboard.type("line one")
+    page.keyboard.press("Shift+Enter")  # a new line, not a send
+    page.keyboard.type("line two")
+    assert page.locator("#message").input_value() == "line one\nline two"
+    page.keyboard.press("Enter")
+    settle(page, 1)
+    assert page.locator(".msg.user .msg-body").inner_text() == "line one\nline two"
+    page.close()
