@@ -78,8 +78,7 @@ def test_penalties_lower_the_scores_of_seen_tokens_as_written_out():
 
 def test_greedy_with_penalties_takes_the_best_penalised_token_at_every_step():
     """Replayed without a cache: every step's token is the arg-max of the model's scores, penalised by hand."""
-    from aiayn import generate
-    from aiayn import DecoderOnly
+    from aiayn import DecoderOnly, generate
 
     from conftest import tiny
 

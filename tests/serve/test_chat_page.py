@@ -5,6 +5,7 @@ and its attention over the conversation), a reply with markup shown as text, a p
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -131,7 +132,7 @@ def test_a_conversation_streams_stops_regenerates_edits_and_survives_a_reload(br
     # export it, delete it, import it back
     with page.expect_download() as download:
         page.click("#export")
-    exported = json.loads(open(download.value.path(), encoding="utf-8").read())
+    exported = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
     assert exported["messages"][0] == {"role": "system", "content": "You are terse."}
     assert [m["role"] for m in exported["messages"][1:]] == ["user", "assistant", "user", "assistant"]
     page.click("#chat-list li.current button[aria-label='Delete']")

@@ -208,7 +208,8 @@ BOUNDS = {"beam_size": {"ge": 1}, "length_penalty": {"ge": 0, "le": 10}, "max_le
           "max_new_tokens": {"ge": 1}, "min_new_tokens": {"ge": 0}, "temperature": {"ge": 0, "le": 100},
           "top_k": {"ge": 0},
           "top_p": {"gt": 0, "le": 1}, "min_p": {"ge": 0, "le": 1}, "repetition_penalty": {"gt": 0, "le": 10},
-          "frequency_penalty": {"ge": -2, "le": 2}, "presence_penalty": {"ge": -2, "le": 2}, "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
+          "frequency_penalty": {"ge": -2, "le": 2}, "presence_penalty": {"ge": -2, "le": 2},
+          "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
           "iterations": {"ge": 1, "le": 100}, "length_beam": {"ge": 1, "le": 100},
           "source_prefix": {"max_length": 64, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
 

@@ -149,9 +149,9 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     n = cfg.num_return_sequences
     constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0) * n)]
     prompts = src_ids.repeat_interleave(n, dim=0)  # (B*n, S)
+    penalties = penalties_for(cfg, _decoded(model, prompts), pad, vocab)
     group = sampled_rows(model, limits.repeat_interleave(n), cfg.min_new_tokens, cfg.temperature, cfg.top_k,
-                         cfg.top_p, cfg.seed, on_token, constraints, cfg.min_p, penalties_for(cfg, _decoded(model, prompts), pad,
-                                                                                   vocab))
+                         cfg.top_p, cfg.seed, on_token, constraints, cfg.min_p, penalties)
     return group, prompts, 1
 
 
