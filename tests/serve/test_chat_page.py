@@ -15,7 +15,9 @@ from serve.test_page import browser  # noqa: F401 (the module's chromium)
 from conftest import chat_checkpoint, serving
 
 KEY = "page-key-not-secret"
-UNSAFE = "Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> **bold** `code`"
+UNSAFE = ("Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> **bold** `code` *it*\n\n"
+          "- one\n- two\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n```python\nprint('<b>hi</b>')\n```\n"
+          "[site](https://example.org) [bad](javascript:alert(1))")
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +202,12 @@ def test_markup_in_a_reply_is_shown_as_text(browser, chat_server):  # noqa: F811
     reply = page.locator(".msg.assistant .msg-body")
     assert "<script>window.pwned = 1</script>" in reply.inner_text() and "<img src=x" in reply.inner_text()
     assert reply.locator("script, img").count() == 0 and page.evaluate("window.pwned === undefined")
-    assert reply.locator("strong").inner_text() == "bold" and reply.locator("code").inner_text() == "code"
+    assert reply.locator("strong").inner_text() == "bold" and reply.locator("p code").inner_text() == "code"
+    assert reply.locator("em").inner_text() == "it" and reply.locator("ul li").all_inner_texts() == ["one", "two"]
+    assert reply.locator("table th").all_inner_texts() == ["a", "b"] and reply.locator("td").count() == 2
+    assert reply.locator("pre code").inner_text() == "print('<b>hi</b>')" and reply.locator("pre b").count() == 0
+    assert reply.locator(".code button.copy").count() == 1
+    assert reply.locator("a").count() == 1 and reply.locator("a").get_attribute("href") == "https://example.org"
     page.close()
 
 

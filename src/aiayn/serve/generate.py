@@ -43,6 +43,9 @@ class GenerateRequest(DecodingOptions):
                                                   "NAME=...): its NAME; unset, the base model")
 
 
+PAGE_DECODING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens", "seed")  # /health's
+
+
 def product(model, tokenizers, folder, decoding: DecodingConfig, device: str,
             **precision) -> tuple[TextGenerator, None]:
     """The generator that serves a loaded language model, its weights handed over (held once)."""
@@ -66,7 +69,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
     generator, batcher, limits = served.product, served.scheduler, served.limits
     page = "family.html" if generator.chat_template is None else "chat.html"  # a chat model's page is the chat
     add_page_and_health(app, served, page, max_model_len=batcher.capacity, chat=generator.chat_template is not None,
-                        decoding=generator.decoding.changes())
+                        decoding={k: getattr(generator.decoding, k) for k in PAGE_DECODING})
 
     @app.get("/complete", include_in_schema=False)
     async def complete_page() -> FileResponse:

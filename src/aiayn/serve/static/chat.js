@@ -69,7 +69,7 @@ function renderList() {
                                                                   textContent: c.title || t("untitled")});
     open.addEventListener("click", () => { current = c.id; saveChats(); showChat(); });
     const rename = iconButton("✎", t("rename"), () => startRename(item, c));
-    const remove = iconButton("🗑", t("delete"), () => {
+    const remove = iconButton("×", t("delete"), () => {
       if (!confirm(t("delete_confirm", {title: c.title || t("untitled")}))) return;
       chats = chats.filter((x) => x.id !== c.id);
       if (current === c.id) current = chats[0]?.id || null;
@@ -128,7 +128,7 @@ function messageItem(m, index, last) {
   const busy = controller !== null;
   if (m.role === "user" && !busy) head.append(iconButton("✎", t("edit"), () => editTurn(item, index)));
   if (m.role === "assistant" && m.info?.tokens?.length) {
-    head.append(iconButton("🔍", t("show_tokens"), () => toggleTokens(item, m, index)));
+    head.append(iconButton(t("tokens_short"), t("show_tokens"), () => toggleTokens(item, m, index)));
   }
   if (m.role === "assistant" && last && !busy) head.append(iconButton("↻", t("regenerate"), regenerate));
   const body = document.createElement("div");

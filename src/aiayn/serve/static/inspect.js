@@ -7,8 +7,8 @@
 let inspected = null;  // the /attention answer shown: {tokens, heads, attention: {decoder_self}, experts?}
 const MARKER = /^<[|｜]?[^<>\s]{1,40}[|｜]?>$/;  // <|im_start|>, <start_of_turn>, </s>: a template's marker
 
-function visible(text) {  // a token's text with its spaces and line breaks visible
-  return text.replace(/ /g, "·").replace(/\n/g, "⏎").replace(/\t/g, "⇥") || "∅";
+function visible(text) {  // a token's text (or a byte-level or SentencePiece piece) with its spaces and breaks seen
+  return text.replace(/[ Ġ▁]/g, "·").replace(/[\nĊ]/g, "⏎").replace(/\t/g, "⇥") || "∅";
 }
 
 function toggleTokens(item, m) {
