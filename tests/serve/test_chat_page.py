@@ -15,6 +15,7 @@ from serve.test_page import browser  # noqa: F401 (the module's chromium)
 from conftest import chat_checkpoint, serving
 
 KEY = "page-key-not-secret"
+CAP = 60  # tokens /attention takes: a short conversation is shown whole, a longer one its last CAP tokens
 UNSAFE = ("Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> **bold** `code` *it*\n\n"
           "- one\n- two\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n```python\nprint('<b>hi</b>')\n```\n"
           "[site](https://example.org) [bad](javascript:alert(1))")
@@ -36,15 +37,20 @@ def chat_server(tmp_path_factory):
         return decode(*args, **kwargs)
 
     generator.model.decode = slow
-    limits = Limits(max_attention_tokens=256)
+    limits = Limits(max_attention_tokens=CAP)
     with serving(create_app(generator, limits, name="tiny-chat", api_key=KEY), limits) as url:
         yield url, generator
 
 
-def opened(browser, url: str, width: int = 1280):  # noqa: F811
+def opened(browser, url: str, width: int = 1280, **settings):  # noqa: F811
+    """The page in a fresh browser context (nothing stored), its key given, ``settings`` filled in (``max_tokens``:
+    the field ``#max-tokens``)."""
     page = browser.new_page(viewport={"width": width, "height": 900})
     page.on("dialog", lambda dialog: dialog.accept())  # the delete confirmation
     page.goto(url)
+    with_key(page)
+    for name, value in settings.items():
+        page.fill(f"#{name.replace('_', '-')}", str(value))
     return page
 
 
@@ -73,11 +79,8 @@ def stored(page) -> list[dict]:
 
 def test_a_conversation_streams_stops_regenerates_edits_and_survives_a_reload(browser, chat_server, tmp_path):  # noqa: F811
     url, generator = chat_server
-    page = opened(browser, url)
-    with_key(page)
-    page.fill("#temperature", "1")  # seeded sampling: visible text (this random model's greedy text is blank)
-    page.fill("#seed", "7")
-    page.fill("#max-tokens", "12")
+    # seeded sampling: visible text (this random model's greedy text is blank)
+    page = opened(browser, url, temperature=1, seed=7, max_tokens=12)
     page.click("#system-box summary")
     page.fill("#system", "You are terse.")
     say(page, "hello there", 1)
@@ -161,12 +164,7 @@ def test_a_conversation_streams_stops_regenerates_edits_and_survives_a_reload(br
 
 def test_a_reply_token_opens_its_alternatives_and_its_attention(browser, chat_server):  # noqa: F811
     url, generator = chat_server
-    page = opened(browser, url)
-    with_key(page)
-    page.click("#new-chat")
-    page.fill("#temperature", "0.9")
-    page.fill("#seed", "3")
-    page.fill("#max-tokens", "8")
+    page = opened(browser, url, temperature=0.9, seed=3, max_tokens=8)
     say(page, "what is inside", 1)
     page.click(".msg.assistant button[aria-label='Show the tokens']")
     tokens = page.locator(".msg.assistant .tok")
@@ -185,14 +183,18 @@ def test_a_reply_token_opens_its_alternatives_and_its_attention(browser, chat_se
     page.locator("#head-summary td.share").nth(cfg.n_heads + 1).click()  # layer 2, head 2
     assert page.locator("#att-layer").input_value() == "1" and page.locator("#att-head").input_value() == "1"
     assert "All" in page.locator("#attention-note").inner_text()
+    # a conversation longer than the cap: its last CAP tokens, and a note that says so
+    say(page, "tell me more about what is inside and why " * 3, 2)
+    page.click(".msg.assistant >> nth=1 >> button[aria-label='Show the tokens']")
+    page.locator(".msg.assistant >> nth=1 >> .tok").first.click()
+    page.wait_for_function(f"document.querySelectorAll('#attention-text .att').length === {CAP}", timeout=30_000)
+    assert f"The last {CAP} of" in page.locator("#attention-note").inner_text()
     page.close()
 
 
 def test_markup_in_a_reply_is_shown_as_text(browser, chat_server):  # noqa: F811
     url, _ = chat_server
     page = opened(browser, url)
-    with_key(page)
-    page.click("#new-chat")
     chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": UNSAFE}, "finish_reason": None}]},
               {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
     body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
@@ -213,11 +215,8 @@ def test_markup_in_a_reply_is_shown_as_text(browser, chat_server):  # noqa: F811
 
 def test_a_phone_width_window_and_the_keyboard_alone(browser, chat_server):  # noqa: F811
     url, _ = chat_server
-    page = opened(browser, url, width=390)
-    with_key(page)
+    page = opened(browser, url, width=390, max_tokens=6)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    page.click("#new-chat")
-    page.fill("#max-tokens", "6")
     page.focus("#message")
     page.keyboard.type("line one")
     page.keyboard.press("Shift+Enter")  # a new line, not a send

@@ -84,6 +84,11 @@ def test_generate_json_equals_the_library(lm_client, generator):
     assert sampled["text"] == generator.generate("a dog", 30, temperature=1.2, seed=5)[0]  # the library's draw
     assert sampled["text"] != generator.generate("a dog", 30, temperature=1.2, seed=6)[0]  # and the seed matters
     assert lm_client.get("/health").json()["joined"] >= 2
+    options = {"repetition_penalty": 3.0, "frequency_penalty": 2.0, "presence_penalty": 2.0, "min_p": 0.1}
+    penalised = lm_client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 20, "temperature": 0,
+                                                  **options}).json()
+    assert penalised["text"] == generator.generate("the cat ", 20, temperature=0, **options)[0] != answer["text"]
+    assert lm_client.post("/generate", json={"prompt": "a", "min_p": 1.5}).status_code == 422
 
 
 def test_generate_streams_server_sent_events(lm_client):

@@ -89,9 +89,10 @@ def _declare_bounds(app: FastAPI, generator: TextGenerator, limits: Limits) -> N
     server's length limit."""
     cfg, rows = generator.model.config, generator.model.adapter_rows
     adapters = [{"enum": rows.names}] if rows is not None else []
+    ids = {"items": vocabulary(generator.tokenizer)}
     declare_fields(app, {"TextHeadRequest": {"layer": {"maximum": cfg.n_decoder_layers - 1},
-                                             "head": {"maximum": cfg.n_heads - 1}},
-                         "DetokenizeRequest": {"tokens": {"items": vocabulary(generator.tokenizer)}},
+                                             "head": {"maximum": cfg.n_heads - 1}, "ids": ids},
+                         "DetokenizeRequest": {"tokens": ids}, "TextAttentionRequest": {"ids": ids},
                          "GenerateRequest": {"adapter": {"anyOf": [*adapters, {"type": "null"}]},
                                              **one_output(limits, ("greedy", "beam", "sample"))}})
 

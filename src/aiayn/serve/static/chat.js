@@ -201,7 +201,7 @@ async function reply() {
   try {
     const res = await api("/v1/chat/completions", body, controller.signal);
     setStatus(t("answering"));
-    for await (const chunk of events(res)) {
+    for await (const chunk of sseEvents(res)) {
       if (chunk.usage) m.info.usage = chunk.usage;
       for (const choice of chunk.choices || []) {
         take(m, choice);
@@ -236,24 +236,6 @@ function take(m, choice) {
   if (choice.logprobs?.content) m.info.tokens.push(...choice.logprobs.content);
   if (choice.delta?.content) m.content += choice.delta.content;
   if (choice.finish_reason) m.info.finish = choice.finish_reason;
-}
-
-async function* events(res) {  // the parsed chunks of a server-sent event stream, up to [DONE]
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) return;
-    buffer += decoder.decode(value, {stream: true});
-    let cut;
-    while ((cut = buffer.indexOf("\n\n")) >= 0) {
-      const data = buffer.slice(0, cut).replace(/^data: /, "");
-      buffer = buffer.slice(cut + 2);
-      if (data === "[DONE]") return;
-      yield JSON.parse(data);
-    }
-  }
 }
 
 function busy(on) {

@@ -14,20 +14,9 @@ async function generateText() {
     const response = await fetch("/generate", { method: "POST", headers: { "content-type": "application/json" },
                                                 body: JSON.stringify(body) });
     if (!response.ok) throw new Error((await response.json()).detail);
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const event = JSON.parse(buffer.slice(0, cut).replace(/^data: /, ""));
-        buffer = buffer.slice(cut + 2);
-        if (event.finish_reason) status(t("tokens_done", {n: event.completion_tokens, reason: event.finish_reason}));
-        else $("continuation").textContent += event.text;
-      }
+    for await (const event of sseEvents(response)) {
+      if (event.finish_reason) status(t("tokens_done", {n: event.completion_tokens, reason: event.finish_reason}));
+      else $("continuation").textContent += event.text;
     }
     await showAttention(body.prompt + $("continuation").textContent);
   } catch (err) {

@@ -5,6 +5,7 @@
 "use strict";
 
 let inspected = null;  // the /attention answer shown: {tokens, heads, attention: {decoder_self}, experts?}
+let openings = 0;  // tokens opened so far: an answer to an earlier one is dropped
 const MARKER = /^<[|｜]?[^<>\s]{1,40}[|｜]?>$/;  // <|im_start|>, <start_of_turn>, </s>: a template's marker
 
 function visible(text) {  // a token's text (or a byte-level or SentencePiece piece) with its spaces and breaks seen
@@ -42,12 +43,16 @@ async function openToken(m, k, button) {
   const total = m.info.promptCount + k + 1;
   $("attention-note").textContent = total > ids.length ? t("attention_cut", {n: ids.length, total})
     : t("attention_all", {n: ids.length});
+  const asked = ++openings;
+  let answer;
   try {
-    inspected = await (await api("/attention", {ids, row: ids.length - 1})).json();
+    answer = await (await api("/attention", {ids, row: ids.length - 1})).json();
   } catch (err) {
     $("attention-note").textContent = String(err.message || err);
     return;
   }
+  if (asked !== openings) return;  // another token was opened meanwhile: its answer is the one to show
+  inspected = answer;
   const layers = inspected.attention.decoder_self.length;
   $("att-layer").replaceChildren(...[...Array(layers).keys()].map((i) => new Option(t("layer_n", {n: i + 1}), i)));
   $("att-head").replaceChildren(new Option(t("mean_heads"), "mean"),
