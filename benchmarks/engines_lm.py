@@ -152,10 +152,11 @@ def aiayn_engine(precision: str, work: Path):
     from aiayn import generate
     from aiayn.data.batching import pad_batch
     from aiayn.inference.load import load_checkpoint
-    from aiayn.inference.precision import inference_copy
+    from aiayn.inference.precision import converter, inference_copy
 
-    model, _ = load_checkpoint(work / "aiayn")
-    model = inference_copy(model.eval(), int8=precision == "int8", bf16=precision == "bf16", int4=precision == "int4")
+    options = {"int8": precision == "int8", "bf16": precision == "bf16", "int4": precision == "int4"}
+    model, _ = load_checkpoint(work / "aiayn", convert=converter(**options))  # converted as read, as products do
+    model = inference_copy(model.eval(), own=True, **options)
 
     def run(rows: list[list[int]], n: int) -> list[list[int]]:
         ids = pad_batch(rows, model.config.pad_id)

@@ -12,7 +12,7 @@ from aiayn.decoding.constraint import Grammars
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.load import load_checkpoint
-from aiayn.inference.precision import inference_copy
+from aiayn.inference.precision import converter, inference_copy
 from aiayn.io.run import resolve_checkpoint
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers import TokenizerPair
@@ -88,7 +88,8 @@ class TextGenerator:
                         **options) -> TextGenerator:
         """``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the checkpoint's generation.json."""
         folder = resolve_checkpoint(path)
-        model, tokenizers = load_checkpoint(folder, "decoder-only", prepare)
+        convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")})
+        model, tokenizers = load_checkpoint(folder, "decoder-only", prepare, convert)
         return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), own=True, **options)
 
     def prompt_ids(self, prompt: str) -> list[int]:

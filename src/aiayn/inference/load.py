@@ -16,13 +16,15 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
 
 
 def load_checkpoint(path: str | Path, arch: str | None = None,
-                    prepare: Callable[[TransformerModel], object] | None = None) -> tuple[TransformerModel,
-                                                                                         TokenizerPair]:
+                    prepare: Callable[[TransformerModel], object] | None = None,
+                    convert: Callable | None = None) -> tuple[TransformerModel, TokenizerPair]:
     """The model and tokenizers of a checkpoint folder or run folder (its best/); with ``arch``, a checkpoint
     of another family member is a ValueError that names the command for it. ``prepare(model)`` runs on the
-    loaded model before anything uses it (``--adapter``: a LoRA adapter put on it, ``aiayn.interop.peft``)."""
+    loaded model before anything uses it (``--adapter``: a LoRA adapter put on it, ``aiayn.interop.peft``).
+    ``convert``: the inference copy made layer by layer as the weights are read
+    (``aiayn.inference.precision.converter``; not with ``prepare``, which needs the plain layers)."""
     folder = resolve_checkpoint(path)
-    model = load_model(folder)
+    model = load_model(folder, convert=convert if prepare is None else None)
     if arch is not None and model.config.arch != arch:
         raise ValueError(f"{folder} is a {model.config.arch} checkpoint; use {COMMANDS[model.config.arch]}")
     if prepare is not None:

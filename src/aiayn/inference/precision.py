@@ -41,13 +41,32 @@ def fuse(model: TransformerModel) -> TransformerModel:
     return model
 
 
-def _cpu_copy(model: TransformerModel, what: str, dtype: torch.dtype | None = None,
-              own: bool = False) -> TransformerModel:
-    """A fused copy of ``model`` on the CPU, in eval mode, cast to ``dtype`` if given; the caller's is untouched
-    (``own``: the caller hands it over, and it is changed in place: no second copy of the weights)."""
+def _convert(part: nn.Module, make, dtype: torch.dtype | None = None) -> nn.Module:
+    """``part`` (a model, or one of its layers) made an inference copy in place: on the CPU, in eval mode, cast to
+    ``dtype`` if given, fused, and each plain linear layer replaced by ``make(part)(linear)``; parts converted
+    already are left as they are (a model whose layers were converted as they were read)."""
+    part = part.cpu().eval()
+    fuse(part if dtype is None else part.to(dtype))
+    _swap_linears(part, make(part))
+    return part.requires_grad_(False)
+
+
+def _owned(model: TransformerModel, what: str, own: bool) -> TransformerModel:
+    """``model`` itself (``own``: the caller hands it over: no second copy of the weights) or a copy of it."""
     check_unpacked(model, what)
-    copied = (model if own else copy.deepcopy(model)).cpu().eval()
-    return fuse(copied if dtype is None else copied.to(dtype))
+    return model if own else copy.deepcopy(model)
+
+
+def _quantized(bits: int):
+    """What ``quantize`` makes of a linear layer: int4 (an input width that is a multiple of 32), else int8."""
+    return lambda part: (lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
+                         else Int8Linear(lin))
+
+
+def _packed(part: nn.Module):
+    """What ``pack`` makes of a linear layer: a PackedLinear (the output projection keeps its weight: tied)."""
+    output = getattr(part, "output", None)
+    return lambda lin: PackedLinear(lin, keep_weight=lin is output)
 
 
 def _linears(model: nn.Module) -> list[str]:
@@ -74,10 +93,7 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     bfloat16 where the CPU computes in it and int8 elsewhere (:class:`~aiayn.model.quantized.Int8Linear`)."""
     if bits not in (4, 8):
         raise ValueError(f"quantize: bits {bits}; choose 8 or 4")
-    quantized = _cpu_copy(model, "quantize", dtype, own)
-    _swap_linears(quantized, lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
-                  else Int8Linear(lin))
-    return quantized.requires_grad_(False)
+    return _convert(_owned(model, "quantize", own), _quantized(bits), dtype)
 
 
 def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = False) -> TransformerModel:
@@ -89,10 +105,7 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = 
     if not packing_available(dtype):
         raise RuntimeError("pack: this CPU has no oneDNN bfloat16 kernels (AVX512 or AVX-NE-CONVERT); pack in "
                            "float32, or decode the plain model in bfloat16 (inference_copy does)")
-    packed = _cpu_copy(model, "pack", dtype, own)
-    output = getattr(packed, "output", None)
-    _swap_linears(packed, lambda lin: PackedLinear(lin, keep_weight=lin is output))
-    return packed.requires_grad_(False)
+    return _convert(_owned(model, "pack", own), _packed, dtype)
 
 
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
@@ -119,6 +132,24 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
     if bf16 and not own:
         model = copy.deepcopy(model)
     return model.eval().to(device, dtype)
+
+
+def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool = False, packed: bool = True,
+              int4: bool = False):
+    """What :func:`inference_copy` does on the CPU, as a conversion of one part of a model in place: for
+    ``load_model(..., convert=)``, which converts each layer as soon as its weights are read, so that the float32
+    weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU, or
+    nothing to convert)."""
+    if int8 and int4:
+        raise ValueError("--int8 and --int4: choose one")
+    dtype = torch.bfloat16 if bf16 else None
+    if torch.device(device).type != "cpu":
+        return None
+    if int8 or int4:
+        return lambda part: _convert(part, _quantized(8 if int8 else 4), dtype)
+    if packed and packing_available(dtype):
+        return lambda part: _convert(part, _packed, dtype)
+    return None
 
 
 def is_inference_copy(model: nn.Module) -> bool:

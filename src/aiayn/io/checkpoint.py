@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiayn.io.files import atomic_directory, atomic_write_text, read_json, sha256_file
+from aiayn.io.files import atomic_directory, atomic_write_text, give_back_memory, read_json, sha256_file
 
 if TYPE_CHECKING:
     from torch import nn
@@ -102,17 +102,60 @@ def read_tensors(file: Path) -> dict:
         raise ValueError(f"{file}: not a safetensors file, damaged or truncated ({err}); copy it again") from None
 
 
-def load_weights(model: nn.Module, folder: Path) -> None:
-    """Read ``model.safetensors`` into ``model``; every tensor must match by name and shape."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
+def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], object] | None = None) -> None:
+    """Read ``model.safetensors`` into ``model`` one tensor at a time (never a second copy of the whole model);
+    every tensor must match by name and shape (a weight tied to another is stored once, under either name).
+    ``convert(part)`` runs on each layer (``*.layers.N``) as soon as its weights are in, then on the whole model
+    (an inference copy made as the weights come: ``aiayn.inference.precision.converter``), so that a layer's
+    float32 weights are let go before the next one's are read."""
+    from safetensors import SafetensorError, safe_open
 
     file = folder / WEIGHTS
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no weights file; is {folder} a checkpoint folder?")
     try:
-        load_model(model, str(file), strict=True)
+        with safe_open(str(file), framework="pt") as stored:
+            names = set(stored.keys())
+        tied = _aliases(model)  # name -> every name of its tensor (tied weights: several)
+        unknown = sorted(names - set(tied))
+        missing = sorted({group[0] for group in tied.values() if not names & set(group)})
+        if unknown or missing:
+            raise ValueError(f"{file}: weights do not match config.json: "
+                             + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {unknown[0]}"))
+        read: set[str] = set()  # the names read so far (with their aliases)
+        for prefix, part in [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] \
+                + [("", model)]:
+            with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
+                _read_part(part, prefix, stored, names, tied, read, file)  # read are let go with it
+            if convert is not None:
+                convert(part)
+                give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
     except SafetensorError as err:
         raise ValueError(f"{file}: damaged or truncated weights file ({err}); copy it again") from None
-    except RuntimeError as err:
-        raise ValueError(f"{file}: weights do not match config.json: {str(err).splitlines()[0]}") from None
+
+
+def _aliases(model: nn.Module) -> dict[str, list[str]]:
+    """Each name of ``model``'s parameters and persistent buffers -> every name of the same tensor."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return {name: group for group in groups.values() for name in group}
+
+
+def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict, read: set[str],
+               file: Path) -> None:
+    """Copy into ``part``'s tensors (``prefix``: its name in the model) not read yet their stored values."""
+    import torch
+
+    with torch.no_grad():
+        for local, tensor in part.state_dict(keep_vars=True).items():
+            full = f"{prefix}.{local}" if prefix else local
+            if full in read or full not in tied:  # read already (a tied weight), or made by ``convert`` meanwhile
+                continue
+            name = next(n for n in tied[full] if n in names)
+            value = stored.get_tensor(name)
+            if tuple(value.shape) != tuple(tensor.shape):
+                raise ValueError(f"{file}: weights do not match config.json: {name} has shape "
+                                 f"{tuple(value.shape)}, the model {tuple(tensor.shape)}")
+            tensor.copy_(value)
+            read.update(tied[full])

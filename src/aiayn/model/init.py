@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from torch import nn
 
 from aiayn.model.embeddings import TokenEmbedding
@@ -29,3 +31,22 @@ def init_weights(model: nn.Module) -> None:
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+
+SKIPPED = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "xavier_uniform_",
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_")  # what torch's layers and init_weights call
+
+
+@contextlib.contextmanager
+def uninitialised():
+    """Layers built inside leave their weights as allocated (``torch.nn.init`` does nothing), for a model whose
+    every weight is read from a checkpoint next: no time spent drawing them, and no memory touched before the
+    stored values arrive (as Hugging Face builds a model it loads). Not for a model that will train as built."""
+    saved = {name: getattr(nn.init, name) for name in SKIPPED}
+    try:
+        for name in SKIPPED:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)

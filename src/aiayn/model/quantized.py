@@ -106,6 +106,9 @@ class Int8Linear(nn.Module):
                 f"activations={'int8' if self.w8a8 else 'bfloat16'}")
 
 
+PACK_ROWS = 1024  # rows an Int4Linear quantizes at a time: a multiple of the int4 kernel's 64-row blocks
+
+
 class Int4Linear(nn.Module):
     """y = x W^T + b with W = (q - 8) s + z group-wise: q in [0, 15], one (s, z) per ``group_size`` weights of a
     row, from the group's min and max (asymmetric, weight-only).
@@ -121,17 +124,27 @@ class Int4Linear(nn.Module):
             raise ValueError(f"int4: in_features {k} is not a multiple of the group size {group_size}")
         self.in_features, self.out_features, self.group_size = k, n, group_size
         padded = -(-n // 16) * 16
-        weight = F.pad(linear.weight.detach().float(), (0, 0, 0, padded - n))  # (N', K)
-        groups = weight.view(padded, k // group_size, group_size)  # (N', K/G, G)
-        low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (N', K/G)
-        scale = ((high - low) / 15).clamp_min(1e-12)
-        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(padded, k)
+        weight, blocks = linear.weight.detach(), []
+        for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
+            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+            blocks.append(self._quantized(F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))))
+        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in zip(*blocks, strict=True))
         self.dtype = kernel_dtype()
         scale_zero = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)  # (K/G, N', 2)
         self.scale_zero = scale_zero.to(self.dtype).contiguous()  # in the activations' dtype, as the kernel wants
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # the kernel's layout
-        self.nibbles = q[:, 0::2] | (q[:, 1::2] << 4)  # (N', K/2): two weights a byte, for dequantized()
+        self.packed = q_packed  # (N', K/2), the kernel's layout
+        self.nibbles = nibbles  # (N', K/2): two weights a byte, for dequantized()
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+
+    def _quantized(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low), the last
+        two (r, K/G). The kernel packs blocks of 64 rows on its own, so blocks of ``PACK_ROWS`` join end to end."""
+        groups = rows.view(rows.size(0), -1, self.group_size)  # (r, K/G, G)
+        low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (r, K/G)
+        scale = ((high - low) / 15).clamp_min(1e-12)
+        q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(rows.shape)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
+        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""

@@ -25,7 +25,7 @@ from aiayn.model.builders import OutputTransform, build_decoder, build_embedding
 from aiayn.model.cache import DecoderCache
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import TokenEmbedding
-from aiayn.model.init import init_weights
+from aiayn.model.init import init_weights, uninitialised
 from aiayn.model.masks import decoder_inputs, key_mask, left_align, padding_mask
 from aiayn.model.state import DecodeState
 
@@ -60,18 +60,22 @@ class TransformerModel(nn.Module):
         write_checkpoint(folder, self)
 
     @classmethod
-    def load(cls, folder: str | Path, build: Callable[[ModelConfig], TransformerModel] | None = None
-             ) -> TransformerModel:
+    def load(cls, folder: str | Path, build: Callable[[ModelConfig], TransformerModel] | None = None,
+             convert: Callable[[nn.Module], object] | None = None) -> TransformerModel:
         """Rebuild this member from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
         folder's files are checked against its checksums first. ``build``: what makes the model of the config
-        (default this class; ``aiayn.load_model`` loads whichever member a folder holds)."""
+        (default this class; ``aiayn.load_model`` loads whichever member a folder holds); ``convert``: made an
+        inference copy layer by layer as the weights are read (``aiayn.io.checkpoint.load_weights``). The layers are
+        built without initialising their weights (every one is read), so a weight's memory is first touched by its
+        stored values."""
         if build is None and cls is TransformerModel:
             raise TypeError("TransformerModel.load: load a member (EncoderDecoder.load, ...), or any with "
                             "aiayn.load_model(folder)")
         folder = Path(folder)
         verify_checkpoint(folder)
-        model = (build or cls)(ModelConfig.load(folder / CONFIG))
-        load_weights(model, folder)
+        with uninitialised():
+            model = (build or cls)(ModelConfig.load(folder / CONFIG))
+        load_weights(model, folder, convert)
         return model.eval()
 
     def new_cache(self, batch: int, max_len: int, like: Tensor) -> DecoderCache:

@@ -97,10 +97,15 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product,
     embedder or None)."""
     from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.precision import converter
+    from aiayn.io.checkpoint import CONFIG
     from aiayn.io.run import resolve_checkpoint
+    from aiayn.model.config import ModelConfig
 
     folder = resolve_checkpoint(checkpoint)
-    model, tokenizers = load_checkpoint(folder, prepare=prepare)
+    lm = ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # a language model's layers converted as read
+    convert = converter(device, int8=int8, bf16=bf16, int4=int4) if lm and not loras else None
+    model, tokenizers = load_checkpoint(folder, prepare=prepare, convert=convert)
     if loras:
         _attach_loras(model, loras)
     defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
