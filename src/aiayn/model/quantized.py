@@ -51,6 +51,9 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
     return y if layer.bias is None else y + layer.bias.to(x.dtype)
 
 
+PACK_ROWS = 1024  # rows quantized at a time (a multiple of the int4 kernel's 64-row blocks)
+
+
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
@@ -67,9 +70,10 @@ class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear, w8a8: bool | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()  # (N, K)
-        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127  # (N,)
-        self.q = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # (N, K)
+        blocks = linear.weight.detach().split(PACK_ROWS)  # (r, K) each: no float32 copy of a big layer at once
+        scale = torch.cat([rows.float().abs().amax(dim=1) for rows in blocks]).clamp_min(1e-12) / 127  # (N,)
+        self.q = torch.cat([(rows.float() / s[:, None]).round_().clamp_(-127, 127).to(torch.int8)
+                            for rows, s in zip(blocks, scale.split(PACK_ROWS), strict=True)])  # (N, K)
         self.w8a8 = int8_activations() if w8a8 is None else w8a8
         self.halves = None  # (h, l) with q = 2 h + l, where the CPU's int8 dot products are not exact
         if self.w8a8 and not exact_int8_dot():
@@ -106,7 +110,6 @@ class Int8Linear(nn.Module):
                 f"activations={'int8' if self.w8a8 else 'bfloat16'}")
 
 
-PACK_ROWS = 1024  # rows an Int4Linear quantizes at a time: a multiple of the int4 kernel's 64-row blocks
 
 
 class Int4Linear(nn.Module):
