@@ -89,3 +89,33 @@ def test_eviction_takes_the_least_recently_used_block_first():
     assert store.lookup([*first, 9], 5)  # first is read again: now the most recently used
     store.add(third)
     assert tuple(first) in store.blocks and tuple(third) in store.blocks and tuple(second) not in store.blocks
+
+
+def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_once():
+    """A prompt's new blocks are copied out a run at a time (per layer one tensor, the blocks views of it), so a
+    later prompt loads the run as one view and one copy into its row; ``bytes`` counts each copy once, and a small
+    cap (copies of one block each) frees what it evicts."""
+    from aiayn.decoding import PromptCache
+    from aiayn.decoding.prefix import _spans, token_bytes
+
+    def counted(store):
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for block in store.blocks.values() for kv in block if kv is not None for t in kv}
+        return sum(storages.values())
+
+    lm = _lm()
+    prompt = random_ids(1, 25, vocab=30)[0].tolist()
+    store = PromptCache(lm, block_size=4)
+    store.add(prompt)
+    blocks = store.lookup(prompt, len(prompt))
+    assert len(blocks) == 6 and store.bytes == counted(store) == 24 * token_bytes(lm)
+    for j in range(lm.config.n_decoder_layers):
+        spans = _spans([block[j] for block in blocks])
+        assert len(spans) == 1 and spans[0][1].size(2) == 24  # one view over the six blocks
+        assert torch.equal(spans[0][1], torch.cat([block[j][0] for block in blocks], 2))
+    one_block = store.bytes // 6
+    small = PromptCache(lm, block_size=4, max_bytes=3 * one_block)
+    small.add(prompt)
+    assert len(small.blocks) == 3 and small.bytes == counted(small) <= small.max_bytes
+    longer = torch.tensor([[*prompt, 7, 8]])
+    assert greedy_search(lm, longer, 6, prompt_cache=store) == greedy_search(lm, longer, 6)

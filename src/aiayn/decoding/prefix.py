@@ -6,8 +6,10 @@ The keys/values of every whole block of ``block_size`` prompt tokens are kept un
 tokens up to the block's end, so a shared system prompt is found whatever follows it; past the last whole block
 that matches, the leading tokens a stored block shares with the prompt are reused too (a token-level match, as
 SGLang's radix tree and llama.cpp's slots give: the keys of a token depend only on the tokens before it). A byte
-cap evicts the least recently used blocks. Blocks are copied into a row's cache, never shared, so a row that
-leaves holds nothing. Outputs are identical to computing everything (tests/decoding/test_prefix.py).
+cap evicts the least recently used blocks. A prompt's new blocks are copied out a run at a time (per layer one
+tensor, the blocks views of it), so a later prompt loads the run with one copy into its row. Blocks are copied
+into a row's cache, never shared, so a row that leaves holds nothing. Outputs are identical to computing everything
+(tests/decoding/test_prefix.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class PromptCache:
         self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.children: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # a block's prefix -> the blocks after it
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
+        self.users: dict[int, int] = {}  # a copy's address -> the kept blocks that view it
 
     @torch.no_grad()
     def add(self, prefix: list[int]) -> None:
@@ -65,9 +68,9 @@ class PromptCache:
             blocks.append([(k[:, :, :shared], v[:, :, :shared]) for k, v in tail])
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
             held = [i for i, block in enumerate(blocks) if block[j] is not None]
-            for run in _runs(held):
-                keys, values = zip(*(blocks[i][j] for i in run), strict=True)
-                layer.self_kv.write(first_column + run[0] * b, torch.cat(keys, 2), torch.cat(values, 2))
+            for run in _runs(held):  # a run stored together is one view, and one copy into the row
+                for first, keys, values in _spans([blocks[i][j] for i in run]):
+                    layer.self_kv.write(first_column + (run[0] + first) * b, keys, values)
         filled = first_column + reused if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
@@ -102,7 +105,7 @@ class PromptCache:
         """Keep the whole blocks among the first ``computed`` prompt tokens, read from ``cache`` (one row)
         where the prompt starts at column ``first_column``. A sliding layer's ring holds only its latest
         positions: a block it no longer holds keeps None for that layer (a later, fuller copy replaces it)."""
-        b = self.block_size
+        b, new = self.block_size, {}
         for end in range(b, computed + 1, b):
             key, start = tuple(prompt[:end]), first_column + end - b
             old = self.blocks.get(key)
@@ -113,17 +116,40 @@ class PromptCache:
                 continue  # not computed yet
             if old is not None and sum(kv is None for kv in old) <= sum(kv is None for kv in block):
                 continue
-            block = [None if kv is None else (kv[0].clone(), kv[1].clone()) for kv in block]
-            self.bytes += _bytes(block) - (0 if old is None else _bytes(old))
+            new[end] = block
+        most = max(1, self.max_bytes // (8 * b * token_bytes(self.model)))  # blocks one copy holds: an eighth of
+        for end, block in _copied(new, b, most).items():  # the cap at most, so that eviction frees what it counts
+            key = tuple(prompt[:end])
+            old = self.blocks.get(key)
+            if old is not None:
+                self._release(old)
+            self._hold(block)
             self.blocks[key] = block
             self.children.setdefault(key[:-b], set()).add(key)
         while self.bytes > self.max_bytes and self.blocks:
             key, block = self.blocks.popitem(last=False)
-            self.bytes -= _bytes(block)
+            self._release(block)
             siblings = self.children[key[:-b]]
             siblings.discard(key)
             if not siblings:
                 del self.children[key[:-b]]
+
+    def _hold(self, block: Block) -> None:
+        """Count ``block``'s memory: the copies its keys and values are views of, each once (``bytes``)."""
+        for tensor in _tensors(block):
+            storage = tensor.untyped_storage()
+            users = self.users.get(storage.data_ptr(), 0)
+            self.bytes += 0 if users else storage.nbytes()
+            self.users[storage.data_ptr()] = users + 1
+
+    def _release(self, block: Block) -> None:
+        """Stop counting ``block``: a copy no kept block views any longer is freed, and its bytes go."""
+        for tensor in _tensors(block):
+            storage = tensor.untyped_storage()
+            self.users[storage.data_ptr()] -= 1
+            if not self.users[storage.data_ptr()]:
+                del self.users[storage.data_ptr()]
+                self.bytes -= storage.nbytes()
 
     def stats(self) -> dict:
         return {"prefix_hits": self.hits, "prefix_misses": self.misses, "prefix_hit_tokens": self.hit_tokens,
@@ -167,5 +193,53 @@ def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:
     return m
 
 
-def _bytes(block: Block) -> int:
-    return sum(k.nbytes + v.nbytes for kv in block if kv is not None for k, v in [kv])
+def _tensors(block: Block) -> list[Tensor]:
+    return [t for kv in block if kv is not None for t in kv]
+
+
+def _copied(new: dict[int, Block], b: int, most: int) -> dict[int, Block]:
+    """``new`` blocks (by end position; views into a row's cache) as copies of their own: per layer, each run of
+    at most ``most`` consecutive blocks is copied once, and its blocks are views of that copy (so that a later load
+    of the run is one copy too: :func:`_spans`)."""
+    copied = {end: [None] * len(block) for end, block in new.items()}
+    runs = [run[i:i + most] for run in _runs([end // b for end in new]) for i in range(0, len(run), most)]
+    for run in runs:
+        ends = [i * b for i in run]
+        for j in range(len(new[ends[0]])):
+            parts = [new[end][j] for end in ends]
+            if any(kv is None for kv in parts):  # a sliding layer's ring lost some: each block apart
+                for end, kv in zip(ends, parts, strict=True):
+                    copied[end][j] = None if kv is None else (kv[0].clone(), kv[1].clone())
+                continue
+            keys = torch.cat([k for k, _ in parts], 2)  # (1, H, n*b, D): one copy of the run
+            values = torch.cat([v for _, v in parts], 2)
+            for i, end in enumerate(ends):
+                copied[end][j] = (keys[:, :, i * b:(i + 1) * b], values[:, :, i * b:(i + 1) * b])
+    return copied
+
+
+def _spans(parts: list[tuple[Tensor, Tensor]]) -> list[tuple[int, Tensor, Tensor]]:
+    """Keys and values (1, H, t, D) of consecutive positions as few tensors: (index of the first part, keys,
+    values), one for each stretch of parts that lie one after another in one copy (blocks stored together: a
+    view spanning them, no copy)."""
+    spans: list[list[int]] = []
+    for i, (k, _) in enumerate(parts):
+        if spans and _follows(parts[i - 1][0], k):
+            spans[-1].append(i)
+        else:
+            spans.append([i])
+    return [(span[0], _span([parts[i][0] for i in span]), _span([parts[i][1] for i in span])) for span in spans]
+
+
+def _follows(p: Tensor, q: Tensor) -> bool:
+    """Whether view ``q`` starts where view ``p`` ends, in the same copy (along dimension 2)."""
+    return (q.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() and q.stride() == p.stride()
+            and q.storage_offset() == p.storage_offset() + p.size(2) * p.stride(2))
+
+
+def _span(views: list[Tensor]) -> Tensor:
+    """One view over ``views`` that follow each other (:func:`_follows`)."""
+    first = views[0]
+    length = sum(v.size(2) for v in views)
+    return first.as_strided((first.size(0), first.size(1), length, first.size(3)), first.stride(),
+                            first.storage_offset())
