@@ -217,6 +217,7 @@ def test_a_phone_width_window_and_the_keyboard_alone(browser, chat_server):  # n
     url, _ = chat_server
     page = opened(browser, url, width=390, max_tokens=6)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert not page.locator("#adapter").is_visible()  # a server without --lora adapters: no adapter to choose
     page.focus("#message")
     page.keyboard.type("line one")
     page.keyboard.press("Shift+Enter")  # a new line, not a send

@@ -343,8 +343,9 @@ async function connect() {
     const models = (await (await api("/v1/models")).json()).data;
     server.model = models.find((m) => !m.parent).id;
     $("model-name").textContent = server.model;
-    $("adapter").replaceChildren(new Option(t("base_model"), ""), ...models.filter((m) => m.parent)
-      .map((m) => new Option(m.id, m.id)));
+    const adapters = models.filter((m) => m.parent);  // a server's --lora adapters: the select shows with them
+    $("adapter").replaceChildren(new Option(t("base_model"), ""), ...adapters.map((m) => new Option(m.id, m.id)));
+    $("adapter").hidden = $("adapter-label").hidden = !adapters.length;
     $("key-form").hidden = true;
     setStatus("");
   } catch (err) {
