@@ -114,8 +114,7 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
     oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
     its dtype). ``own``: the caller hands ``model`` over (a product that loaded it, a server): it becomes the
     inference copy in place, so the weights are held once; a model that already is one is used as it is."""
-    if int8 and int4:
-        raise ValueError("--int8 and --int4: choose one")
+    convert = converter(device, int8, bf16, packed, int4)  # checks --int8 with --int4
     if own and is_inference_copy(model):
         return model
     if getattr(model, "tensor_parallel", 1) > 1:  # split over processes (inference/tensor_parallel.py): as it is
@@ -124,14 +123,11 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
         return model.eval()
     if (int8 or int4) and torch.device(device).type != "cpu":
         raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
-    dtype = torch.bfloat16 if bf16 else None
-    if int8 or int4:
-        return quantize(model, 8 if int8 else 4, dtype, own)
-    if packed and torch.device(device).type == "cpu" and packing_available(dtype):
-        return pack(model, dtype, own)
+    if convert is not None:  # quantized or packed, on the CPU
+        return convert(_owned(model, "quantize" if int8 or int4 else "pack", own))
     if bf16 and not own:
         model = copy.deepcopy(model)
-    return model.eval().to(device, dtype)
+    return model.eval().to(device, torch.bfloat16 if bf16 else None)
 
 
 def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool = False, packed: bool = True,

@@ -65,9 +65,7 @@ class TransformerModel(nn.Module):
         """Rebuild this member from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
         folder's files are checked against its checksums first. ``build``: what makes the model of the config
         (default this class; ``aiayn.load_model`` loads whichever member a folder holds); ``convert``: made an
-        inference copy layer by layer as the weights are read (``aiayn.io.checkpoint.load_weights``). The layers are
-        built without initialising their weights (every one is read), so a weight's memory is first touched by its
-        stored values."""
+        inference copy layer by layer as it is read (``io.checkpoint.load_weights``; layers built uninitialised)."""
         if build is None and cls is TransformerModel:
             raise TypeError("TransformerModel.load: load a member (EncoderDecoder.load, ...), or any with "
                             "aiayn.load_model(folder)")

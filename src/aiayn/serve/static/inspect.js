@@ -95,17 +95,11 @@ function drawAttention() {
 }
 
 function headSummary() {  // per layer and head: the share on the previous token (blue) and on markers (orange)
-  const table = $("head-summary");
   const n = inspected.tokens.length;
   const markers = inspected.tokens.map((token) => MARKER.test(token.trim()));
-  table.replaceChildren();
-  const head = table.createTHead().insertRow();
-  head.append(document.createElement("th"));
-  for (let h = 0; h < inspected.heads; h++) head.append(Object.assign(document.createElement("th"), {textContent: h + 1}));
-  const body = table.createTBody();
+  const body = layerTable($("head-summary"), inspected.heads);
   inspected.attention.decoder_self.forEach((heads, layer) => {
-    const row = body.insertRow();
-    row.append(Object.assign(document.createElement("th"), {textContent: t("layer_n", {n: layer + 1})}));
+    const row = layerRow(body, layer);
     heads.forEach(([weights], h) => {
       const previous = n > 1 ? weights[n - 2] : 0;
       const marked = weights.reduce((sum, w, j) => sum + (markers[j] ? w : 0), 0);
@@ -121,6 +115,20 @@ function headSummary() {  // per layer and head: the share on the previous token
   });
 }
 
+function layerTable(table, columns) {  // a table emptied, headed 1..columns; returns its body
+  table.replaceChildren();
+  const head = table.createTHead().insertRow();
+  head.append(document.createElement("th"));
+  for (let c = 0; c < columns; c++) head.append(Object.assign(document.createElement("th"), {textContent: c + 1}));
+  return table.createTBody();
+}
+
+function layerRow(body, layer) {  // a row of ``body`` led by the layer's name
+  const row = body.insertRow();
+  row.append(Object.assign(document.createElement("th"), {textContent: t("layer_n", {n: layer + 1})}));
+  return row;
+}
+
 function shareBar(share, kind) {
   const bar = Object.assign(document.createElement("span"), {className: `share-bar ${kind}`});
   bar.style.opacity = (0.1 + 0.9 * share).toFixed(2);
@@ -131,15 +139,9 @@ function showExperts() {
   const weights = inspected.experts;
   $("experts-box").hidden = !weights;
   if (!weights) return;
-  const table = $("experts");
-  table.replaceChildren();
-  const head = table.createTHead().insertRow();
-  head.append(document.createElement("th"));
-  weights[0].forEach((_, e) => head.append(Object.assign(document.createElement("th"), {textContent: e + 1})));
-  const body = table.createTBody();
+  const body = layerTable($("experts"), weights[0].length);
   weights.forEach((row, layer) => {
-    const tr = body.insertRow();
-    tr.append(Object.assign(document.createElement("th"), {textContent: t("layer_n", {n: layer + 1})}));
+    const tr = layerRow(body, layer);
     row.forEach((w) => {
       const cell = tr.insertCell();
       cell.textContent = w > 0 ? w.toFixed(2) : "";
