@@ -23,8 +23,8 @@ UNSAFE = ("Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.p
 
 @pytest.fixture(scope="module")
 def chat_server(tmp_path_factory):
-    """A live server of the tiny chat model whose every step takes 15 ms more (so a reply can be stopped midway);
-    yields (its URL, the generator)."""
+    """A live server of the tiny chat model whose every step takes 15 ms more (so a reply can be stopped midway) and
+    whose replies run to their max_tokens; yields (its URL, the generator)."""
     from aiayn.inference.generator import TextGenerator
     from aiayn.serve.limits import Limits
     from aiayn.serve.server import create_app
@@ -37,6 +37,8 @@ def chat_server(tmp_path_factory):
         return decode(*args, **kwargs)
 
     generator.model.decode = slow
+    # no end of turn before max_tokens: every reply has the length asked, whatever this CPU's random draws are
+    generator.decoding = generator.decoding.replace(min_new_tokens=10_000)
     limits = Limits(max_attention_tokens=CAP)
     with serving(create_app(generator, limits, name="tiny-chat", api_key=KEY), limits) as url:
         yield url, generator
