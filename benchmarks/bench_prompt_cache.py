@@ -11,7 +11,7 @@ Every configuration must answer each question with the same tokens (greedy): the
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
     python benchmarks/bench_prompt_cache.py --checkpoint runs/gemma3 --completions   (a base model: /v1/completions)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
-    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 128 32]
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 32 16]
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
 speedup (cold / warm), and the warm time of each configuration over the default's.
@@ -100,9 +100,9 @@ def chat_turns(checkpoint: str, turns: int, system: str) -> None:
     emit("chat", "replies_equal", replies["chat"] == replies["chat-no-prompt-cache"], "bool")
 
 
-async def _stream(client, url: str, body: dict) -> list[float]:
-    """The arrival time of each streamed token of one /v1/completions request."""
-    times = []
+async def _stream(client, url: str, body: dict, times: list[float] | None = None) -> list[float]:
+    """The arrival time of each streamed token of one /v1/completions request (appended to ``times`` as they come)."""
+    times = [] if times is None else times
     async with client.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
@@ -111,15 +111,17 @@ async def _stream(client, url: str, body: dict) -> list[float]:
     return times
 
 
-async def _joining(url: str, streams: int, join_tokens: int, system: str,
-                   after_s: float) -> tuple[list[float], float | None]:
-    """``streams`` running generations; after ``after_s`` a ``join_tokens``-token prompt joins (0: none). The running
-    streams' gaps between tokens while it is computed (all of them without one), and its time to first token."""
+async def _joining(url: str, streams: int, join_tokens: int, system: str, after_s: float, plain_s: float,
+                   stream_tokens: int) -> tuple[list[float], float | None]:
+    """``streams`` running generations; after ``after_s`` a ``join_tokens``-token prompt joins (0: none, they run
+    ``plain_s`` more). The running streams' gaps between tokens until its first token (they stop then), and that
+    time to first token."""
     import asyncio
 
-    body = {"model": "bench", "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+    body = {"model": "bench", "max_tokens": stream_tokens, "temperature": 0, "ignore_eos": True}
+    rows = [[] for _ in range(streams)]
     async with httpx.AsyncClient(timeout=600) as client:
-        running = [asyncio.create_task(_stream(client, url, {**body, "prompt": f"Story {i}:"}))
+        running = [asyncio.create_task(_stream(client, url, {**body, "prompt": f"Story {i}:"}, rows[i]))
                    for i in range(streams)]
         await asyncio.sleep(after_s)
         start, first = time.perf_counter(), None
@@ -127,28 +129,34 @@ async def _joining(url: str, streams: int, join_tokens: int, system: str,
             long = (system * (1 + join_tokens // max(1, len(system) // 4)))[:join_tokens * 4]
             joined = await _stream(client, url, {**body, "prompt": long, "max_tokens": 2})
             first = joined[0] - start
-        rows = await asyncio.gather(*running)
-    end = start + first if first is not None else float("inf")
-    gaps = [b - a for times in rows for a, b in itertools.pairwise(times)  # the gaps that overlap the join
-            if first is None or (b >= start and a <= end)]
+        else:
+            await asyncio.sleep(plain_s)
+        if any(task.done() for task in running):
+            raise SystemExit(f"a running stream ended before the join did: raise --stream-tokens ({stream_tokens})")
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+    gaps = [b - a for times in rows for a, b in itertools.pairwise(times) if b >= start]  # those during the join
     return gaps, first
 
 
 def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], system: str,
-            after_s: float = 2.0) -> None:
-    """Chunked prefill: the p99 gap between tokens of running streams while a long prompt joins, per
-    ``--prefill-chunk`` (0: whole), beside their p99 with no prompt joining; the joining prompt's first token."""
+            after_s: float = 2.0, plain_s: float = 10.0, stream_tokens: int = 4000) -> None:
+    """Chunked prefill: the p99 gap between tokens of running streams while a long prompt joins, at the default
+    flags and per ``--prefill-chunk`` (0: whole), beside their p99 with no prompt joining; the joining prompt's
+    first token."""
     import asyncio
 
     from common import percentile
 
-    for chunk in [None, *chunks]:
-        name = "no-join" if chunk is None else f"prefill-chunk-{chunk}"
-        server = start_server(name, checkpoint, "--model-name", "bench", "--prefill-chunk", str(chunk or 0),
-                              "--max-new-tokens", "400")
+    configs = [("no-join", []), ("default", []),
+               *((f"prefill-chunk-{c}", ["--prefill-chunk", str(c)]) for c in chunks)]
+    for name, flags in configs:
+        server = start_server(name, checkpoint, "--model-name", "bench", *flags, "--max-new-tokens",
+                              str(stream_tokens))
         try:
-            gaps, first = asyncio.run(_joining(server.url, streams, 0 if chunk is None else join_tokens, system,
-                                               after_s))
+            gaps, first = asyncio.run(_joining(server.url, streams, 0 if name == "no-join" else join_tokens, system,
+                                               after_s, plain_s, stream_tokens))
         finally:
             server.stop()
         emit(name, "p99_inter_token_ms", (percentile(gaps, 99) if len(gaps) > 1 else max(gaps)) * 1000, "ms", 1)
@@ -169,15 +177,21 @@ def main() -> None:
     parser.add_argument("--join-tokens", type=int, default=0, dest="join_tokens",
                         help="instead: chunked prefill, a prompt of this many tokens joining --streams running ones")
     parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[0, 128, 32])
+    parser.add_argument("--chunks", type=int, nargs="*", default=[0, 32, 16],
+                        help="--prefill-chunk sizes measured beside the default flags'")
     parser.add_argument("--join-after", type=float, default=2.0, dest="join_after", help="seconds before it joins")
+    parser.add_argument("--plain-seconds", type=float, default=10.0, dest="plain_seconds",
+                        help="seconds the streams are timed with no prompt joining")
+    parser.add_argument("--stream-tokens", type=int, default=4000, dest="stream_tokens",
+                        help="the running streams' max_tokens: enough to run on past the joining prompt's first token")
     parser.add_argument("--completions", action="store_true",
                         help="the system prompt and each question as one text through /v1/completions (a base model "
                              "without a chat template)")
     args = parser.parse_args()
     system = system_prompt(args.system_tokens)
     if args.join_tokens:
-        joining(args.checkpoint, args.streams, args.join_tokens, args.chunks, system, args.join_after)
+        joining(args.checkpoint, args.streams, args.join_tokens, args.chunks, system, args.join_after,
+                args.plain_seconds, args.stream_tokens)
         return
     if args.chat_turns:
         chat_turns(args.checkpoint, args.chat_turns, system)

@@ -46,11 +46,12 @@ def test_the_chat_mode_times_each_turn_with_and_without_the_cache_and_compares_t
 
 def test_the_joining_mode_times_running_streams_while_a_long_prompt_is_computed(tmp_path):
     folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
-    done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--join-tokens", "300",
+    done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--join-tokens", "100",
                            "--streams", "2", "--chunks", "0", "16",
-                           "--join-after", "0.05"], capture_output=True, text=True, timeout=600)
+                           "--join-after", "0.05", "--plain-seconds", "0.3", "--stream-tokens", "500"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     found = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, done.stdout.splitlines())}
     assert found[("no-join", "p99_inter_token_ms")] > 0 and ("no-join", "joining_ttft_ms") not in found
-    for config in ("prefill-chunk-0", "prefill-chunk-16"):
+    for config in ("default", "prefill-chunk-0", "prefill-chunk-16"):
         assert found[(config, "joining_ttft_ms")] > 0 and found[(config, "p99_inter_token_ms")] > 0

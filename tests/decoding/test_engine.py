@@ -4,7 +4,7 @@ greedy, beam and seeded sampling) decode exactly what each decodes alone; rows l
 import pytest
 import torch
 
-from aiayn import DecoderOnly, generate
+from aiayn import DecoderOnly, ModelConfig, generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import rows_for
@@ -131,6 +131,62 @@ def test_a_long_prompt_is_computed_in_chunks_while_the_running_rows_go_on(lm):
     assert not engine.prefilling and not engine.groups
     for prompt, (group, cfg) in zip(prompts, groups, strict=True):
         assert outputs(group, cfg) == generate(lm, prompt, config=cfg), cfg
+
+
+def test_a_chunk_runs_inside_the_running_rows_pass(lm):
+    """Mixed batches: while a long prompt computes a chunk a step beside running rows, each step is one pass of the
+    decoder over both (no pass of its own for the chunk), and everyone decodes what it decodes alone."""
+    cfg = DecodingConfig(strategy="greedy", min_new_tokens=12, max_new_tokens=12, max_len_b=None)
+    torch.manual_seed(4)
+    short, long = random_ids(1, 3, vocab=30), random_ids(1, 22, vocab=30)
+    engine = Engine(lm, capacity=60, prefill_chunk=4)
+    first, rows, beams = rows_for(lm, short, cfg)
+    engine.admit(first, rows, beams)
+    engine.step()
+    second, rows, beams = rows_for(lm, long, cfg)
+    engine.admit(second, rows, beams)
+    passes = []
+    forward, together = lm.decoder.forward, lm.decoder.forward_segments
+    lm.decoder.forward = lambda *a, **k: passes.append("alone") or forward(*a, **k)
+    lm.decoder.forward_segments = lambda x, parts: passes.append(len(parts)) or together(x, parts)
+    try:
+        for _ in range(6):  # 22 columns, 4 a step: the sixth chunk ends the prompt
+            engine.step()
+    finally:
+        del lm.decoder.forward, lm.decoder.forward_segments
+    assert passes == [2] * 6 and second in [g for g, *_ in engine.joining] and first.steps == 8
+    engine.run()
+    assert first.results() == generate(lm, short, config=cfg) and second.results() == generate(lm, long, config=cfg)
+
+
+def test_a_chunk_shrinks_as_the_prompt_grows_so_that_its_cost_stays_about_one(lm):
+    """A column at position p costs about 1 + p / (break-even x ATTENTION_RATE) columns at 0 (its attention reads
+    every earlier position): ``prefill_chunk`` columns at the start, half as many where attention costs as much
+    again, never fewer than one."""
+    from aiayn.decoding.engine import ATTENTION_RATE
+
+    smollm2 = ModelConfig.preset("tiny", arch="decoder-only", d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                                 feed_forward="swiglu")
+    assert smollm2.attention_break_even == (576 * 960 + 576 * 576 + 3 * 576 * 1536) // (2 * 9 * 64) == 3072
+    engine = Engine(lm, prefill_chunk=16)
+    even = lm.config.attention_break_even * ATTENTION_RATE
+    assert engine._chunk_size(0) == 16 and engine._chunk_size(int(even)) == 8
+    assert engine._chunk_size(int(3 * even)) == 4 and engine._chunk_size(10**9) == 1
+
+
+def test_only_prompts_longer_than_the_long_prefill_threshold_go_a_chunk_at_a_time(lm):
+    cfg = DecodingConfig(strategy="greedy", max_new_tokens=5, max_len_b=None)
+    engine = Engine(lm, capacity=60, prefill_chunk=2, long_prefill=10)
+    prompts = [random_ids(1, n, vocab=30) for n in (3, 10, 11)]  # 10 columns: at once; 11: in chunks
+    groups = []
+    for prompt in prompts:
+        group, rows, beams = rows_for(lm, prompt, cfg)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+        engine.step()
+    assert [g for g, *_ in engine.prefilling] == [groups[2]] and groups[1].steps == 3  # at once, then two steps
+    engine.run()
+    assert [g.results() for g in groups] == [generate(lm, p, config=cfg) for p in prompts]
 
 
 def test_a_prompt_pass_picks_the_first_token_so_a_joining_prompt_costs_one_pass(lm):

@@ -212,3 +212,44 @@ def test_both_decoders_share_one_decode_signature_and_one_mask_helper():
     assert seq2seq[:4] == ["self", "tgt_ids", "memory", "src_mask"] and seq2seq[4:] == lm[2:]
     source = inspect.getsource(transformer)
     assert source.count("decoder_inputs(") == 3 and "torch.arange" not in source  # the decoders and attention_maps
+
+
+STEP_TOGETHER = {
+    "rope-gqa": dict(positions="rope", n_kv_heads=2),
+    "sliding-qk-norm": dict(positions="rope", norm="sandwich", qk_norm=True, n_decoder_layers=3,
+                            layer_types=["sliding", "full", "sliding"], sliding_window=4),
+    "experts": dict(positions="rope", feed_forward="swiglu", activation="silu", n_experts=4, experts_per_token=2,
+                    expert_d_ff=24),
+    "learned-unfused": dict(positions="learned"),
+}
+
+
+@pytest.mark.parametrize("name", STEP_TOGETHER)
+def test_batches_stepped_together_equal_each_stepped_alone(name):
+    """DecoderOnly.step_together (a long prompt's chunk inside the running rows' pass): running rows padded in front
+    by a step's one column each and a 9-column chunk of another prompt, in one pass, give each batch the logits and
+    the cache it gets alone."""
+    from aiayn.inference.precision import fuse
+
+    torch.manual_seed(3)
+    model = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, **STEP_TOGETHER[name])).double().eval()
+    if name != "learned-unfused":
+        model = fuse(model)  # Q, K and V in one projection, as an inference copy has them
+    prompts = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 0, 0, 0, 0]])  # right-padded
+    long = random_ids(1, 14, vocab=30)
+    runs = []
+    for together in (False, True):
+        running, state = model.start(prompts, 4)
+        model.step(running, state, last=True)  # the prompts in the cache; a step reads one new column
+        running = torch.cat([running, torch.tensor([[15], [16]])], 1)
+        joining, other = model.start(long, 2)
+        model.step(joining[:, :5], other, last=True)  # its first chunk, alone
+        parts = [(running, state), (joining[:, :14], other)]
+        with torch.no_grad():
+            logits = model.step_together(parts) if together else [model.step(t, s, last=True) for t, s in parts]
+        runs.append((logits, [(s.cache.layers[-1].self_kv.k[:, :, :s.position], s.position) for _, s in parts]))
+    (alone, cached), (both, cached_both) = runs
+    for a, b in zip(alone, both, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
+    for (a, n), (b, m) in zip(cached, cached_both, strict=True):
+        assert n == m and torch.allclose(torch.nan_to_num(a), torch.nan_to_num(b), atol=1e-9)

@@ -25,6 +25,9 @@ from aiayn.model.packed import output_rows
 from aiayn.model.state import DecodeState
 from aiayn.model.transformer import TransformerModel
 
+ATTENTION_RATE = 0.5  # a CPU's attention over a long cache runs at about half its projections' rate (SmolLM2, 2 cores)
+ALONE_CHUNK = 512  # a prompt's columns computed a pass while no rows run (a newcomer waits at most one such pass)
+
 
 class Rows(Protocol):
     """A group of rows that join the engine together and leave together, when ``done``."""
@@ -55,14 +58,18 @@ class Engine:
             leave sizes the cache to what the rows still need. None: no bound (the library's single group).
         prompt_cache: decoder-only: one-row prompts reuse the stored keys/values of their longest cached prefix
             and store their whole blocks (``aiayn.decoding.prefix``).
-        prefill_chunk: a prompt with more columns than this to compute is computed this many a step, before the
-            running rows' step (chunked prefill: the rows already running keep their pace); None: at once.
+        prefill_chunk: a prompt with more columns than this (and than ``long_prefill``) to compute is computed
+            this many a step, inside the running rows' pass (chunked prefill: the rows already running keep their
+            pace); None: at once.
+        long_prefill: prompts with at most this many columns to compute are computed at once, whatever
+            ``prefill_chunk`` (vLLM's long-prefill threshold: a short prompt costs the running rows one longer step).
     """
 
     def __init__(self, model: TransformerModel, use_cache: bool = True, candidates: Tensor | None = None,
-                 capacity: int | None = None, prompt_cache=None, prefill_chunk: int | None = None) -> None:
+                 capacity: int | None = None, prompt_cache=None, prefill_chunk: int | None = None,
+                 long_prefill: int = 0) -> None:
         self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk, self.long_prefill = prefill_chunk, long_prefill
         self.prefilling: list[tuple[Rows, Tensor, DecodeState, bool]] = []  # admitted, prompt still computing
         self.columns = Columns(model.config, candidates)
         self.groups: list[Rows] = []
@@ -105,7 +112,8 @@ class Engine:
         cacheable = not adapter and self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1
         if cacheable:
             cached = self.prompt_cache.load(tokens[0].tolist(), state.cache, 0)
-        if self.prefill_chunk and state.cache is not None and tokens.size(1) - state.position > self.prefill_chunk:
+        if self.prefill_chunk and state.cache is not None and (
+                tokens.size(1) - state.position > max(self.prefill_chunk, self.long_prefill)):
             self.prefilling.append((group, tokens, state, cacheable))  # computed a chunk a step (prefill)
         else:
             self._ready(group, tokens, state, cacheable)
@@ -113,24 +121,35 @@ class Engine:
 
     def _ready(self, group: Rows, tokens: Tensor, state: DecodeState, cacheable: bool) -> None:
         """The rest of a group's prompt computed in one pass that also picks its first tokens (a prefill yields a
-        token, as in vLLM: no second pass for the last column); a cacheable prompt's whole blocks are stored. The
-        group joins at the next step unless that token ended it."""
-        scores = self.model.step(tokens, state, last=True)[:, -1].float()  # (b, V), or (b, C) with candidates
+        token, as in vLLM: no second pass for the last column)."""
+        self._first(group, tokens, state, cacheable, self.model.step(tokens, state, last=True))
+
+    def _first(self, group: Rows, tokens: Tensor, state: DecodeState, cacheable: bool, scores: Tensor) -> None:
+        """A group's prompt is in its cache and ``scores`` (b, 1, V) are its last column's: a cacheable prompt's
+        whole blocks are stored, its first tokens chosen; it joins at the next step unless that token ended it."""
         if cacheable:
             self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, tokens.size(1))
-        tokens = _extend(tokens, state, *self._choose(scores, [group]))  # (b, t0 + 1)
+        tokens = _extend(tokens, state, *self._choose(scores[:, -1].float(), [group]))  # (b, t0 + 1)
         if not group.done:
             self.joining.append((group, tokens, state))
 
-    def prefill(self) -> None:
-        """The next ``prefill_chunk`` columns of the oldest prompt still computing; its last chunk yields its
-        first tokens and it joins."""
-        group, tokens, state, cacheable = self.prefilling[0]
-        if tokens.size(1) - state.position > self.prefill_chunk:
-            self.model.step(tokens[:, :state.position + self.prefill_chunk], state, last=True)  # the cache only
-            return
-        self.prefilling.pop(0)
-        self._ready(group, tokens, state, cacheable)
+    def _chunk(self) -> tuple[Tensor, DecodeState, bool]:
+        """The oldest prompt still computing: its columns up to the end of its next chunk (``prefill_chunk``
+        columns beside running rows, ``ALONE_CHUNK`` at least when none run), its state, and whether that
+        chunk ends the prompt (the group is then taken out of ``prefilling``)."""
+        _, tokens, state, _ = self.prefilling[0]
+        size = self._chunk_size(state.position) if self.groups else max(self.prefill_chunk, ALONE_CHUNK)
+        last = tokens.size(1) - state.position <= size
+        if last:
+            self.prefilling.pop(0)
+        return tokens[:, :state.position + size], state, last
+
+    def _chunk_size(self, position: int) -> int:
+        """``prefill_chunk`` columns at a prompt's start; further on, as many as cost the same, since each column
+        also attends to every earlier one (``ModelConfig.attention_break_even``), and attention runs at about
+        ``ATTENTION_RATE`` of the projections' rate (so a step carrying a chunk keeps about one length)."""
+        even = self.model.config.attention_break_even * ATTENTION_RATE
+        return max(1, round(self.prefill_chunk * even / (even + position)))
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
@@ -160,16 +179,24 @@ class Engine:
     @torch.no_grad()
     def step(self) -> None:
         """One decoding step for every row (the groups admitted since the last step join first): each group
-        chooses its rows' next tokens."""
+        chooses its rows' next tokens. A prompt still computing adds its next chunk to the same pass (vLLM's
+        mixed batch: the running rows keep their pace); its last chunk picks its first tokens, and it joins at
+        the next step."""
         if self.joining:
             self.join()
-        if self.prefilling:
-            self.prefill()  # a prompt that completes joins at the next step (one token a step per group)
-        if not self.groups:  # every group admitted is still computing its prompt
+        waiting = self.prefilling[0] if self.prefilling else None
+        chunk = None if waiting is None else self._chunk()
+        parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
+        if not parts:
             return
-        scores = self.model.step(self.tokens, self.state, last=True)[:, -1].float()  # (B, V), or (B, C) with candidates
-        self.tokens = _extend(self.tokens, self.state, *self._choose(scores, self.groups))  # (B, W+1)
-        self.steps += 1
+        scores = self.model.step_together(parts)  # each part's last column: (b, 1, V), or (b, 1, C)
+        if self.groups:
+            chosen = self._choose(scores[0][:, -1].float(), self.groups)
+            self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)
+            self.steps += 1
+        if chunk is not None and chunk[2]:
+            group, tokens, state, cacheable = waiting
+            self._first(group, tokens, state, cacheable, scores[-1])
 
     def _choose(self, scores: Tensor, groups: list[Rows]) -> tuple[Tensor, Tensor | None]:
         """Each of ``groups`` (whose rows ``scores`` (B, V) holds, in order) picks its rows' next tokens: the

@@ -7,6 +7,7 @@ to (a fully masked row) gives an output of zeros, never NaN.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,18 @@ from torch import Tensor, nn
 from aiayn.model.cache import KVCache
 from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
+
+
+class Segment(NamedTuple):
+    """One batch of a pass over several (:meth:`MultiHeadAttention.forward_segments`): ``rows`` x ``columns``
+    new positions, their self-attention ``mask`` (bool, True = may attend, (rows or 1, 1, columns, keys) or
+    None), its KV ``cache`` and the rotary ``offset`` of its first column (an int, or (rows,) per row)."""
+
+    rows: int
+    columns: int
+    mask: Tensor | None
+    cache: KVCache
+    offset: int | Tensor
 
 
 def attention_scores(q: Tensor, k: Tensor) -> Tensor:
@@ -149,8 +162,12 @@ class MultiHeadAttention(nn.Module):
 
     def _fused_heads(self, x: Tensor, offset: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`heads` of self-attention through the fused projection: the query and key heads rotated together."""
-        qk, v = self.qkv_proj(x).split([(self.n_heads + self.n_kv_heads) * self.d_head,
-                                        self.n_kv_heads * self.d_head], dim=-1)
+        return self._split_qkv(self.qkv_proj(x), offset)
+
+    def _split_qkv(self, qkv: Tensor, offset: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected queries, keys and values side by side (B, T, (H + 2 H_kv) D) -> Q (B, H, T, D), K and V
+        (B, H_kv, T, D), normed and rotated as :meth:`heads` does."""
+        qk, v = qkv.split([(self.n_heads + self.n_kv_heads) * self.d_head, self.n_kv_heads * self.d_head], dim=-1)
         qk = self.split_heads(qk)  # (B, H + H_kv, T, D)
         if self.q_norm is not None:
             q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)  # (B, H, T, D), (B, H_kv, T, D)
@@ -178,18 +195,43 @@ class MultiHeadAttention(nn.Module):
             output (B, T, d_model) and the weights or None.
         """
         q, k, v = self.heads(query, key_value, static_kv, offset)
+        out, weights = self._attend_cached(q, k, v, mask, cache, bias, need_weights)
+        out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
+        return self.out_proj(out), weights
+
+    def forward_segments(self, query: Tensor, segments: list[Segment]) -> Tensor:
+        """Self-attention of several batches in one pass: each of ``segments`` is a batch of rows whose new
+        positions lie one after the other in ``query`` (1, N, d_model) (row-major, N the sum of rows x columns),
+        attending only to its own cache under its own mask; the projections run once over all N positions
+        (a long prompt's chunk computed inside the running rows' step: vLLM's mixed batches). Returns (1, N,
+        d_model), equal to each segment's :meth:`forward` with its cache."""
+        if self.qkv_proj is not None:
+            qkv = self.qkv_proj(query)  # (1, N, (H + 2 H_kv) D)
+        else:
+            qkv = torch.cat([self.q_proj(query), self.k_proj(query), self.v_proj(query)], dim=-1)
+        outs, start = [], 0
+        for seg in segments:
+            n = seg.rows * seg.columns
+            q, k, v = self._split_qkv(qkv[:, start:start + n].view(seg.rows, seg.columns, -1), seg.offset)
+            out, _ = self._attend_cached(q, k, v, seg.mask, seg.cache, None, False)  # (b, H, t, D)
+            outs.append(out.transpose(1, 2).reshape(1, n, -1))  # (1, b*t, H*D)
+            start += n
+        return self.out_proj(torch.cat(outs, dim=1))
+
+    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache | None,
+                       bias: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """The new keys/values appended to ``cache`` (if any) and every one attended: the output (B, H, T, D)
+        and the weights when asked (mask bool, True = may attend)."""
         runs = None
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
             mask = cache.visible(mask)  # a sliding layer's ring returns only the positions it holds
             runs = None if need_weights else cache.runs
         if runs is None:
-            out, weights = self.attend(q, k, v, mask, bias, need_weights)
-        else:  # rows padded in front attended apart, from their first real column: the padding is never read
-            out, weights = torch.cat([self.attend(q[a:b], k[a:b, :, s:], v[a:b, :, s:], _rows(mask, a, b, s),
-                                                  _rows(bias, a, b, s), False)[0] for a, b, s in runs]), None
-        out = out.transpose(1, 2).flatten(2)  # (B, T, H*D)
-        return self.out_proj(out), weights
+            return self.attend(q, k, v, mask, bias, need_weights)
+        # rows padded in front attended apart, from their first real column: the padding is never read
+        return torch.cat([self.attend(q[a:b], k[a:b, :, s:], v[a:b, :, s:], _rows(mask, a, b, s),
+                                      _rows(bias, a, b, s), False)[0] for a, b, s in runs]), None
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
                need_weights: bool) -> tuple[Tensor, Tensor | None]:

@@ -198,6 +198,15 @@ class ModelConfig:
         """Key/value heads: ``n_kv_heads``, or h (every query head its own, as in the paper)."""
         return self.n_kv_heads or self.n_heads
 
+    @property
+    def attention_break_even(self) -> int:
+        """Cached positions at which a new token's attention (4 h d_k operations a key: Q K^T and the weighted
+        V) costs what its layer's projections and feed-forward cost (2 per weight; a mixture's active experts)."""
+        d, h, dk = self.d_model, self.n_heads, self.d_head
+        ffn = self.expert_d_ff * self.experts_per_token if self.n_experts else self.d_ff
+        weights = d * (h + 2 * self.kv_heads) * dk + h * dk * d + (3 if self.feed_forward == "swiglu" else 2) * d * ffn
+        return max(1, weights // (2 * h * dk))
+
     @classmethod
     def preset(cls, name: str, **overrides) -> ModelConfig:
         """A named preset (tiny, small, base, big) with any field overridden."""

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.attention import MultiHeadAttention, Segment
 from aiayn.model.cache import DecoderCache, LayerCache
 from aiayn.model.dropout import Dropout
 from aiayn.model.packed import stack_linears
@@ -211,6 +211,13 @@ class DecoderLayer(nn.Module):
             x = self.res_cross(x, cross_attend)
         return self.res_ffn(x, self.ffn), weights
 
+    def forward_segments(self, x: Tensor, segments: list[Segment]) -> Tensor:
+        """Several batches' new positions in one pass (x (1, N, D); see
+        :meth:`MultiHeadAttention.forward_segments`): the norms, projections and FFN over all N, each segment's
+        self-attention over its own cache. A decoder-only layer's (no cross-attention)."""
+        x = self.res_self(x, lambda y: self.self_attn.forward_segments(y, segments))
+        return self.res_ffn(x, self.ffn)
+
 
 class Encoder(nn.Module):
     """N encoder layers; pre-norm adds a final LayerNorm; ``position_bias`` (T5's relative positions) is computed
@@ -260,3 +267,14 @@ class Decoder(nn.Module):
             x, w = layer(x, memory, mask, cross_mask, layer_cache, offset, need_weights, bias)
             all_weights.append(w)
         return (self.norm(x) if self.norm is not None else x), all_weights
+
+    def forward_segments(self, x: Tensor, parts: list[tuple[int, int, Tensor | None, Tensor | None, DecoderCache,
+                                                            int | Tensor]]) -> Tensor:
+        """x (1, N, D) -> (1, N, D): several batches' new positions, one after the other, in one pass. Each part
+        is (rows, columns, self mask, local mask, its cache, its positions' offset), as :meth:`forward` takes
+        them for a batch alone; a decoder-only stack without a position bias."""
+        for i, layer in enumerate(self.layers):
+            segments = [Segment(rows, columns, local if layer.local else mask, cache.layers[i].self_kv, offset)
+                        for rows, columns, mask, local, cache, offset in parts]
+            x = layer.forward_segments(x, segments)
+        return self.norm(x) if self.norm is not None else x

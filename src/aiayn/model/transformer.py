@@ -102,6 +102,11 @@ class TransformerModel(nn.Module):
         for the last column alone, (B, 1, V): a prompt's other columns skip the output projection."""
         raise TypeError(f"{type(self).__name__} cannot generate: use an EncoderDecoder or DecoderOnly")
 
+    def step_together(self, parts: list[tuple[Tensor, DecodeState]]) -> list[Tensor]:
+        """:meth:`step` with ``last`` of several batches (each its tokens and state): each one's logits (b, 1, V).
+        Here one pass each; a member that can runs them in one pass (``DecoderOnly``)."""
+        return [self.step(tokens, state, last=True) for tokens, state in parts]
+
 
 class EncoderDecoderBody(TransformerModel):
     """What every encoder-decoder has (Figure 1's parts): the source and target embeddings, the encoder, the
@@ -226,12 +231,9 @@ class DecoderOnly(TransformerModel):
         its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
         another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
-        mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
-                                                **_windows(self.config))  # (B|1, 1, T, offset+T) or None
-        if cache is not None:
-            cache.mark_padding(left_pad)
-        hidden, _ = self.decoder(self.embed(ids, positions), None, mask, None, cache, positions, local_mask=local)
-        return _capped((self.output if output is None else output)(hidden[:, -1:] if last else hidden), self.config)
+        x, mask, local, positions = self._inputs(ids, cache, left_pad)
+        hidden, _ = self.decoder(x, None, mask, None, cache, positions, local_mask=local)
+        return self._project(hidden[:, -1:] if last else hidden, output)
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
@@ -249,6 +251,40 @@ class DecoderOnly(TransformerModel):
         with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
             return self.decode(tokens[:, state.position:], cache=state.cache, left_pad=state.left_pad,
                                output=state.output, last=last)
+
+    def step_together(self, parts: list[tuple[Tensor, DecodeState]]) -> list[Tensor]:
+        """:meth:`step` with ``last`` of several cached batches in one pass (a long prompt's chunk inside the
+        running rows' step): their new positions side by side, (1, N, D), through the norms, projections and FFN
+        at once, each batch attending its own cache. Equal, to rounding, to stepping each alone."""
+        if len(parts) == 1 or self.adapter_rows is not None or self.decoder.position_bias is not None:
+            return super().step_together(parts)
+        xs, segments = [], []
+        for tokens, state in parts:
+            ids = tokens[:, state.position:]  # (b, t): the columns not yet in the cache
+            x, mask, local, positions = self._inputs(ids, state.cache, state.left_pad)
+            xs.append(x.flatten(0, 1))  # (b*t, D)
+            segments.append((*ids.shape, mask, local, state.cache, positions))
+        hidden = self.decoder.forward_segments(torch.cat(xs)[None], segments)[0]  # (N, D)
+        lasts = [h.view(rows, columns, -1)[:, -1]  # (b, D): each row's last column
+                 for h, (rows, columns, *_) in zip(hidden.split([len(x) for x in xs]), segments, strict=True)]
+        if len({id(state.output) for _, state in parts}) == 1:  # one output projection for every part's rows
+            logits = self._project(torch.cat(lasts)[:, None], parts[0][1].output)  # (sum b, 1, V)
+            return list(logits.split([len(h) for h in lasts]))
+        return [self._project(h[:, None], state.output) for h, (_, state) in zip(lasts, parts, strict=True)]
+
+    def _inputs(self, ids: Tensor, cache: DecoderCache | None, left_pad: Tensor | None
+                ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | int]:
+        """The embedded ids (B, T, D), the self-attention and sliding masks (bool, True = may attend; (B|1, 1, T,
+        offset+T) or None) and the positions of ids coming after ``cache``'s, rows padded by ``left_pad``."""
+        mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
+                                                **_windows(self.config))
+        if cache is not None:
+            cache.mark_padding(left_pad)
+        return self.embed(ids, positions), mask, local, positions
+
+    def _project(self, hidden: Tensor, output: Callable[[Tensor], Tensor] | None) -> Tensor:
+        """Logits (.., V) of hidden states (.., D) through ``output`` (None: the model's own), capped."""
+        return _capped((self.output if output is None else output)(hidden), self.config)
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""

@@ -28,8 +28,13 @@ class Limits:
     prefix_cache_bytes: int = _limit(-1, "memory for the keys/values of prompt blocks kept across requests (least "
                                          "recently used evicted): -1, sized for the model (four whole contexts, at "
                                          "most an eighth of the machine's memory); 0, none")
-    prefill_chunk: int = _limit(128, "prompt tokens computed between two decoding steps when a long prompt joins "
-                                     "running generations, so they keep their pace (0: a prompt at once)")
+    prefill_chunk: int = _limit(8, "prompt tokens computed in each decoding step's pass while a long prompt joins "
+                                    "running generations, so they keep their pace: this many at the prompt's start, "
+                                    "fewer further on, where each token also attends to every earlier one (0: a "
+                                    "prompt at once)")
+    long_prefill_token_threshold: int = _limit(128, "prompts with more tokens than this to compute (past the prompt "
+                                                    "cache) are long: computed --prefill-chunk tokens a step; shorter "
+                                                    "ones at once")
     read_timeout_s: float = _limit(10.0, "seconds a client has to send its headers, and then its body")
     max_connections: int = _limit(64, "open connections at once; more are answered 503 and closed")
     max_streams: int = _limit(32, "/generate requests running or waiting at once; more are answered 429")

@@ -72,7 +72,8 @@ class Scheduler:
         self.capacity, self.threads = capacity or model.config.max_len, threads
         self.encode, self.wait = encode, wait_ms / 1000
         self.engine = Engine(model, capacity=self.capacity, prompt_cache=prefix_cache,
-                             prefill_chunk=self.limits.prefill_chunk or None)
+                             prefill_chunk=self.limits.prefill_chunk or None,
+                             long_prefill=self.limits.long_prefill_token_threshold)
         self.waiting: queue.Queue = queue.Queue()  # jobs, encoder work and chores, in arrival order
         self.held: Job | None = None  # the next in line, waiting for room
         self.running: list[_Running] = []
