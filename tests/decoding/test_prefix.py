@@ -119,3 +119,66 @@ def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_onc
     assert len(small.blocks) == 3 and small.bytes == counted(small) <= small.max_bytes
     longer = torch.tensor([[*prompt, 7, 8]])
     assert greedy_search(lm, longer, 6, prompt_cache=store) == greedy_search(lm, longer, 6)
+
+
+def test_a_row_reads_shared_blocks_where_they_lie_and_never_writes_them():
+    """``share``: a one-row prompt's full layers read the stored blocks in place (views of the stored copy, no copy
+    into the row) and its decoding never writes them; it decodes what a copying cache and no cache decode."""
+    from aiayn.decoding import PromptCache
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.decoding.engine import Engine
+    from aiayn.decoding.generation import rows_for
+
+    lm = _lm()
+    system = random_ids(1, 12, vocab=30)[0].tolist()
+    prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
+    store = PromptCache(lm, block_size=4)
+    store.add(system)
+    kept = [[(k.clone(), v.clone()) for k, v in block] for block in store.blocks.values()]
+    cfg = DecodingConfig(strategy="greedy", max_new_tokens=8, max_len_b=None)
+    engine = Engine(lm, prompt_cache=store)
+    group, rows, beams = rows_for(lm, prompt, cfg)
+    assert engine.admit(group, rows, beams) == 12
+    state = engine.joining[0][2]
+    layer = state.cache.layers[0].self_kv
+    first = next(iter(store.blocks.values()))[0][0]
+    assert layer.shared_length == 12 and layer.shared[0][0].untyped_storage().data_ptr() == \
+        first.untyped_storage().data_ptr()  # a view of the stored copy
+    assert store.held and not bool(layer.k[:, :, :12].any())  # the row's own slots for them are never written
+    engine.run()
+    for block, before in zip(store.blocks.values(), kept, strict=True):
+        for (k, v), (k0, v0) in zip(block, before, strict=True):
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+    copying = PromptCache(lm, block_size=4, share=False)
+    copying.add(system)
+    assert group.results() == greedy_search(lm, prompt, 8, prompt_cache=copying) == greedy_search(lm, prompt, 8)
+
+
+def test_blocks_a_row_reads_are_not_evicted_until_it_lets_them_go():
+    """Eviction takes the least recently used blocks that no row reads: over the cap, the blocks a running row reads
+    stay; once the row's cache is freed (or copies them, joining a batch), they may go."""
+    import gc
+
+    from aiayn.decoding import PromptCache
+
+    lm = _lm()
+    first, second = random_ids(1, 8, vocab=30)[0].tolist(), random_ids(1, 8, vocab=30)[0].tolist()
+    per_block = PromptCache(lm, block_size=4)
+    per_block.add(first)
+    store = PromptCache(lm, block_size=4, max_bytes=per_block.bytes)  # room for one prompt's two blocks
+    store.add(first)
+    cache = lm.new_cache(1, 12, next(lm.parameters()))
+    assert store.load([*first, 5, 6], cache, 0) == 8 and store.held
+    store.add(second)  # over the cap: the first prompt's blocks are read, so the second's go instead
+    assert tuple(first[:8]) in store.blocks and tuple(second[:4]) not in store.blocks
+    del cache
+    gc.collect()
+    assert not store.held
+    store.add(second)  # now the first's, least recently used, go
+    assert tuple(first[:4]) not in store.blocks and tuple(second[:8]) in store.blocks
+    assert store.bytes <= store.max_bytes
+    cache = lm.new_cache(1, 12, next(lm.parameters()))
+    store.load([*second, 5], cache, 0)
+    for layer in cache.layers:  # copied into the row (a batch's join): let go at once
+        layer.self_kv.materialize()
+    assert not store.held and not cache.layers[0].self_kv.shared and bool(cache.layers[0].self_kv.k[:, :, :8].any())

@@ -117,3 +117,22 @@ def test_a_model_without_the_scale_builds_and_exports_refuse_it():
     model = EncoderDecoder(ModelConfig.preset("tiny", vocab_size=50, scale_attention=False))
     assert all(m.unscale == 4.0 for m in model.modules() if isinstance(m, MultiHeadAttention))  # sqrt(16)
     assert "scale_attention false (unscaled dot products)" in ctranslate2_problems(model)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["cpu-flash-kernel", "written-out"])
+def test_attention_merged_from_parts_equals_attention_over_the_joined_keys(dtype):
+    """merged_attention (a shared prefix read where it lies): keys and values in three parts, grouped-query heads,
+    the causal mask cut with them, equal to one attention over the keys joined."""
+    from aiayn.model.attention import fast_attention, merged_attention
+    from aiayn.model.masks import causal_mask
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 6, 5, 16, dtype=dtype)
+    k, v = torch.randn(1, 2, 23, 16, dtype=dtype), torch.randn(1, 2, 23, 16, dtype=dtype)
+    mask = causal_mask(5, 23)[None, None]  # (1, 1, 5, 23): the 5 newest positions
+    cuts = [(0, 9), (9, 18), (18, 23)]
+    merged = merged_attention(q, [(k[:, :, a:b], v[:, :, a:b], mask[..., a:b]) for a, b in cuts])
+    whole = fast_attention(q, k, v, mask)
+    assert torch.allclose(merged, whole, atol=1e-5 if dtype == torch.float32 else 1e-12)
+    unmasked = merged_attention(q, [(k[:, :, a:b], v[:, :, a:b], None) for a, b in cuts])
+    assert torch.allclose(unmasked, fast_attention(q, k, v), atol=1e-5 if dtype == torch.float32 else 1e-12)

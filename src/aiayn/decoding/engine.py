@@ -189,7 +189,8 @@ class Engine:
         parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
         if not parts:
             return
-        scores = self.model.step_together(parts)  # each part's last column: (b, 1, V), or (b, 1, C)
+        scores = ([self.model.step(*parts[0], last=True)] if len(parts) == 1
+                  else self.model.step_together(parts))  # each part's last column: (b, 1, V), or (b, 1, C)
         if self.groups:
             chosen = self._choose(scores[0][:, -1].float(), self.groups)
             self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)

@@ -6,14 +6,15 @@ The keys/values of every whole block of ``block_size`` prompt tokens are kept un
 tokens up to the block's end, so a shared system prompt is found whatever follows it; past the last whole block
 that matches, the leading tokens a stored block shares with the prompt are reused too (a token-level match, as
 SGLang's radix tree and llama.cpp's slots give: the keys of a token depend only on the tokens before it). A byte
-cap evicts the least recently used blocks. A prompt's new blocks are copied out a run at a time (per layer one
-tensor, the blocks views of it), so a later prompt loads the run with one copy into its row. Blocks are copied
-into a row's cache, never shared, so a row that leaves holds nothing. Outputs are identical to computing everything
-(tests/decoding/test_prefix.py).
+cap evicts the least recently used blocks that no row reads. A prompt's new blocks are copied out a run at a time
+(per layer one tensor, the blocks views of it). A later one-row prompt reads them where they lie (shared, never
+written: ``KVCache.share``, attention a part at a time), until its row joins a batch, which copies them into the
+batch's cache. Outputs equal computing everything, to rounding (tests/decoding/test_prefix.py).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -31,13 +32,18 @@ class PromptCache:
     Args:
         model: the model whose keys/values are kept (``add`` runs it).
         block_size: prompt tokens a block holds; only whole blocks are kept.
-        max_bytes: the cap on the blocks' keys and values; the least recently used go first.
+        max_bytes: the cap on the blocks' keys and values; the least recently used that no row reads go first.
+        share: a one-row prompt's full layers on the CPU read the blocks where they are kept (``KVCache.share``),
+            never writing them; else (and for sliding layers, or rows padded in front) they are copied into its
+            cache.
     """
 
-    def __init__(self, model: DecoderOnly, block_size: int = 16, max_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, model: DecoderOnly, block_size: int = 16, max_bytes: int = 64 * 2**20,
+                 share: bool = True) -> None:
         if not isinstance(model, DecoderOnly):
             raise TypeError("prompt caching is for decoder-only models")
-        self.model, self.block_size, self.max_bytes = model, block_size, max_bytes
+        self.model, self.block_size, self.max_bytes, self.share = model, block_size, max_bytes, share
+        self.held: dict[int, int] = {}  # a copy's address -> the rows' caches reading it (KVCache.share)
         self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.children: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # a block's prefix -> the blocks after it
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
@@ -68,9 +74,15 @@ class PromptCache:
             blocks.append([(k[:, :, :shared], v[:, :, :shared]) for k, v in tail])
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
             held = [i for i, block in enumerate(blocks) if block[j] is not None]
-            for run in _runs(held):  # a run stored together is one view, and one copy into the row
-                for first, keys, values in _spans([blocks[i][j] for i in run]):
-                    layer.self_kv.write(first_column + (run[0] + first) * b, keys, values)
+            spans = [(first_column + (run[0] + first) * b, keys, values) for run in _runs(held)  # a run stored
+                     for first, keys, values in _spans([blocks[i][j] for i in run])]  # together is one view
+            kv = layer.self_kv
+            if (self.share and spans and first_column == 0 and kv.window is None and kv.k.size(0) == 1
+                    and kv.k.device.type == "cpu"):  # (merged attention's kernel is the CPU's)
+                kv.share([(keys, values) for _, keys, values in spans], self._holding(kv, spans))
+                continue
+            for start, keys, values in spans:  # copied into the row
+                kv.write(start, keys, values)
         filled = first_column + reused if blocks else 0
         for layer in cache.layers:
             layer.self_kv.length = filled
@@ -126,13 +138,37 @@ class PromptCache:
             self._hold(block)
             self.blocks[key] = block
             self.children.setdefault(key[:-b], set()).add(key)
-        while self.bytes > self.max_bytes and self.blocks:
-            key, block = self.blocks.popitem(last=False)
-            self._release(block)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used blocks that no row reads (``held``) until the cap holds, or none is left."""
+        b = self.block_size
+        if self.bytes <= self.max_bytes:
+            return
+        for key in [key for key, block in self.blocks.items()
+                    if not any(t.untyped_storage().data_ptr() in self.held for t in _tensors(block))]:
+            if self.bytes <= self.max_bytes:
+                return
+            self._release(self.blocks.pop(key))
             siblings = self.children[key[:-b]]
             siblings.discard(key)
             if not siblings:
                 del self.children[key[:-b]]
+
+    def _holding(self, kv, spans: list[tuple[int, Tensor, Tensor]]) -> weakref.finalize:
+        """Count a row's cache ``kv`` as reading the copies ``spans`` view until it lets them go or is freed (the
+        blocks of a copy it reads are not evicted meanwhile); returns what lets go."""
+        ptrs = {t.untyped_storage().data_ptr() for _, k, v in spans for t in (k, v)}
+        for ptr in ptrs:
+            self.held[ptr] = self.held.get(ptr, 0) + 1
+        return weakref.finalize(kv, self._unhold, ptrs)
+
+    def _unhold(self, ptrs: set[int]) -> None:
+        for ptr in ptrs:
+            self.held[ptr] -= 1
+            if not self.held[ptr]:
+                del self.held[ptr]
+        self._evict()
 
     def _hold(self, block: Block) -> None:
         """Count ``block``'s memory: the copies its keys and values are views of, each once (``bytes``)."""

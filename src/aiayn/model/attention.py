@@ -80,6 +80,31 @@ def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     return out * live
 
 
+def merged_attention(q: Tensor, parts: list[tuple[Tensor, Tensor, Tensor | None]]) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V over keys and values that lie in several tensors, one part (k, v, mask) after
+    another, without joining them: each part's attention and the log of its softmax's denominator, the parts
+    weighted by their share of the whole denominator (cascade attention, as FlashInfer and vLLM read a shared
+    prefix). q (B, H, T, D); each k, v (B, H_kv, S_i, D), mask bool (True = may attend) or None; every query must
+    see a key in some part. Returns (B, H, T, D)."""
+    outs, lses = zip(*(_attention_lse(q, k, v, mask) for k, v, mask in parts), strict=True)
+    shares = torch.stack(lses).softmax(dim=0)  # (P, B, H, T): each part's share of the whole softmax
+    return sum(share[..., None].to(out.dtype) * out.nan_to_num() for share, out in zip(shares, outs, strict=True))
+
+
+def _attention_lse(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Attention of q over one part and the log-sum-exp of its scaled scores (B, H, T), at least float32 (-inf:
+    none seen): PyTorch's CPU flash kernel, which returns it; elsewhere equation (1) written out."""
+    additive = None if mask is None else torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(
+        ~mask, float("-inf"))
+    if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=additive)
+    groups, dtype = q.size(1) // k.size(1), torch.promote_types(q.dtype, torch.float32)
+    scores = attention_scores(q.to(dtype), repeat_kv(k, groups).to(dtype))  # (B, H, T, S)
+    scores = scores if additive is None else scores + additive.to(dtype)
+    lse = scores.logsumexp(dim=-1)  # (B, H, T)
+    return ((scores - lse[..., None]).exp() @ repeat_kv(v, groups).to(dtype)).to(q.dtype), lse
+
+
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
     """Each key/value head repeated for the ``groups`` query heads that share it: (B, H_kv, S, D) ->
     (B, H_kv * groups, S, D), query head h reading key/value head h // groups."""
@@ -227,11 +252,24 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.update(k, v)  # (B, H_kv, S_total, D): the cache holds key/value heads only
             mask = cache.visible(mask)  # a sliding layer's ring returns only the positions it holds
             runs = None if need_weights else cache.runs
+            if cache.shared:  # positions read where a prompt cache keeps them, then the cache's own
+                return self._attend_shared(q, [*cache.shared, (k, v)], mask, bias, need_weights)
         if runs is None:
             return self.attend(q, k, v, mask, bias, need_weights)
         # rows padded in front attended apart, from their first real column: the padding is never read
         return torch.cat([self.attend(q[a:b], k[a:b, :, s:], v[a:b, :, s:], _rows(mask, a, b, s),
                                       _rows(bias, a, b, s), False)[0] for a, b, s in runs]), None
+
+    def _attend_shared(self, q: Tensor, parts: list[tuple[Tensor, Tensor]], mask: Tensor | None,
+                       bias: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Attention over keys/values (1, H_kv, s_i, D) that lie in ``parts``, one after another: a part at a time,
+        merged (:func:`merged_attention`: no copy of a shared prefix), or joined for the weights' paths."""
+        if need_weights or self.softcap is not None or bias is not None:
+            k, v = (torch.cat([part[j] for part in parts], dim=2) for j in range(2))  # (1, H_kv, S, D)
+            return self.attend(q, k, v, mask, bias, need_weights)
+        ends = torch.tensor([k.size(2) for k, _ in parts]).cumsum(0).tolist()
+        return merged_attention(q, [(k, v, None if mask is None else mask[..., end - k.size(2):end])
+                                    for (k, v), end in zip(parts, ends, strict=True)]), None
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
                need_weights: bool) -> tuple[Tensor, Tensor | None]:

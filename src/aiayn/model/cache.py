@@ -5,6 +5,7 @@ The model reads and fills it; decoding code (``aiayn.decoding``) creates it and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,8 @@ class KVCache:
         self.first = 0  # the oldest position still held (0 until a ring wraps)
         self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
         self.runs: list[tuple[int, int, int]] | None = None  # rows attended apart (DecoderCache.mark_padding)
+        self.shared: list[tuple[Tensor, Tensor]] = []  # read-only keys/values of positions 0.. (see share())
+        self.release: Callable[[], None] | None = None  # told once when the shared parts are let go
 
     @property
     def capacity(self) -> int:
@@ -47,8 +50,8 @@ class KVCache:
         n, t, c = self.length, k.size(2), self.capacity
         if n + t <= c:  # no wrap: slots are columns
             self.k[:, :, n:n + t], self.v[:, :, n:n + t] = k, v
-            self.length, self.columns = n + t, None
-            return self.k[:, :, :n + t], self.v[:, :, :n + t]
+            self.length, self.columns, p = n + t, None, self.shared_length
+            return self.k[:, :, p:n + t], self.v[:, :, p:n + t]  # past the shared positions (0 without)
         if self.window is None or c < self.window:
             raise ValueError(f"KV cache full: {n + t} positions asked, {c} preallocated")
         if t == 1:  # a decoding step: the new position overwrites the oldest slot; attend over the whole ring
@@ -79,11 +82,47 @@ class KVCache:
         self.k[:, :, slots], self.v[:, :, slots] = k[:, :, first - start:], v[:, :, first - start:]
         self.length, self.first = end, max(self.first, end - c)
 
+    @property
+    def shared_length(self) -> int:
+        return sum(k.size(2) for k, _ in self.shared)
+
+    def share(self, parts: list[tuple[Tensor, Tensor]], release: Callable[[], None] | None = None) -> None:
+        """Positions 0.. are ``parts``' keys and values (1, H, t, D), one part after another, read where they lie
+        and never written (a prompt cache's blocks, shared by every row that starts with them: vLLM's shared
+        blocks; attention reads them a part at a time, ``model/attention.py``); the cache's own slots hold the
+        positions after them. One row, a full layer. ``release`` is told when they are let go."""
+        if self.window is not None or self.k.size(0) != 1:
+            raise ValueError("KV cache: only a one-row full layer reads shared positions")
+        self.shared, self.release = list(parts), release
+        self.length = self.shared_length
+
+    def materialize(self) -> None:
+        """Copy the shared positions into the cache's own slots and let them go (before the row is reordered,
+        rolled back or joins a batch)."""
+        start = 0
+        for k, v in self.shared:
+            self.k[:, :, start:start + k.size(2)], self.v[:, :, start:start + k.size(2)] = k, v
+            start += k.size(2)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        self.shared, release, self.release = [], self.release, None
+        if release is not None:
+            release()
+
     def read(self, start: int, end: int) -> tuple[Tensor, Tensor] | None:
         """Keys and values (B, H, end - start, D) of positions start..end-1, in order; None if they are not all
         held (a ring overwrote some)."""
         if start < self.first or end > self.length:
             return None
+        if start < self.shared_length:  # from the shared parts, then the own slots after them (a copy)
+            pieces, first = [], 0
+            for k, v in [*self.shared, (self.k[:, :, self.shared_length:], self.v[:, :, self.shared_length:])]:
+                a, b = max(start, first), min(end, first + k.size(2))
+                if a < b:
+                    pieces.append((k[:, :, a - first:b - first], v[:, :, a - first:b - first]))
+                first += k.size(2)
+            return torch.cat([k for k, _ in pieces], dim=2), torch.cat([v for _, v in pieces], dim=2)
         slots = _slots(start, end, self.capacity, self.k.device)
         return self.k[:, :, slots], self.v[:, :, slots]
 
@@ -92,6 +131,7 @@ class KVCache:
 
         Only the filled slots are moved: the preallocated rest is never read before it is written.
         """
+        self.materialize()
         n = min(self.length, self.capacity)
         self.k[:, :, :n] = self.k[:, :, :n].index_select(0, index)
         self.v[:, :, :n] = self.v[:, :, :n].index_select(0, index)
@@ -102,6 +142,8 @@ class KVCache:
         if self.window is not None and length < self.length and max(0, length - self.window + 1) < self.first:
             raise ValueError(f"KV cache: a sliding layer's ring cannot roll back {self.length - length} positions "
                              f"(at most {ROLLBACK})")
+        if length < self.shared_length:
+            self.materialize()
         self.length = min(self.length, length)
 
     @classmethod
@@ -109,6 +151,7 @@ class KVCache:
         """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length``."""
         cache = cls.__new__(cls)
         cache.k, cache.v, cache.length, cache.window, cache.columns, cache.runs = k, v, length, window, None, None
+        cache.shared, cache.release = [], None
         cache.first = max(0, length - k.size(2))
         return cache
 
