@@ -132,7 +132,7 @@ def test_a_row_reads_shared_blocks_where_they_lie_and_never_writes_them():
     lm = _lm()
     system = random_ids(1, 12, vocab=30)[0].tolist()
     prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
-    store = PromptCache(lm, block_size=4)
+    store = PromptCache(lm, block_size=4, share=True)
     store.add(system)
     kept = [[(k.clone(), v.clone()) for k, v in block] for block in store.blocks.values()]
     cfg = DecodingConfig(strategy="greedy", max_new_tokens=8, max_len_b=None)
@@ -149,7 +149,7 @@ def test_a_row_reads_shared_blocks_where_they_lie_and_never_writes_them():
     for block, before in zip(store.blocks.values(), kept, strict=True):
         for (k, v), (k0, v0) in zip(block, before, strict=True):
             assert torch.equal(k, k0) and torch.equal(v, v0)
-    copying = PromptCache(lm, block_size=4, share=False)
+    copying = PromptCache(lm, block_size=4)
     copying.add(system)
     assert group.results() == greedy_search(lm, prompt, 8, prompt_cache=copying) == greedy_search(lm, prompt, 8)
 
@@ -165,7 +165,7 @@ def test_blocks_a_row_reads_are_not_evicted_until_it_lets_them_go():
     first, second = random_ids(1, 8, vocab=30)[0].tolist(), random_ids(1, 8, vocab=30)[0].tolist()
     per_block = PromptCache(lm, block_size=4)
     per_block.add(first)
-    store = PromptCache(lm, block_size=4, max_bytes=per_block.bytes)  # room for one prompt's two blocks
+    store = PromptCache(lm, block_size=4, max_bytes=per_block.bytes, share=True)  # room for one prompt's blocks
     store.add(first)
     cache = lm.new_cache(1, 12, next(lm.parameters()))
     assert store.load([*first, 5, 6], cache, 0) == 8 and store.held
@@ -182,3 +182,32 @@ def test_blocks_a_row_reads_are_not_evicted_until_it_lets_them_go():
     for layer in cache.layers:  # copied into the row (a batch's join): let go at once
         layer.self_kv.materialize()
     assert not store.held and not cache.layers[0].self_kv.shared and bool(cache.layers[0].self_kv.k[:, :, :8].any())
+
+
+def test_a_row_reading_shared_blocks_joins_a_batch_as_a_copy_and_decodes_as_alone():
+    import gc
+
+    from aiayn.decoding import PromptCache
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.decoding.engine import Engine
+    from aiayn.decoding.generation import rows_for
+
+    lm = _lm()
+    system = random_ids(1, 12, vocab=30)[0].tolist()
+    store = PromptCache(lm, block_size=4, share=True)
+    store.add(system)
+    cfg = DecodingConfig(strategy="greedy", max_new_tokens=10, max_len_b=None)
+    prompts = [torch.tensor([system + [7, 8]]), random_ids(1, 5, vocab=30)]
+    engine, groups = Engine(lm, capacity=40, prompt_cache=store), []
+    for prompt in prompts:
+        group, rows, beams = rows_for(lm, prompt, cfg)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+        for _ in range(3):
+            engine.step()
+            if len(groups) == 1:
+                assert engine.state.cache.layers[0].self_kv.shared  # alone: it reads the blocks where they lie
+    gc.collect()
+    assert not engine.state.cache.layers[0].self_kv.shared and not store.held  # in the batch: copied, let go
+    engine.run()
+    assert [g.results() for g in groups] == [greedy_search(lm, p, 10) for p in prompts]

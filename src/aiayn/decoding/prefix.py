@@ -7,9 +7,10 @@ tokens up to the block's end, so a shared system prompt is found whatever follow
 that matches, the leading tokens a stored block shares with the prompt are reused too (a token-level match, as
 SGLang's radix tree and llama.cpp's slots give: the keys of a token depend only on the tokens before it). A byte
 cap evicts the least recently used blocks that no row reads. A prompt's new blocks are copied out a run at a time
-(per layer one tensor, the blocks views of it). A later one-row prompt reads them where they lie (shared, never
-written: ``KVCache.share``, attention a part at a time), until its row joins a batch, which copies them into the
-batch's cache. Outputs equal computing everything, to rounding (tests/decoding/test_prefix.py).
+(per layer one tensor, the blocks views of it), so a later prompt copies the run into its row at once; with
+``share``, a one-row prompt reads them where they lie instead (never written: ``KVCache.share``, attention a part
+at a time) until its row joins a batch. Outputs equal computing everything, to rounding
+(tests/decoding/test_prefix.py).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ class PromptCache:
         block_size: prompt tokens a block holds; only whole blocks are kept.
         max_bytes: the cap on the blocks' keys and values; the least recently used that no row reads go first.
         share: a one-row prompt's full layers on the CPU read the blocks where they are kept (``KVCache.share``),
-            never writing them; else (and for sliding layers, or rows padded in front) they are copied into its
-            cache.
+            never writing them: no copy of the prefix per row (memory), but attention a part at a time at every
+            step, which measures 4-5 ms slower a pass than one copy on SmolLM2 and Gemma 3 (docs/serving.md);
+            else (and for sliding layers, or rows padded in front) they are copied into its cache.
     """
 
     def __init__(self, model: DecoderOnly, block_size: int = 16, max_bytes: int = 64 * 2**20,
-                 share: bool = True) -> None:
+                 share: bool = False) -> None:
         if not isinstance(model, DecoderOnly):
             raise TypeError("prompt caching is for decoder-only models")
         self.model, self.block_size, self.max_bytes, self.share = model, block_size, max_bytes, share
