@@ -197,7 +197,7 @@ def test_a_row_reading_shared_blocks_joins_a_batch_as_a_copy_and_decodes_as_alon
     store = PromptCache(lm, block_size=4, share=True)
     store.add(system)
     cfg = DecodingConfig(strategy="greedy", max_new_tokens=10, max_len_b=None)
-    prompts = [torch.tensor([system + [7, 8]]), random_ids(1, 5, vocab=30)]
+    prompts = [torch.tensor([[*system, 7, 8]]), random_ids(1, 5, vocab=30)]
     engine, groups = Engine(lm, capacity=40, prompt_cache=store), []
     for prompt in prompts:
         group, rows, beams = rows_for(lm, prompt, cfg)
