@@ -113,6 +113,12 @@ def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_onc
         spans = _spans([block[j] for block in blocks])
         assert len(spans) == 1 and spans[0][1].size(2) == 24  # one view over the six blocks
         assert torch.equal(spans[0][1], torch.cat([block[j][0] for block in blocks], 2))
+    assert store._together(blocks) == [list(range(6))]  # known without looking: one run in every full layer
+    cache, writes = lm.new_cache(1, 32, next(lm.parameters())), []
+    for layer in cache.layers:
+        write = layer.self_kv.write
+        layer.self_kv.write = lambda start, k, v, write=write: writes.append(k.size(2)) or write(start, k, v)
+    assert store.load([*prompt, 9], cache, 0) == 24 and writes == [24] * lm.config.n_decoder_layers
     one_block = store.bytes // 6
     small = PromptCache(lm, block_size=4, max_bytes=3 * one_block)
     small.add(prompt)

@@ -15,6 +15,7 @@ at a time) until its row joins a batch. Outputs equal computing everything, to r
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 
@@ -24,6 +25,7 @@ from torch import Tensor
 from aiayn.model.cache import DecoderCache
 from aiayn.model.transformer import DecoderOnly
 
+_RUN_IDS = itertools.count()  # each stored run of blocks its own number (_copied)
 Block = list[tuple[Tensor, Tensor] | None]  # per layer: the block's keys and values (1, H, block_size, D) or None
 
 
@@ -46,6 +48,7 @@ class PromptCache:
             raise TypeError("prompt caching is for decoder-only models")
         self.model, self.block_size, self.max_bytes, self.share = model, block_size, max_bytes, share
         self.held: dict[int, int] = {}  # a copy's address -> the rows' caches reading it (KVCache.share)
+        self.places: dict[int, tuple[int, int]] = {}  # a kept block's id -> its run and its index in it (_copied)
         self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.children: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # a block's prefix -> the blocks after it
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
@@ -74,11 +77,16 @@ class PromptCache:
         reused = len(blocks) * b + shared
         if shared:
             blocks.append([(k[:, :, :shared], v[:, :, :shared]) for k, v in tail])
+        together = self._together(blocks)
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
-            held = [i for i, block in enumerate(blocks) if block[j] is not None]
-            spans = [(first_column + (run[0] + first) * b, keys, values) for run in _runs(held)  # a run stored
-                     for first, keys, values in _spans([blocks[i][j] for i in run])]  # together is one view
             kv = layer.self_kv
+            if kv.window is None:  # a full layer holds every block, stored as every full layer stores them
+                spans = [(first_column + run[0] * b, _span([blocks[i][j][0] for i in run]),
+                          _span([blocks[i][j][1] for i in run])) for run in together]
+            else:
+                held = [i for i, block in enumerate(blocks) if block[j] is not None]
+                spans = [(first_column + (run[0] + first) * b, keys, values) for run in _runs(held)  # a run stored
+                         for first, keys, values in _spans([blocks[i][j] for i in run])]  # together is one view
             if (self.share and spans and first_column == 0 and kv.window is None and kv.k.size(0) == 1
                     and kv.k.device.type == "cpu"):  # (merged attention's kernel is the CPU's)
                 kv.share([(keys, values) for _, keys, values in spans], self._holding(kv, spans))
@@ -91,6 +99,20 @@ class PromptCache:
         self.hits, self.misses = self.hits + bool(blocks), self.misses + (not blocks)
         self.hit_tokens += reused
         return filled
+
+    def _together(self, blocks: list[Block]) -> list[list[int]]:
+        """``blocks`` (consecutive prompt blocks) as runs of indices that lie one after another in one stored copy
+        (in every full layer: :func:`_copied`); a block of no known place (a part of one) is a run of its own."""
+        runs: list[list[int]] = []
+        last = None
+        for i, block in enumerate(blocks):
+            place = self.places.get(id(block))
+            if runs and place is not None and last is not None and place == (last[0], last[1] + 1):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+            last = place
+        return runs
 
     def partial(self, prompt: list[int], start: int, usable: int) -> tuple[Block | None, int]:
         """The stored block after ``prompt[:start]`` that shares the most leading tokens with the prompt's next
@@ -131,14 +153,15 @@ class PromptCache:
             if old is not None and sum(kv is None for kv in old) <= sum(kv is None for kv in block):
                 continue
             new[end] = block
-        most = max(1, self.max_bytes // (8 * b * token_bytes(self.model)))  # blocks one copy holds: an eighth of
-        for end, block in _copied(new, b, most).items():  # the cap at most, so that eviction frees what it counts
+        most = max(1, self.max_bytes // (8 * b * token_bytes(self.model)))  # blocks one copy holds:
+        copied, places = _copied(new, b, most)  # an eighth of the cap at most, so that eviction frees what it counts
+        for end, block in copied.items():
             key = tuple(prompt[:end])
             old = self.blocks.get(key)
             if old is not None:
                 self._release(old)
             self._hold(block)
-            self.blocks[key] = block
+            self.blocks[key], self.places[id(block)] = block, places[end]
             self.children.setdefault(key[:-b], set()).add(key)
         self._evict()
 
@@ -182,6 +205,7 @@ class PromptCache:
 
     def _release(self, block: Block) -> None:
         """Stop counting ``block``: a copy no kept block views any longer is freed, and its bytes go."""
+        self.places.pop(id(block), None)
         for tensor in _tensors(block):
             storage = tensor.untyped_storage()
             self.users[storage.data_ptr()] -= 1
@@ -235,14 +259,18 @@ def _tensors(block: Block) -> list[Tensor]:
     return [t for kv in block if kv is not None for t in kv]
 
 
-def _copied(new: dict[int, Block], b: int, most: int) -> dict[int, Block]:
+def _copied(new: dict[int, Block], b: int, most: int) -> tuple[dict[int, Block], dict[int, tuple[int, int]]]:
     """``new`` blocks (by end position; views into a row's cache) as copies of their own: per layer, each run of
     at most ``most`` consecutive blocks is copied once, and its blocks are views of that copy (so that a later load
-    of the run is one copy too: :func:`_spans`)."""
+    of the run is one copy too: :func:`_spans`). Also each block's place: (its run, its index in the run), the
+    same in every layer that holds the whole run."""
     copied = {end: [None] * len(block) for end, block in new.items()}
     runs = [run[i:i + most] for run in _runs([end // b for end in new]) for i in range(0, len(run), most)]
+    places: dict[int, tuple[int, int]] = {}
     for run in runs:
         ends = [i * b for i in run]
+        token = next(_RUN_IDS)
+        places.update({end: (token, i) for i, end in enumerate(ends)})
         for j in range(len(new[ends[0]])):
             parts = [new[end][j] for end in ends]
             if any(kv is None for kv in parts):  # a sliding layer's ring lost some: each block apart
@@ -253,7 +281,7 @@ def _copied(new: dict[int, Block], b: int, most: int) -> dict[int, Block]:
             values = torch.cat([v for _, v in parts], 2)
             for i, end in enumerate(ends):
                 copied[end][j] = (keys[:, :, i * b:(i + 1) * b], values[:, :, i * b:(i + 1) * b])
-    return copied
+    return copied, places
 
 
 def _spans(parts: list[tuple[Tensor, Tensor]]) -> list[tuple[int, Tensor, Tensor]]:
