@@ -125,3 +125,27 @@ def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
         note_emulated_bf16(argparse.Namespace(bf16=bf16, int8=False, int4=False, device=device))
         err = capsys.readouterr().err
         assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted
+
+
+def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run, bf16_kernels):
+    """``kernels`` (and ``aiayn generate --verbose``) say what the linear layers compute: the plain model PyTorch's
+    matmul, the packed copy oneDNN's, int8 with int8 or bfloat16 activations and int4 with bfloat16 or float32 ones
+    as this CPU's branch chose (both branches forced on every machine)."""
+    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.precision import inference_copy, kernels
+
+    model = load_checkpoint(lm_run)[0].eval()
+    n = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert kernels(model) == {"float32 weights, PyTorch's matmul": n}
+    activations = "bfloat16" if bf16_kernels else "float32"
+    int4 = kernels(inference_copy(model, int4=True))
+    assert list(int4) == [f"int4 weights x {activations} activations, groups of 32 (aten._weight_int4pack_mm_for_cpu)"]
+    int8 = kernels(inference_copy(model, int8=True))
+    assert list(int8) == ["int8 weights x bfloat16 activations (aten._weight_int8pack_mm)" if bf16_kernels
+                          else "int8 weights x int8 activations, integer products (torch._int_mm)"]
+    if packing_available():
+        assert [path.split(",")[1] for path in kernels(inference_copy(model))] == [" oneDNN's packed matmul"]
+    done = run_main("generate", "--checkpoint", str(lm_run), "--prompt", "ab", "--max-new-tokens", "2", "--int4",
+                    "--verbose")
+    assert done.returncode == 0 and "linear layer(s): int4 weights x" in done.stderr
+    assert "this CPU: native bfloat16" in done.stderr

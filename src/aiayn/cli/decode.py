@@ -78,6 +78,8 @@ def _add_family(sub) -> None:
     add_decoding_options(g)
     add_adapter(g)
     add_precision(g)
+    g.add_argument("--verbose", action="store_true", help="say on standard error which kernels the linear layers "
+                   "run on this CPU (the path --int8, --int4 and --bf16 chose)")
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
                        description="Predict every <mask> of TEXT with an encoder-only (BERT-style) checkpoint.")
     f.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
@@ -163,6 +165,8 @@ def generate(args: argparse.Namespace) -> int:
         args.prompt_file)))
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               **precision_options(args))
+    if args.verbose:
+        say_kernels(generator.model)
     decoding = generator.decoding.replace(**options)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
@@ -180,6 +184,18 @@ def generate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
     return 0
+
+
+def say_kernels(model) -> None:
+    """--verbose: the path the precision flags chose on this CPU, on standard error."""
+    from aiayn.inference.precision import kernels
+    from aiayn.model.packed import exact_int8_dot, native_bf16
+
+    yes = {True: "yes", False: "no"}
+    print(f"aiayn: this CPU: native bfloat16 {yes[native_bf16()]}, exact int8 dot products {yes[exact_int8_dot()]}",
+          file=sys.stderr)
+    for path, count in kernels(model).items():
+        print(f"aiayn: {count} linear layer(s): {path}", file=sys.stderr)
 
 
 def fill_mask(args: argparse.Namespace) -> int:

@@ -152,3 +152,18 @@ def is_inference_copy(model: nn.Module) -> bool:
     """Whether ``model``'s linear layers were already packed or quantized (``pack``, ``quantize``)."""
     return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear))
                for m in model.modules())
+
+
+def kernels(model: nn.Module) -> dict[str, int]:
+    """What the model's linear layers compute, in words (each kind's ``kernel``; plain ``nn.Linear``: PyTorch's
+    matmul in its dtype), and how many layers run each: the path the precision flags chose on this CPU."""
+    counts: dict[str, int] = {}
+    for module in model.modules():
+        if isinstance(module, PackedLinear | Int8Linear | Int4Linear):
+            path = module.kernel
+        elif isinstance(module, nn.Linear):
+            path = f"{str(module.weight.dtype).removeprefix('torch.')} weights, PyTorch's matmul"
+        else:
+            continue
+        counts[path] = counts.get(path, 0) + 1
+    return counts

@@ -74,6 +74,11 @@ class PackedLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
+    @property
+    def kernel(self) -> str:
+        """The computation it runs, in words (``aiayn generate --verbose``)."""
+        return f"{str(self.packed.dtype).removeprefix('torch.')} weights, oneDNN's packed matmul"
+
 
 def stack_linears(*linears: nn.Linear) -> nn.Linear:
     """One frozen linear layer whose rows are those of ``linears`` in order (inputs shared: the fused Q, K, V or

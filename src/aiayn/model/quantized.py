@@ -87,6 +87,13 @@ class Int8Linear(nn.Module):
         """The weight the layer multiplies by, (N, K), in ``dtype``."""
         return self.q.to(dtype) * self.scale[:, None].to(dtype)
 
+    @property
+    def kernel(self) -> str:
+        """The computation it runs, in words (``aiayn generate --verbose``)."""
+        if self.w8a8:
+            return "int8 weights x int8 activations, integer products (torch._int_mm)"
+        return "int8 weights x bfloat16 activations (aten._weight_int8pack_mm)"
+
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features)  # (rows, K)
         if self.w8a8:
@@ -156,6 +163,12 @@ class Int4Linear(nn.Module):
         groups = (q.to(dtype) - 8).view(q.size(0), -1, self.group_size)  # (N', K/G, G)
         weight = (groups * scale[..., None] + zero[..., None]).view(q.size(0), -1)  # (N', K)
         return weight[: self.out_features]
+
+    @property
+    def kernel(self) -> str:
+        """The computation it runs, in words (``aiayn generate --verbose``)."""
+        return (f"int4 weights x {str(self.dtype).removeprefix('torch.')} activations, groups of {self.group_size} "
+                "(aten._weight_int4pack_mm_for_cpu)")
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
