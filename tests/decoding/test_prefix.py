@@ -96,7 +96,8 @@ def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_onc
     later prompt loads the run as one view and one copy into its row; ``bytes`` counts each copy once, and a small
     cap (copies of one block each) frees what it evicts."""
     from aiayn.decoding import PromptCache
-    from aiayn.decoding.prefix import _spans, token_bytes
+    from aiayn.decoding.block_runs import spans_of
+    from aiayn.decoding.prefix import token_bytes
 
     def counted(store):
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
@@ -110,7 +111,7 @@ def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_onc
     blocks = store.lookup(prompt, len(prompt))
     assert len(blocks) == 6 and store.bytes == counted(store) == 24 * token_bytes(lm)
     for j in range(lm.config.n_decoder_layers):
-        spans = _spans([block[j] for block in blocks])
+        spans = spans_of([block[j] for block in blocks])
         assert len(spans) == 1 and spans[0][1].size(2) == 24  # one view over the six blocks
         assert torch.equal(spans[0][1], torch.cat([block[j][0] for block in blocks], 2))
     assert store._together(blocks) == [list(range(6))]  # known without looking: one run in every full layer

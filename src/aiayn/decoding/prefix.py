@@ -15,18 +15,15 @@ at a time) until its row joins a batch. Outputs equal computing everything, to r
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
+from aiayn.decoding.block_runs import Block, consecutive, copy_runs, one_view, spans_of, tensors_of
 from aiayn.model.cache import DecoderCache
 from aiayn.model.transformer import DecoderOnly
-
-_RUN_IDS = itertools.count()  # each stored run of blocks its own number (_copied)
-Block = list[tuple[Tensor, Tensor] | None]  # per layer: the block's keys and values (1, H, block_size, D) or None
 
 
 class PromptCache:
@@ -48,7 +45,7 @@ class PromptCache:
             raise TypeError("prompt caching is for decoder-only models")
         self.model, self.block_size, self.max_bytes, self.share = model, block_size, max_bytes, share
         self.held: dict[int, int] = {}  # a copy's address -> the rows' caches reading it (KVCache.share)
-        self.places: dict[int, tuple[int, int]] = {}  # a kept block's id -> its run and its index in it (_copied)
+        self.places: dict[int, tuple[int, int]] = {}  # a kept block's id -> its run and its index in it (copy_runs)
         self.blocks: OrderedDict[tuple[int, ...], Block] = OrderedDict()
         self.children: dict[tuple[int, ...], set[tuple[int, ...]]] = {}  # a block's prefix -> the blocks after it
         self.bytes = self.hits = self.misses = self.hit_tokens = 0
@@ -81,12 +78,12 @@ class PromptCache:
         for j, layer in enumerate(cache.layers):  # each run of consecutive blocks in one copy per layer
             kv = layer.self_kv
             if kv.window is None:  # a full layer holds every block, stored as every full layer stores them
-                spans = [(first_column + run[0] * b, _span([blocks[i][j][0] for i in run]),
-                          _span([blocks[i][j][1] for i in run])) for run in together]
+                spans = [(first_column + run[0] * b, one_view([blocks[i][j][0] for i in run]),
+                          one_view([blocks[i][j][1] for i in run])) for run in together]
             else:
                 held = [i for i, block in enumerate(blocks) if block[j] is not None]
-                spans = [(first_column + (run[0] + first) * b, keys, values) for run in _runs(held)  # a run stored
-                         for first, keys, values in _spans([blocks[i][j] for i in run])]  # together is one view
+                spans = [(first_column + (run[0] + first) * b, keys, values)  # a run stored together: one view
+                         for run in consecutive(held) for first, keys, values in spans_of([blocks[i][j] for i in run])]
             if (self.share and spans and first_column == 0 and kv.window is None and kv.k.size(0) == 1
                     and kv.k.device.type == "cpu"):  # (merged attention's kernel is the CPU's)
                 kv.share([(keys, values) for _, keys, values in spans], self._holding(kv, spans))
@@ -102,7 +99,7 @@ class PromptCache:
 
     def _together(self, blocks: list[Block]) -> list[list[int]]:
         """``blocks`` (consecutive prompt blocks) as runs of indices that lie one after another in one stored copy
-        (in every full layer: :func:`_copied`); a block of no known place (a part of one) is a run of its own."""
+        (in every full layer: :func:`copy_runs`); a block of no known place (a part of one) is a run of its own."""
         runs: list[list[int]] = []
         last = None
         for i, block in enumerate(blocks):
@@ -154,7 +151,7 @@ class PromptCache:
                 continue
             new[end] = block
         most = max(1, self.max_bytes // (8 * b * token_bytes(self.model)))  # blocks one copy holds:
-        copied, places = _copied(new, b, most)  # an eighth of the cap at most, so that eviction frees what it counts
+        copied, places = copy_runs(new, b, most)  # an eighth of the cap at most, so that eviction frees what it counts
         for end, block in copied.items():
             key = tuple(prompt[:end])
             old = self.blocks.get(key)
@@ -171,7 +168,7 @@ class PromptCache:
         if self.bytes <= self.max_bytes:
             return
         for key in [key for key, block in self.blocks.items()
-                    if not any(t.untyped_storage().data_ptr() in self.held for t in _tensors(block))]:
+                    if not any(t.untyped_storage().data_ptr() in self.held for t in tensors_of(block))]:
             if self.bytes <= self.max_bytes:
                 return
             self._release(self.blocks.pop(key))
@@ -197,7 +194,7 @@ class PromptCache:
 
     def _hold(self, block: Block) -> None:
         """Count ``block``'s memory: the copies its keys and values are views of, each once (``bytes``)."""
-        for tensor in _tensors(block):
+        for tensor in tensors_of(block):
             storage = tensor.untyped_storage()
             users = self.users.get(storage.data_ptr(), 0)
             self.bytes += 0 if users else storage.nbytes()
@@ -206,7 +203,7 @@ class PromptCache:
     def _release(self, block: Block) -> None:
         """Stop counting ``block``: a copy no kept block views any longer is freed, and its bytes go."""
         self.places.pop(id(block), None)
-        for tensor in _tensors(block):
+        for tensor in tensors_of(block):
             storage = tensor.untyped_storage()
             self.users[storage.data_ptr()] -= 1
             if not self.users[storage.data_ptr()]:
@@ -234,17 +231,6 @@ def sized_for(model: DecoderOnly, context: int, contexts: int = 4, share: float 
     return int(min(contexts * context * token_bytes(model), share * memory))
 
 
-def _runs(indices: list[int]) -> list[list[int]]:
-    """``indices`` (increasing) as runs of consecutive ones: [0, 1, 2, 5, 6] -> [[0, 1, 2], [5, 6]]."""
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs
-
-
 def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:
     """How many of the leading ``blocks`` can be loaded: every sliding layer (``windows``) must find the blocks
     its window reaches back to from their end."""
@@ -253,59 +239,3 @@ def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:
                     for i in range(max(0, (m * b - w + 1) // b), m)):
         m -= 1
     return m
-
-
-def _tensors(block: Block) -> list[Tensor]:
-    return [t for kv in block if kv is not None for t in kv]
-
-
-def _copied(new: dict[int, Block], b: int, most: int) -> tuple[dict[int, Block], dict[int, tuple[int, int]]]:
-    """``new`` blocks (by end position; views into a row's cache) as copies of their own: per layer, each run of
-    at most ``most`` consecutive blocks is copied once, and its blocks are views of that copy (so that a later load
-    of the run is one copy too: :func:`_spans`). Also each block's place: (its run, its index in the run), the
-    same in every layer that holds the whole run."""
-    copied = {end: [None] * len(block) for end, block in new.items()}
-    runs = [run[i:i + most] for run in _runs([end // b for end in new]) for i in range(0, len(run), most)]
-    places: dict[int, tuple[int, int]] = {}
-    for run in runs:
-        ends = [i * b for i in run]
-        token = next(_RUN_IDS)
-        places.update({end: (token, i) for i, end in enumerate(ends)})
-        for j in range(len(new[ends[0]])):
-            parts = [new[end][j] for end in ends]
-            if any(kv is None for kv in parts):  # a sliding layer's ring lost some: each block apart
-                for end, kv in zip(ends, parts, strict=True):
-                    copied[end][j] = None if kv is None else (kv[0].clone(), kv[1].clone())
-                continue
-            keys = torch.cat([k for k, _ in parts], 2)  # (1, H, n*b, D): one copy of the run
-            values = torch.cat([v for _, v in parts], 2)
-            for i, end in enumerate(ends):
-                copied[end][j] = (keys[:, :, i * b:(i + 1) * b], values[:, :, i * b:(i + 1) * b])
-    return copied, places
-
-
-def _spans(parts: list[tuple[Tensor, Tensor]]) -> list[tuple[int, Tensor, Tensor]]:
-    """Keys and values (1, H, t, D) of consecutive positions as few tensors: (index of the first part, keys,
-    values), one for each stretch of parts that lie one after another in one copy (blocks stored together: a
-    view spanning them, no copy)."""
-    spans: list[list[int]] = []
-    for i, (k, _) in enumerate(parts):
-        if spans and _follows(parts[i - 1][0], k):
-            spans[-1].append(i)
-        else:
-            spans.append([i])
-    return [(span[0], _span([parts[i][0] for i in span]), _span([parts[i][1] for i in span])) for span in spans]
-
-
-def _follows(p: Tensor, q: Tensor) -> bool:
-    """Whether view ``q`` starts where view ``p`` ends, in the same copy (along dimension 2)."""
-    return (q.untyped_storage().data_ptr() == p.untyped_storage().data_ptr() and q.stride() == p.stride()
-            and q.storage_offset() == p.storage_offset() + p.size(2) * p.stride(2))
-
-
-def _span(views: list[Tensor]) -> Tensor:
-    """One view over ``views`` that follow each other (:func:`_follows`)."""
-    first = views[0]
-    length = sum(v.size(2) for v in views)
-    return first.as_strided((first.size(0), first.size(1), length, first.size(3)), first.stride(),
-                            first.storage_offset())

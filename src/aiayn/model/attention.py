@@ -6,6 +6,7 @@ to (a fully masked row) gives an output of zeros, never NaN.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -267,7 +268,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights or self.softcap is not None or bias is not None:
             k, v = (torch.cat([part[j] for part in parts], dim=2) for j in range(2))  # (1, H_kv, S, D)
             return self.attend(q, k, v, mask, bias, need_weights)
-        ends = torch.tensor([k.size(2) for k, _ in parts]).cumsum(0).tolist()
+        ends = itertools.accumulate(k.size(2) for k, _ in parts)
         return merged_attention(q, [(k, v, None if mask is None else mask[..., end - k.size(2):end])
                                     for (k, v), end in zip(parts, ends, strict=True)]), None
 

@@ -103,9 +103,6 @@ class KVCache:
         for k, v in self.shared:
             self.k[:, :, start:start + k.size(2)], self.v[:, :, start:start + k.size(2)] = k, v
             start += k.size(2)
-        self._let_go()
-
-    def _let_go(self) -> None:
         self.shared, release, self.release = [], self.release, None
         if release is not None:
             release()
