@@ -11,8 +11,10 @@ import sys
 from aiayn.cli.common import (
     adapter_hook,
     add_adapter,
+    add_compile,
     add_decoding_options,
     add_precision,
+    compile_step,
     decoding_options,
     examples,
     precision_options,
@@ -40,6 +42,7 @@ def add_parsers(sub) -> None:
     add_decoding_options(p)
     add_adapter(p)
     add_precision(p)
+    add_compile(p)
 
 
 def _turns(interactive: bool):
@@ -89,6 +92,7 @@ def chat(args: argparse.Namespace) -> int:
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               **precision_options(args))
+    compile_step(generator.model, args)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []

@@ -4,6 +4,7 @@ flags."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -83,6 +84,22 @@ def add_precision(p) -> None:
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md); "
                    "with --int8 or --int4, the rest of the model in bfloat16")
+
+
+def add_compile(p) -> None:
+    """--compile, for the commands that decode a language model token by token (generate, chat, serve)."""
+    p.add_argument("--compile", choices=("auto", "on", "off"), default=os.environ.get("AIAYN_COMPILE", "auto"),
+                   help="the decoding step compiled once into one graph (torch.compile; cached per machine under "
+                        "$AIAYN_CACHE/inductor): auto (default; $AIAYN_COMPILE sets another) compiles a model of "
+                        "100M parameters or more with --int8 or --int4, where a C++ compiler is present; on: any "
+                        "language model; off: eager. See docs/decoding.md")
+
+
+def compile_step(model, args: argparse.Namespace) -> None:
+    """Attach the compiled decoding step as ``--compile`` says, its lines on standard error."""
+    from aiayn.inference.compiled import attach
+
+    attach(model, args.compile, args.device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
 
 
 def precision_options(args: argparse.Namespace) -> dict:

@@ -10,12 +10,14 @@ from aiayn.cli.common import (
     UserError,
     adapter_hook,
     add_adapter,
+    add_compile,
     add_decoding,
     add_decoding_options,
     add_overwrite,
     add_precision,
     add_tensor_parallel,
     claim,
+    compile_step,
     decoding_options,
     examples,
     leader_only,
@@ -78,6 +80,7 @@ def _add_family(sub) -> None:
     add_decoding_options(g)
     add_adapter(g)
     add_precision(g)
+    add_compile(g)
     g.add_argument("--verbose", action="store_true", help="say on standard error which kernels the linear layers "
                    "run on this CPU (the path --int8, --int4 and --bf16 chose)")
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
@@ -167,6 +170,7 @@ def generate(args: argparse.Namespace) -> int:
                                               **precision_options(args))
     if args.verbose:
         say_kernels(generator.model)
+    compile_step(generator.model, args)
     decoding = generator.decoding.replace(**options)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:

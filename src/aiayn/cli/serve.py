@@ -8,6 +8,7 @@ import os
 from aiayn.cli.common import (
     adapter_hook,
     add_adapter,
+    add_compile,
     add_decoding_options,
     add_field_flags,
     add_precision,
@@ -31,6 +32,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
     add_precision(p)
+    add_compile(p)
     p.add_argument("--device", default="cpu")
     add_tensor_parallel(p)
     p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
@@ -88,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
                **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
                prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching,
-               loras=lora_options(args.lora, args.model_name), parallel=parallel)
+               loras=lora_options(args.lora, args.model_name), parallel=parallel, compile=args.compile)
     return 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiayn.data.corpus import DataError, Parallel, clean, iter_parallel, iter_tsv, read_parallel, read_tsv
 from aiayn.data.numbers import number_pairs
-from aiayn.io.files import atomic_path, sha256_file
+from aiayn.io.files import atomic_path, cache_dir, sha256_file
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
@@ -48,9 +48,6 @@ class Splits:
     test: Parallel | None = None
 
 
-def cache_dir() -> Path:
-    """Where downloads go: $AIAYN_CACHE, else ~/.cache/aiayn."""
-    return Path(os.environ.get("AIAYN_CACHE", Path.home() / ".cache" / "aiayn"))
 
 
 def fetch_multi30k(names: list[str], folder: Path, base_url: str | None = None) -> None:

@@ -17,6 +17,12 @@ from pathlib import Path
 MARKER = ".aiayn.json"  # in every folder aiayn writes whole: which command wrote it
 
 
+def cache_dir() -> Path:
+    """Where aiayn keeps what it fetches or builds once per machine (downloads, compiled decoding steps):
+    $AIAYN_CACHE, else ~/.cache/aiayn."""
+    return Path(os.environ.get("AIAYN_CACHE", Path.home() / ".cache" / "aiayn"))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path`` (same suffix); on success it replaces ``path`` by rename, on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor, nn
 
 from aiayn.model.dropout import Dropout
@@ -25,7 +26,8 @@ class TokenEmbedding(nn.Embedding):
         self.scale = math.sqrt(embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor) -> Tensor:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+        checked = ids.numel() and not torch.compiler.is_compiling()  # a compiled step's ids are its own choices
+        if checked and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise ValueError(f"token ids must lie in [0, {self.num_embeddings}); got values in "
                              f"[{int(ids.min())}, {int(ids.max())}]")
         embedded = super().forward(ids)

@@ -41,6 +41,7 @@ class TransformerModel(nn.Module):
     arch = ""
     kind = "autoregressive"  # how the decoder fills the target (``ModelConfig.kind``)
     adapter_rows = None  # many LoRA adapters in one batch: model/multi_lora.py's AdapterRows, once attached
+    static = None  # the compiled decoding step (inference/compiled.py's CompiledStep), once attached
 
     def __init__(self, config: ModelConfig) -> None:
         """A preset's config (arch encoder-decoder, the default) is taken by every member: its sizes are
@@ -247,6 +248,8 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
+        if self.static is not None and (logits := self.static(self, tokens, state)) is not None:
+            return logits  # one new token through the compiled graph (model/static.py)
         rows = nullcontext() if self.adapter_rows is None else self.adapter_rows.rows(state.adapters)
         with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
             return self.decode(tokens[:, state.position:], cache=state.cache, left_pad=state.left_pad,

@@ -127,17 +127,22 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous", int4: bool = False,
-               loras: dict[str, str] | None = None, parallel=None) -> None:
+               loras: dict[str, str] | None = None, parallel=None, compile: str = "off") -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
     folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
     (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
-    process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``)."""
+    process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``); ``compile``:
+    a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``: one row at a time)."""
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras)
+    if product.model.config.arch == "decoder-only":
+        from aiayn.inference.compiled import attach
+
+        attach(product.model, compile, device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow

@@ -1,0 +1,107 @@
+"""The compiled decoding step (inference/compiled.py): when it is taken, how it falls back, and (long) that the
+compiled graph decodes as the eager model does, one graph for every cache size."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import DecoderOnly, EncoderDecoder
+from aiayn.decoding.generation import generate
+from aiayn.inference import compiled
+from aiayn.inference.precision import inference_copy
+
+from conftest import chat_checkpoint, run_main, tiny
+
+SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def _lm(**changes) -> DecoderOnly:
+    torch.manual_seed(0)
+    return DecoderOnly(tiny(arch="decoder-only", positions="rope", n_kv_heads=2, max_len=128, **changes)).eval()
+
+
+def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(monkeypatch):
+    """off, a translation model, a split model, no C++ compiler, and under auto a small model or a float one are
+    eager, each with its reason; on with a compiler compiles; an unknown mode is refused."""
+    lm = _lm()
+    monkeypatch.setattr(compiled, "compiler", lambda: "/usr/bin/g++")
+    assert compiled.why_eager(lm, "off") == "--compile off"
+    assert "decoder-only" in compiled.why_eager(EncoderDecoder(tiny()), "on")
+    assert compiled.why_eager(lm, "on") is None
+    assert "below the 100M" in compiled.why_eager(lm, "auto")
+    monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
+    assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
+    assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None
+    assert "CPU" in compiled.why_eager(lm, "on", "cuda")
+    monkeypatch.setattr(lm, "tensor_parallel", 2, raising=False)
+    assert "split over processes" in compiled.why_eager(lm, "on")
+    monkeypatch.setattr(compiled, "compiler", lambda: None)
+    assert "no C++ compiler" in compiled.why_eager(_lm(), "on")
+    with pytest.raises(ValueError, match="--compile: one of auto, on, off"):
+        compiled.why_eager(lm, "always")
+
+
+def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
+    """The compile raising (here the warm-up) detaches the step and says why in one line; the model still
+    decodes, as it did."""
+    lm = _lm()
+    ids = torch.tensor([[5, 6, 7]])
+    before = generate(lm, ids, "greedy", max_new_tokens=6, min_new_tokens=6)
+    monkeypatch.setattr(compiled, "compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(compiled, "warm_up", lambda model: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
+    said = []
+    assert compiled.attach(lm, "on", say=said.append) is False
+    assert lm.static is None and said[-1] == "decoding eagerly: it did not compile (RuntimeError: no kernel)"
+    assert generate(lm, ids, "greedy", max_new_tokens=6, min_new_tokens=6) == before
+
+
+def test_generate_says_on_standard_error_why_it_decodes_eagerly(tmp_path, monkeypatch):
+    """aiayn generate --compile on without a C++ compiler: the line on standard error, the text still written;
+    --compile off says nothing."""
+    folder = chat_checkpoint(tmp_path / "lm")
+    monkeypatch.setattr(compiled, "compiler", lambda: None)
+    done = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
+                    "--temperature", "0", "--compile", "on")
+    assert done.returncode == 0, done
+    assert "aiayn: decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH" in done.stderr
+    quiet = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
+                     "--temperature", "0", "--compile", "off")
+    assert quiet.returncode == 0 and "decoding eagerly" not in quiet.stderr and quiet.stdout == done.stdout
+
+
+@pytest.mark.long
+def test_the_compiled_step_decodes_as_the_eager_one_with_one_graph_for_every_cache_size(tmp_path, monkeypatch):
+    """A small model with a sliding layer, compiled (Inductor, C++): greedy text equal token for token to the eager
+    model's at two cache sizes and from a prompt cache, with no recompile after the warm-up."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
+    lm = inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    eager = [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)]
+    said = []
+    assert compiled.attach(lm, "on", say=said.append), said
+    assert said[0].startswith("compiling the decoding step") and said[1].startswith("compiled the decoding step in")
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    assert any((tmp_path / "inductor").iterdir())  # Inductor's caches in aiayn's cache folder
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
+def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path):
+    """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` at --compile auto (it has 135M parameters) and off:
+    the compiled run says it compiled, and both write the same greedy text."""
+    folder = tmp_path / "smollm2"
+    assert run_main("import", str(SMOLLM2), "--output", str(folder)).returncode == 0
+    args = ["generate", "--checkpoint", str(folder), "--prompt", "The capital of France is", "--int4",
+            "--max-new-tokens", "24", "--temperature", "0"]
+    os.environ["AIAYN_CACHE"] = str(tmp_path / "cache")
+    try:
+        auto = run_main(*args, "--compile", "auto")
+    finally:
+        del os.environ["AIAYN_CACHE"]
+    off = run_main(*args, "--compile", "off")
+    assert auto.returncode == 0 and off.returncode == 0, (auto, off)
+    assert "aiayn: compiled the decoding step in" in auto.stderr, auto.stderr
+    assert auto.stdout == off.stdout and "Paris" in off.stdout

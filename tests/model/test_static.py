@@ -1,0 +1,102 @@
+"""The decoding step with shapes that do not change (model/static.py) against the eager step it stands for."""
+
+import copy
+
+import pytest
+import torch
+
+from aiayn import DecoderOnly
+from aiayn.inference.compiled import CompiledStep
+from aiayn.inference.precision import fuse
+from aiayn.model.state import DecodeState
+from aiayn.model.static import slot_mask, static_inputs, static_step
+
+from conftest import random_ids, tiny
+
+MEMBERS = {
+    "rope-gqa": dict(positions="rope", n_kv_heads=2),
+    "sliding-qk-norm": dict(positions="rope", norm="sandwich", qk_norm=True, n_decoder_layers=3,
+                            layer_types=["sliding", "full", "sliding"], sliding_window=4),
+    "every-layer-window": dict(positions="rope", sliding_window=5),
+    "experts": dict(positions="rope", feed_forward="swiglu", activation="silu", n_experts=4, experts_per_token=2,
+                    expert_d_ff=24),
+    "learned": dict(positions="learned"),
+    "sinusoidal-softcap": dict(positions="sinusoidal", attention_softcap=20.0, logit_softcap=10.0),
+}
+
+
+def _model(name: str) -> DecoderOnly:
+    torch.manual_seed(5)
+    return fuse(DecoderOnly(tiny(arch="decoder-only", vocab_size=30, **MEMBERS[name])).double().eval())
+
+
+def _greedy(model: DecoderOnly, prompts: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], DecodeState]:
+    """``steps`` greedy tokens after ``prompts`` through ``model.step``: each step's logits and the last state."""
+    tokens, state = model.start(prompts, steps + 1)
+    out = []
+    with torch.no_grad():
+        logits = model.step(tokens, state, last=True)
+        for _ in range(steps):
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            logits = model.step(tokens, state, last=True)
+            out.append(logits)
+    return out, state
+
+
+@pytest.mark.parametrize("name", MEMBERS)
+def test_the_static_step_equals_the_eager_step_token_for_token(name):
+    """Every member that decodes, 14 greedy tokens past a 3-token prompt (a window of 4 or 5 wraps its ring
+    several times): the static step's logits and caches equal the eager step's, and the tokens are the same."""
+    model = _model(name)
+    prompts = random_ids(1, 3, vocab=30)
+    eager, eager_state = _greedy(model, prompts, 14)
+    model.static = CompiledStep(model, compiled=False)
+    static, static_state = _greedy(model, prompts, 14)
+    for a, b in zip(eager, static, strict=True):
+        assert a.shape == b.shape == (1, 1, 30) and torch.allclose(a, b, atol=1e-9)
+    assert [t.argmax().item() for t in eager] == [t.argmax().item() for t in static]
+    for a, b in zip(eager_state.cache.layers, static_state.cache.layers, strict=True):
+        assert (a.self_kv.length, a.self_kv.first) == (b.self_kv.length, b.self_kv.first)
+        assert torch.allclose(a.self_kv.k, b.self_kv.k, atol=1e-9) and torch.allclose(a.self_kv.v, b.self_kv.v)
+
+
+def test_rows_padded_in_front_step_statically_as_they_do_eagerly():
+    """Two prompts of different lengths (the shorter left-padded, each row's positions its own): one static step
+    through ``static_step`` equals the eager step on both rows."""
+    model = _model("rope-gqa")
+    prompts = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 0, 0, 0]])  # right-padded; start() left-aligns them
+    tokens, state = model.start(prompts, 4)
+    with torch.no_grad():
+        model.step(tokens, state, last=True)
+        tokens = torch.cat([tokens, torch.tensor([[12], [13]])], dim=1)
+        twin = copy.deepcopy(state)
+        eager = model.step(tokens, state, last=True)
+        new, left_pad, kv = static_inputs(model, tokens, twin)
+        windows = [layer.self_kv.window for layer in twin.cache.layers]
+        static = static_step(model, new, torch.tensor([twin.position]), left_pad, kv, windows)
+    assert left_pad.tolist() == [0, 3] and torch.allclose(eager, static, atol=1e-9)
+
+
+def test_a_slot_is_seen_while_its_column_is_real_and_within_the_window():
+    """The mask over a ring of 6 slots at column 9 (slots hold columns 6, 7, 8, 9, 4, 5), window 3, rows padded by
+    0 and 8 columns: only columns 7, 8, 9, and for the second row 8 and 9."""
+    mask = slot_mask(torch.tensor([9]), torch.tensor([0, 8]), 6, 3)  # (2, 1, 1, 6)
+    assert mask[:, 0, 0].tolist() == [[False, True, True, True, False, False], [False, False, True, True, False, False]]
+    full = slot_mask(torch.tensor([2]), torch.tensor([0]), 6, None)  # a cache longer than the text: columns 0..2
+    assert full[0, 0, 0].tolist() == [True, True, True, False, False, False]
+
+
+def test_steps_the_static_step_does_not_compute_are_left_to_the_eager_one():
+    """Several new columns (a prompt), a shortlist's output rows and a full cache are stepped eagerly (None)."""
+    model = _model("rope-gqa")
+    tokens, state = model.start(random_ids(1, 4, vocab=30), 1)
+    assert static_inputs(model, tokens, state) is None  # 4 new columns
+    with torch.no_grad():
+        model.step(tokens, state, last=True)
+    more = torch.cat([tokens, torch.tensor([[7]])], dim=1)
+    shortlist = DecodeState(state.cache, output=lambda h: h)
+    assert static_inputs(model, more, shortlist) is None
+    assert static_inputs(model, more, state) is not None
+    with torch.no_grad():
+        model.step(more, state, last=True)  # the cache (5 positions) is now full
+    assert static_inputs(model, torch.cat([more, torch.tensor([[8]])], dim=1), state) is None
