@@ -1,7 +1,8 @@
 """Batch-1 decoding on this CPU, aiayn beside llama.cpp on the same GGUF files, for the models people run now:
 Gemma 3 270M (the real one, ``make gemma3``), a random Qwen3-0.6B-shaped model and a random Qwen3-30B-A3B-shaped
 mixture of experts (128 experts, 8 a token; 2 of its 48 layers, to fit memory). ``bench_engines.py``'s language
-model presets (``engines_lm.py``) with the engines aiayn and llama.cpp (``pip install llama-cpp-python``): each
+model presets (``engines_lm.py``) with the engines aiayn (eager, and with ``--compile on``: ``aiayn-compiled``) and
+llama.cpp (``pip install llama-cpp-python``): each
 model imported, exported with ``aiayn export --format gguf`` at each precision (F32, BF16, Q8_0, Q4_0 for llama.cpp;
 aiayn's float32, bfloat16, weight-only int8 and int4 of the same checkpoint), every engine and precision in its own
 process; ``decode_vs_llama.cpp`` is aiayn's tokens/s over llama.cpp's from the same run.
@@ -36,7 +37,7 @@ def main() -> None:
     if "gemma3" in args.models and not args.gguf.exists():
         parser.error(f"{args.gguf}: missing; run make gemma3, or leave gemma3 out of --models")
     cpu_paths()
-    engines = available(["aiayn", "llama.cpp"])
+    engines = available(["aiayn", "aiayn-compiled", "llama.cpp"])
     for model in args.models:
         lm = argparse.Namespace(model=model, gguf=str(args.gguf), engines=engines, new_tokens=args.new_tokens,
                                 precisions=args.precisions, script=str(Path(__file__).with_name("bench_engines.py")))

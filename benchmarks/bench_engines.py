@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument("--preset", nargs="+", default=["small", "base"],
                         choices=[*engines_translation.PRESETS, *engines_lm.PRESETS])
     parser.add_argument("--engines", nargs="+", default=["aiayn", "hf", "ct2", "llama.cpp"],
-                        choices=["aiayn", "hf", "ct2", "llama.cpp"])
+                        choices=["aiayn", "aiayn-compiled", "hf", "ct2", "llama.cpp"],
+                        help="aiayn-compiled: language models, aiayn with its compiled decoding step (--compile on)")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="translation: time each case this long")
     parser.add_argument("--repeats", type=int, default=1, help="translation: engines take this many turns; "
                         "each figure the best")
@@ -71,8 +72,8 @@ def main() -> None:
     engines = available(["aiayn", *[e for e in args.engines if e != "aiayn"]])
     translation = [p for p in args.preset if p in engines_translation.PRESETS]
     if translation:
-        engines_translation.run(translation, [e for e in engines if e != "llama.cpp"], args.min_seconds,
-                                args.repeats, __file__)
+        engines_translation.run(translation, [e for e in engines if e not in ("llama.cpp", "aiayn-compiled")],
+                                args.min_seconds, args.repeats, __file__)
     for preset in (p for p in args.preset if p in engines_lm.PRESETS):
         lm = argparse.Namespace(model=preset, gguf=args.gguf, engines=engines, new_tokens=args.new_tokens,
                                 precisions=args.precisions, script=__file__)

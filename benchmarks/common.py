@@ -96,7 +96,8 @@ def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = 
     raise SystemExit(f"the {name} server did not start within {seconds:g} s")
 
 
-ENGINE_MODULES = {"aiayn": "aiayn", "hf": "transformers", "ct2": "ctranslate2", "llama.cpp": "llama_cpp"}
+ENGINE_MODULES = {"aiayn": "aiayn", "aiayn-compiled": "aiayn", "hf": "transformers", "ct2": "ctranslate2",
+                  "llama.cpp": "llama_cpp"}
 
 
 def available(engines: list[str]) -> list[str]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from common import best_of, run_worker
 from common import emit as print_figure
 
 PROMPT = "Once upon a time"
-PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "hf": ("fp32", "bf16", "int8"),
+PRECISIONS = {"aiayn": ("fp32", "bf16", "int8", "int4"), "aiayn-compiled": ("fp32", "bf16", "int8", "int4"),
+              "hf": ("fp32", "bf16", "int8"),
               "ct2": ("fp32", "bf16", "int8"), "llama.cpp": ("fp32", "bf16", "int8", "int4")}
 GGUF_TYPES = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0", "int4": "q4_0"}
 PRESETS = ("smollm2", "gemma3", "qwen-shape", "llama", "qwen3-shape", "qwen3-moe-shape")
@@ -127,9 +129,11 @@ def timed(run, *args) -> float:
 def worker(engine: str, precision: str, work: Path, new_tokens: int) -> None:
     """One engine at one precision: prints its figures as one JSON line."""
     short, long = prompt_ids(work)
-    make = {"aiayn": aiayn_engine, "hf": hf_engine, "ct2": ct2_engine, "llama.cpp": llama_cpp_engine}[engine]
+    make = {"aiayn": aiayn_engine, "aiayn-compiled": partial(aiayn_engine, compiled=True), "hf": hf_engine,
+            "ct2": ct2_engine, "llama.cpp": llama_cpp_engine}[engine]
+    start = time.perf_counter()
     generate, batches = make(precision, work)
-    out = {"decode": {}}
+    out = {"decode": {}, "ready_s": time.perf_counter() - start}
     with torch.inference_mode():
         for batch in batches:
             rows = [short] * batch
@@ -148,20 +152,25 @@ def peak_rss_mb() -> float:
     return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 
-def aiayn_engine(precision: str, work: Path):
+def aiayn_engine(precision: str, work: Path, compiled: bool = False):
+    """aiayn's model at ``precision``; ``compiled``: its decoding step compiled (``--compile on``: batch 1 alone;
+    Inductor's caches where ``aiayn chat`` keeps them, so a second run's start is warm)."""
     from aiayn import generate
     from aiayn.data.batching import pad_batch
+    from aiayn.inference.compiled import attach
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import converter, inference_copy
 
     options = {"int8": precision == "int8", "bf16": precision == "bf16", "int4": precision == "int4"}
     model, _ = load_checkpoint(work / "aiayn", convert=converter(**options))  # converted as read, as products do
     model = inference_copy(model.eval(), own=True, **options)
+    if compiled and not attach(model, "on", say=lambda line: print(line, file=sys.stderr)):
+        raise RuntimeError("the decoding step did not compile")
 
     def run(rows: list[list[int]], n: int) -> list[list[int]]:
         ids = pad_batch(rows, model.config.pad_id)
         return generate(model, ids, "greedy", max_new_tokens=n, min_new_tokens=n)
-    return run, (1, 8)
+    return run, ((1,) if compiled else (1, 8))
 
 
 def hf_engine(precision: str, work: Path):
@@ -255,14 +264,16 @@ def run_engines(args, work: Path) -> dict:
                 emit(f"{config}/batch{batch}", "decode", round(rate, 2), "tokens/s")
             emit(config, "prefill_512", round(r["prefill"], 1), "tokens/s")
             emit(config, "peak_rss", round(r["peak_rss_mb"], 1), "MiB")
+            emit(config, "ready", round(r["ready_s"], 1), "s (loaded, converted, compiled)")
             emit(config, "same_tokens_as_aiayn_fp32", r["tokens"] == results.get(("aiayn", "fp32"), {}).get("tokens"),
                  "bool")
-        mine = results.get(("aiayn", precision))
-        for (engine, p), theirs in results.items():
-            if mine and p == precision and engine != "aiayn":
-                for batch in set(mine["decode"]) & set(theirs["decode"]):
-                    emit(f"{args.model}/aiayn/{precision}/batch{batch}", f"decode_vs_{engine}",
-                         round(mine["decode"][batch] / theirs["decode"][batch], 3), "x")
+        for ours in ("aiayn", "aiayn-compiled"):
+            mine = results.get((ours, precision))
+            for (engine, p), theirs in results.items():
+                if mine and p == precision and not engine.startswith("aiayn"):
+                    for batch in set(mine["decode"]) & set(theirs["decode"]):
+                        emit(f"{args.model}/{ours}/{precision}/batch{batch}", f"decode_vs_{engine}",
+                             round(mine["decode"][batch] / theirs["decode"][batch], 3), "x")
     return results
 
 

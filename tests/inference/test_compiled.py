@@ -33,7 +33,10 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(monkeypat
     assert "below the 100M" in compiled.why_eager(lm, "auto")
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
-    assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None
+    assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None  # a session: chat, a server
+    assert "24 new tokens, fewer than the 2,000" in compiled.why_eager(inference_copy(lm, int4=True), "auto", tokens=24)
+    assert compiled.why_eager(inference_copy(lm, int4=True), "auto", tokens=2000) is None
+    assert compiled.why_eager(lm, "on", tokens=1) is None
     assert "CPU" in compiled.why_eager(lm, "on", "cuda")
     monkeypatch.setattr(lm, "tensor_parallel", 2, raising=False)
     assert "split over processes" in compiled.why_eager(lm, "on")
@@ -66,6 +69,8 @@ def test_generate_says_on_standard_error_why_it_decodes_eagerly(tmp_path, monkey
                     "--temperature", "0", "--compile", "on")
     assert done.returncode == 0, done
     assert "aiayn: decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH" in done.stderr
+    chat = run_main("chat", "--checkpoint", str(folder), "--compile", "on", stdin="/exit\n")
+    assert chat.returncode == 0 and "aiayn: decoding eagerly: no C++ compiler" in chat.stderr, chat
     quiet = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
                      "--temperature", "0", "--compile", "off")
     assert quiet.returncode == 0 and "decoding eagerly" not in quiet.stderr and quiet.stdout == done.stdout
@@ -90,18 +95,43 @@ def test_the_compiled_step_decodes_as_the_eager_one_with_one_graph_for_every_cac
 @pytest.mark.long
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
 def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path):
-    """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` at --compile auto (it has 135M parameters) and off:
-    the compiled run says it compiled, and both write the same greedy text."""
+    """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` with --compile on and off: the compiled run says it
+    compiled, and both write the same greedy text (auto would not compile 24 tokens)."""
     folder = tmp_path / "smollm2"
     assert run_main("import", str(SMOLLM2), "--output", str(folder)).returncode == 0
     args = ["generate", "--checkpoint", str(folder), "--prompt", "The capital of France is", "--int4",
             "--max-new-tokens", "24", "--temperature", "0"]
     os.environ["AIAYN_CACHE"] = str(tmp_path / "cache")
     try:
-        auto = run_main(*args, "--compile", "auto")
+        auto = run_main(*args, "--compile", "on")
     finally:
         del os.environ["AIAYN_CACHE"]
     off = run_main(*args, "--compile", "off")
     assert auto.returncode == 0 and off.returncode == 0, (auto, off)
     assert "aiayn: compiled the decoding step in" in auto.stderr, auto.stderr
     assert auto.stdout == off.stdout and "Paris" in off.stdout
+
+
+def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch):
+    """``serve.server.compile_first``: the step is attached by a chore on the scheduler's decoding thread (whose
+    compute threads the kernels are built for), queued before any request; a translation model has none."""
+    import threading
+
+    from aiayn.serve.scheduler import Scheduler
+    from aiayn.serve.server import compile_first
+
+    lm = _lm()
+    scheduler = Scheduler(lm, max_batch=2, capacity=32)
+    seen = []
+    monkeypatch.setattr(compiled, "compiler", lambda: None)
+    future = compile_first(lm, scheduler, "on", "cpu", say=lambda line: seen.append(
+        (threading.current_thread().name, line)))
+    assert not seen  # queued: the thread has not started
+    scheduler.start()
+    try:
+        assert future.result(timeout=30) is False
+    finally:
+        scheduler.stop()
+    assert seen == [("aiayn-decode", "decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH: install one "
+                                     "to compile")]
+    assert compile_first(EncoderDecoder(tiny()), scheduler, "on", "cpu") is None

@@ -91,15 +91,18 @@ def add_compile(p) -> None:
     p.add_argument("--compile", choices=("auto", "on", "off"), default=os.environ.get("AIAYN_COMPILE", "auto"),
                    help="the decoding step compiled once into one graph (torch.compile; cached per machine under "
                         "$AIAYN_CACHE/inductor): auto (default; $AIAYN_COMPILE sets another) compiles a model of "
-                        "100M parameters or more with --int8 or --int4, where a C++ compiler is present; on: any "
-                        "language model; off: eager. See docs/decoding.md")
+                        "100M parameters or more with --int8 or --int4, where a C++ compiler is present, for a chat, "
+                        "a server or a generation of 2,000 tokens or more; on: any language model; off: eager. See "
+                        "docs/decoding.md")
 
 
-def compile_step(model, args: argparse.Namespace) -> None:
-    """Attach the compiled decoding step as ``--compile`` says, its lines on standard error."""
+def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> None:
+    """Attach the compiled decoding step as ``--compile`` says, its lines on standard error (``tokens``: the new
+    tokens of a one-off run; None: a session)."""
     from aiayn.inference.compiled import attach
 
-    attach(model, args.compile, args.device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
+    attach(model, args.compile, args.device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True),
+           tokens=tokens)
 
 
 def precision_options(args: argparse.Namespace) -> dict:

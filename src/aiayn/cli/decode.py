@@ -170,8 +170,8 @@ def generate(args: argparse.Namespace) -> int:
                                               **precision_options(args))
     if args.verbose:
         say_kernels(generator.model)
-    compile_step(generator.model, args)
-    decoding = generator.decoding.replace(**options)
+    decoding = generator.decoding.replace(**options).resolve(generator.model.config)
+    compile_step(generator.model, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
         print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "

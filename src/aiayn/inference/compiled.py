@@ -32,6 +32,7 @@ from aiayn.model.static import advance, static_inputs, static_step
 
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
+AUTO_TOKENS = 2_000  # a warm start's compile (~8 s) over what each token saves (int4 SmolLM2: 12.7 -> 8.4 ms)
 
 
 class CompiledStep:
@@ -65,8 +66,9 @@ class CompiledStep:
         return logits
 
 
-def why_eager(model, mode: str, device: torch.device | str = "cpu") -> str | None:
-    """Why ``model`` decodes eagerly under ``--compile mode`` on ``device``; None: it is compiled."""
+def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int | None = None) -> str | None:
+    """Why ``model`` decodes eagerly under ``--compile mode`` on ``device``; None: it is compiled. ``tokens``: the
+    new tokens one run makes (``aiayn generate``); None: a session that lasts (chat, a server)."""
     if mode not in MODES:
         raise ValueError(f"--compile: one of {', '.join(MODES)}, not {mode!r}")
     if mode == "off":
@@ -84,6 +86,9 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu") -> str | Non
         size = sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in quantized)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
+        if tokens is not None and tokens < AUTO_TOKENS:
+            return (f"--compile auto: {tokens} new tokens, fewer than the {AUTO_TOKENS:,} that repay a start's compile "
+                    "(--compile on)")
         if not quantized:
             return ("--compile auto compiles --int8 and --int4 models: a float model's graph holds its packed weights "
                     "(Inductor's freezing), which is not cached, so every start would compile again (--compile on)")
@@ -97,11 +102,12 @@ def compiler() -> str | None:
 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
-           say: Callable[[str], None] = print) -> bool:
+           say: Callable[[str], None] = print, tokens: int | None = None) -> bool:
     """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.static``), compiling at
     once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
-    and ``say`` gets one line saying why. Returns whether it is compiled."""
-    reason = why_eager(model, mode, device)
+    and ``say`` gets one line saying why (``tokens`` as :func:`why_eager` takes it). Returns whether it is
+    compiled."""
+    reason = why_eager(model, mode, device, tokens)
     if reason is None:
         use_cache_folder()
         fx_config.use_duck_shape = False  # caches of equal sizes (a short text's ring and

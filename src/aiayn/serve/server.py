@@ -139,11 +139,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras)
-    if product.model.config.arch == "decoder-only":
-        from aiayn.inference.compiled import attach
-
-        attach(product.model, compile, device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
+    compile_first(product.model, scheduler, compile, device)
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow
 
@@ -154,6 +151,19 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     app = build_app(served, api_key)
     print(startup_line(served), file=sys.stderr, flush=True)
     _serve(server_config(app, host, port, limits), scheduler, parallel)
+
+
+def compile_first(model, scheduler: Scheduler, mode: str, device: str, say=None):
+    """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
+    decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
+    stepped before. ``say`` gets its lines (default: standard error). Returns the chore's future (None: not a
+    language model)."""
+    if model.config.arch != "decoder-only":
+        return None
+    from aiayn.inference.compiled import attach
+
+    say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
+    return scheduler.run_alone(attach, model, mode, device, say)
 
 
 def startup_line(served: Served) -> str:
