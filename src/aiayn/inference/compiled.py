@@ -44,6 +44,7 @@ class CompiledStep:
         """``freezing``: the weights folded into the graph as constants (Inductor lowers oneDNN's packed linear
         layers only so; it is not cached on disk, so the other layers go without)."""
         self.compiled, self.freezing = compiled, freezing
+        self.warm = False  # compiled once: the guards that tell graphs apart alone are checked (one graph here)
         step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
         self.fn = step if not compiled else torch.compile(step, fullgraph=True, dynamic=False,
                                                           options={"cpp_wrapper": True})
@@ -60,8 +61,10 @@ class CompiledStep:
                 torch._dynamo.maybe_mark_dynamic(t, 2)
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
-        with inductor_config.patch(freezing=self.freezing):  # read when compiling (not from options): 17 us
+        with inductor_config.patch(freezing=self.freezing), torch.compiler.set_stance(
+                skip_guard_eval_unsafe=self.warm):  # freezing is read when compiling (not from options)
             logits = self.fn(new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), strides fixed
+        self.warm = self.compiled
         advance(state.cache)
         return logits
 
