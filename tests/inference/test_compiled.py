@@ -135,3 +135,17 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
     assert seen == [("aiayn-decode", "decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH: install one "
                                      "to compile")]
     assert compile_first(EncoderDecoder(tiny()), scheduler, "on", "cpu") is None
+
+
+@pytest.mark.long
+def test_a_step_under_inference_mode_after_the_warm_up_compiles_once_more_and_decodes_alike(tmp_path, monkeypatch):
+    """Warmed up under no_grad, then asked under ``torch.inference_mode`` (its tensors another kind): the step
+    compiles a second graph instead of failing, and the text equals the eager model's."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
+    lm = inference_copy(_lm(n_decoder_layers=1))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    eager = generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8)
+    assert compiled.attach(lm, "on", say=lambda line: None)
+    with torch.inference_mode():
+        assert generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8) == eager
+    assert generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8) == eager

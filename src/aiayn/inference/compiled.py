@@ -61,9 +61,15 @@ class CompiledStep:
                 torch._dynamo.maybe_mark_dynamic(t, 2)
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
-        with inductor_config.patch(freezing=self.freezing), torch.compiler.set_stance(
-                skip_guard_eval_unsafe=self.warm):  # freezing is read when compiling (not from options)
-            logits = self.fn(new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), strides fixed
+        args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), their strides fixed
+        with inductor_config.patch(freezing=self.freezing):  # read when compiling (not from options)
+            try:
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=self.warm):
+                    logits = self.fn(*args)
+            except RuntimeError as error:  # inputs no graph was made for (inference-mode tensors): one more
+                if not self.warm or "skip_guard_eval_unsafe" not in str(error):  # graph, all guards checked
+                    raise
+                logits = self.fn(*args)
         self.warm = self.compiled
         advance(state.cache)
         return logits
