@@ -99,6 +99,8 @@ def add_compile(p) -> None:
 def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> None:
     """Attach the compiled decoding step as ``--compile`` says, its lines on standard error (``tokens``: the new
     tokens of a one-off run; None: a session)."""
+    if args.compile == "off":
+        return  # nothing to say, nor Inductor to import
     from aiayn.inference.compiled import attach
 
     attach(model, args.compile, args.device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True),

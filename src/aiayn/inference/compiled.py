@@ -6,8 +6,8 @@ One graph serves every position and every cache size: the cache column is a tens
 marked dynamic, so a generation never recompiles. Inductor's caches live in aiayn's cache folder
 (``$AIAYN_CACHE/inductor``): the first compile on a machine takes about a minute, later starts reuse it.
 ``--compile auto|on|off`` (``aiayn generate``, ``chat``, ``serve``): auto compiles where a C++ compiler is
-present, on the CPU, for a model large enough to gain (``AUTO_PARAMETERS``); anything else decodes eagerly,
-with one line saying why.
+present, on the CPU, an ``--int8`` or ``--int4`` model large enough to gain (``AUTO_PARAMETERS``) for a session or
+a long generation (``AUTO_TOKENS``); anything else decodes eagerly, with one line saying why.
 """
 
 from __future__ import annotations

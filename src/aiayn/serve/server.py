@@ -157,8 +157,8 @@ def compile_first(model, scheduler: Scheduler, mode: str, device: str, say=None)
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
     stepped before. ``say`` gets its lines (default: standard error). Returns the chore's future (None: not a
-    language model)."""
-    if model.config.arch != "decoder-only":
+    language model, or ``off``)."""
+    if model.config.arch != "decoder-only" or mode == "off":
         return None
     from aiayn.inference.compiled import attach
 
