@@ -61,8 +61,8 @@ def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
 
 
 def test_generate_says_on_standard_error_why_it_decodes_eagerly(tmp_path, monkeypatch):
-    """aiayn generate --compile on without a C++ compiler: the line on standard error, the text still written;
-    --compile off says nothing."""
+    """aiayn generate (and chat) --compile on without a C++ compiler: the line on standard error, the text still
+    written; --compile auto (which would not compile this small model anyway) and off say nothing."""
     folder = chat_checkpoint(tmp_path / "lm")
     monkeypatch.setattr(compiled, "compiler", lambda: None)
     done = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
@@ -71,6 +71,9 @@ def test_generate_says_on_standard_error_why_it_decodes_eagerly(tmp_path, monkey
     assert "aiayn: decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH" in done.stderr
     chat = run_main("chat", "--checkpoint", str(folder), "--compile", "on", stdin="/exit\n")
     assert chat.returncode == 0 and "aiayn: decoding eagerly: no C++ compiler" in chat.stderr, chat
+    auto = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
+                    "--temperature", "0", "--compile", "auto")
+    assert auto.returncode == 0 and "decoding eagerly" not in auto.stderr  # auto's own choice is not news
     quiet = run_main("generate", "--checkpoint", str(folder), "--prompt", "hello", "--max-new-tokens", "3",
                      "--temperature", "0", "--compile", "off")
     assert quiet.returncode == 0 and "decoding eagerly" not in quiet.stderr and quiet.stdout == done.stdout

@@ -7,7 +7,8 @@ marked dynamic, so a generation never recompiles. Inductor's caches live in aiay
 (``$AIAYN_CACHE/inductor``): the first compile on a machine takes about a minute, later starts reuse it.
 ``--compile auto|on|off`` (``aiayn generate``, ``chat``, ``serve``): auto compiles where a C++ compiler is
 present, on the CPU, an ``--int8`` or ``--int4`` model large enough to gain (``AUTO_PARAMETERS``) for a session or
-a long generation (``AUTO_TOKENS``); anything else decodes eagerly, with one line saying why.
+a long generation (``AUTO_TOKENS``); anything else decodes eagerly, with one line saying why (under ``on``, or
+after a failed compile).
 """
 
 from __future__ import annotations
@@ -114,8 +115,8 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
            say: Callable[[str], None] = print, tokens: int | None = None) -> bool:
     """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.static``), compiling at
     once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
-    and ``say`` gets one line saying why (``tokens`` as :func:`why_eager` takes it). Returns whether it is
-    compiled."""
+    and ``say`` gets one line saying why, under ``on`` or after a compile that failed (``tokens`` as
+    :func:`why_eager` takes it). Returns whether it is compiled."""
     reason = why_eager(model, mode, device, tokens)
     if reason is None:
         use_cache_folder()
@@ -134,7 +135,7 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
             say(f"compiled the decoding step in {time.perf_counter() - start:.1f} s")
             return True
     model.static = None
-    if mode != "off":
+    if mode == "on" or reason.startswith("it did not compile"):  # auto's own choice of eager is not news
         say(f"decoding eagerly: {reason}")
     return False
 
