@@ -165,7 +165,7 @@ def aiayn_engine(precision: str, work: Path, compiled: bool = False):
     options = {"int8": precision == "int8", "bf16": precision == "bf16", "int4": precision == "int4"}
     model, _ = load_checkpoint(work / "aiayn", convert=converter(**options))  # converted as read, as products do
     model = inference_copy(model.eval(), own=True, **options)
-    if compiled and not attach(model, "on", say=lambda line: print(line, file=sys.stderr)):
+    if compiled and not attach(model, "on"):  # its lines on standard error
         raise RuntimeError("the decoding step did not compile")
 
     def run(rows: list[list[int]], n: int) -> list[list[int]]:

@@ -103,8 +103,7 @@ def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> 
         return  # nothing to say, nor Inductor to import
     from aiayn.inference.compiled import attach
 
-    attach(model, args.compile, args.device, say=lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True),
-           tokens=tokens)
+    attach(model, args.compile, args.device, tokens=tokens)
 
 
 def precision_options(args: argparse.Namespace) -> dict:

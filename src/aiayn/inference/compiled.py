@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 
@@ -57,23 +58,31 @@ class CompiledStep:
         if inputs is None or inputs[0].size(0) != 1:
             return None
         new, left_pad, kv = inputs
-        if self.compiled:
-            for t in kv:  # one graph for every capacity
-                torch._dynamo.maybe_mark_dynamic(t, 2)
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
         args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), their strides fixed
-        with inductor_config.patch(freezing=self.freezing):  # read when compiling (not from options)
+        if not self.warm:
+            logits = self._compiling(args)
+        else:
             try:
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=self.warm):
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     logits = self.fn(*args)
-            except RuntimeError as error:  # inputs no graph was made for (inference-mode tensors): one more
-                if not self.warm or "skip_guard_eval_unsafe" not in str(error):  # graph, all guards checked
+            except RuntimeError as error:  # inputs no graph was made for (inference-mode tensors): one more graph
+                if "skip_guard_eval_unsafe" not in str(error):
                     raise
-                logits = self.fn(*args)
+                logits = self._compiling(args)
         self.warm = self.compiled
         advance(state.cache)
         return logits
+
+    def _compiling(self, args: tuple) -> Tensor:
+        """A call that may compile, every guard checked: the caches' capacity marked dynamic (one graph for every
+        capacity; a compiled graph then takes any), freezing set as asked (read when compiling, not from options)."""
+        if self.compiled:
+            for t in args[3]:
+                torch._dynamo.maybe_mark_dynamic(t, 2)
+        with inductor_config.patch(freezing=self.freezing):
+            return self.fn(*args)
 
 
 def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int | None = None) -> str | None:
@@ -112,11 +121,12 @@ def compiler() -> str | None:
 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
-           say: Callable[[str], None] = print, tokens: int | None = None) -> bool:
+           say: Callable[[str], None] | None = None, tokens: int | None = None) -> bool:
     """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.static``), compiling at
     once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
-    and ``say`` gets one line saying why, under ``on`` or after a compile that failed (``tokens`` as
-    :func:`why_eager` takes it). Returns whether it is compiled."""
+    and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why, under ``on`` or after a
+    compile that failed (``tokens`` as :func:`why_eager` takes it). Returns whether it is compiled."""
+    say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     reason = why_eager(model, mode, device, tokens)
     if reason is None:
         use_cache_folder()

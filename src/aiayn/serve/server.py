@@ -162,7 +162,6 @@ def compile_first(model, scheduler: Scheduler, mode: str, device: str, say=None)
         return None
     from aiayn.inference.compiled import attach
 
-    say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     return scheduler.run_alone(attach, model, mode, device, say)
 
 
