@@ -96,6 +96,40 @@ def test_the_compiled_step_decodes_as_the_eager_one_with_one_graph_for_every_cac
 
 
 @pytest.mark.long
+def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_where_its_file_is_broken(tmp_path,
+                                                                                                     monkeypatch):
+    """An int4 model's step is compiled ahead of time and kept in aiayn's cache folder; a second copy of the model
+    (a later start) loads it without compiling and decodes the same text at two cache sizes; a broken file is
+    compiled again and replaced."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
+
+    def start(said: list[str]) -> DecoderOnly:
+        lm = inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6), int4=True)
+        assert compiled.attach(lm, "on", say=said.append), said
+        return lm
+
+    ids = torch.tensor([[5, 6, 7, 8]])
+    lm = inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6), int4=True)
+    eager = [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)]
+    first, later, broken = [], [], []
+    lm = start(first)
+    saved = compiled.saved_path(lm)
+    assert first[0].startswith("compiling the decoding step") and saved.is_file() and not lm.static.loaded
+    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    monkeypatch.setattr(torch, "compile", None)  # a later start must not compile
+    lm = start(later)
+    assert len(later) == 1 and later[0].startswith("loaded the compiled decoding step in") and lm.static.loaded
+    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    monkeypatch.undo()
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
+    saved.write_bytes(b"not a compiled step")
+    lm = start(broken)
+    assert broken[-1].startswith("compiled the decoding step in") and not lm.static.loaded
+    assert saved.read_bytes() != b"not a compiled step"
+    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+
+
+@pytest.mark.long
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
 def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path):
     """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` with --compile on and off: the compiled run says it
@@ -142,11 +176,13 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
 
 
 @pytest.mark.long
-def test_a_step_under_inference_mode_after_the_warm_up_compiles_once_more_and_decodes_alike(tmp_path, monkeypatch):
-    """Warmed up under no_grad, then asked under ``torch.inference_mode`` (its tensors another kind): the step
-    compiles a second graph instead of failing, and the text equals the eager model's."""
+@pytest.mark.parametrize("precision", [{}, {"int4": True}], ids=["float-frozen", "int4-ahead-of-time"])
+def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, monkeypatch, precision):
+    """Warmed up under no_grad, then asked under ``torch.inference_mode`` (its tensors another kind): a frozen
+    graph compiles a second one instead of failing, one compiled ahead of time takes them; the text equals the
+    eager model's."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
-    lm = inference_copy(_lm(n_decoder_layers=1))
+    lm = inference_copy(_lm(n_decoder_layers=1), **precision)
     ids = torch.tensor([[5, 6, 7, 8]])
     eager = generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8)
     assert compiled.attach(lm, "on", say=lambda line: None)

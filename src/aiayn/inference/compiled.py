@@ -3,8 +3,9 @@ through ``torch.compile`` (Inductor, ``fullgraph``, its C++ wrapper), attached t
 ``step`` takes the compiled graph at batch 1 and the eager path everywhere else.
 
 One graph serves every position and every cache size: the cache column is a tensor and the caches' capacity is
-marked dynamic, so a generation never recompiles. Inductor's caches live in aiayn's cache folder
-(``$AIAYN_CACHE/inductor``): the first compile on a machine takes about a minute, later starts reuse it.
+marked dynamic, so a generation never recompiles. The graph is compiled ahead of time and kept in aiayn's cache
+folder (``$AIAYN_CACHE/compiled``, Inductor's own caches in ``$AIAYN_CACHE/inductor``): the first compile on a
+machine takes about a minute, a later start loads it in seconds.
 ``--compile auto|on|off`` (``aiayn generate``, ``chat``, ``serve``): auto compiles where a C++ compiler is
 present, on the CPU, an ``--int8`` or ``--int4`` model large enough to gain (``AUTO_PARAMETERS``) for a session or
 a long generation (``AUTO_TOKENS``); anything else decodes eagerly, with one line saying why (under ``on``, or
@@ -14,11 +15,15 @@ after a failed compile).
 from __future__ import annotations
 
 import functools
+import hashlib
+import itertools
+import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -26,8 +31,8 @@ from torch._inductor import config as inductor_config
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.fx.experimental import _config as fx_config
 
-from aiayn.io.files import cache_dir
-from aiayn.model.packed import PackedLinear
+from aiayn.io.files import atomic_path, cache_dir
+from aiayn.model.packed import PackedLinear, cpu_flags
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.state import DecodeState
 from aiayn.model.static import advance, static_inputs, static_step
@@ -40,17 +45,21 @@ AUTO_TOKENS = 2_000  # a warm start's compile (~8 s) over what each token saves 
 class CompiledStep:
     """``model``'s :func:`~aiayn.model.static.static_step` compiled (or as it is, ``compiled=False``: the reference
     the tests hold it to), called by ``DecoderOnly.step`` for the steps it computes
-    (:func:`~aiayn.model.static.static_inputs`) of one row."""
+    (:func:`~aiayn.model.static.static_inputs`) of one row.
 
-    def __init__(self, model, compiled: bool = True, freezing: bool = False) -> None:
-        """``freezing``: the weights folded into the graph as constants (Inductor lowers oneDNN's packed linear
-        layers only so; it is not cached on disk, so the other layers go without)."""
-        self.compiled, self.freezing = compiled, freezing
-        self.warm = False  # compiled once: the guards that tell graphs apart alone are checked (one graph here)
-        step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
-        self.fn = step if not compiled else torch.compile(step, fullgraph=True, dynamic=False,
-                                                          options={"cpp_wrapper": True})
+    The graph is built at the first step. With ``saved`` (a path in aiayn's cache folder, :func:`saved_path`) it is
+    compiled ahead of time (``aot_compile``: no Dynamo lookup at each token) and kept there, so that a later start
+    loads it in seconds; a file that does not fit the inputs or does not load is compiled again and replaced.
+    ``freezing`` (the weights folded into the graph as constants: Inductor lowers oneDNN's packed linear layers only
+    so) compiles through ``torch.compile`` at every start: ``aot_compile`` does not take a frozen graph."""
 
+    def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: Path | None = None) -> None:
+        self.compiled, self.freezing, self.saved = compiled, freezing, saved
+        self.loaded = False  # the graph came from ``saved``
+        self.step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
+        self.fn = None if compiled else self.step
+
+    @torch.no_grad()  # a decoding step (a graph for no autograd)
     def __call__(self, model, tokens: Tensor, state: DecodeState) -> Tensor | None:
         """Logits (1, 1, V) of the next position, the caches written and advanced; None where it does not apply
         (the model then steps eagerly)."""
@@ -61,28 +70,87 @@ class CompiledStep:
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
         args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), their strides fixed
-        if not self.warm:
-            logits = self._compiling(args)
-        else:
-            try:
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                    logits = self.fn(*args)
-            except RuntimeError as error:  # inputs no graph was made for (inference-mode tensors): one more graph
-                if "skip_guard_eval_unsafe" not in str(error):
-                    raise
-                logits = self._compiling(args)
-        self.warm = self.compiled
+        if self.fn is None:
+            self.fn = self._build(model, args)
+        logits = self.fn(*args)
         advance(state.cache)
         return logits
 
+    def _build(self, model, args: tuple) -> Callable:
+        """The graph for ``args``: loaded from ``saved`` where it fits them, else compiled (and saved)."""
+        if self.freezing:
+            return Frozen(self.step)
+        if self.saved is not None and self.saved.is_file():
+            try:
+                with open(self.saved, "rb") as file, inductor_config.patch({"cpp.vec_isa_ok": True}):
+                    fn = torch.compiler.load_compiled_function(file, external_data={"model": model})
+                if fn.guard_check(*args):  # the graph was made for inputs like these
+                    self.loaded = True
+                    fn.disable_guard_check()
+                    return fn
+            except Exception:  # a file that does not load (another version wrote it): compiled again
+                pass
+        _dynamic_capacity(args)
+        fn = torch.compile(self.step, fullgraph=True, dynamic=False,
+                           options={"cpp_wrapper": True}).aot_compile((args, {}))
+        fn.disable_guard_check()  # one graph; static_inputs and the batch of one choose the steps it takes
+        if self.saved is not None:
+            self.saved.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self.saved) as tmp:
+                fn.save_compiled_function(str(tmp), external_data={"model": model})
+        return fn
+
+
+class Frozen:
+    """A ``torch.compile``d step whose graph holds the weights (Inductor's ``freezing``): after the first call only
+    the guards that tell graphs apart are checked; inputs no graph was made for (inference-mode tensors) compile
+    one more graph."""
+
+    def __init__(self, step: Callable) -> None:
+        self.fn = torch.compile(step, fullgraph=True, dynamic=False, options={"cpp_wrapper": True})
+        self.warm = False
+
+    def __call__(self, *args) -> Tensor:
+        if not self.warm:
+            logits, self.warm = self._compiling(args), True
+            return logits
+        try:
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                return self.fn(*args)
+        except RuntimeError as error:
+            if "skip_guard_eval_unsafe" not in str(error):
+                raise
+            return self._compiling(args)
+
     def _compiling(self, args: tuple) -> Tensor:
-        """A call that may compile, every guard checked: the caches' capacity marked dynamic (one graph for every
-        capacity; a compiled graph then takes any), freezing set as asked (read when compiling, not from options)."""
-        if self.compiled:
-            for t in args[3]:
-                torch._dynamo.maybe_mark_dynamic(t, 2)
-        with inductor_config.patch(freezing=self.freezing):
+        """A call that may compile, every guard checked, freezing on (read when compiling, not from options)."""
+        _dynamic_capacity(args)
+        with inductor_config.patch(freezing=True):
             return self.fn(*args)
+
+
+def _dynamic_capacity(args: tuple) -> None:
+    """The caches' capacity marked dynamic: one graph for every capacity."""
+    for t in args[3]:
+        torch._dynamo.maybe_mark_dynamic(t, 2)
+
+
+def saved_path(model, freezing: bool = False) -> Path | None:
+    """Where ``model``'s compiled step is kept: ``$AIAYN_CACHE/compiled/step-<digest>.bin``, the digest of all
+    that shapes the graph (PyTorch's version, aiayn's source, the model's config and tensors, the CPU's features,
+    the compiler, the compute threads); None for a frozen graph (not kept). It is a file aiayn writes and reads
+    in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
+    if freezing:
+        return None
+    source = Path(__file__).parents[1]
+    tensors = itertools.chain(model.named_parameters(), model.named_buffers())
+    parts = {"torch": torch.__version__, "config": model.config.to_dict(), "cpu": sorted(cpu_flags()),
+             "compiler": compiler(), "threads": torch.get_num_threads(),
+             "tensors": [(name, list(t.shape), str(t.dtype)) for name, t in tensors],
+             "modules": sorted({type(m).__qualname__ for m in model.modules()}),
+             "source": hashlib.sha256(b"".join(p.read_bytes() for p in sorted(source.rglob("*.py")))).hexdigest()}
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return cache_dir() / "compiled" / f"step-{digest}.bin"
 
 
 def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int | None = None) -> str | None:
@@ -132,17 +200,20 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
         use_cache_folder()
         fx_config.use_duck_shape = False  # caches of equal sizes (a short text's ring and
         # its full layers) still get a size each: a later, longer text's do not recompile
-        say(f"compiling the decoding step (cached in {os.environ['TORCHINDUCTOR_CACHE_DIR']}: about a minute the "
-            "first time on this machine) ...")
         packed = any(isinstance(m, PackedLinear) for m in model.modules())
-        start, model.static = time.perf_counter(), CompiledStep(model, freezing=packed)
+        saved = saved_path(model, packed)
+        if saved is None or not saved.is_file():
+            kept = saved.parent if saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            say(f"compiling the decoding step (kept in {kept}: about a minute the first time on this machine) ...")
+        start, model.static = time.perf_counter(), CompiledStep(model, freezing=packed, saved=saved)
         try:
             warm_up(model)
         except Exception as error:  # any failure to compile leaves the eager step, said in one line
             model.static = None
             reason = f"it did not compile ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
         else:
-            say(f"compiled the decoding step in {time.perf_counter() - start:.1f} s")
+            done = "loaded the compiled" if model.static.loaded else "compiled the"
+            say(f"{done} decoding step in {time.perf_counter() - start:.1f} s")
             return True
     model.static = None
     if mode == "on" or reason.startswith("it did not compile"):  # auto's own choice of eager is not news
