@@ -98,35 +98,40 @@ def test_the_compiled_step_decodes_as_the_eager_one_with_one_graph_for_every_cac
 @pytest.mark.long
 def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_where_its_file_is_broken(tmp_path,
                                                                                                      monkeypatch):
-    """An int4 model's step is compiled ahead of time and kept in aiayn's cache folder; a second copy of the model
-    (a later start) loads it without compiling and decodes the same text at two cache sizes; a broken file is
-    compiled again and replaced."""
+    """An int4 model's step (a graph for one row, one for more) is compiled ahead of time and kept in aiayn's cache
+    folder; a second copy of the model (a later start) loads both without compiling and decodes the same text at
+    two cache sizes, one row and three padded in front; a broken file is compiled again and replaced."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
 
     def start(said: list[str]) -> DecoderOnly:
         lm = inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6), int4=True)
-        assert compiled.attach(lm, "on", say=said.append), said
+        assert compiled.attach(lm, "on", say=said.append, batches=True), said
         return lm
 
-    ids = torch.tensor([[5, 6, 7, 8]])
-    lm = inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6), int4=True)
-    eager = [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)]
+    def texts(lm: DecoderOnly) -> list:
+        """Greedy at two cache sizes, one row, then three rows of unequal prompts (padded in front)."""
+        return [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] + [
+            generate(lm, rows, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)]
+
+    ids, rows = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[0, 0, 5, 6], [9, 10, 11, 12], [0, 13, 14, 15]])
+    eager = texts(inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6),
+                                 int4=True))
     first, later, broken = [], [], []
     lm = start(first)
-    saved = compiled.saved_path(lm)
-    assert first[0].startswith("compiling the decoding step") and saved.is_file() and not lm.static.loaded
-    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    saved = [compiled.saved_path(lm, rows=several) for several in (False, True)]
+    assert first[0].startswith("compiling the decoding step") and all(path.is_file() for path in saved)
+    assert not lm.static.loaded and texts(lm) == eager and set(lm.static.graphs) == {False, True}
     monkeypatch.setattr(torch, "compile", None)  # a later start must not compile
     lm = start(later)
     assert len(later) == 1 and later[0].startswith("loaded the compiled decoding step in") and lm.static.loaded
-    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    assert texts(lm) == eager
     monkeypatch.undo()
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
-    saved.write_bytes(b"not a compiled step")
+    saved[1].write_bytes(b"not a compiled step")
     lm = start(broken)
     assert broken[-1].startswith("compiled the decoding step in") and not lm.static.loaded
-    assert saved.read_bytes() != b"not a compiled step"
-    assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
+    assert saved[1].read_bytes() != b"not a compiled step"
+    assert texts(lm) == eager
 
 
 @pytest.mark.long

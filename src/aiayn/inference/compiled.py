@@ -45,58 +45,70 @@ AUTO_TOKENS = 2_000  # a warm start's compile (~8 s) over what each token saves 
 class CompiledStep:
     """``model``'s :func:`~aiayn.model.static.static_step` compiled (or as it is, ``compiled=False``: the reference
     the tests hold it to), called by ``DecoderOnly.step`` for the steps it computes
-    (:func:`~aiayn.model.static.static_inputs`) of one row.
+    (:func:`~aiayn.model.static.static_inputs`): one graph for one row and, with ``batches``, one for any number of
+    rows from 2 (the batch size marked dynamic: a server's running batch; a size of one is a graph's own).
 
-    The graph is built at the first step. With ``saved`` (a path in aiayn's cache folder, :func:`saved_path`) it is
+    Each graph is built at its first step. With ``saved`` (its path in aiayn's cache folder by rows > 1,
+    :func:`saved_path`) it is
     compiled ahead of time (``aot_compile``: no Dynamo lookup at each token) and kept there, so that a later start
     loads it in seconds; a file that does not fit the inputs or does not load is compiled again and replaced.
     ``freezing`` (the weights folded into the graph as constants: Inductor lowers oneDNN's packed linear layers only
     so) compiles through ``torch.compile`` at every start: ``aot_compile`` does not take a frozen graph."""
 
-    def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: Path | None = None) -> None:
-        self.compiled, self.freezing, self.saved = compiled, freezing, saved
-        self.loaded = False  # the graph came from ``saved``
+    def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: dict[bool, Path] | None = None,
+                 batches: bool = False) -> None:
+        self.compiled, self.freezing, self.saved, self.batches = compiled, freezing, saved, batches
+        self.loaded = False  # every graph came from ``saved``
         self.step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
-        self.fn = None if compiled else self.step
+        self.graphs: dict[bool, Callable] = {} if compiled else {False: self.step, True: self.step}  # by rows > 1
+
+    def __reduce__(self) -> tuple:
+        """A model copied or pickled (Dynamo pickles the model it guards, with its attributes) keeps no compiled
+        step: its copy decodes eagerly."""
+        return type(None), ()
 
     @torch.no_grad()  # a decoding step (a graph for no autograd)
     def __call__(self, model, tokens: Tensor, state: DecodeState) -> Tensor | None:
-        """Logits (1, 1, V) of the next position, the caches written and advanced; None where it does not apply
+        """Logits (B, 1, V) of the next position, the caches written and advanced; None where it does not apply
         (the model then steps eagerly)."""
         inputs = static_inputs(model, tokens, state)
-        if inputs is None or inputs[0].size(0) != 1:
+        if inputs is None or (inputs[0].size(0) > 1 and not self.batches):
             return None
         new, left_pad, kv = inputs
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
-        args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (1, 1), their strides fixed
-        if self.fn is None:
-            self.fn = self._build(model, args)
-        logits = self.fn(*args)
+        args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (B, 1), their strides fixed
+        rows = new.size(0) > 1
+        if rows not in self.graphs:
+            self.graphs[rows] = self._build(model, args, rows)
+        logits = self.graphs[rows](*args)
         advance(state.cache)
         return logits
 
-    def _build(self, model, args: tuple) -> Callable:
-        """The graph for ``args``: loaded from ``saved`` where it fits them, else compiled (and saved)."""
+    def _build(self, model, args: tuple, rows: bool) -> Callable:
+        """The graph for ``args`` (``rows``: of 2 rows or more): loaded from ``saved`` where it fits them, else
+        compiled (and saved)."""
         if self.freezing:
-            return Frozen(self.step)
-        if self.saved is not None and self.saved.is_file():
+            return Frozen(self.step, rows)
+        saved = None if self.saved is None else self.saved[rows]
+        if saved is not None and saved.is_file():
             try:
-                with open(self.saved, "rb") as file, inductor_config.patch({"cpp.vec_isa_ok": True}):
+                with open(saved, "rb") as file, inductor_config.patch({"cpp.vec_isa_ok": True}):
                     fn = torch.compiler.load_compiled_function(file, external_data={"model": model})
                 if fn.guard_check(*args):  # the graph was made for inputs like these
-                    self.loaded = True
+                    self.loaded = len(self.graphs) == 0 or self.loaded
                     fn.disable_guard_check()
                     return fn
             except Exception:  # a file that does not load (another version wrote it): compiled again
                 pass
-        _dynamic_capacity(args)
+        self.loaded = False
+        _dynamic(args, rows)
         fn = torch.compile(self.step, fullgraph=True, dynamic=False,
                            options={"cpp_wrapper": True}).aot_compile((args, {}))
-        fn.disable_guard_check()  # one graph; static_inputs and the batch of one choose the steps it takes
-        if self.saved is not None:
-            self.saved.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(self.saved) as tmp:
+        fn.disable_guard_check()  # one graph; static_inputs and the batch size choose the steps it takes
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(saved) as tmp:
                 fn.save_compiled_function(str(tmp), external_data={"model": model})
         return fn
 
@@ -106,9 +118,9 @@ class Frozen:
     the guards that tell graphs apart are checked; inputs no graph was made for (inference-mode tensors) compile
     one more graph."""
 
-    def __init__(self, step: Callable) -> None:
+    def __init__(self, step: Callable, rows: bool) -> None:
         self.fn = torch.compile(step, fullgraph=True, dynamic=False, options={"cpp_wrapper": True})
-        self.warm = False
+        self.rows, self.warm = rows, False
 
     def __call__(self, *args) -> Tensor:
         if not self.warm:
@@ -124,19 +136,23 @@ class Frozen:
 
     def _compiling(self, args: tuple) -> Tensor:
         """A call that may compile, every guard checked, freezing on (read when compiling, not from options)."""
-        _dynamic_capacity(args)
+        _dynamic(args, self.rows)
         with inductor_config.patch(freezing=True):
             return self.fn(*args)
 
 
-def _dynamic_capacity(args: tuple) -> None:
-    """The caches' capacity marked dynamic: one graph for every capacity."""
-    for t in args[3]:
+def _dynamic(args: tuple, rows: bool) -> None:
+    """The caches' capacity marked dynamic (one graph for every capacity) and, for ``rows``, the batch size."""
+    tokens, _, left_pad, kv, _ = args
+    for t in kv:
         torch._dynamo.maybe_mark_dynamic(t, 2)
+    for t in [tokens, left_pad, *kv] if rows else []:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
-def saved_path(model, freezing: bool = False) -> Path | None:
-    """Where ``model``'s compiled step is kept: ``$AIAYN_CACHE/compiled/step-<digest>.bin``, the digest of all
+def saved_path(model, freezing: bool = False, rows: bool = False) -> Path | None:
+    """Where ``model``'s compiled step (``rows``: its graph for 2 rows or more) is kept:
+    ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all
     that shapes the graph (PyTorch's version, aiayn's source, the model's config and tensors, the CPU's features,
     the compiler, the compute threads); None for a frozen graph (not kept). It is a file aiayn writes and reads
     in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
@@ -150,7 +166,7 @@ def saved_path(model, freezing: bool = False) -> Path | None:
              "modules": sorted({type(m).__qualname__ for m in model.modules()}),
              "source": hashlib.sha256(b"".join(p.read_bytes() for p in sorted(source.rglob("*.py")))).hexdigest()}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    return cache_dir() / "compiled" / f"step-{digest}.bin"
+    return cache_dir() / "compiled" / f"step-{digest}-{'rows' if rows else 'row'}.bin"
 
 
 def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int | None = None) -> str | None:
@@ -189,11 +205,12 @@ def compiler() -> str | None:
 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
-           say: Callable[[str], None] | None = None, tokens: int | None = None) -> bool:
+           say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False) -> bool:
     """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.static``), compiling at
     once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
     and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why, under ``on`` or after a
-    compile that failed (``tokens`` as :func:`why_eager` takes it). Returns whether it is compiled."""
+    compile that failed (``tokens`` as :func:`why_eager` takes it). ``batches``: a graph for batches of 2 rows or
+    more too (a server's). Returns whether it is compiled."""
     say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     reason = why_eager(model, mode, device, tokens)
     if reason is None:
@@ -201,13 +218,16 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
         fx_config.use_duck_shape = False  # caches of equal sizes (a short text's ring and
         # its full layers) still get a size each: a later, longer text's do not recompile
         packed = any(isinstance(m, PackedLinear) for m in model.modules())
-        saved = saved_path(model, packed)
-        if saved is None or not saved.is_file():
-            kept = saved.parent if saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
-            say(f"compiling the decoding step (kept in {kept}: about a minute the first time on this machine) ...")
-        start, model.static = time.perf_counter(), CompiledStep(model, freezing=packed, saved=saved)
+        graphs = (False, True) if batches else (False,)
+        saved = None if packed else {rows: saved_path(model, packed, rows) for rows in graphs}
+        if saved is None or not all(path.is_file() for path in saved.values()):
+            kept = saved[False].parent if saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            say(f"compiling the decoding step (kept in {kept}: about a minute a graph the first time on this "
+                "machine) ...")
+        start = time.perf_counter()
+        model.static = CompiledStep(model, freezing=packed, saved=saved, batches=batches)
         try:
-            warm_up(model)
+            warm_up(model, batches)
         except Exception as error:  # any failure to compile leaves the eager step, said in one line
             model.static = None
             reason = f"it did not compile ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
@@ -232,9 +252,11 @@ _SET = None  # the folder use_cache_folder set last
 
 
 @torch.no_grad()  # as the engine steps (an inference-mode tensor would be another graph)
-def warm_up(model) -> None:
-    """One compiled step on a scratch cache of a two-token prompt (what every later step reuses)."""
-    prompt = torch.full((1, 2), model.config.eos_id, dtype=torch.long, device=next(model.parameters()).device)
-    tokens, state = model.start(prompt, 2)
-    model.step(tokens, state, last=True)
-    model.step(torch.cat([tokens, tokens[:, -1:]], dim=1), state, last=True)
+def warm_up(model, batches: bool = False) -> None:
+    """One compiled step on a scratch cache of a two-token prompt (what every later step reuses); ``batches``: of
+    one row, then of two."""
+    for rows in (1, 2) if batches else (1,):
+        prompt = torch.full((rows, 2), model.config.eos_id, dtype=torch.long, device=next(model.parameters()).device)
+        tokens, state = model.start(prompt, 2)
+        model.step(tokens, state, last=True)
+        model.step(torch.cat([tokens, tokens[:, -1:]], dim=1), state, last=True)

@@ -6,6 +6,7 @@ every other rank follows it with a scheduler and no app (``serve/mirror.py``).""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -156,13 +157,13 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
 def compile_first(model, scheduler: Scheduler, mode: str, device: str, say=None):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
-    stepped before. ``say`` gets its lines (default: standard error). Returns the chore's future (None: not a
-    language model, or ``off``)."""
+    stepped before; a graph for one row and one for a running batch of more. ``say`` gets its lines (default:
+    standard error). Returns the chore's future (None: not a language model, or ``off``)."""
     if model.config.arch != "decoder-only" or mode == "off":
         return None
     from aiayn.inference.compiled import attach
 
-    return scheduler.run_alone(attach, model, mode, device, say)
+    return scheduler.run_alone(functools.partial(attach, batches=True), model, mode, device, say)
 
 
 def startup_line(served: Served) -> str:
