@@ -100,3 +100,35 @@ def test_steps_the_static_step_does_not_compute_are_left_to_the_eager_one():
     with torch.no_grad():
         model.step(more, state, last=True)  # the cache (5 positions) is now full
     assert static_inputs(model, torch.cat([more, torch.tensor([[8]])], dim=1), state) is None
+
+
+@pytest.mark.parametrize("name", ["rope-gqa", "sliding-qk-norm"])
+def test_rows_that_join_and_leave_a_running_batch_step_statically_as_each_alone(name, monkeypatch):
+    """The server's engine: prompts of different lengths join a running batch and leave it at different steps,
+    every step of one row or more through the static step (its reference, uncompiled). Each text equals the eager
+    model's alone, while the memory a re-assembled cache is allocated from holds NaN (a slot no position was
+    written to is attended under a False mask: 0 x NaN would be NaN)."""
+    from aiayn.decoding.config import DecodingConfig
+    from aiayn.decoding.engine import Engine
+    from aiayn.decoding.generation import generate, rows_for
+
+    model = _model(name)
+    torch.manual_seed(2)
+    prompts = [random_ids(1, n, vocab=30) for n in (3, 9, 5)]
+    configs = [DecodingConfig(strategy="greedy", min_new_tokens=n, max_new_tokens=n) for n in (12, 4, 7)]
+    alone = [generate(model, p, config=c) for p, c in zip(prompts, configs, strict=True)]
+    new_empty = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **k: new_empty(t, *a, **k).fill_(float("nan")))
+    model.static = CompiledStep(model, compiled=False, batches=True)
+    engine, groups, steps = Engine(model, capacity=40), [], []
+    for prompt, config in zip(prompts, configs, strict=True):
+        group, rows, beams = rows_for(model, prompt, config)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+        for _ in range(2):
+            engine.step()
+            steps.append(engine.rows)
+            engine.remove_done()
+    engine.run()
+    assert [group.results() for group in groups] == alone
+    assert 1 in steps and 3 in steps  # one row and three rows stepped together

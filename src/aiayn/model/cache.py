@@ -187,6 +187,7 @@ class KVCache:
             row += size
         for b, start in enumerate(starts if ragged else []):
             k[b, :, max(0, start - SLACK):start] = v[b, :, max(0, start - SLACK):start] = 0
+        k[:, :, n - low:] = v[:, :, n - low:] = 0  # slots not yet written (the static step attends every slot)
         return cls.holding(k, v, n, first.window)
 
 
