@@ -22,9 +22,11 @@ def _lm(**changes) -> DecoderOnly:
     return DecoderOnly(tiny(arch="decoder-only", positions="rope", n_kv_heads=2, max_len=128, **changes)).eval()
 
 
-def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(monkeypatch):
-    """off, a translation model, a split model, no C++ compiler, and under auto a small model or a float one are
-    eager, each with its reason; on with a compiler compiles; an unknown mode is refused."""
+def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path, monkeypatch):
+    """off, a translation model, a split model, no C++ compiler, and under auto a small model, a float one or one
+    generation without a kept graph (or a short one) are eager, each with its reason; on with a compiler compiles;
+    an unknown mode is refused."""
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
     lm = _lm()
     monkeypatch.setattr(compiled, "compiler", lambda: "/usr/bin/g++")
     assert compiled.why_eager(lm, "off") == "--compile off"
@@ -34,8 +36,12 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(monkeypat
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
     assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None  # a session: chat, a server
-    assert "24 new tokens, fewer than the 2,000" in compiled.why_eager(inference_copy(lm, int4=True), "auto", tokens=24)
-    assert compiled.why_eager(inference_copy(lm, int4=True), "auto", tokens=2000) is None
+    quantized = inference_copy(lm, int4=True)
+    assert "no compiled step kept" in compiled.why_eager(quantized, "auto", tokens=2000)
+    compiled.saved_path(quantized).parent.mkdir(parents=True)
+    compiled.saved_path(quantized).write_bytes(b"kept")  # a graph kept by an earlier chat
+    assert "24 new tokens, fewer than the 400" in compiled.why_eager(quantized, "auto", tokens=24)
+    assert compiled.why_eager(quantized, "auto", tokens=400) is None
     assert compiled.why_eager(lm, "on", tokens=1) is None
     assert "CPU" in compiled.why_eager(lm, "on", "cuda")
     monkeypatch.setattr(lm, "tensor_parallel", 2, raising=False)
@@ -53,7 +59,8 @@ def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
     ids = torch.tensor([[5, 6, 7]])
     before = generate(lm, ids, "greedy", max_new_tokens=6, min_new_tokens=6)
     monkeypatch.setattr(compiled, "compiler", lambda: "/usr/bin/g++")
-    monkeypatch.setattr(compiled, "warm_up", lambda model: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
+    monkeypatch.setattr(compiled, "warm_up",
+                        lambda model, batches: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
     said = []
     assert compiled.attach(lm, "on", say=said.append) is False
     assert lm.static is None and said[-1] == "decoding eagerly: it did not compile (RuntimeError: no kernel)"

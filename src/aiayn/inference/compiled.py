@@ -1,15 +1,15 @@
 """The decoding step compiled once: ``model/static.py``'s step (shapes that do not change from token to token)
 through ``torch.compile`` (Inductor, ``fullgraph``, its C++ wrapper), attached to a language model so that its
-``step`` takes the compiled graph at batch 1 and the eager path everywhere else.
+``step`` takes the compiled graph for one row (and, in a server, a running batch) and the eager path elsewhere.
 
 One graph serves every position and every cache size: the cache column is a tensor and the caches' capacity is
 marked dynamic, so a generation never recompiles. The graph is compiled ahead of time and kept in aiayn's cache
 folder (``$AIAYN_CACHE/compiled``, Inductor's own caches in ``$AIAYN_CACHE/inductor``): the first compile on a
 machine takes about a minute, a later start loads it in seconds.
 ``--compile auto|on|off`` (``aiayn generate``, ``chat``, ``serve``): auto compiles where a C++ compiler is
-present, on the CPU, an ``--int8`` or ``--int4`` model large enough to gain (``AUTO_PARAMETERS``) for a session or
-a long generation (``AUTO_TOKENS``); anything else decodes eagerly, with one line saying why (under ``on``, or
-after a failed compile).
+present, on the CPU, an ``--int8`` or ``--int4`` model large enough to gain (``AUTO_PARAMETERS``) for a session
+or, where its compiled step is kept already, a generation of ``AUTO_TOKENS`` or more; anything else decodes
+eagerly, with one line saying why (under ``on``, or after a failed compile).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from aiayn.model.static import advance, static_inputs, static_step
 
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
-AUTO_TOKENS = 2_000  # a warm start's compile (~8 s) over what each token saves (int4 SmolLM2: 12.7 -> 8.4 ms)
+AUTO_TOKENS = 400  # loading a kept graph (~2 s) over what each token saves (int4 SmolLM2: 13.3 -> 6.8 ms)
 
 
 class CompiledStep:
@@ -189,12 +189,15 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
         size = sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in quantized)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
-        if tokens is not None and tokens < AUTO_TOKENS:
-            return (f"--compile auto: {tokens} new tokens, fewer than the {AUTO_TOKENS:,} that repay a start's compile "
-                    "(--compile on)")
         if not quantized:
             return ("--compile auto compiles --int8 and --int4 models: a float model's graph holds its packed weights "
                     "(Inductor's freezing), which is not cached, so every start would compile again (--compile on)")
+        if tokens is not None and not saved_path(model).is_file():
+            return ("--compile auto: no compiled step kept for this model yet, and a first compile (about a minute) "
+                    "outweighs one generation (--compile on, or a chat or server, keeps one)")
+        if tokens is not None and tokens < AUTO_TOKENS:
+            return (f"--compile auto: {tokens} new tokens, fewer than the {AUTO_TOKENS:,} that repay loading the kept "
+                    "compiled step (--compile on)")
     return None
 
 
