@@ -49,18 +49,23 @@ class CompiledStep:
     rows from 2 (the batch size marked dynamic: a server's running batch; a size of one is a graph's own).
 
     Each graph is built at its first step. With ``saved`` (its path in aiayn's cache folder by rows > 1,
-    :func:`saved_path`) it is
-    compiled ahead of time (``aot_compile``: no Dynamo lookup at each token) and kept there, so that a later start
-    loads it in seconds; a file that does not fit the inputs or does not load is compiled again and replaced.
+    :func:`saved_path`) it is compiled ahead of time (``aot_compile``: no Dynamo lookup at each token) and kept
+    there, so that a later start loads it in seconds; a file that does not fit the inputs or does not load is
+    compiled again and replaced.
     ``freezing`` (the weights folded into the graph as constants: Inductor lowers oneDNN's packed linear layers only
     so) compiles through ``torch.compile`` at every start: ``aot_compile`` does not take a frozen graph."""
 
     def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: dict[bool, Path] | None = None,
                  batches: bool = False) -> None:
         self.compiled, self.freezing, self.saved, self.batches = compiled, freezing, saved, batches
-        self.loaded = False  # every graph came from ``saved``
+        self.compiled_here = False  # a graph was compiled in this process (not loaded from ``saved``)
         self.step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
         self.graphs: dict[bool, Callable] = {} if compiled else {False: self.step, True: self.step}  # by rows > 1
+
+    @property
+    def loaded(self) -> bool:
+        """Every graph built so far came from ``saved``."""
+        return self.compiled and bool(self.graphs) and not self.compiled_here
 
     def __reduce__(self) -> tuple:
         """A model copied or pickled (Dynamo pickles the model it guards, with its attributes) keeps no compiled
@@ -89,6 +94,7 @@ class CompiledStep:
         """The graph for ``args`` (``rows``: of 2 rows or more): loaded from ``saved`` where it fits them, else
         compiled (and saved)."""
         if self.freezing:
+            self.compiled_here = True
             return Frozen(self.step, rows)
         saved = None if self.saved is None else self.saved[rows]
         if saved is not None and saved.is_file():
@@ -96,20 +102,22 @@ class CompiledStep:
                 with open(saved, "rb") as file, inductor_config.patch({"cpp.vec_isa_ok": True}):
                     fn = torch.compiler.load_compiled_function(file, external_data={"model": model})
                 if fn.guard_check(*args):  # the graph was made for inputs like these
-                    self.loaded = len(self.graphs) == 0 or self.loaded
                     fn.disable_guard_check()
                     return fn
             except Exception:  # a file that does not load (another version wrote it): compiled again
                 pass
-        self.loaded = False
+        self.compiled_here = True
         _dynamic(args, rows)
         fn = torch.compile(self.step, fullgraph=True, dynamic=False,
                            options={"cpp_wrapper": True}).aot_compile((args, {}))
         fn.disable_guard_check()  # one graph; static_inputs and the batch size choose the steps it takes
         if saved is not None:
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(saved) as tmp:
-                fn.save_compiled_function(str(tmp), external_data={"model": model})
+            try:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_path(saved) as tmp:
+                    fn.save_compiled_function(str(tmp), external_data={"model": model})
+            except OSError:  # a read-only or full cache folder: not kept, the next start compiles again
+                pass
         return fn
 
 
@@ -150,14 +158,11 @@ def _dynamic(args: tuple, rows: bool) -> None:
         torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
-def saved_path(model, freezing: bool = False, rows: bool = False) -> Path | None:
+def saved_path(model, rows: bool = False) -> Path:
     """Where ``model``'s compiled step (``rows``: its graph for 2 rows or more) is kept:
-    ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all
-    that shapes the graph (PyTorch's version, aiayn's source, the model's config and tensors, the CPU's features,
-    the compiler, the compute threads); None for a frozen graph (not kept). It is a file aiayn writes and reads
-    in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
-    if freezing:
-        return None
+    ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all that shapes the graph (PyTorch's version,
+    aiayn's source, the model's config and tensors, the CPU's features, the compiler, the compute threads). It is a
+    file aiayn writes and reads in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
     source = Path(__file__).parents[1]
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
     parts = {"torch": torch.__version__, "config": model.config.to_dict(), "cpu": sorted(cpu_flags()),
@@ -222,7 +227,7 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
         # its full layers) still get a size each: a later, longer text's do not recompile
         packed = any(isinstance(m, PackedLinear) for m in model.modules())
         graphs = (False, True) if batches else (False,)
-        saved = None if packed else {rows: saved_path(model, packed, rows) for rows in graphs}
+        saved = None if packed else {rows: saved_path(model, rows) for rows in graphs}  # a frozen graph is not kept
         if saved is None or not all(path.is_file() for path in saved.values()):
             kept = saved[False].parent if saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
             say(f"compiling the decoding step (kept in {kept}: about a minute a graph the first time on this "
