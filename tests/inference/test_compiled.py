@@ -52,6 +52,19 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
         compiled.why_eager(lm, "always")
 
 
+def test_the_cache_folder_keeps_the_most_recently_used_compiled_steps(tmp_path):
+    """``prune``: the 16 most recently used step files stay, older ones go; other files are not touched."""
+    for i in range(20):
+        path = tmp_path / f"step-{i:02d}-row.bin"
+        path.write_bytes(b"graph")
+        os.utime(path, (1000 + i, 1000 + i))
+    (tmp_path / "notes.txt").write_text("mine")
+    os.utime(tmp_path / "step-00-row.bin")  # used just now
+    compiled.prune(tmp_path)
+    kept = sorted(path.name for path in tmp_path.iterdir())
+    assert kept == ["notes.txt", "step-00-row.bin"] + [f"step-{i:02d}-row.bin" for i in range(5, 20)]
+
+
 def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
     """The compile raising (here the warm-up) detaches the step and says why in one line; the model still
     decodes, as it did."""

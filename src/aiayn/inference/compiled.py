@@ -40,6 +40,7 @@ from aiayn.model.static import advance, static_inputs, static_step
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
 AUTO_TOKENS = 400  # loading a kept graph (~2 s) over what each token saves (int4 SmolLM2: 13.3 -> 6.8 ms)
+KEEP = 16  # compiled steps kept in the cache folder, the most recently used (6-7 MB each for SmolLM2 int4)
 
 
 class CompiledStep:
@@ -103,6 +104,7 @@ class CompiledStep:
                     fn = torch.compiler.load_compiled_function(file, external_data={"model": model})
                 if fn.guard_check(*args):  # the graph was made for inputs like these
                     fn.disable_guard_check()
+                    os.utime(saved)  # recently used: kept longest
                     return fn
             except Exception:  # a file that does not load (another version wrote it): compiled again
                 pass
@@ -116,6 +118,7 @@ class CompiledStep:
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 with atomic_path(saved) as tmp:
                     fn.save_compiled_function(str(tmp), external_data={"model": model})
+                prune(saved.parent)
             except OSError:  # a read-only or full cache folder: not kept, the next start compiles again
                 pass
         return fn
@@ -156,6 +159,14 @@ def _dynamic(args: tuple, rows: bool) -> None:
         torch._dynamo.maybe_mark_dynamic(t, 2)
     for t in [tokens, left_pad, *kv] if rows else []:
         torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+def prune(folder: Path, keep: int = KEEP) -> None:
+    """Delete all but the ``keep`` most recently used compiled steps in ``folder`` (aiayn's own files: a new
+    version of aiayn or of a model leaves its old ones behind)."""
+    steps = sorted(folder.glob("step-*.bin"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for path in steps[keep:]:
+        path.unlink(missing_ok=True)
 
 
 def saved_path(model, rows: bool = False) -> Path:
