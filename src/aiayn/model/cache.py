@@ -158,7 +158,8 @@ class KVCache:
         """A new cache of ``capacity`` positions (a ring: at most its window and ROLLBACK) holding, one part after
         the other, the rows ``index`` (None: all) of each part's cache with their positions moved by ``shift``:
         right (padding columns in front) or left (< 0: that many front positions dropped). Every part must then
-        end at the same position; only held positions are copied (the rest is never read before it is written).
+        end at the same position; only held positions are copied, and the slots no position has reached are zeros
+        (the static step, ``model/static.py``, attends every slot under its mask, and 0 x NaN is NaN).
 
         Padding is zeros (a masked key still multiplies its value by 0, and 0 * NaN is NaN), but where ``starts``
         (each row's first real column) is given a full layer zeroes only the ``SLACK`` columns before it: its
