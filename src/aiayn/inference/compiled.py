@@ -40,7 +40,7 @@ from aiayn.model.static import advance, static_inputs, static_step
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
 AUTO_TOKENS = 400  # loading a kept graph (~2 s) over what each token saves (int4 SmolLM2: 13.3 -> 6.8 ms)
-KEEP = 16  # compiled steps kept in the cache folder, the most recently used (6-7 MB each for SmolLM2 int4)
+KEEP = 16  # compiled steps kept in the cache folder, the most recently used (3.4 MB each for SmolLM2 int4)
 
 
 class CompiledStep:
