@@ -23,13 +23,18 @@ QUESTIONS = ["What is the capital of France?", "Name three colours of the rainbo
              "What do bees make?", "How many legs has a spider?", "What is water made of?"]
 
 
-def chat(url: str, question: str, tokens: int) -> tuple[str, list[float]]:
-    """One streamed chat through the openai client: its text and the times it was sent, then its chunks came."""
+def client(url: str):
+    """An openai client of the server at ``url`` and the name of the model it serves."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
-    model = client.models.list().data[0].id
-    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+    served = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
+    return served, served.models.list().data[0].id
+
+
+def chat(served, question: str, tokens: int) -> tuple[str, list[float]]:
+    """One streamed chat through the openai client: its text and the times it was sent, then its chunks came."""
+    openai_client, model = served
+    stream = openai_client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
                                             temperature=0, max_tokens=tokens, stream=True)
     text, times = [], [time.perf_counter()]
     for chunk in stream:
@@ -39,12 +44,12 @@ def chat(url: str, question: str, tokens: int) -> tuple[str, list[float]]:
     return "".join(text), times
 
 
-def measure(url: str, streams: int, tokens: int) -> tuple[float, dict[str, float], list[str]]:
+def measure(served, streams: int, tokens: int) -> tuple[float, dict[str, float], list[str]]:
     """``streams`` chats at once: output chunks a second over all; the median and longest gap within a chat and
     the longest time to a first chunk (ms); the texts."""
     start = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
-        done = list(pool.map(lambda q: chat(url, q, tokens), QUESTIONS[:streams]))
+        done = list(pool.map(lambda q: chat(served, q, tokens), QUESTIONS[:streams]))
     chunks = sum(len(times) - 1 for _, times in done)
     gaps = [b - a for _, times in done for a, b in itertools.pairwise(times[1:])]
     ms = {"median_gap": statistics.median(gaps) * 1000, "longest_gap": max(gaps) * 1000,
@@ -64,10 +69,11 @@ def main() -> None:
         start = time.perf_counter()
         server = start_server(f"compile-{mode}", args.checkpoint, args.precision, "--compile", mode, seconds=600)
         try:
-            chat(server.url, QUESTIONS[0], 2)  # waits for the compile (the decoding thread's first chore)
+            served = client(server.url)
+            chat(served, QUESTIONS[0], 2)  # waits for the compile (the decoding thread's first chore)
             emit(f"compile-{mode}", "ready", time.perf_counter() - start, "s (started, compiled, first chat)", 1)
             for streams in args.streams:
-                rate, ms, said = measure(server.url, streams, args.tokens)
+                rate, ms, said = measure(served, streams, args.tokens)
                 rates[mode, streams], texts[mode, streams] = rate, said
                 emit(f"compile-{mode}/streams{streams}", "output", rate, "tokens/s (chunks, all chats)", 1)
                 for metric, value in ms.items():
