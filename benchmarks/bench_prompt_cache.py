@@ -12,6 +12,7 @@ Every configuration must answer each question with the same tokens (greedy): the
     python benchmarks/bench_prompt_cache.py --checkpoint runs/gemma3 --completions   (a base model: /v1/completions)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 32 16]
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --lookup-tokens 1887 8000   (its bookkeeping)
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
 speedup (cold / warm), and the warm time of each configuration over the default's.
@@ -164,6 +165,30 @@ def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], 
             emit(name, "joining_ttft_ms", first * 1000, "ms", 1)
 
 
+def lookups(checkpoint: str, lengths: list[int], repeats: int = 20) -> None:
+    """The prompt cache's own bookkeeping at the length of a model's context: per prompt length, the time to find a
+    stored prompt's blocks (``PromptCache.lookup``) and to store it again (``store``: every block kept already),
+    its keys and values computed once by ``PromptCache.add``."""
+    import torch
+
+    from aiayn.decoding.prefix import PromptCache
+    from aiayn.inference.generator import TextGenerator
+
+    model = TextGenerator.from_checkpoint(checkpoint).model
+    torch.manual_seed(0)
+    for n in lengths:
+        prompt = torch.randint(5, model.config.vocab_size, (n,)).tolist()
+        store = PromptCache(model, max_bytes=2**40)
+        store.add(prompt)
+        cache = model.new_cache(1, n, next(model.parameters()))
+        for name, work in (("lookup", lambda s=store, p=prompt: s.lookup([*p, 0], len(p))),
+                           ("store_again", lambda s=store, p=prompt, c=cache: s.store(p, c, 0, len(p)))):
+            start = time.perf_counter()
+            for _ in range(repeats):
+                work()
+            emit(f"{n} tokens", f"{name}_ms", (time.perf_counter() - start) / repeats * 1000, "ms", 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -187,7 +212,12 @@ def main() -> None:
     parser.add_argument("--completions", action="store_true",
                         help="the system prompt and each question as one text through /v1/completions (a base model "
                              "without a chat template)")
+    parser.add_argument("--lookup-tokens", type=int, nargs="*", default=[], dest="lookup_tokens",
+                        help="prompt lengths: time the prompt cache's lookup and store of a stored prompt of each")
     args = parser.parse_args()
+    if args.lookup_tokens:
+        lookups(args.checkpoint, args.lookup_tokens)
+        return
     system = system_prompt(args.system_tokens)
     if args.join_tokens:
         joining(args.checkpoint, args.streams, args.join_tokens, args.chunks, system, args.join_after,

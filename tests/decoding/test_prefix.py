@@ -15,6 +15,17 @@ def _lm():
     return DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
 
 
+def test_a_blocks_key_stands_for_every_token_up_to_its_end():
+    """A block's key is chained from the keys before it: the same tokens after another prefix are another key, the
+    same prefix is the same key, and only whole blocks have one."""
+    from aiayn.decoding.prefix import keys_of
+
+    first, other = list(keys_of([1, 2, 3, 4, 5, 6, 7, 8, 9], 9, 4)), list(keys_of([0, 2, 3, 4, 5, 6, 7, 8], 8, 4))
+    assert len(first) == len(other) == 2 and first[0] != other[0] and first[1] != other[1]
+    assert list(keys_of([1, 2, 3, 4, 5, 6, 7, 8, 0], 8, 4)) == first
+    assert list(keys_of([1, 2, 3, 4, 5, 6, 7, 8], 7, 4)) == first[:1]
+
+
 def test_prompt_cache_reuses_a_prefix_with_identical_outputs():
     from aiayn.decoding import PromptCache
 
@@ -71,7 +82,7 @@ def test_the_byte_cap_evicts_the_least_recently_used_blocks():
     first, second = (random_ids(1, 8, vocab=30)[0].tolist() for _ in range(2))
     store.add(first)
     store.add(second)  # two more blocks: the first prompt's two go
-    assert store.bytes <= 2 * per_block and set(store.blocks) == {tuple(second[:4]), tuple(second)}
+    assert store.bytes <= 2 * per_block and set(store.blocks) == {store.key(second[:4]), store.key(second)}
 
 
 def test_eviction_takes_the_least_recently_used_block_first():
@@ -86,9 +97,10 @@ def test_eviction_takes_the_least_recently_used_block_first():
     store = PromptCache(lm, block_size=4, max_bytes=2 * one.bytes)  # room for two blocks
     store.add(first)
     store.add(second)
-    assert store.lookup([*first, 9], 5)  # first is read again: now the most recently used
+    assert store.lookup([*first, 9], 5)[0]  # first is read again: now the most recently used
     store.add(third)
-    assert tuple(first) in store.blocks and tuple(third) in store.blocks and tuple(second) not in store.blocks
+    assert store.key(first) in store.blocks and store.key(third) in store.blocks
+    assert store.key(second) not in store.blocks
 
 
 def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_once():
@@ -108,7 +120,7 @@ def test_blocks_stored_together_load_as_one_copy_and_their_memory_is_counted_onc
     prompt = random_ids(1, 25, vocab=30)[0].tolist()
     store = PromptCache(lm, block_size=4)
     store.add(prompt)
-    blocks = store.lookup(prompt, len(prompt))
+    blocks, _ = store.lookup(prompt, len(prompt))
     assert len(blocks) == 6 and store.bytes == counted(store) == 24 * token_bytes(lm)
     for j in range(lm.config.n_decoder_layers):
         spans = spans_of([block[j] for block in blocks])
@@ -151,7 +163,7 @@ def test_a_row_reads_shared_blocks_where_they_lie_and_never_writes_them():
     first = next(iter(store.blocks.values()))[0][0]
     assert layer.shared_length == 12 and layer.shared[0][0].untyped_storage().data_ptr() == \
         first.untyped_storage().data_ptr()  # a view of the stored copy
-    assert store.held and not bool(layer.k[:, :, :12].any())  # the row's own slots for them are never written
+    assert store.held and not torch.equal(layer.k[:, :, :4], first)  # the row's own slots for them: no copy
     engine.run()
     for block, before in zip(store.blocks.values(), kept, strict=True):
         for (k, v), (k0, v0) in zip(block, before, strict=True):
@@ -177,12 +189,12 @@ def test_blocks_a_row_reads_are_not_evicted_until_it_lets_them_go():
     cache = lm.new_cache(1, 12, next(lm.parameters()))
     assert store.load([*first, 5, 6], cache, 0) == 8 and store.held
     store.add(second)  # over the cap: the first prompt's blocks are read, so the second's go instead
-    assert tuple(first[:8]) in store.blocks and tuple(second[:4]) not in store.blocks
+    assert store.key(first[:8]) in store.blocks and store.key(second[:4]) not in store.blocks
     del cache
     gc.collect()
     assert not store.held
     store.add(second)  # now the first's, least recently used, go
-    assert tuple(first[:4]) not in store.blocks and tuple(second[:8]) in store.blocks
+    assert store.key(first[:4]) not in store.blocks and store.key(second[:8]) in store.blocks
     assert store.bytes <= store.max_bytes
     cache = lm.new_cache(1, 12, next(lm.parameters()))
     store.load([*second, 5], cache, 0)

@@ -68,8 +68,8 @@ def test_a_prompt_cache_longer_than_the_ring_is_reused_with_identical_outputs(lm
     system = random_ids(1, 30, vocab=30)[0].tolist()  # longer than a ring: its early blocks lose the sliding layers
     store = PromptCache(lm, block_size=4)
     store.add(system)
-    assert any(kv is None for kv in store.blocks[tuple(system[:4])])  # a block the rings no longer held
-    assert all(kv is not None for kv in store.blocks[tuple(system[:28])])  # the last: every layer
+    assert any(kv is None for kv in store.blocks[store.key(system[:4])])  # a block the rings no longer held
+    assert all(kv is not None for kv in store.blocks[store.key(system[:28])])  # the last: every layer
     for _ in range(2):
         prompt = torch.tensor([system + random_ids(1, 3, vocab=30)[0].tolist()])
         assert generate(lm, prompt, config=CONFIGS[0], prompt_cache=store) == generate(lm, prompt, config=CONFIGS[0])

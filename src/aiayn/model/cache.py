@@ -31,9 +31,14 @@ class KVCache:
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
                  window: int | None = None) -> None:
         capacity = max_len if window is None else min(max_len, window + ROLLBACK)
-        self.k = torch.zeros(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
-        self.length, self.window = 0, window
+        # a full layer's slots allocated, not zeroed: the eager step reads only written ones (zeroing a long
+        # prompt's cache took ~7 ms of its time to first token), the static step zeroes the rest first
+        # (zero_unwritten); a ring (small) is zeros, as its wrapped step attends every slot, a prompt cache's
+        # loaded blocks leaving some unwritten
+        new = torch.empty if window is None else torch.zeros
+        self.k = new(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
+        self.v = torch.empty_like(self.k) if window is None else torch.zeros_like(self.k)
+        self.length, self.window, self.zeroed = 0, window, window is not None
         self.first = 0  # the oldest position still held (0 until a ring wraps)
         self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
         self.runs: list[tuple[int, int, int]] | None = None  # rows attended apart (DecoderCache.mark_padding)
@@ -81,6 +86,14 @@ class KVCache:
         slots = _slots(first, end, c, k.device)
         self.k[:, :, slots], self.v[:, :, slots] = k[:, :, first - start:], v[:, :, first - start:]
         self.length, self.first = end, max(self.first, end - c)
+
+    def zero_unwritten(self) -> None:
+        """Zero the slots no position has reached yet, once (the static step, ``model/static.py``, attends every
+        slot under its mask, and 0 x NaN is NaN); later writes keep every slot finite."""
+        if not self.zeroed and self.length < self.capacity:
+            self.k[:, :, self.length:] = 0
+            self.v[:, :, self.length:] = 0
+        self.zeroed = True
 
     @property
     def shared_length(self) -> int:
@@ -148,7 +161,7 @@ class KVCache:
         """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length``."""
         cache = cls.__new__(cls)
         cache.k, cache.v, cache.length, cache.window, cache.columns, cache.runs = k, v, length, window, None, None
-        cache.shared, cache.release = [], None
+        cache.shared, cache.release, cache.zeroed = [], None, False
         cache.first = max(0, length - k.size(2))
         return cache
 
@@ -189,7 +202,9 @@ class KVCache:
         for b, start in enumerate(starts if ragged else []):
             k[b, :, max(0, start - SLACK):start] = v[b, :, max(0, start - SLACK):start] = 0
         k[:, :, n - low:] = v[:, :, n - low:] = 0  # slots not yet written (the static step attends every slot)
-        return cls.holding(k, v, n, first.window)
+        cache = cls.holding(k, v, n, first.window)
+        cache.zeroed = True
+        return cache
 
 
 def runs_of(starts: list[int]) -> list[tuple[int, int, int]] | None:

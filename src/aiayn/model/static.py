@@ -108,6 +108,7 @@ def static_inputs(model, tokens: Tensor, state: DecodeState) -> tuple[Tensor, Te
         return None
     for layer in cache.layers:
         layer.self_kv.materialize()  # shared prompt-cache blocks copied in (the eager step reads them in place)
+        layer.self_kv.zero_unwritten()  # every slot is attended under the mask: none may hold NaN
     return new, left_pad, [t for layer in cache.layers for t in (layer.self_kv.k, layer.self_kv.v)]
 
 

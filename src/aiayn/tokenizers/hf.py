@@ -6,6 +6,7 @@ a sandbox as ``transformers``' ``apply_chat_template`` does."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -138,7 +139,7 @@ class HFTokenizers(TokenizerPair):
             raise ValueError(f"chat template: {', '.join(sorted(taken))} come from the request itself, not from more "
                              "variables")
         try:
-            return _environment().from_string(self.chat_template).render(
+            return _template(self.chat_template).render(
                 **{name: self.special_token(name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")},
                 **variables, messages=messages, add_generation_prompt=add_generation_prompt, tools=tools)
         except TemplateError as err:
@@ -151,6 +152,12 @@ class HFTokenizers(TokenizerPair):
 
         return self.chat_template is not None and \
             "tools" in meta.find_undeclared_variables(_environment().parse(self.chat_template))
+
+
+@functools.lru_cache(maxsize=8)
+def _template(source: str):
+    """A chat template compiled once (compiling one took ~4 ms of every chat request)."""
+    return _environment().from_string(source)
 
 
 def _environment():
