@@ -230,3 +230,30 @@ def test_a_row_reading_shared_blocks_joins_a_batch_as_a_copy_and_decodes_as_alon
     assert not engine.state.cache.layers[0].self_kv.shared and not store.held  # in the batch: copied, let go
     engine.run()
     assert [g.results() for g in groups] == [greedy_search(lm, p, 10) for p in prompts]
+
+
+def test_a_source_cache_gives_a_translator_the_same_outputs_without_the_encoder():
+    """``SourceCache``: a batch of sources seen before takes its memory and cross-attention keys/values from the
+    cache (greedy and beam search give what they give without it), another batch is computed, and the least
+    recently used entry goes past the cap; it is for encoder-decoders only."""
+    import pytest
+
+    from aiayn import EncoderDecoder
+    from aiayn.decoding import SourceCache, generate
+
+    torch.manual_seed(3)
+    model = EncoderDecoder(tiny(vocab_size=30)).double().eval()
+    store = SourceCache(model)
+    sources, other = random_ids(2, 6, vocab=30), random_ids(1, 4, vocab=30)
+    for strategy in ("greedy", "beam"):
+        plain = generate(model, sources, strategy, max_new_tokens=8, beam_size=3)
+        assert generate(model, sources, strategy, max_new_tokens=8, beam_size=3, prompt_cache=store) == plain
+    assert (store.hits, store.misses, store.hit_tokens) == (1, 1, 12)
+    generate(model, other, "greedy", max_new_tokens=8, prompt_cache=store)
+    assert store.misses == 2 and len(store.kept) == 2 and store.bytes == sum(e[2] for e in store.kept.values())
+    small = SourceCache(model, max_bytes=store.kept[next(reversed(store.kept))][2])  # room for the small one only
+    for batch in (sources, other):
+        generate(model, batch, "greedy", max_new_tokens=8, prompt_cache=small)
+    assert len(small.kept) == 1 and small.bytes <= small.max_bytes
+    with pytest.raises(TypeError, match="encoder-decoder"):
+        SourceCache(_lm())

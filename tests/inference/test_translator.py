@@ -41,3 +41,17 @@ def test_empty_lines_translate_to_empty_and_long_ones_are_reported(translator):
     translator.translate(["a b"])
     assert translator.truncated == []
     assert translator.translate([]) == []
+
+
+def test_a_translator_with_a_source_cache_translates_a_batch_again_from_it(translator):
+    """``Translator.prompt_cache``: the same batch again is decoded from its kept encoding, to the same text."""
+    from aiayn.decoding import SourceCache
+
+    texts = ["a b", "c d e", "f"]
+    plain = translator.translate(texts)
+    translator.prompt_cache = SourceCache(translator.model)
+    try:
+        assert translator.translate(texts) == plain == translator.translate(texts)
+        assert (translator.prompt_cache.hits, translator.prompt_cache.misses) == (1, 1)
+    finally:
+        translator.prompt_cache = None

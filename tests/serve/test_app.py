@@ -199,3 +199,21 @@ def test_health_hides_the_checkpoint_path_and_docs_need_no_cdn(client):
     page = client.get("/docs").text
     assert "/openapi.json" in page and "cdn" not in page.lower() and "https://" not in page
     assert client.get("/redoc").status_code == 404
+
+
+def test_a_text_translated_again_skips_the_encoder_and_answers_the_same(translator, monkeypatch):
+    """The translator's prompt cache (``SourceCache``): the same text again reads its encoding (memory and
+    cross-attention keys/values) from the cache, not the encoder, and answers the same; /health and /metrics
+    count it."""
+    app = create_app(translator, Limits())
+    encodes, encode = [], type(translator.model).encode
+    monkeypatch.setattr(type(translator.model), "encode",
+                        lambda self, *a, **k: encodes.append(1) or encode(self, *a, **k))
+    with TestClient(app) as c:
+        first = c.post("/translate", json={"text": "k l m n o p"}).json()
+        assert len(encodes) == 1
+        assert c.post("/translate", json={"text": "k l m n o p"}).json() == first
+        assert len(encodes) == 1 and first == {"translation": translator.translate(["k l m n o p"])[0]}
+        health = c.get("/health").json()
+        assert (health["prefix_hits"], health["prefix_misses"]) == (1, 1) and health["prefix_cache_bytes"] > 0
+        assert "aiayn_prefix_cache_hits 1" in c.get("/metrics").text

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {"Hypothesis": "beam", "beam_search": "generation", "generate": "generation",
-            "greedy_search": "generation", "PromptCache": "prefix", "filter_logits": "sampling", "sample": "generation",
-            "SpeculativeStats": "speculative", "speculative_greedy": "speculative", "DecodingConfig": "config"}
+            "greedy_search": "generation", "PromptCache": "prefix", "SourceCache": "prefix",
+            "filter_logits": "sampling", "sample": "generation", "SpeculativeStats": "speculative",
+            "speculative_greedy": "speculative", "DecodingConfig": "config"}
 __all__ = sorted(_EXPORTS)
 
 

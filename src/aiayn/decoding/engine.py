@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Columns
+from aiayn.decoding.prefix import PromptCache, SourceCache
 from aiayn.model.packed import output_rows
 from aiayn.model.state import DecodeState
 from aiayn.model.transformer import TransformerModel
@@ -56,8 +57,9 @@ class Engine:
         capacity: the most positions the batch's KV cache may take (a server's bound: the longest prompt +
             continuation a row may reach); :meth:`fits` says whether a newcomer keeps within it. Each join or
             leave sizes the cache to what the rows still need. None: no bound (the library's single group).
-        prompt_cache: decoder-only: one-row prompts reuse the stored keys/values of their longest cached prefix
-            and store their whole blocks (``aiayn.decoding.prefix``).
+        prompt_cache: decoder-only, a ``PromptCache``: one-row prompts reuse the stored keys/values of their longest
+            cached prefix and store their whole blocks; encoder-decoder, a ``SourceCache``: sources seen before
+            skip the encoder (``aiayn.decoding.prefix``).
         prefill_chunk: a prompt with more columns than this (and than ``long_prefill``) to compute is computed
             this many a step, inside the running rows' pass (chunked prefill: the rows already running keep their
             pace); None: at once.
@@ -102,14 +104,19 @@ class Engine:
         if group.done:
             return 0
         cached = 0
-        tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams)  # (b, t0)
+        if isinstance(self.prompt_cache, SourceCache):  # a translator's: the sources' encoding kept
+            encoded, cached = self.prompt_cache.encoded(inputs)
+            tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams, encoded=encoded)
+        else:
+            tokens, state = self.model.start(inputs, group.longest, self.use_cache, beams)  # (b, t0)
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
         if adapter:
             if self.model.adapter_rows is None:
                 raise ValueError("adapter: this model has no adapters attached")
             state.adapters = torch.full((tokens.size(0),), adapter, dtype=torch.long, device=tokens.device)
-        cacheable = not adapter and self.prompt_cache is not None and state.cache is not None and tokens.size(0) == 1
+        cacheable = (not adapter and isinstance(self.prompt_cache, PromptCache) and state.cache is not None
+                     and tokens.size(0) == 1)
         if cacheable:
             cached = self.prompt_cache.load(tokens[0].tolist(), state.cache, 0)
         if self.prefill_chunk and state.cache is not None and (

@@ -22,7 +22,7 @@ from aiayn.decoding.ctc import best_path
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
-from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.prefix import PromptCache, SourceCache
 from aiayn.decoding.sampling import penalties_for, sampled_rows
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
 from aiayn.model.transformer import TransformerModel
@@ -31,7 +31,7 @@ from aiayn.model.transformer import TransformerModel
 def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = None, *,
              config: DecodingConfig | None = None, max_new_tokens: Tensor | int | None = None,
              use_cache: bool = True, draft_model: TransformerModel | None = None,
-             prompt_cache: PromptCache | None = None, draft_tokens: int = 4,
+             prompt_cache: PromptCache | SourceCache | None = None, draft_tokens: int = 4,
              speculative_stats: SpeculativeStats | None = None,
              on_token: Callable[[Tensor, Tensor], None] | None = None, candidates: Tensor | None = None,
              grammars: Grammars | None = None, **options) -> list[list[int]]:
@@ -49,7 +49,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             ``max_new_tokens``; a decoder-only model's is ``max_new_tokens`` (default 200).
         draft_model: greedy only: speculative decoding with this draft (same output, fewer main passes),
             proposing ``draft_tokens`` per main pass; counts are added to ``speculative_stats`` if given.
-        prompt_cache: decoder-only, one prompt: reuse the stored keys/values of its longest cached prefix.
+        prompt_cache: decoder-only, one prompt: reuse the stored keys/values of its longest cached prefix (a
+            ``PromptCache``); encoder-decoder: a ``SourceCache``, whose sources seen before skip the encoder.
         on_token: greedy and sample: called with the next ids (B,) and which rows are still live (B,), after
             every step (streaming).
         candidates: greedy and beam: (C,) the only token ids that may be generated, a vocabulary shortlist

@@ -10,6 +10,7 @@ from aiayn.data.batching import pad_batch
 from aiayn.data.corpus import with_prefix
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.generation import generate
+from aiayn.decoding.prefix import SourceCache
 from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy
@@ -56,6 +57,7 @@ class Translator:
         self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
         self.tokenizers, self.device, self.shortlist = tokenizers, torch.device(device), shortlist
         self.truncated: list[int] = []
+        self.prompt_cache: SourceCache | None = None  # set after construction: sources seen before skip the encoder
         self.check(self.decoding)
 
     def check(self, decoding: DecodingConfig) -> DecodingConfig:
@@ -95,8 +97,8 @@ class Translator:
         """Best hypothesis per row."""
         cfg = self.model.config
         candidates = None if self.shortlist is None else self.shortlist.candidates(src, cfg.pad_id, cfg.eos_id)
-        return generate(self.model, src, config=decoding, draft_model=self.draft,
-                        draft_tokens=self.draft_tokens, speculative_stats=self.speculative, candidates=candidates)
+        return generate(self.model, src, config=decoding, draft_model=self.draft, draft_tokens=self.draft_tokens,
+                        speculative_stats=self.speculative, candidates=candidates, prompt_cache=self.prompt_cache)
 
     def source_text(self, text: str, decoding: DecodingConfig | None = None) -> str:
         """What the encoder reads of ``text``: whitespace normalised, led by the decoding's ``source_prefix``

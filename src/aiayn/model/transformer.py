@@ -178,18 +178,30 @@ class EncoderDecoder(EncoderDecoderBody):
         x = self.tgt_embed(tgt_ids, positions)
         return self.decoder(x, memory, self_mask, cross_mask, cache, positions, need_weights, local)
 
-    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
-              beams: int = 1) -> tuple[Tensor, DecodeState]:
-        """Encode the source once (its memory repeated for the beams); decoding starts from BOS."""
-        memory = self.encode(inputs).repeat_interleave(beams, dim=0)  # (B*beams, S, D)
+    def encoded(self, inputs: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """What cached decoding reads of sources (B, S): the encoder's memory (B, S, D) and each decoder layer's
+        cross-attention keys and values of it (B, H, S, D), computed once per source (a translator's prompt
+        cache keeps them: ``decoding/prefix.py::SourceCache``)."""
+        memory = self.encode(inputs)
+        return memory, self._cross_kv(memory)
+
+    def _cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+
+    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True, beams: int = 1,
+              encoded: tuple[Tensor, list[tuple[Tensor, Tensor]]] | None = None) -> tuple[Tensor, DecodeState]:
+        """Encode the source once (its memory and cross-attention keys/values repeated for the beams), or take
+        ``encoded`` (:meth:`encoded` of ``inputs``, kept); decoding starts from BOS."""
+        source, cross = encoded if encoded is not None else (self.encode(inputs), None)  # (B, S, D)
+        memory = source.repeat_interleave(beams, dim=0)  # (B*beams, S, D)
         src_mask = padding_mask(inputs, self.config.pad_id).repeat_interleave(beams, dim=0)  # (B*beams, S)
         if bool(src_mask.all()):
             src_mask = None  # no padding: no mask, the fastest attention path
         cache = None
         if use_cache:
             cache = self.new_cache(memory.size(0), 1 + max_new_tokens, memory)
-            for layer, kept in zip(self.decoder.layers, cache.layers, strict=True):
-                kept.cross_kv = layer.cross_attn.project_kv(memory)  # once per source: (B*beams, H, S, D) each
+            for kv, kept in zip(cross or self._cross_kv(source), cache.layers, strict=True):  # (B, H, S, D) each
+                kept.cross_kv = kv if beams == 1 else tuple(t.repeat_interleave(beams, dim=0) for t in kv)
         bos = torch.full((memory.size(0), 1), self.config.bos_id, dtype=torch.long, device=inputs.device)
         return bos, DecodeState(cache, memory, src_mask)
 

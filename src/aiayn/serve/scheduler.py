@@ -24,7 +24,7 @@ import torch
 from aiayn.decoding.config import PARALLEL, DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import generate
-from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.prefix import PromptCache, SourceCache
 from aiayn.model.transformer import TransformerModel
 from aiayn.serve.jobs import Chore, DecodeJob, EncoderWork, Refusal, Refused
 from aiayn.serve.limits import Limits
@@ -54,7 +54,8 @@ class Scheduler:
     Args:
         max_batch: rows decoded together (and texts per encoder batch); more requests wait in order.
         capacity: columns of the shared KV cache (the longest prompt + continuation a row may reach).
-        prefix_cache: decoder-only: reuse the keys/values of prompt blocks seen before.
+        prefix_cache: reuse the keys/values of prompt blocks seen before (decoder-only: ``PromptCache``), or the
+            encoding of sources seen before (encoder-decoder: ``SourceCache``).
         static: wait-and-batch, for comparison: a batch forms only when none is running and runs until its
             last row ends (finished rows are still computed), then answers all its requests.
         threads: compute threads of the decoding thread (``serve/threads.py``; None: as is).
@@ -64,7 +65,8 @@ class Scheduler:
     """
 
     def __init__(self, model: TransformerModel, max_batch: int = 16, capacity: int | None = None,
-                 prefix_cache: PromptCache | None = None, static: bool = False, threads: int | None = None,
+                 prefix_cache: PromptCache | SourceCache | None = None, static: bool = False,
+                 threads: int | None = None,
                  encode: Callable[[list[str], Hashable], list] | None = None, wait_ms: float = 5.0,
                  limits: Limits | None = None) -> None:
         self.model, self.max_batch, self.prefix_cache, self.static = model, max_batch, prefix_cache, static

@@ -17,7 +17,6 @@ import torch
 from fastapi import FastAPI
 
 from aiayn.decoding.config import DecodingConfig
-from aiayn.decoding.prefix import token_bytes
 from aiayn.serve import encode, generate, inspect, translate
 from aiayn.serve.http import Served, base_app, serve_until_stopped, server_config
 from aiayn.serve.limits import Limits
@@ -172,8 +171,7 @@ def startup_line(served: Served) -> str:
     line = f"aiayn: serving {served.name} ({cfg.arch}, {cfg.kind}), context {scheduler.capacity} tokens"
     cache = getattr(scheduler, "prefix_cache", None)
     if cache is not None:
-        tokens = cache.max_bytes // token_bytes(cache.model)
-        line += f", prompt cache up to {cache.max_bytes / 2**20:.0f} MiB ({tokens} tokens)"
+        line += f", prompt cache up to {cache.max_bytes / 2**20:.0f} MiB ({cache.max_tokens} tokens)"
     return line
 
 

@@ -9,6 +9,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig, own_strategy
+from aiayn.decoding.prefix import SOURCE_CACHE_BYTES, SourceCache
 from aiayn.inference.translator import Translator
 from aiayn.serve.declared import ExactlyOne, declare_fields, one_output, vocabulary
 from aiayn.serve.http import (
@@ -41,9 +42,12 @@ def product(model, tokenizers, folder, decoding: DecodingConfig, device: str, **
 
 
 def scheduler(translator: Translator, limits: Limits, **options) -> Scheduler:
-    """The scheduler of a translator: room in each row for BOS and the longest output."""
+    """The scheduler of a translator: room in each row for BOS and the longest output; a prompt cache of the
+    sources seen before (``limits.prefix_cache_bytes``; -1: ``SOURCE_CACHE_BYTES``)."""
     capacity = max(translator.model.config.max_len, limits.max_new_tokens) + 1
-    return Scheduler(translator.model, capacity=capacity, limits=limits, **options)
+    cap = limits.prefix_cache_bytes if limits.prefix_cache_bytes >= 0 else SOURCE_CACHE_BYTES
+    return Scheduler(translator.model, capacity=capacity, limits=limits,
+                     prefix_cache=SourceCache(translator.model, max_bytes=cap), **options)
 
 
 def add_routes(app: FastAPI, served: Served) -> None:
