@@ -13,6 +13,7 @@ Every configuration must answer each question with the same tokens (greedy): the
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 32 16]
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --lookup-tokens 1887 8000   (its bookkeeping)
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/demo --translations 50   (a translator's sources)
 
 Prints JSON lines {"config", "metric", "value", "unit"}: per configuration ttft_cold_ms, ttft_warm_ms (median),
 speedup (cold / warm), and the warm time of each configuration over the default's.
@@ -189,6 +190,30 @@ def lookups(checkpoint: str, lengths: list[int], repeats: int = 20) -> None:
             emit(f"{n} tokens", f"{name}_ms", (time.perf_counter() - start) / repeats * 1000, "ms", 2)
 
 
+def translations(checkpoint: str, sentences: int) -> None:
+    """A translator's prompt cache: ``sentences`` Multi30K German validation sentences sent to ``/translate`` one
+    after another, then the same again; per configuration (the default cache, ``--prefix-cache-bytes 0``) the
+    median time of each pass and whether every translation is the same."""
+    with gzip.open(MULTI30K / "val.de.gz", "rt", encoding="utf-8") as f:
+        texts = f.read().splitlines()[:sentences]
+    answers = {}
+    for name, flags in (("default", []), ("no-prompt-cache", ["--prefix-cache-bytes", "0"])):
+        server = start_server(name, checkpoint, *flags)
+        try:
+            with httpx.Client(timeout=600) as client:
+                for run in ("first", "again"):
+                    times, answers[name, run] = [], []
+                    for text in texts:
+                        start = time.perf_counter()
+                        response = client.post(f"{server.url}/translate", json={"text": text})
+                        times.append((time.perf_counter() - start) * 1000)
+                        answers[name, run].append(response.json()["translation"])
+                    emit(name, f"translate_{run}_median_ms", statistics.median(times), "ms", 2)
+        finally:
+            server.stop()
+    emit("all", "answers_equal", len({tuple(a) for a in answers.values()}) == 1, "bool")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -214,7 +239,12 @@ def main() -> None:
                              "without a chat template)")
     parser.add_argument("--lookup-tokens", type=int, nargs="*", default=[], dest="lookup_tokens",
                         help="prompt lengths: time the prompt cache's lookup and store of a stored prompt of each")
+    parser.add_argument("--translations", type=int, default=0,
+                        help="a translator: this many sentences to /translate, then again (its source cache)")
     args = parser.parse_args()
+    if args.translations:
+        translations(args.checkpoint, args.translations)
+        return
     if args.lookup_tokens:
         lookups(args.checkpoint, args.lookup_tokens)
         return

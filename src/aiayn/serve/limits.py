@@ -26,8 +26,9 @@ class Limits:
                                    "own (its max_len, or --max-context if larger); a longer prompt is refused naming "
                                    "this flag")
     prefix_cache_bytes: int = _limit(-1, "memory for the keys/values of prompt blocks kept across requests (least "
-                                         "recently used evicted): -1, sized for the model (four whole contexts, at "
-                                         "most an eighth of the machine's memory); 0, none")
+                                         "recently used evicted), a translator's of sources seen before: -1, sized "
+                                         "for the model (four whole contexts, at most an eighth of the machine's "
+                                         "memory; a translator's 256 MiB); 0, none")
     prefill_chunk: int = _limit(8, "prompt tokens computed in each decoding step's pass while a long prompt joins "
                                     "running generations, so they keep their pace: this many at the prompt's start, "
                                     "fewer further on, where each token also attends to every earlier one (0: a "
