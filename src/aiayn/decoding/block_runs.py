@@ -74,7 +74,7 @@ def _follows(p: Tensor, q: Tensor) -> bool:
 
 def one_view(views: list[Tensor]) -> Tensor:
     """One view over ``views`` that follow each other (:func:`_follows`)."""
-    first = views[0]
-    length = sum(v.size(2) for v in views)
+    first, last = views[0], views[-1]
+    length = (last.storage_offset() - first.storage_offset()) // first.stride(2) + last.size(2)  # they follow
     return first.as_strided((first.size(0), first.size(1), length, first.size(3)), first.stride(),
                             first.storage_offset())

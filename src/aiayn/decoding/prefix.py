@@ -156,11 +156,12 @@ class PromptCache:
         positions: a block it no longer holds keeps None for that layer (a later, fuller copy replaces it)."""
         b, new = self.block_size, {}
         keys = list(keys_of(prompt, computed, b))
+        sliding = [j for j, layer in enumerate(cache.layers) if layer.self_kv.window is not None] if keys else []
         for end, key in zip(range(b, computed + 1, b), keys, strict=True):
             start = first_column + end - b
             old = self.blocks.get(key)
-            if old is not None and all(kv is not None for kv in old):
-                continue  # kept whole already
+            if old is not None and all(old[j] is not None for j in sliding):
+                continue  # kept whole already (a full layer's keys and values are in every kept block)
             block = [la.self_kv.read(start, start + b) for la in cache.layers]
             if any(kv is None for kv, la in zip(block, cache.layers, strict=True) if la.self_kv.window is None):
                 continue  # not computed yet
