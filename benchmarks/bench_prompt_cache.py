@@ -162,6 +162,7 @@ def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], 
         finally:
             server.stop()
         emit(name, "p99_inter_token_ms", (percentile(gaps, 99) if len(gaps) > 1 else max(gaps)) * 1000, "ms", 1)
+        emit(name, "max_inter_token_ms", max(gaps) * 1000, "ms", 1)
         if first is not None:
             emit(name, "joining_ttft_ms", first * 1000, "ms", 1)
 
