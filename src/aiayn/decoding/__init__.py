@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {"Hypothesis": "beam", "beam_search": "generation", "generate": "generation",
-            "greedy_search": "generation", "PromptCache": "prefix", "SourceCache": "prefix",
+            "greedy_search": "generation", "PromptCache": "prefix", "SourceCache": "source_cache",
             "filter_logits": "sampling", "sample": "generation", "SpeculativeStats": "speculative",
             "speculative_greedy": "speculative", "DecodingConfig": "config"}
 __all__ = sorted(_EXPORTS)

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Columns
-from aiayn.decoding.prefix import PromptCache, SourceCache
+from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.source_cache import SourceCache
 from aiayn.model.packed import output_rows
 from aiayn.model.state import DecodeState
 from aiayn.model.transformer import TransformerModel
@@ -59,7 +60,7 @@ class Engine:
             leave sizes the cache to what the rows still need. None: no bound (the library's single group).
         prompt_cache: decoder-only, a ``PromptCache``: one-row prompts reuse the stored keys/values of their longest
             cached prefix and store their whole blocks; encoder-decoder, a ``SourceCache``: sources seen before
-            skip the encoder (``aiayn.decoding.prefix``).
+            skip the encoder (``aiayn.decoding.prefix``, ``aiayn.decoding.source_cache``).
         prefill_chunk: a prompt with more columns than this (and than ``long_prefill``) to compute is computed
             this many a step, inside the running rows' pass (chunked prefill: the rows already running keep their
             pace); None: at once.

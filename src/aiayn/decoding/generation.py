@@ -22,8 +22,9 @@ from aiayn.decoding.ctc import best_path
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
-from aiayn.decoding.prefix import PromptCache, SourceCache
+from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.sampling import penalties_for, sampled_rows
+from aiayn.decoding.source_cache import SourceCache
 from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
 from aiayn.model.transformer import TransformerModel
 

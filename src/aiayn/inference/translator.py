@@ -10,7 +10,7 @@ from aiayn.data.batching import pad_batch
 from aiayn.data.corpus import with_prefix
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.generation import generate
-from aiayn.decoding.prefix import SourceCache
+from aiayn.decoding.source_cache import SourceCache
 from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import inference_copy

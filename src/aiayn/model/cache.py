@@ -31,13 +31,10 @@ class KVCache:
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
                  window: int | None = None) -> None:
         capacity = max_len if window is None else min(max_len, window + ROLLBACK)
-        # a full layer's slots allocated, not zeroed: the eager step reads only written ones (zeroing a long
-        # prompt's cache took ~7 ms of its time to first token), the static step zeroes the rest first
-        # (zero_unwritten); a ring (small) is zeros, as its wrapped step attends every slot, a prompt cache's
-        # loaded blocks leaving some unwritten
+        # a full layer's slots are not zeroed (the eager step reads only written ones; the static step zeroes the
+        # rest first: zero_unwritten); a small ring is zeros, as a wrapped one is attended whole
         new = torch.empty if window is None else torch.zeros
-        self.k = new(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
-        self.v = torch.empty_like(self.k) if window is None else torch.zeros_like(self.k)
+        self.k, self.v = (new(batch, n_heads, capacity, d_head, device=device, dtype=dtype) for _ in range(2))
         self.length, self.window, self.zeroed = 0, window, window is not None
         self.first = 0  # the oldest position still held (0 until a ring wraps)
         self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
@@ -157,11 +154,12 @@ class KVCache:
         self.length = min(self.length, length)
 
     @classmethod
-    def holding(cls, k: Tensor, v: Tensor, length: int, window: int | None = None) -> KVCache:
-        """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length``."""
+    def holding(cls, k: Tensor, v: Tensor, length: int, window: int | None = None, zeroed: bool = False) -> KVCache:
+        """A cache around existing (B, H, capacity, D) tensors holding positions up to ``length`` (``zeroed``: the
+        slots past it are zeros)."""
         cache = cls.__new__(cls)
         cache.k, cache.v, cache.length, cache.window, cache.columns, cache.runs = k, v, length, window, None, None
-        cache.shared, cache.release, cache.zeroed = [], None, False
+        cache.shared, cache.release, cache.zeroed = [], None, zeroed
         cache.first = max(0, length - k.size(2))
         return cache
 
@@ -202,9 +200,7 @@ class KVCache:
         for b, start in enumerate(starts if ragged else []):
             k[b, :, max(0, start - SLACK):start] = v[b, :, max(0, start - SLACK):start] = 0
         k[:, :, n - low:] = v[:, :, n - low:] = 0  # slots not yet written (the static step attends every slot)
-        cache = cls.holding(k, v, n, first.window)
-        cache.zeroed = True
-        return cache
+        return cls.holding(k, v, n, first.window, zeroed=True)
 
 
 def runs_of(starts: list[int]) -> list[tuple[int, int, int]] | None:

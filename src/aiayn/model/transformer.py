@@ -181,7 +181,7 @@ class EncoderDecoder(EncoderDecoderBody):
     def encoded(self, inputs: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """What cached decoding reads of sources (B, S): the encoder's memory (B, S, D) and each decoder layer's
         cross-attention keys and values of it (B, H, S, D), computed once per source (a translator's prompt
-        cache keeps them: ``decoding/prefix.py::SourceCache``)."""
+        cache keeps them: ``decoding/source_cache.py::SourceCache``)."""
         memory = self.encode(inputs)
         return memory, self._cross_kv(memory)
 

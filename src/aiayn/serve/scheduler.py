@@ -24,7 +24,8 @@ import torch
 from aiayn.decoding.config import PARALLEL, DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import generate
-from aiayn.decoding.prefix import PromptCache, SourceCache
+from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.source_cache import SourceCache
 from aiayn.model.transformer import TransformerModel
 from aiayn.serve.jobs import Chore, DecodeJob, EncoderWork, Refusal, Refused
 from aiayn.serve.limits import Limits

@@ -9,7 +9,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import ConfigDict, Field
 
 from aiayn.decoding.config import DecodingConfig, own_strategy
-from aiayn.decoding.prefix import SOURCE_CACHE_BYTES, SourceCache
+from aiayn.decoding.source_cache import SOURCE_CACHE_BYTES, SourceCache
 from aiayn.inference.translator import Translator
 from aiayn.serve.declared import ExactlyOne, declare_fields, one_output, vocabulary
 from aiayn.serve.http import (
