@@ -11,7 +11,7 @@ Every configuration must answer each question with the same tokens (greedy): the
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 [--questions 7] [--system-tokens 1760]
     python benchmarks/bench_prompt_cache.py --checkpoint runs/gemma3 --completions   (a base model: /v1/completions)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --chat-turns 10   (aiayn chat's library)
-    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 32 16]
+    python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --join-tokens 4000 [--chunks 0 16] [--extra N=F]
     python benchmarks/bench_prompt_cache.py --checkpoint runs/smollm2 --lookup-tokens 1887 8000   (its bookkeeping)
     python benchmarks/bench_prompt_cache.py --checkpoint runs/demo --translations 50   (a translator's sources)
 
@@ -143,16 +143,18 @@ async def _joining(url: str, streams: int, join_tokens: int, system: str, after_
 
 
 def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], system: str,
-            after_s: float = 2.0, plain_s: float = 10.0, stream_tokens: int = 4000) -> None:
+            after_s: float = 2.0, plain_s: float = 10.0, stream_tokens: int = 4000,
+            extra: dict[str, list[str]] | None = None) -> None:
     """Chunked prefill: the p99 gap between tokens of running streams while a long prompt joins, at the default
-    flags and per ``--prefill-chunk`` (0: whole), beside their p99 with no prompt joining; the joining prompt's
-    first token."""
+    flags and per ``--prefill-chunk`` (0: whole), beside their p99 with no prompt joining over as long as the
+    default's join took (``plain_s`` only if it does not join); the joining prompt's first token."""
     import asyncio
 
     from common import percentile
 
-    configs = [("no-join", []), ("default", []),
-               *((f"prefill-chunk-{c}", ["--prefill-chunk", str(c)]) for c in chunks)]
+    configs = [("default", []), ("no-join", []),
+               *((f"prefill-chunk-{c}", ["--prefill-chunk", str(c)]) for c in chunks), *(extra or {}).items()]
+    p99 = {}
     for name, flags in configs:
         server = start_server(name, checkpoint, "--model-name", "bench", *flags, "--max-new-tokens",
                               str(stream_tokens))
@@ -161,10 +163,16 @@ def joining(checkpoint: str, streams: int, join_tokens: int, chunks: list[int], 
                                                after_s, plain_s, stream_tokens))
         finally:
             server.stop()
-        emit(name, "p99_inter_token_ms", (percentile(gaps, 99) if len(gaps) > 1 else max(gaps)) * 1000, "ms", 1)
+        p99[name] = (percentile(gaps, 99) if len(gaps) > 1 else max(gaps)) * 1000
+        emit(name, "p99_inter_token_ms", p99[name], "ms", 1)
         emit(name, "max_inter_token_ms", max(gaps) * 1000, "ms", 1)
         if first is not None:
             emit(name, "joining_ttft_ms", first * 1000, "ms", 1)
+            if name == "default":
+                plain_s = first  # the streams alone over as long as the default's join (their pace slows as they grow)
+    for name in p99:
+        if name != "no-join":
+            emit(name, "p99_over_no_join", p99[name] / p99["no-join"], "x", 2)
 
 
 def lookups(checkpoint: str, lengths: list[int], repeats: int = 20) -> None:
@@ -232,7 +240,8 @@ def main() -> None:
                         help="--prefill-chunk sizes measured beside the default flags'")
     parser.add_argument("--join-after", type=float, default=2.0, dest="join_after", help="seconds before it joins")
     parser.add_argument("--plain-seconds", type=float, default=10.0, dest="plain_seconds",
-                        help="seconds the streams are timed with no prompt joining")
+                        help="seconds the streams are timed with no prompt joining (when the default's prompt "
+                             "does not join; else as long as it took)")
     parser.add_argument("--stream-tokens", type=int, default=4000, dest="stream_tokens",
                         help="the running streams' max_tokens: enough to run on past the joining prompt's first token")
     parser.add_argument("--completions", action="store_true",
@@ -250,16 +259,17 @@ def main() -> None:
         lookups(args.checkpoint, args.lookup_tokens)
         return
     system = system_prompt(args.system_tokens)
+    extra = {name: flags.split() for name, _, flags in (e.partition("=") for e in args.extra)}
     if args.join_tokens:
         joining(args.checkpoint, args.streams, args.join_tokens, args.chunks, system, args.join_after,
-                args.plain_seconds, args.stream_tokens)
+                args.plain_seconds, args.stream_tokens, extra)
         return
     if args.chat_turns:
         chat_turns(args.checkpoint, args.chat_turns, system)
         return
     questions = [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(args.questions + 1)]
     configs = {"default": [], "no-prompt-cache": ["--prefix-cache-bytes", "0"],
-               **{name: flags.split() for name, _, flags in (e.partition("=") for e in args.extra)}}
+               **extra}
     warm, answers = {}, {}
     for name, flags in configs.items():
         server = start_server(name, args.checkpoint, "--model-name", "bench", *flags)

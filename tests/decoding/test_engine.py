@@ -174,6 +174,93 @@ def test_a_chunk_shrinks_as_the_prompt_grows_so_that_its_cost_stays_about_one(lm
     assert engine._chunk_size(int(3 * even)) == 4 and engine._chunk_size(10**9) == 1
 
 
+class ScriptedClock:
+    """A clock that moves only by what a pass costs on a scripted machine: ``step_s`` for the running rows and
+    ``column_s`` for each chunk column at weight 1 (a column at position p costs ``engine._weight(p)`` of them)."""
+
+    def __init__(self, engine: Engine, step_s: float, column_s: float, monkeypatch) -> None:
+        self.now, self.engine, self.step_s, self.column_s = 0.0, engine, step_s, column_s
+        self.steps: list[tuple[int, float]] = []  # (chunk columns, seconds) of each pass beside running rows
+        together, step = engine.model.step_together, engine.model.step
+        monkeypatch.setattr(engine.model, "step_together", lambda parts: self._pass(parts) or together(parts))
+        monkeypatch.setattr(engine.model, "step", lambda tokens, state, *a, **kw: self._pass([(tokens, state)])
+                            or step(tokens, state, *a, **kw))
+
+    def __call__(self) -> float:
+        return self.now
+
+    def _pass(self, parts) -> None:
+        if not self.engine.groups:  # a prompt computed alone: not a step of running rows
+            return
+        seconds, columns = self.step_s, 0
+        for tokens, state in parts[1:]:
+            columns = tokens.size(1) - state.position
+            seconds += self.column_s * sum(self.engine._weight(p) for p in range(state.position, tokens.size(1)))
+        self.steps.append((columns, seconds))
+        self.now += seconds
+
+
+def test_a_chunk_is_sized_to_the_step_time_budget_from_measured_step_times(lm, monkeypatch):
+    """``prefill_budget``: once a step alone and a step with a chunk are measured, each chunk is as long as keeps
+    the running rows' step within the budget on this (scripted) machine: a cheaper column gives longer chunks, a
+    dearer one shorter, and every request decodes what it decodes alone."""
+    cfg = DecodingConfig(strategy="greedy", min_new_tokens=40, max_new_tokens=40, max_len_b=None)
+    torch.manual_seed(6)
+    short, long = random_ids(1, 3, vocab=30), random_ids(1, 60, vocab=30)
+    sizes = {}
+    for column_s in (0.02, 0.1):
+        engine = Engine(lm, capacity=120, prefill_chunk=4, prefill_budget=1.5)
+        engine.clock = clock = ScriptedClock(engine, step_s=1.0, column_s=column_s, monkeypatch=monkeypatch)
+        first, rows, beams = rows_for(lm, short, cfg)
+        engine.admit(first, rows, beams)
+        for _ in range(3):
+            engine.step()
+        second, rows, beams = rows_for(lm, long, cfg)
+        engine.admit(second, rows, beams)
+        while engine.prefilling:
+            engine.step()
+        chunks = [(columns, seconds) for columns, seconds in clock.steps if columns]
+        sizes[column_s] = [columns for columns, _ in chunks], round(0.5 / (column_s * engine._weight(4)))
+        assert chunks[0][0] == 4  # nothing measured with a chunk yet: --prefill-chunk
+        assert all(seconds <= 1.5 * 1.05 for _, seconds in chunks[1:-1])  # within the budget (the last: what's left)
+        engine.run()
+        monkeypatch.undo()
+        assert first.results() == generate(lm, short, config=cfg) and second.results() == generate(lm, long, config=cfg)
+    for column_s, (columns, expected) in sizes.items():  # half a step's worth of columns after the first chunk
+        assert columns[1] == expected, column_s
+    assert sizes[0.02][0][1] > 2 * sizes[0.1][0][1] > 4
+
+
+def test_a_chunked_prompts_blocks_are_kept_as_they_are_computed(lm, monkeypatch):
+    """A prompt computed a chunk a step stores its whole blocks in the prompt cache each ``STORE_EVERY`` columns,
+    not all at its end (one long pause of the running rows); it and a later request for it decode as alone."""
+    from aiayn.decoding import engine as engine_module
+    from aiayn.decoding.prefix import PromptCache
+
+    monkeypatch.setattr(engine_module, "STORE_EVERY", 8)
+    cfg = DecodingConfig(strategy="greedy", min_new_tokens=30, max_new_tokens=30, max_len_b=None)
+    torch.manual_seed(8)
+    short, long = random_ids(1, 3, vocab=30), random_ids(1, 40, vocab=30)
+    cache = PromptCache(lm, block_size=4, max_bytes=2**24)
+    engine = Engine(lm, capacity=120, prompt_cache=cache, prefill_chunk=3)
+    first, rows, beams = rows_for(lm, short, cfg)
+    engine.admit(first, rows, beams)
+    engine.step()
+    second, rows, beams = rows_for(lm, long, cfg)
+    engine.admit(second, rows, beams)
+    kept = []
+    while engine.prefilling:
+        engine.step()
+        kept.append(len(cache.lookup(long[0].tolist(), 40)[0]))
+    assert kept[2] == 2 and kept[5] == 4 and kept[-2] == 8 and kept[-1] == 10  # 9, 18, 36 columns; then all 40
+    engine.run()
+    assert second.results() == generate(lm, long, config=cfg)
+    again, rows, beams = rows_for(lm, long, cfg)
+    assert engine.admit(again, rows, beams) == 39  # every column but the last, from the cache
+    engine.run()
+    assert again.results() == second.results()
+
+
 def test_only_prompts_longer_than_the_long_prefill_threshold_go_a_chunk_at_a_time(lm):
     cfg = DecodingConfig(strategy="greedy", max_new_tokens=5, max_len_b=None)
     engine = Engine(lm, capacity=60, prefill_chunk=2, long_prefill=10)

@@ -15,6 +15,8 @@ tokens, so it joins with them.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -29,6 +31,9 @@ from aiayn.model.transformer import TransformerModel
 
 ATTENTION_RATE = 0.5  # a CPU's attention over a long cache runs at about half its projections' rate (SmolLM2, 2 cores)
 ALONE_CHUNK = 512  # a prompt's columns computed a pass while no rows run (a newcomer waits at most one such pass)
+SMOOTHING = 0.25  # the weight of the newest step in the measured step times (an exponential moving average)
+STORE_EVERY = 256  # a chunked prompt's blocks go to the prompt cache each time this many more columns are computed
+PROBE_EVERY = 8  # with a budget, every this many steps carrying a chunk are followed by one without (measured)
 
 
 class Rows(Protocol):
@@ -66,13 +71,24 @@ class Engine:
             pace); None: at once.
         long_prefill: prompts with at most this many columns to compute are computed at once, whatever
             ``prefill_chunk`` (vLLM's long-prefill threshold: a short prompt costs the running rows one longer step).
+        prefill_budget: how long a step carrying a chunk may take, as a multiple of the running rows' step alone:
+            once both are measured (``clock``'s seconds per pass), each chunk is as many columns as fit that
+            budget on this machine, this model and this batch (:meth:`_chunk_size`); every ``PROBE_EVERY`` steps
+            with a chunk, one goes without, so the rows' own step stays measured as their caches grow. None or 0:
+            ``prefill_chunk`` columns at the start, fewer further on, whatever they cost.
+        clock: seconds, for those measurements (tests script it).
     """
 
     def __init__(self, model: TransformerModel, use_cache: bool = True, candidates: Tensor | None = None,
                  capacity: int | None = None, prompt_cache=None, prefill_chunk: int | None = None,
-                 long_prefill: int = 0) -> None:
+                 long_prefill: int = 0, prefill_budget: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
-        self.prefill_chunk, self.long_prefill = prefill_chunk, long_prefill
+        self.prefill_chunk, self.long_prefill, self.prefill_budget = prefill_chunk, long_prefill, prefill_budget
+        self.clock = clock
+        self.plain_s: float | None = None  # a step of the running rows alone, measured (moving average)
+        self.column_s: float | None = None  # what one chunk column adds to it, at weight 1 (:meth:`_weight`)
+        self.chunked = 0  # steps with a chunk since the last without
         self.prefilling: list[tuple[Rows, Tensor, DecodeState, bool]] = []  # admitted, prompt still computing
         self.columns = Columns(model.config, candidates)
         self.groups: list[Rows] = []
@@ -153,11 +169,32 @@ class Engine:
         return tokens[:, :state.position + size], state, last
 
     def _chunk_size(self, position: int) -> int:
-        """``prefill_chunk`` columns at a prompt's start; further on, as many as cost the same, since each column
-        also attends to every earlier one (``ModelConfig.attention_break_even``), and attention runs at about
-        ``ATTENTION_RATE`` of the projections' rate (so a step carrying a chunk keeps about one length)."""
-        even = self.model.config.attention_break_even * ATTENTION_RATE
-        return max(1, round(self.prefill_chunk * even / (even + position)))
+        """Columns of a chunk starting at ``position``: with a budget and both step times measured, as many as
+        add ``prefill_budget - 1`` running steps to the step, at their measured cost; else ``prefill_chunk`` at a
+        prompt's start and fewer further on, each costing :meth:`_weight` columns (so a step keeps about one
+        length). At least 1, at most ``ALONE_CHUNK``."""
+        weight = self._weight(position)
+        if self.prefill_budget and self.plain_s and self.column_s:
+            size = (self.prefill_budget - 1) * self.plain_s / (self.column_s * weight)
+        else:
+            size = self.prefill_chunk / weight
+        return min(ALONE_CHUNK, max(1, round(size)))
+
+    def _weight(self, position: float) -> float:
+        """What a chunk column at ``position`` costs against one at the start: each also attends to every earlier
+        one (``ModelConfig.attention_break_even``), and attention runs at about ``ATTENTION_RATE`` of the
+        projections' rate."""
+        return 1 + position / (self.model.config.attention_break_even * ATTENTION_RATE)
+
+    def _measure(self, seconds: float, columns: int, position: int) -> None:
+        """Fold one pass of the running rows into the measured times: alone (``columns`` 0), or with a chunk of
+        ``columns`` from ``position`` (what it took beyond the rows' own step, per weighted column)."""
+        if not columns:
+            self.plain_s = seconds if self.plain_s is None else _average(self.plain_s, seconds)
+        elif self.plain_s:
+            weighted = columns * self._weight(position + (columns - 1) / 2)  # the mean column's weight
+            extra = max(seconds - self.plain_s, 0.01 * self.plain_s) / weighted
+            self.column_s = extra if self.column_s is None else _average(self.column_s, extra)
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
@@ -193,19 +230,29 @@ class Engine:
         if self.joining:
             self.join()
         waiting = self.prefilling[0] if self.prefilling else None
+        if waiting is not None and self.groups and self.prefill_budget and self.chunked >= PROBE_EVERY:
+            waiting = None  # the running rows' step alone, measured again
         chunk = None if waiting is None else self._chunk()
+        self.chunked = 0 if chunk is None else self.chunked + 1
         parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
         if not parts:
             return
+        position = None if chunk is None else chunk[1].position
+        started = self.clock()
         scores = ([self.model.step(*parts[0], last=True)] if len(parts) == 1
                   else self.model.step_together(parts))  # each part's last column: (b, 1, V), or (b, 1, C)
+        if self.groups:
+            self._measure(self.clock() - started, 0 if chunk is None else chunk[0].size(1) - position, position or 0)
         if self.groups:
             chosen = self._choose(scores[0][:, -1].float(), self.groups)
             self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)
             self.steps += 1
-        if chunk is not None and chunk[2]:
+        if chunk is not None:
             group, tokens, state, cacheable = waiting
-            self._first(group, tokens, state, cacheable, scores[-1])
+            if chunk[2]:
+                self._first(group, tokens, state, cacheable, scores[-1])
+            elif cacheable and position // STORE_EVERY != state.position // STORE_EVERY:  # no pause for all at the end
+                self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, state.position)
 
     def _choose(self, scores: Tensor, groups: list[Rows]) -> tuple[Tensor, Tensor | None]:
         """Each of ``groups`` (whose rows ``scores`` (B, V) holds, in order) picks its rows' next tokens: the
@@ -267,6 +314,11 @@ def run(model: TransformerModel, group: Rows, inputs: Tensor, beams: int = 1, us
     engine.admit(group, inputs, beams)
     engine.run()
     return group
+
+
+def _average(mean: float, value: float) -> float:
+    """``value`` folded into the moving average ``mean``."""
+    return (1 - SMOOTHING) * mean + SMOOTHING * value
 
 
 def _extend(tokens: Tensor, state: DecodeState, nexts: Tensor, index: Tensor | None) -> Tensor:

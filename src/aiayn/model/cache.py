@@ -169,8 +169,9 @@ class KVCache:
         """A new cache of ``capacity`` positions (a ring: at most its window and ROLLBACK) holding, one part after
         the other, the rows ``index`` (None: all) of each part's cache with their positions moved by ``shift``:
         right (padding columns in front) or left (< 0: that many front positions dropped). Every part must then
-        end at the same position; only held positions are copied, and the slots no position has reached are zeros
-        (the static step, ``model/static.py``, attends every slot under its mask, and 0 x NaN is NaN).
+        end at the same position; only held positions are copied. The slots no position has reached are left as they
+        are in a full layer (the eager step reads none; the static step, ``model/static.py``, which attends every
+        slot under its mask, zeroes them first: 0 x NaN is NaN) and zeros in a ring.
 
         Padding is zeros (a masked key still multiplies its value by 0, and 0 * NaN is NaN), but where ``starts``
         (each row's first real column) is given a full layer zeroes only the ``SLACK`` columns before it: its
@@ -199,8 +200,10 @@ class KVCache:
             row += size
         for b, start in enumerate(starts if ragged else []):
             k[b, :, max(0, start - SLACK):start] = v[b, :, max(0, start - SLACK):start] = 0
-        k[:, :, n - low:] = v[:, :, n - low:] = 0  # slots not yet written (the static step attends every slot)
-        return cls.holding(k, v, n, first.window, zeroed=True)
+        ring = first.window is not None
+        if ring:  # a ring is attended whole once it wraps: its slots not yet written are zeros
+            k[:, :, n - low:] = v[:, :, n - low:] = 0
+        return cls.holding(k, v, n, first.window, zeroed=ring)  # a full layer's: zero_unwritten, for the static step
 
 
 def runs_of(starts: list[int]) -> list[tuple[int, int, int]] | None:

@@ -30,9 +30,13 @@ class Limits:
                                          "for the model (four whole contexts, at most an eighth of the machine's "
                                          "memory; a translator's 256 MiB); 0, none")
     prefill_chunk: int = _limit(8, "prompt tokens computed in each decoding step's pass while a long prompt joins "
-                                    "running generations, so they keep their pace: this many at the prompt's start, "
-                                    "fewer further on, where each token also attends to every earlier one (0: a "
-                                    "prompt at once)")
+                                    "running generations, so they keep their pace: this many at the prompt's start "
+                                    "until --prefill-budget has step times to go by, then that budget's; fewer "
+                                    "further on, where each token also attends to every earlier one (0: a prompt "
+                                    "at once)")
+    prefill_budget: float = _limit(1.5, "how long a decoding step carrying a long prompt's chunk may take, as a "
+                                        "multiple of the running generations' step alone: chunks sized to it from "
+                                        "measured step times (0: --prefill-chunk tokens, whatever they cost)")
     long_prefill_token_threshold: int = _limit(128, "prompts with more tokens than this to compute (past the prompt "
                                                     "cache) are long: computed --prefill-chunk tokens a step; shorter "
                                                     "ones at once")

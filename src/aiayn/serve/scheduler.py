@@ -76,7 +76,8 @@ class Scheduler:
         self.encode, self.wait = encode, wait_ms / 1000
         self.engine = Engine(model, capacity=self.capacity, prompt_cache=prefix_cache,
                              prefill_chunk=self.limits.prefill_chunk or None,
-                             long_prefill=self.limits.long_prefill_token_threshold)
+                             long_prefill=self.limits.long_prefill_token_threshold,
+                             prefill_budget=self.limits.prefill_budget)
         self.waiting: queue.Queue = queue.Queue()  # jobs, encoder work and chores, in arrival order
         self.held: Job | None = None  # the next in line, waiting for room
         self.running: list[_Running] = []
