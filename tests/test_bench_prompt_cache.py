@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import chat_checkpoint
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_prompt_cache.py"
@@ -55,3 +57,5 @@ def test_the_joining_mode_times_running_streams_while_a_long_prompt_is_computed(
     assert found[("no-join", "p99_inter_token_ms")] > 0 and ("no-join", "joining_ttft_ms") not in found
     for config in ("default", "prefill-chunk-0", "prefill-chunk-16"):
         assert found[(config, "joining_ttft_ms")] > 0 and found[(config, "p99_inter_token_ms")] > 0
+        ratio = found[(config, "p99_inter_token_ms")] / found[("no-join", "p99_inter_token_ms")]
+        assert found[(config, "p99_over_no_join")] == pytest.approx(ratio, rel=0.05, abs=0.02)  # of rounded p99s

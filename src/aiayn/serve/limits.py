@@ -34,7 +34,7 @@ class Limits:
                                     "until --prefill-budget has step times to go by, then that budget's; fewer "
                                     "further on, where each token also attends to every earlier one (0: a prompt "
                                     "at once)")
-    prefill_budget: float = _limit(1.5, "how long a decoding step carrying a long prompt's chunk may take, as a "
+    prefill_budget: float = _limit(2.0, "how long a decoding step carrying a long prompt's chunk may take, as a "
                                         "multiple of the running generations' step alone: chunks sized to it from "
                                         "measured step times (0: --prefill-chunk tokens, whatever they cost)")
     long_prefill_token_threshold: int = _limit(128, "prompts with more tokens than this to compute (past the prompt "
