@@ -158,12 +158,13 @@ def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_whe
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
 def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path):
     """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` with --compile on and off: the compiled run says it
-    compiled, and both write the same greedy text (auto would not compile 8 tokens; few, so that
-    a CPU whose activations round otherwise does not part the texts by chance)."""
+    compiled, and both write the same greedy text (auto would not compile so few tokens). Two tokens, " Paris" and
+    ".": the third is a near tie between the end of the text and a new line, which bfloat16 activations rounded
+    one way eager and the other compiled on an Intel Xeon with AMX."""
     folder = tmp_path / "smollm2"
     assert run_main("import", str(SMOLLM2), "--output", str(folder)).returncode == 0
     args = ["generate", "--checkpoint", str(folder), "--prompt", "The capital of France is", "--int4",
-            "--max-new-tokens", "8", "--temperature", "0"]
+            "--max-new-tokens", "2", "--temperature", "0"]
     os.environ["AIAYN_CACHE"] = str(tmp_path / "cache")
     try:
         auto = run_main(*args, "--compile", "on")
@@ -172,7 +173,7 @@ def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path)
     off = run_main(*args, "--compile", "off")
     assert auto.returncode == 0 and off.returncode == 0, (auto, off)
     assert "aiayn: compiled the decoding step in" in auto.stderr, auto.stderr
-    assert auto.stdout == off.stdout and "Paris" in off.stdout
+    assert auto.stdout == off.stdout and off.stdout.strip() == "Paris."
 
 
 def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch):
