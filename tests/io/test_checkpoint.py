@@ -97,3 +97,28 @@ def test_saved_folder_holds_json_config_safetensors_and_checksums_only(tmp_path)
     loaded = load_model(tmp_path / "ckpt")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),
                                                   strict=True))
+
+
+def test_a_large_tensor_is_read_a_slice_of_rows_at_a_time_and_equals_the_stored_one(tmp_path, monkeypatch):
+    """``load_weights``: a stored tensor over ``SLICE_BYTES`` is copied in slices of rows, the file mapped anew for
+    each (its pages let go slice by slice); the model read equals the one saved, a quantized copy made as it is
+    read too (inside ``memory_returned_at_once``)."""
+    from aiayn.inference.precision import converter
+    from aiayn.io import checkpoint
+
+    model = EncoderDecoder(tiny())
+    model.save(tmp_path / "ckpt")
+    x = torch.randint(1, 30, (2, 7))
+    whole = load_model(tmp_path / "ckpt", convert=converter(int4=True))(x, x)  # every tensor read at once
+    slices = []
+    read_slices = checkpoint._read_slices
+    monkeypatch.setattr(checkpoint, "SLICE_BYTES", 1000)  # rows of 64 float32: 3 rows a slice
+    monkeypatch.setattr(checkpoint, "_read_slices", lambda t, name, file: slices.append(name)
+                        or read_slices(t, name, file))
+    loaded = load_model(tmp_path / "ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values(),
+                                                  strict=True))
+    sizes = {name: t.numel() * t.element_size() for name, t in model.state_dict().items()}
+    assert "encoder.layers.0.self_attn.q_proj.weight" in slices and all(sizes[name] > 1000 for name in slices)
+    assert any(size <= 1000 for size in sizes.values())  # those read whole
+    assert torch.equal(load_model(tmp_path / "ckpt", convert=converter(int4=True))(x, x), whole)

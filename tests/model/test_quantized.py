@@ -2,6 +2,9 @@
 reference, to its quantisation error; the fused projections (``aiayn.inference.precision.fuse``)."""
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -45,6 +48,36 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernel
         bound = _activation_rounding(x.view(-1, 64), weight, bf16_kernels, getattr(layer, "w8a8", False))
         assert float((got - want).abs().max()) <= bound
     assert getattr(layer, "w8a8", not bf16_kernels) == (not bf16_kernels)  # int8: int8 activations without bf16
+
+
+LAYOUT_PROBE = """
+import torch
+from torch import nn
+from aiayn.model import quantized
+for n, k in [(40, 64), (200, 96), (1100, 64)]:  # a partial block only; blocks and a tail; two PACK_ROWS blocks
+    linear = nn.Linear(k, n)
+    layer = quantized.Int4Linear(linear)
+    layouts, quantized.LAYOUTS = quantized.LAYOUTS, ()
+    kept = quantized.Int4Linear(linear)  # no layout known: the second copy kept, as before
+    quantized.LAYOUTS = layouts
+    assert layer.nibbles is None and kept.nibbles is not None and kept.layout is None, (n, k, layer.layout)
+    assert torch.equal(layer.dequantized(), kept.dequantized()), (n, k)
+    x = torch.randn(40, k)  # a prompt's rows: through the weights dequantized
+    assert torch.equal(layer(x), kept(x)), (n, k)
+print(torch.backends.cpu.get_cpu_capability(), layer.layout)
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_int4_keeps_one_copy_of_its_weights_in_the_kernels_packing_on_every_cpu_path(capability):
+    """The int4 kernel packs its bytes one way per CPU path (AVX512: blocks of 64 rows, AVX2: of 32, rows c and
+    c + 32 or c + 16 in a byte; neither: rows 2j and 2j + 1); ``Int4Linear`` recognises the one it packed with and
+    reads its weights back from that packing (``dequantized``, a prompt's path), keeping no second copy, with the
+    same weights and outputs as with the copy. Each path forced in a process of its own (``ATEN_CPU_CAPABILITY``;
+    a CPU without it runs the highest it has, which must hold too)."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    done = subprocess.run([sys.executable, "-c", LAYOUT_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_int8_weights_are_within_half_a_step_of_the_float_ones():

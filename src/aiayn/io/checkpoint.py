@@ -10,17 +10,26 @@ This module imports no torch at load time (the command line reads it before deci
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiayn.io.files import atomic_directory, atomic_write_text, give_back_memory, read_json, sha256_file
+from aiayn.io.files import (
+    atomic_directory,
+    atomic_write_text,
+    give_back_memory,
+    memory_returned_at_once,
+    read_json,
+    sha256_file,
+)
 
 if TYPE_CHECKING:
     from torch import nn
 
 CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json"
+SLICE_BYTES = 16 * 2**20  # a stored tensor larger than this is read a slice of rows at a time (load_weights)
 GENERATION = "generation.json"  # the decoding defaults (aiayn.decoding.config.DecodingConfig), when the run chose them
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a LoRA run's (PEFT's format)
 
@@ -123,13 +132,14 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
             raise ValueError(f"{file}: weights do not match config.json: "
                              + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {unknown[0]}"))
         read: set[str] = set()  # the names read so far (with their aliases)
-        for prefix, part in [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] \
-                + [("", model)]:
-            with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
-                _read_part(part, prefix, stored, names, tied, read, file)  # read are let go with it
-            if convert is not None:
-                convert(part)
-                give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
+        with memory_returned_at_once() if convert is not None else contextlib.nullcontext():
+            for prefix, part in [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] \
+                    + [("", model)]:
+                with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
+                    _read_part(part, prefix, stored, names, tied, read, file)  # read are let go with it
+                if convert is not None:
+                    convert(part)
+                    give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
     except SafetensorError as err:
         raise ValueError(f"{file}: damaged or truncated weights file ({err}); copy it again") from None
 
@@ -153,9 +163,23 @@ def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict
             if full in read or full not in tied:  # read already (a tied weight), or made by ``convert`` meanwhile
                 continue
             name = next(n for n in tied[full] if n in names)
-            value = stored.get_tensor(name)
-            if tuple(value.shape) != tuple(tensor.shape):
+            shape = tuple(stored.get_slice(name).get_shape())
+            if shape != tuple(tensor.shape):
                 raise ValueError(f"{file}: weights do not match config.json: {name} has shape "
-                                 f"{tuple(value.shape)}, the model {tuple(tensor.shape)}")
-            tensor.copy_(value)
+                                 f"{shape}, the model {tuple(tensor.shape)}")
+            if tensor.dim() and tensor.numel() * tensor.element_size() > SLICE_BYTES:
+                _read_slices(tensor, name, file)
+            else:
+                tensor.copy_(stored.get_tensor(name))
             read.update(tied[full])
+
+
+def _read_slices(tensor, name: str, file: Path) -> None:
+    """Copy the stored tensor ``name`` into ``tensor`` about ``SLICE_BYTES`` of rows at a time, the file mapped anew
+    for each slice: the pages read are let go slice by slice (an embedding's are not held beside it whole)."""
+    from safetensors import safe_open
+
+    rows = max(1, SLICE_BYTES * tensor.size(0) // (tensor.numel() * tensor.element_size()))
+    for start in range(0, tensor.size(0), rows):
+        with safe_open(str(file), framework="pt") as stored:
+            tensor[start: start + rows].copy_(stored.get_slice(name)[start: start + rows])

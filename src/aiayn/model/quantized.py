@@ -52,6 +52,36 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
 
 
 PACK_ROWS = 1024  # rows quantized at a time (a multiple of the int4 kernel's 64-row blocks)
+# How _convert_weight_to_int4pack_for_cpu lays out its bytes: (rows a block, whether a whole block's byte holds
+# rows c and c + block/2, as with AVX512 (64) and AVX2 (32); else rows 2j and 2j + 1, as without either and in a
+# last, partial block). Each is checked against the weights it packs (layouts_of), so a kernel that packs otherwise
+# costs memory (a second copy), never results.
+LAYOUTS = ((64, True), (32, True), (32, False), (64, False))
+
+
+def unpack_int4(packed: Tensor, k: int, layout: tuple[int, bool]) -> Tensor:
+    """The int4 kernel's packing (N', K/2) undone for ``layout`` (:data:`LAYOUTS`): q (N', K) uint8. A block of
+    rows lies after the one before it, K x rows/2 bytes, k-major; a last, partial block pairs rows 2j, 2j + 1."""
+    block, halves = layout
+    n, flat, parts = packed.size(0), packed.reshape(-1), []
+    whole = n // block * block
+    if whole:
+        parts.append(_block_rows(flat[: whole * k // 2].view(whole // block, k, block // 2), halves))
+    if whole < n:
+        parts.append(_block_rows(flat[whole * k // 2:].view(1, k, (n - whole) // 2), False))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _block_rows(blocks: Tensor, halves: bool) -> Tensor:
+    """Bytes (blocks, K, r/2) of the kernel's blocks -> their rows of weights (blocks x r, K)."""
+    low, high = blocks & 15, blocks >> 4  # (blocks, K, r/2) each
+    q = torch.cat([low, high], -1) if halves else torch.stack([low, high], -1).flatten(-2)  # (blocks, K, r)
+    return q.transpose(1, 2).flatten(0, 1)  # (blocks x r, K)
+
+
+def layouts_of(packed: Tensor, q: Tensor) -> set[tuple[int, bool]]:
+    """Those of :data:`LAYOUTS` that read ``q`` (r, K) back from the kernel's ``packed`` (a few rows: several)."""
+    return {layout for layout in LAYOUTS if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
 
 
 class Int8Linear(nn.Module):
@@ -138,27 +168,33 @@ class Int4Linear(nn.Module):
         for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
             rows = weight[start: start + PACK_ROWS].float()  # (r, K)
             blocks.append(self._quantized(F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))))
-        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in zip(*blocks, strict=True))
+        common = set.intersection(*(fits for *_, fits in blocks))  # the layouts every block's packing fits
+        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in list(zip(*blocks, strict=True))[:4])
         self.dtype = kernel_dtype()
         scale_zero = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)  # (K/G, N', 2)
         self.scale_zero = scale_zero.to(self.dtype).contiguous()  # in the activations' dtype, as the kernel wants
         self.packed = q_packed  # (N', K/2), the kernel's layout
-        self.nibbles = nibbles  # (N', K/2): two weights a byte, for dequantized()
+        self.layout = next((ly for ly in LAYOUTS if ly in common), None)  # how dequantized() reads self.packed
+        self.nibbles = None if self.layout else nibbles  # else (N', K/2): two weights a byte, a second copy
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
 
     def _quantized(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low), the last
-        two (r, K/G). The kernel packs blocks of 64 rows on its own, so blocks of ``PACK_ROWS`` join end to end."""
+        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low, the layouts
+        the packing fits), scale and low (r, K/G). The kernel packs blocks of 64 rows on its own, so blocks of
+        ``PACK_ROWS`` join end to end."""
         groups = rows.view(rows.size(0), -1, self.group_size)  # (r, K/G, G)
         low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (r, K/G)
         scale = ((high - low) / 15).clamp_min(1e-12)
         q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(rows.shape)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
-        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low
+        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low, layouts_of(packed, q)
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""
-        q = torch.stack([self.nibbles & 15, self.nibbles >> 4], dim=-1).view(-1, self.in_features)  # (N', K)
+        if self.layout is not None:
+            q = unpack_int4(self.packed, self.in_features, self.layout)  # (N', K)
+        else:
+            q = torch.stack([self.nibbles & 15, self.nibbles >> 4], dim=-1).view(-1, self.in_features)  # (N', K)
         scale, zero = self.scale_zero.to(dtype).transpose(0, 1).unbind(-1)  # (N', K/G) each
         groups = (q.to(dtype) - 8).view(q.size(0), -1, self.group_size)  # (N', K/G, G)
         weight = (groups * scale[..., None] + zero[..., None]).view(q.size(0), -1)  # (N', K)
