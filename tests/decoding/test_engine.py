@@ -133,6 +133,17 @@ def test_a_long_prompt_is_computed_in_chunks_while_the_running_rows_go_on(lm):
         assert outputs(group, cfg) == generate(lm, prompt, config=cfg), cfg
 
 
+def short_then_long(engine: Engine, model, short, long, cfg: DecodingConfig, steps: int = 1) -> tuple:
+    """Admit the ``short`` prompt's group, step ``steps`` times, then admit the ``long`` one's: both groups."""
+    first, rows, beams = rows_for(model, short, cfg)
+    engine.admit(first, rows, beams)
+    for _ in range(steps):
+        engine.step()
+    second, rows, beams = rows_for(model, long, cfg)
+    engine.admit(second, rows, beams)
+    return first, second
+
+
 def test_a_chunk_runs_inside_the_running_rows_pass(lm):
     """Mixed batches: while a long prompt computes a chunk a step beside running rows, each step is one pass of the
     decoder over both (no pass of its own for the chunk), and everyone decodes what it decodes alone."""
@@ -140,11 +151,7 @@ def test_a_chunk_runs_inside_the_running_rows_pass(lm):
     torch.manual_seed(4)
     short, long = random_ids(1, 3, vocab=30), random_ids(1, 22, vocab=30)
     engine = Engine(lm, capacity=60, prefill_chunk=4)
-    first, rows, beams = rows_for(lm, short, cfg)
-    engine.admit(first, rows, beams)
-    engine.step()
-    second, rows, beams = rows_for(lm, long, cfg)
-    engine.admit(second, rows, beams)
+    first, second = short_then_long(engine, lm, short, long, cfg)
     passes = []
     forward, together = lm.decoder.forward, lm.decoder.forward_segments
     lm.decoder.forward = lambda *a, **k: passes.append("alone") or forward(*a, **k)
@@ -211,12 +218,7 @@ def test_a_chunk_is_sized_to_the_step_time_budget_from_measured_step_times(lm, m
     for column_s in (0.02, 0.1):
         engine = Engine(lm, capacity=120, prefill_chunk=4, prefill_budget=1.5)
         engine.clock = clock = ScriptedClock(engine, step_s=1.0, column_s=column_s, monkeypatch=monkeypatch)
-        first, rows, beams = rows_for(lm, short, cfg)
-        engine.admit(first, rows, beams)
-        for _ in range(3):
-            engine.step()
-        second, rows, beams = rows_for(lm, long, cfg)
-        engine.admit(second, rows, beams)
+        first, second = short_then_long(engine, lm, short, long, cfg, steps=3)
         while engine.prefilling:
             engine.step()
         chunks = [(columns, seconds) for columns, seconds in clock.steps if columns]
@@ -243,11 +245,7 @@ def test_a_chunked_prompts_blocks_are_kept_as_they_are_computed(lm, monkeypatch)
     short, long = random_ids(1, 3, vocab=30), random_ids(1, 40, vocab=30)
     cache = PromptCache(lm, block_size=4, max_bytes=2**24)
     engine = Engine(lm, capacity=120, prompt_cache=cache, prefill_chunk=3)
-    first, rows, beams = rows_for(lm, short, cfg)
-    engine.admit(first, rows, beams)
-    engine.step()
-    second, rows, beams = rows_for(lm, long, cfg)
-    engine.admit(second, rows, beams)
+    _, second = short_then_long(engine, lm, short, long, cfg)
     kept = []
     while engine.prefilling:
         engine.step()
