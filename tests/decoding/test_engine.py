@@ -170,24 +170,25 @@ def test_a_chunk_shrinks_as_the_prompt_grows_so_that_its_cost_stays_about_one(lm
     """A column at position p costs about 1 + p / (break-even x ATTENTION_RATE) columns at 0 (its attention reads
     every earlier position): ``prefill_chunk`` columns at the start, half as many where attention costs as much
     again, never fewer than one."""
-    from aiayn.decoding.engine import ATTENTION_RATE
+    from aiayn.decoding.chunks import ATTENTION_RATE
 
     smollm2 = ModelConfig.preset("tiny", arch="decoder-only", d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
                                  feed_forward="swiglu")
     assert smollm2.attention_break_even == (576 * 960 + 576 * 576 + 3 * 576 * 1536) // (2 * 9 * 64) == 3072
     engine = Engine(lm, prefill_chunk=16)
     even = lm.config.attention_break_even * ATTENTION_RATE
-    assert engine._chunk_size(0) == 16 and engine._chunk_size(int(even)) == 8
-    assert engine._chunk_size(int(3 * even)) == 4 and engine._chunk_size(10**9) == 1
+    assert engine.chunks.size(0) == 16 and engine.chunks.size(int(even)) == 8
+    assert engine.chunks.size(int(3 * even)) == 4 and engine.chunks.size(10**9) == 1
 
 
 class ScriptedClock:
     """A clock that moves only by what a pass costs on a scripted machine: ``step_s`` for the running rows and
-    ``column_s`` for each chunk column at weight 1 (a column at position p costs ``engine._weight(p)`` of them)."""
+    ``column_s`` for each chunk column at weight 1 (a column at position p: ``engine.chunks.weight(p)`` of them)."""
 
-    def __init__(self, engine: Engine, step_s: float, column_s: float, monkeypatch) -> None:
-        self.now, self.engine, self.step_s, self.column_s = 0.0, engine, step_s, column_s
+    def __init__(self, engine: Engine, step_s: float, column_s: float, monkeypatch, growth: float = 0.0) -> None:
+        self.now, self.engine, self.step_s, self.column_s, self.growth = 0.0, engine, step_s, column_s, growth
         self.steps: list[tuple[int, float]] = []  # (chunk columns, seconds) of each pass beside running rows
+        self.plain: list[tuple[int, float]] = []  # (chunk's first position, the rows' own seconds) of each
         together, step = engine.model.step_together, engine.model.step
         monkeypatch.setattr(engine.model, "step_together", lambda parts: self._pass(parts) or together(parts))
         monkeypatch.setattr(engine.model, "step", lambda tokens, state, *a, **kw: self._pass([(tokens, state)])
@@ -199,10 +200,12 @@ class ScriptedClock:
     def _pass(self, parts) -> None:
         if not self.engine.groups:  # a prompt computed alone: not a step of running rows
             return
-        seconds, columns = self.step_s, 0
+        seconds, columns, position = self.step_s * (1 + self.growth * len(self.steps)), 0, 0  # the rows grow
+        self.plain.append((0, seconds))
         for tokens, state in parts[1:]:
-            columns = tokens.size(1) - state.position
-            seconds += self.column_s * sum(self.engine._weight(p) for p in range(state.position, tokens.size(1)))
+            columns, position = tokens.size(1) - state.position, state.position
+            self.plain[-1] = (position, seconds)
+            seconds += self.column_s * sum(self.engine.chunks.weight(p) for p in range(state.position, tokens.size(1)))
         self.steps.append((columns, seconds))
         self.now += seconds
 
@@ -222,7 +225,7 @@ def test_a_chunk_is_sized_to_the_step_time_budget_from_measured_step_times(lm, m
         while engine.prefilling:
             engine.step()
         chunks = [(columns, seconds) for columns, seconds in clock.steps if columns]
-        sizes[column_s] = [columns for columns, _ in chunks], round(0.5 / (column_s * engine._weight(4)))
+        sizes[column_s] = [columns for columns, _ in chunks], round(0.5 / (column_s * engine.chunks.weight(4)))
         assert chunks[0][0] == 4  # nothing measured with a chunk yet: --prefill-chunk
         assert all(seconds <= 1.5 * 1.05 for _, seconds in chunks[1:-1])  # within the budget (the last: what's left)
         engine.run()
@@ -231,6 +234,27 @@ def test_a_chunk_is_sized_to_the_step_time_budget_from_measured_step_times(lm, m
     for column_s, (columns, expected) in sizes.items():  # half a step's worth of columns after the first chunk
         assert columns[1] == expected, column_s
     assert sizes[0.02][0][1] > 2 * sizes[0.1][0][1] > 4
+
+
+def test_the_running_rows_step_is_measured_again_while_a_long_prompt_is_chunked(lm, monkeypatch):
+    """The running rows' step slows as their caches grow: every ``PROBE_EVERY`` steps with a chunk, one goes
+    without, so that step is measured again and its growth is not taken for the chunk's cost: the chunks keep the
+    size the budget gives at each step's own pace (measured once, they would shrink toward one column)."""
+    from aiayn.decoding.chunks import PROBE_EVERY
+
+    cfg = DecodingConfig(strategy="greedy", min_new_tokens=150, max_new_tokens=150, max_len_b=None)
+    torch.manual_seed(7)
+    engine = Engine(lm, capacity=400, prefill_chunk=4, prefill_budget=2)
+    engine.clock = clock = ScriptedClock(engine, step_s=1.0, column_s=0.02, monkeypatch=monkeypatch, growth=0.05)
+    short_then_long(engine, lm, random_ids(1, 3, vocab=30), random_ids(1, 220, vocab=30), cfg, steps=3)
+    while engine.prefilling:
+        engine.step()
+    passes = list(zip(clock.steps, clock.plain, strict=True))[3:]  # from the long prompt's first chunk
+    columns = [c for (c, _), _ in passes]
+    assert 0 in columns[1: PROBE_EVERY + 2]  # a step without the chunk, measured alone
+    for (c, _), (position, rows_s) in passes[PROBE_EVERY * 2: -1]:  # once measured again, before the last chunk
+        if c:
+            assert c >= 0.6 * (2 - 1) * rows_s / (0.02 * engine.chunks.weight(position)), (c, position, rows_s)
 
 
 def test_a_chunked_prompts_blocks_are_kept_as_they_are_computed(lm, monkeypatch):

@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from aiayn.decoding.chunks import ALONE_CHUNK, ChunkSizer
 from aiayn.decoding.core import Columns
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.source_cache import SourceCache
@@ -29,11 +30,7 @@ from aiayn.model.packed import output_rows
 from aiayn.model.state import DecodeState
 from aiayn.model.transformer import TransformerModel
 
-ATTENTION_RATE = 0.5  # a CPU's attention over a long cache runs at about half its projections' rate (SmolLM2, 2 cores)
-ALONE_CHUNK = 512  # a prompt's columns computed a pass while no rows run (a newcomer waits at most one such pass)
-SMOOTHING = 0.25  # the weight of the newest step in the measured step times (an exponential moving average)
 STORE_EVERY = 256  # a chunked prompt's blocks go to the prompt cache each time this many more columns are computed
-PROBE_EVERY = 8  # with a budget, every this many steps carrying a chunk are followed by one without (measured)
 
 
 class Rows(Protocol):
@@ -71,10 +68,8 @@ class Engine:
             pace); None: at once.
         long_prefill: prompts with at most this many columns to compute are computed at once, whatever
             ``prefill_chunk`` (vLLM's long-prefill threshold: a short prompt costs the running rows one longer step).
-        prefill_budget: how long a step carrying a chunk may take, as a multiple of the running rows' step alone:
-            once both are measured (``clock``'s seconds per pass), each chunk is as many columns as fit that
-            budget on this machine, this model and this batch (:meth:`_chunk_size`); every ``PROBE_EVERY`` steps
-            with a chunk, one goes without, so the rows' own step stays measured as their caches grow. None or 0:
+        prefill_budget: how long a step carrying a chunk may take, as a multiple of the running rows' step alone,
+            from their passes timed by ``clock`` (``decoding/chunks.py::ChunkSizer``); None or 0:
             ``prefill_chunk`` columns at the start, fewer further on, whatever they cost.
         clock: seconds, for those measurements (tests script it).
     """
@@ -84,11 +79,8 @@ class Engine:
                  long_prefill: int = 0, prefill_budget: float | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.model, self.use_cache, self.capacity, self.prompt_cache = model, use_cache, capacity, prompt_cache
-        self.prefill_chunk, self.long_prefill, self.prefill_budget = prefill_chunk, long_prefill, prefill_budget
-        self.clock = clock
-        self.plain_s: float | None = None  # a step of the running rows alone, measured (moving average)
-        self.column_s: float | None = None  # what one chunk column adds to it, at weight 1 (:meth:`_weight`)
-        self.chunked = 0  # steps with a chunk since the last without
+        self.prefill_chunk, self.long_prefill, self.clock = prefill_chunk, long_prefill, clock
+        self.chunks = ChunkSizer(model.config, prefill_chunk or 0, prefill_budget)
         self.prefilling: list[tuple[Rows, Tensor, DecodeState, bool]] = []  # admitted, prompt still computing
         self.columns = Columns(model.config, candidates)
         self.groups: list[Rows] = []
@@ -162,39 +154,11 @@ class Engine:
         columns beside running rows, ``ALONE_CHUNK`` at least when none run), its state, and whether that
         chunk ends the prompt (the group is then taken out of ``prefilling``)."""
         _, tokens, state, _ = self.prefilling[0]
-        size = self._chunk_size(state.position) if self.groups else max(self.prefill_chunk, ALONE_CHUNK)
+        size = self.chunks.size(state.position) if self.groups else max(self.prefill_chunk, ALONE_CHUNK)
         last = tokens.size(1) - state.position <= size
         if last:
             self.prefilling.pop(0)
         return tokens[:, :state.position + size], state, last
-
-    def _chunk_size(self, position: int) -> int:
-        """Columns of a chunk starting at ``position``: with a budget and both step times measured, as many as
-        add ``prefill_budget - 1`` running steps to the step, at their measured cost; else ``prefill_chunk`` at a
-        prompt's start and fewer further on, each costing :meth:`_weight` columns (so a step keeps about one
-        length). At least 1, at most ``ALONE_CHUNK``."""
-        weight = self._weight(position)
-        if self.prefill_budget and self.plain_s and self.column_s:
-            size = (self.prefill_budget - 1) * self.plain_s / (self.column_s * weight)
-        else:
-            size = self.prefill_chunk / weight
-        return min(ALONE_CHUNK, max(1, round(size)))
-
-    def _weight(self, position: float) -> float:
-        """What a chunk column at ``position`` costs against one at the start: each also attends to every earlier
-        one (``ModelConfig.attention_break_even``), and attention runs at about ``ATTENTION_RATE`` of the
-        projections' rate."""
-        return 1 + position / (self.model.config.attention_break_even * ATTENTION_RATE)
-
-    def _measure(self, seconds: float, columns: int, position: int) -> None:
-        """Fold one pass of the running rows into the measured times: alone (``columns`` 0), or with a chunk of
-        ``columns`` from ``position`` (what it took beyond the rows' own step, per weighted column)."""
-        if not columns:
-            self.plain_s = seconds if self.plain_s is None else _average(self.plain_s, seconds)
-        elif self.plain_s:
-            weighted = columns * self._weight(position + (columns - 1) / 2)  # the mean column's weight
-            extra = max(seconds - self.plain_s, 0.01 * self.plain_s) / weighted
-            self.column_s = extra if self.column_s is None else _average(self.column_s, extra)
 
     def start_width(self, inputs: Tensor) -> int:
         """Start columns of a row of ``inputs``: BOS for a translation, the prompt for a language model."""
@@ -230,10 +194,9 @@ class Engine:
         if self.joining:
             self.join()
         waiting = self.prefilling[0] if self.prefilling else None
-        if waiting is not None and self.groups and self.prefill_budget and self.chunked >= PROBE_EVERY:
+        if waiting is not None and self.groups and self.chunks.probe():
             waiting = None  # the running rows' step alone, measured again
         chunk = None if waiting is None else self._chunk()
-        self.chunked = 0 if chunk is None else self.chunked + 1
         parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
         if not parts:
             return
@@ -242,8 +205,8 @@ class Engine:
         scores = ([self.model.step(*parts[0], last=True)] if len(parts) == 1
                   else self.model.step_together(parts))  # each part's last column: (b, 1, V), or (b, 1, C)
         if self.groups:
-            self._measure(self.clock() - started, 0 if chunk is None else chunk[0].size(1) - position, position or 0)
-        if self.groups:
+            columns = 0 if chunk is None else chunk[0].size(1) - position
+            self.chunks.measure(self.clock() - started, columns, position or 0)
             chosen = self._choose(scores[0][:, -1].float(), self.groups)
             self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)
             self.steps += 1
@@ -314,11 +277,6 @@ def run(model: TransformerModel, group: Rows, inputs: Tensor, beams: int = 1, us
     engine.admit(group, inputs, beams)
     engine.run()
     return group
-
-
-def _average(mean: float, value: float) -> float:
-    """``value`` folded into the moving average ``mean``."""
-    return (1 - SMOOTHING) * mean + SMOOTHING * value
 
 
 def _extend(tokens: Tensor, state: DecodeState, nexts: Tensor, index: Tensor | None) -> Tensor:
