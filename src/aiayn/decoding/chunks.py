@@ -55,10 +55,12 @@ class ChunkSizer:
     def measure(self, seconds: float, columns: int, position: int) -> None:
         """Fold one pass of the running rows into the measured times: alone (``columns`` 0), or with a chunk of
         ``columns`` from ``position`` (what it took beyond the rows' own step, per weighted column)."""
-        self.chunked = 0 if not columns else self.chunked + 1
         if not columns:
+            self.chunked = 0
             self.plain_s = seconds if self.plain_s is None else _average(self.plain_s, seconds)
-        elif self.plain_s:
+            return
+        self.chunked += 1
+        if self.plain_s:
             weighted = columns * self.weight(position + (columns - 1) / 2)  # the mean column's weight
             extra = max(seconds - self.plain_s, 0.01 * self.plain_s) / weighted
             self.column_s = extra if self.column_s is None else _average(self.column_s, extra)

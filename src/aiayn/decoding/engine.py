@@ -200,13 +200,13 @@ class Engine:
         parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
         if not parts:
             return
-        position = None if chunk is None else chunk[1].position
+        position = 0 if chunk is None else chunk[1].position  # the chunk's first column
         started = self.clock()
         scores = ([self.model.step(*parts[0], last=True)] if len(parts) == 1
                   else self.model.step_together(parts))  # each part's last column: (b, 1, V), or (b, 1, C)
         if self.groups:
             columns = 0 if chunk is None else chunk[0].size(1) - position
-            self.chunks.measure(self.clock() - started, columns, position or 0)
+            self.chunks.measure(self.clock() - started, columns, position)
             chosen = self._choose(scores[0][:, -1].float(), self.groups)
             self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)
             self.steps += 1

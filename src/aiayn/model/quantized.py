@@ -79,9 +79,9 @@ def _block_rows(blocks: Tensor, halves: bool) -> Tensor:
     return q.transpose(1, 2).flatten(0, 1)  # (blocks x r, K)
 
 
-def layouts_of(packed: Tensor, q: Tensor) -> set[tuple[int, bool]]:
-    """Those of :data:`LAYOUTS` that read ``q`` (r, K) back from the kernel's ``packed`` (a few rows: several)."""
-    return {layout for layout in LAYOUTS if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
+def layouts_of(packed: Tensor, q: Tensor, layouts=LAYOUTS) -> set[tuple[int, bool]]:
+    """Those of ``layouts`` that read ``q`` (r, K) back from the kernel's ``packed`` (a few rows: several)."""
+    return {layout for layout in layouts if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
 
 
 class Int8Linear(nn.Module):
@@ -165,29 +165,31 @@ class Int4Linear(nn.Module):
         self.in_features, self.out_features, self.group_size = k, n, group_size
         padded = -(-n // 16) * 16
         weight, blocks = linear.weight.detach(), []
+        fits = set(LAYOUTS)  # the layouts every block's packing fits so far
         for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
             rows = weight[start: start + PACK_ROWS].float()  # (r, K)
-            blocks.append(self._quantized(F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))))
-        common = set.intersection(*(fits for *_, fits in blocks))  # the layouts every block's packing fits
-        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in list(zip(*blocks, strict=True))[:4])
+            rows = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))
+            *block, fits = self._quantized(rows, fits)
+            blocks.append(block)
+        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in zip(*blocks, strict=True))
         self.dtype = kernel_dtype()
         scale_zero = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)  # (K/G, N', 2)
         self.scale_zero = scale_zero.to(self.dtype).contiguous()  # in the activations' dtype, as the kernel wants
         self.packed = q_packed  # (N', K/2), the kernel's layout
-        self.layout = next((ly for ly in LAYOUTS if ly in common), None)  # how dequantized() reads self.packed
+        self.layout = next((ly for ly in LAYOUTS if ly in fits), None)  # how dequantized() reads self.packed
         self.nibbles = None if self.layout else nibbles  # else (N', K/2): two weights a byte, a second copy
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
 
-    def _quantized(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low, the layouts
-        the packing fits), scale and low (r, K/G). The kernel packs blocks of 64 rows on its own, so blocks of
-        ``PACK_ROWS`` join end to end."""
+    def _quantized(self, rows: Tensor, layouts: set) -> tuple[Tensor, Tensor, Tensor, Tensor, set]:
+        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low, those of
+        ``layouts`` the packing fits), scale and low (r, K/G). The kernel packs blocks of 64 rows on its own, so
+        blocks of ``PACK_ROWS`` join end to end."""
         groups = rows.view(rows.size(0), -1, self.group_size)  # (r, K/G, G)
         low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (r, K/G)
         scale = ((high - low) / 15).clamp_min(1e-12)
         q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(rows.shape)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
-        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low, layouts_of(packed, q)
+        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low, layouts_of(packed, q, layouts)
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""
