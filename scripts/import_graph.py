@@ -18,6 +18,7 @@ from pathlib import Path
 LAYERS = (
     ("aiayn",),  # the public API: names resolved on use (importlib), no static import
     ("aiayn.io",),  # files, checkpoint folders
+    ("aiayn.kernels",),  # aiayn's own CPU kernels, built on the machine that runs them
     ("aiayn.model",),  # the paper's parts and the family built from them
     ("aiayn.tokenizers",),
     ("aiayn.data", "aiayn.decoding"),

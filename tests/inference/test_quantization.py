@@ -127,16 +127,24 @@ def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
         assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted
 
 
-def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run, bf16_kernels):
+def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run, bf16_kernels, monkeypatch):
     """``kernels`` (and ``aiayn generate --verbose``) say what the linear layers compute: the plain model PyTorch's
-    matmul, the packed copy oneDNN's, int8 with int8 or bfloat16 activations and int4 with bfloat16 or float32 ones
-    as this CPU's branch chose (both branches forced on every machine)."""
+    matmul, the packed copy oneDNN's, int8 with int8 or bfloat16 activations, int4 through aiayn's int4 x int8
+    kernel where it builds, else with bfloat16 or float32 activations, as this CPU's branch chose (both branches
+    forced on every machine)."""
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import inference_copy, kernels
+    from aiayn.kernels import simd_path
+    from aiayn.model import quantized
 
     model = load_checkpoint(lm_run)[0].eval()
     n = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     assert kernels(model) == {"float32 weights, PyTorch's matmul": n}
+    if quantized.w4a8_available():
+        prompt = "bfloat16" if native_bf16() else "float32"
+        ours = f"int4 weights x int8 activations, groups of 32 (aiayn::q4a8_mm, its {simd_path()} path; a prompt in "
+        assert list(kernels(inference_copy(model, int4=True))) == [f"{ours}{prompt})"]
+    monkeypatch.setattr(quantized, "w4a8_available", lambda: False)  # no compiler: PyTorch's kernel
     activations = "bfloat16" if bf16_kernels else "float32"
     int4 = kernels(inference_copy(model, int4=True))
     assert list(int4) == [f"int4 weights x {activations} activations, groups of 32 (aten._weight_int4pack_mm_for_cpu)"]

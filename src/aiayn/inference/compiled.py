@@ -19,7 +19,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +31,8 @@ from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.fx.experimental import _config as fx_config
 
 from aiayn.io.files import atomic_path, cache_dir
-from aiayn.model.packed import PackedLinear, cpu_flags
+from aiayn.kernels import compiler, cpu_flags
+from aiayn.model.packed import PackedLinear
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.state import DecodeState
 from aiayn.model.static import advance, static_inputs, static_step
@@ -182,13 +182,13 @@ def saved_path(model, rows: bool = False) -> Path:
     ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all that shapes the graph (PyTorch's version,
     aiayn's source, the model's config and tensors, the CPU's features, the compiler, the compute threads). It is a
     file aiayn writes and reads in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
-    source = Path(__file__).parents[1]
+    sources = sorted(p for p in Path(__file__).parents[1].rglob("*") if p.suffix in (".py", ".cpp"))
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
     parts = {"torch": torch.__version__, "config": model.config.to_dict(), "cpu": sorted(cpu_flags()),
              "compiler": compiler(), "threads": torch.get_num_threads(),
              "tensors": [(name, list(t.shape), str(t.dtype)) for name, t in tensors],
              "modules": sorted({type(m).__qualname__ for m in model.modules()}),
-             "source": hashlib.sha256(b"".join(p.read_bytes() for p in sorted(source.rglob("*.py")))).hexdigest()}
+             "source": hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
     return cache_dir() / "compiled" / f"step-{digest}-{'rows' if rows else 'row'}.bin"
 
@@ -223,12 +223,6 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
             return (f"--compile auto: {tokens} new tokens, fewer than the {AUTO_TOKENS:,} that repay loading the kept "
                     "compiled step (--compile on)")
     return None
-
-
-def compiler() -> str | None:
-    """The C++ compiler Inductor would use ($CXX, else g++, c++ or clang++ on PATH), or None."""
-    return next((found for name in (os.environ.get("CXX"), "g++", "c++", "clang++")
-                 if name and (found := shutil.which(name))), None)
 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from aiayn.kernels import cpu_flags
+
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16")  # x86's, then AArch64's
 
 
@@ -38,11 +40,6 @@ def exact_int8_dot(flags: set[str] | None = None) -> bool:
     products were off by up to 34,420 with ``ONEDNN_MAX_CPU_ISA=AVX2``); 7-bit weights keep the pairs in range."""
     flags = cpu_flags() if flags is None else flags
     return any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
-
-
-def cpu_flags() -> set[str]:
-    """This CPU's instruction-set features, as torch's cpuinfo probe names them (``torch.cpu.get_capabilities``)."""
-    return {name for name, present in torch.cpu.get_capabilities().items() if present is True}
 
 
 def packing_available(dtype: torch.dtype | None = None) -> bool:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.kernels import load, q4a8, simd_path
 from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
 FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
@@ -36,6 +37,11 @@ def int8_activations() -> bool:
     """Whether :class:`Int8Linear` quantizes its activations on this CPU: where it has no native bfloat16
     (:func:`native_bf16`) but exact int8 dot products (:func:`exact_int8_dot`); elsewhere bfloat16 activations."""
     return not native_bf16() and exact_int8_dot()
+
+
+def w4a8_available() -> bool:
+    """aiayn's int4 x int8 kernel is built and loaded on this machine (:func:`aiayn.kernels.load`)."""
+    return load() is None
 
 
 def _output(y: Tensor, x: Tensor, n: int, bias: Tensor | None) -> Tensor:
@@ -153,46 +159,63 @@ class Int4Linear(nn.Module):
     """y = x W^T + b with W = (q - 8) s + z group-wise: q in [0, 15], one (s, z) per ``group_size`` weights of a
     row, from the group's min and max (asymmetric, weight-only).
 
+    Two kernels for a few rows (decoding), chosen by ``w4a8`` (default: wherever aiayn's kernel builds on this
+    machine, :func:`w4a8_available`): the activations quantized to int8 per group of 32 and integer dot products
+    (``aiayn::q4a8_mm``, as llama.cpp's Q4_1 x Q8_1: 2-4x PyTorch's kernel on 2 cores, docs/decoding.md); or
+    PyTorch's weight-only kernel with bfloat16 activations (``_weight_int4pack_mm_for_cpu``). A prompt's many rows
+    go through the weights dequantized.
+
     Shape: x (..., in_features) -> (..., out_features), in x's dtype. in_features must be a multiple of
-    ``group_size`` (32, 64, 128 or 256); the rows are padded to a multiple of 16 inside (the kernel's).
+    ``group_size`` (32, 64, 128 or 256; 32 for ``w4a8``); the rows are padded to a multiple of 16 inside.
     """
 
-    def __init__(self, linear: nn.Linear, group_size: int = 32) -> None:
+    def __init__(self, linear: nn.Linear, group_size: int = 32, w4a8: bool | None = None) -> None:
         super().__init__()
         n, k = linear.out_features, linear.in_features
         if k % group_size:
             raise ValueError(f"int4: in_features {k} is not a multiple of the group size {group_size}")
         self.in_features, self.out_features, self.group_size = k, n, group_size
+        self.w4a8 = w4a8_available() and group_size == q4a8.GROUP if w4a8 is None else w4a8
         padded = -(-n // 16) * 16
         weight, blocks = linear.weight.detach(), []
         fits = set(LAYOUTS)  # the layouts every block's packing fits so far
         for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
             rows = weight[start: start + PACK_ROWS].float()  # (r, K)
             rows = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))
-            *block, fits = self._quantized(rows, fits)
-            blocks.append(block)
-        q_packed, nibbles, scale, low = (torch.cat(parts) for parts in zip(*blocks, strict=True))
+            q, scale, low = self._quantized(rows)
+            if self.w4a8:
+                blocks.append(q4a8.pack(q, scale, low))
+            else:
+                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
+                fits = layouts_of(packed, q, fits)
+                blocks.append((packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low))
+        parts = [torch.cat(part) for part in zip(*blocks, strict=True)]
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        self.layout = self.nibbles = None
+        if self.w4a8:  # the prompt's dense product: bfloat16 where the CPU computes in it
+            self.packed, self.scales = parts  # (N'/4, K/32, 64) uint8, (N'/4, K/32, 8) float16
+            self.dtype = torch.bfloat16 if native_bf16() else torch.float32
+            return
+        q_packed, nibbles, scale, low = parts
         self.dtype = kernel_dtype()
         scale_zero = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)  # (K/G, N', 2)
         self.scale_zero = scale_zero.to(self.dtype).contiguous()  # in the activations' dtype, as the kernel wants
         self.packed = q_packed  # (N', K/2), the kernel's layout
         self.layout = next((ly for ly in LAYOUTS if ly in fits), None)  # how dequantized() reads self.packed
         self.nibbles = None if self.layout else nibbles  # else (N', K/2): two weights a byte, a second copy
-        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
 
-    def _quantized(self, rows: Tensor, layouts: set) -> tuple[Tensor, Tensor, Tensor, Tensor, set]:
-        """Rows (r, K) of the weight in 4 bits: (the kernel's packing, two weights a byte, scale, low, those of
-        ``layouts`` the packing fits), scale and low (r, K/G). The kernel packs blocks of 64 rows on its own, so
-        blocks of ``PACK_ROWS`` join end to end."""
+    def _quantized(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Rows (r, K) of the weight in 4 bits: q (r, K) uint8, scale and low (r, K/G): w ~ q scale + low."""
         groups = rows.view(rows.size(0), -1, self.group_size)  # (r, K/G, G)
         low, high = groups.amin(dim=-1), groups.amax(dim=-1)  # (r, K/G)
         scale = ((high - low) / 15).clamp_min(1e-12)
         q = ((groups - low[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(rows.shape)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
-        return packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low, layouts_of(packed, q, layouts)
+        return q, scale, low
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""
+        if self.w4a8:
+            return q4a8.dequantize(self.packed, self.scales, dtype)[: self.out_features]
         if self.layout is not None:
             q = unpack_int4(self.packed, self.in_features, self.layout)  # (N', K)
         else:
@@ -205,17 +228,24 @@ class Int4Linear(nn.Module):
     @property
     def kernel(self) -> str:
         """The computation it runs, in words (``aiayn generate --verbose``)."""
+        if self.w4a8:
+            return (f"int4 weights x int8 activations, groups of 32 (aiayn::q4a8_mm, its {simd_path()} path; "
+                    f"a prompt in {str(self.dtype).removeprefix('torch.')})")
         return (f"int4 weights x {str(self.dtype).removeprefix('torch.')} activations, groups of {self.group_size} "
                 "(aten._weight_int4pack_mm_for_cpu)")
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() // self.in_features > FEW_ROWS:
             return _dequantized_product(self, x)
-        rows = x.reshape(-1, self.in_features).to(self.dtype).contiguous()  # (rows, K): the kernels read it densely
+        rows = x.reshape(-1, self.in_features)  # (rows, K)
+        if self.w4a8:
+            y = torch.ops.aiayn.q4a8_mm(rows.float(), self.packed, self.scales)  # (rows, N')
+            return _output(y, x, self.out_features, self.bias)
+        rows = rows.to(self.dtype).contiguous()  # the kernels read it densely
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, self.group_size,
                                                       self.scale_zero)  # (rows, N')
         return _output(y, x, self.out_features, self.bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
-                f"bias={self.bias is not None}")
+                f"bias={self.bias is not None}, activations={'int8' if self.w4a8 else str(self.dtype)[6:]}")

@@ -1,0 +1,97 @@
+"""aiayn's own CPU kernels, compiled once per machine with its C++ compiler and loaded as ``torch.library`` ops.
+
+One today: ``aiayn::q4a8_mm`` (``q4a8.cpp``), int4 weights times int8 activations for batch-1 decoding, as
+llama.cpp's Q4_1 x Q8_1 dot product; :mod:`aiayn.kernels.q4a8` packs its weights and holds the same math in torch
+operations (the reference the tests check it against). PyTorch's own int4 kernel is vectorised only for bfloat16
+activations and reads its weights at 5-11 GB/s on 2 cores of an Intel Xeon; this one at 19-34 GB/s
+(docs/decoding.md). The library is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the
+one this CPU has) into ``$AIAYN_CACHE/kernels/``, named by a digest of the source, PyTorch, the compiler, its
+flags and the CPU, so a second start loads it in milliseconds. Without a compiler, or where the build fails,
+:func:`load` says why and the caller keeps PyTorch's kernel. ``$AIAYN_KERNEL_FLAGS`` adds compiler flags
+(``-mno-avx512f``: the AVX2 path on an AVX512 CPU; the tests force each path so).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+from aiayn.io.files import atomic_path, cache_dir
+from aiayn.kernels.q4a8 import register_fake
+
+SOURCE = Path(__file__).with_name("q4a8.cpp")
+_STATE: dict[str, str | None] = {}  # "why": None once loaded, else why not; "path": the SIMD path compiled
+
+
+def compiler() -> str | None:
+    """The C++ compiler aiayn and Inductor use ($CXX, else g++, c++ or clang++ on PATH), or None."""
+    return next((found for name in (os.environ.get("CXX"), "g++", "c++", "clang++")
+                 if name and (found := shutil.which(name))), None)
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's instruction-set features, as torch's cpuinfo probe names them (``torch.cpu.get_capabilities``)."""
+    return {name for name, present in torch.cpu.get_capabilities().items() if present is True}
+
+
+def _flags() -> list[str]:
+    return ["-O3", "-march=native", *os.environ.get("AIAYN_KERNEL_FLAGS", "").split()]
+
+
+def library_path(cxx: str) -> Path:
+    """``$AIAYN_CACHE/kernels/q4a8-<digest>.so``: the digest of all the built library depends on."""
+    parts = {"source": hashlib.sha256(SOURCE.read_bytes()).hexdigest(), "torch": torch.__version__,
+             "compiler": cxx, "flags": _flags(), "cpu": sorted(cpu_flags())}
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_dir() / "kernels" / f"q4a8-{digest}.so"
+
+
+def _build(cxx: str, target: Path) -> None:
+    """Compile q4a8.cpp into ``target`` (a temp file, then renamed: a reader never loads half a library)."""
+    from torch.utils import cpp_extension
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        command = [cxx, *_flags(), "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-w",
+                   f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                   *(f"-I{p}" for p in cpp_extension.include_paths()), str(SOURCE), "-o", str(tmp),
+                   *(f"-L{p}" for p in cpp_extension.library_paths()), "-lc10", "-ltorch_cpu"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+
+
+def load() -> str | None:
+    """Build (once per machine) and load the kernels; None when ``torch.ops.aiayn.q4a8_mm`` is there to call,
+    else why it is not (one line). Asked again, it answers from memory."""
+    if "why" in _STATE:
+        return _STATE["why"]
+    cxx = compiler()
+    if cxx is None:
+        _STATE["why"] = "no C++ compiler (g++, c++ or clang++) on PATH"
+        return _STATE["why"]
+    target = library_path(cxx)
+    try:
+        if not target.is_file():
+            _build(cxx, target)
+        torch.ops.load_library(str(target))
+        name = ctypes.CDLL(str(target)).aiayn_q4a8_path
+        name.restype = ctypes.c_char_p
+        _STATE["path"] = name().decode()
+        _STATE["why"] = None
+        register_fake()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        _STATE["why"] = f"aiayn's int4 x int8 kernel did not build or load ({error})"
+    return _STATE["why"]
+
+
+def simd_path() -> str | None:
+    """The instruction set the loaded q4a8 kernel was compiled for (avx512-vnni, avx2, c++), or None."""
+    return _STATE.get("path") if load() is None else None

@@ -1,0 +1,85 @@
+"""aiayn::q4a8_mm, the int4 x int8 kernel (src/aiayn/kernels/q4a8.cpp), against its math in torch operations
+(aiayn.kernels.q4a8.reference) on each of its SIMD paths, and the packing it reads."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn.kernels import load, q4a8, simd_path
+
+pytestmark = pytest.mark.skipif(load() is not None, reason=f"the kernel did not build here: {load()}")
+
+
+def _weights(n: int, k: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), dtype=torch.uint8, generator=g)
+    d = torch.rand(n, k // 32, generator=g) * 0.1 + 1e-3
+    mn = torch.randn(n, k // 32, generator=g) * 0.5
+    return q, d, mn
+
+
+def test_the_packing_is_undone_exactly_and_dequantizes_to_q_d_plus_mn():
+    q, d, mn = _weights(12, 96)
+    packed, scales = q4a8.pack(q, d, mn)
+    assert packed.shape == (3, 3, 64) and scales.shape == (3, 3, 8) and scales.dtype == torch.float16
+    q2, d2, mn2 = q4a8.unpack(packed, scales)
+    assert torch.equal(q2, q) and torch.equal(d2, d.half().float()) and torch.equal(mn2, mn.half().float())
+    # byte j of a row's group: weight j in the low nibble, j + 16 in the high (llama.cpp's Q4_1 block)
+    assert int(packed[0, 1, 16 + 5]) == int(q[1, 32 + 5]) | int(q[1, 32 + 21]) << 4
+    want = q.float().view(12, 3, 32) * d2[..., None] + mn2[..., None]
+    assert torch.equal(q4a8.dequantize(packed, scales), want.view(12, 96))
+
+
+CHECK = """
+import torch
+from aiayn.kernels import load, q4a8, simd_path
+assert load() is None, load()
+for n, k, m in [(4, 32, 2), (40, 96, 1), (960, 576, 1), (64, 1536, 3), (8, 64, 16), (12, 64, 6)]:
+    q = torch.randint(0, 16, (n, k), dtype=torch.uint8)
+    d, mn = torch.rand(n, k // 32) * 0.1 + 1e-3, torch.randn(n, k // 32) * 0.5
+    packed, scales = q4a8.pack(q, d, mn)
+    x = torch.randn(m, k) * 3
+    x[0, :32] = 0  # a group of zeros: dx = 0
+    got, want = torch.ops.aiayn.q4a8_mm(x, packed, scales), q4a8.reference(x, packed, scales)
+    assert got.shape == (m, n) and got.dtype == torch.float32
+    err = float((got - want).abs().max() / want.abs().max())
+    assert err < 1e-5, (n, k, m, err)
+print(simd_path())
+"""
+
+
+@pytest.mark.parametrize("flags, path", [("", None), ("-mno-avx512f", "avx2"), ("-mno-avx2 -mno-avx512f", "c++")])
+def test_the_kernel_equals_its_reference_on_each_simd_path(flags, path, tmp_path):
+    """Each path compiled in a process of its own ($AIAYN_KERNEL_FLAGS; the default: this CPU's best), its
+    results within float rounding of the reference: the integer dots exact, the activations quantized alike."""
+    env = {**os.environ, "AIAYN_KERNEL_FLAGS": flags, "AIAYN_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == (path or simd_path())
+
+
+def test_the_reference_is_the_float_product_to_within_the_activations_rounding():
+    """The math itself: dequantized weights times activations rounded to 8 bits per group of 32 (what llama.cpp's
+    Q8_1 does): within half a step a group of the float product."""
+    q, d, mn = _weights(16, 64, seed=3)
+    packed, scales = q4a8.pack(q, d, mn)
+    weight = q4a8.dequantize(packed, scales)
+    x = torch.randn(2, 64)
+    step = x.view(2, 2, 32).abs().amax(-1) / 127  # (M, G)
+    bound = 0.5 * (step[:, None, :] * weight.view(16, 2, 32).abs().sum(-1)).sum(-1)  # (M, N)
+    assert bool(((q4a8.reference(x, packed, scales) - F.linear(x, weight)).abs() <= bound + 1e-5).all())
+
+
+def test_without_a_compiler_the_kernel_says_why_and_int4_keeps_pytorchs(tmp_path):
+    probe = ("import torch; from torch import nn; from aiayn.kernels import load; from aiayn.model.quantized import "
+             "Int4Linear; print(load()); print(Int4Linear(nn.Linear(64, 16)).kernel)")
+    env = {**os.environ, "PATH": str(tmp_path), "CXX": "", "AIAYN_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["no C++ compiler (g++, c++ or clang++) on PATH",
+                                        done.stdout.splitlines()[1]]
+    assert "_weight_int4pack_mm_for_cpu" in done.stdout.splitlines()[1]
