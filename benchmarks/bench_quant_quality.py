@@ -9,7 +9,8 @@ from its GGUF file, imported with ``aiayn import``; llama.cpp reads ``aiayn expo
   (``greedy_identical``) and the mean share of tokens before the first difference (``greedy_prefix``).
 
 Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``: this CPU's choice; ``int8-a8``
-and ``int8-a16`` force its int8 or bfloat16 activations), int4 (``--int4``);
+and ``int8-a16`` force its int8 or bfloat16 activations), int4 (``--int4``: aiayn's int4 x int8 kernel where it
+builds; ``int4-a16`` forces PyTorch's kernel, bfloat16 or float32 activations);
 llama.cpp F32, Q8_0, Q4_0 (``llama-cpp-python``, when installed). JSON lines {"config", "metric", "value",
 "unit"}. Not timed (``bench_engines.py`` times).
 
@@ -34,7 +35,7 @@ from common import emit as print_figure
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WINDOW, NEW_TOKENS = 512, 32
 AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int8-a8": {"int8": True, "w8a8": True},
-         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True}}
+         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True}, "int4-a16": {"int4": True, "w4a8": False}}
 LLAMA_CPP = {"fp32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
 
@@ -74,14 +75,16 @@ def aiayn_engine(checkpoint: Path, options: dict):
 
     model, _ = load_checkpoint(checkpoint)
     options = dict(options)
-    w8a8 = options.pop("w8a8", None)
-    choice = quantized.native_bf16
+    w8a8, w4a8 = options.pop("w8a8", None), options.pop("w4a8", None)
+    choices = quantized.native_bf16, quantized.w4a8_available
     if w8a8 is not None:
         quantized.native_bf16 = lambda: not w8a8  # Int8Linear's activations, whatever this CPU has
+    if w4a8 is not None:
+        quantized.w4a8_available = lambda: w4a8  # Int4Linear's kernel
     try:
         model = inference_copy(model.eval(), **options)
     finally:
-        quantized.native_bf16 = choice
+        quantized.native_bf16, quantized.w4a8_available = choices
 
     def logits_of(ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids]))[0]  # (T, V)
@@ -135,7 +138,17 @@ def main() -> None:
     parser.add_argument("--gguf", required=True, help="SmolLM2's GGUF file (scripts/fetch_smollm2.py fetches it)")
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--through-kernels", action="store_true",
+                        help="score the perplexity's windows through the decoding kernels (each row as a decoding "
+                             "step computes it) rather than through the prompt's dequantized weights")
+    parser.add_argument("--precisions", nargs="+", choices=list(AIAYN), default=list(AIAYN),
+                        help="aiayn's precisions to score (float32, the reference, always)")
+    parser.add_argument("--aiayn-only", action="store_true", help="leave llama.cpp out")
     args = parser.parse_args()
+    if args.through_kernels:
+        from aiayn.model import quantized
+
+        quantized.FEW_ROWS = 1 << 30
     from aiayn.tokenizers import load_tokenizers
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,10 +159,12 @@ def main() -> None:
         tokenizer = load_tokenizers(work / "aiayn").src
         windows, starts = held_out_windows(tokenizer, args.windows), prompts(tokenizer, args.prompts)
         reference = None
-        for precision, options in AIAYN.items():
-            outputs = measure(f"smollm2/aiayn/{precision}", aiayn_engine(work / "aiayn", options), windows, starts,
-                              reference)
+        for precision in ["fp32", *(p for p in args.precisions if p != "fp32")]:  # float32 first: the reference
+            engine = aiayn_engine(work / "aiayn", AIAYN[precision])
+            outputs = measure(f"smollm2/aiayn/{precision}", engine, windows, starts, reference)
             reference = reference or outputs
+        if args.aiayn_only:
+            return
         try:
             import llama_cpp  # noqa: F401
         except ImportError:
