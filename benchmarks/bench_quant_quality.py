@@ -8,8 +8,9 @@ from its GGUF file, imported with ``aiayn import``; llama.cpp reads ``aiayn expo
   four words), compared with aiayn float32's: the share of continuations identical throughout
   (``greedy_identical``) and the mean share of tokens before the first difference (``greedy_prefix``).
 
-Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``: this CPU's choice; ``int8-a8``
-and ``int8-a16`` force its int8 or bfloat16 activations), int4 (``--int4``: aiayn's int4 x int8 kernel where it
+Precisions: aiayn float32 (the reference), bfloat16 (``--bf16``), int8 (``--int8``: aiayn's int8 x int8 kernel,
+a scale per group of 32, where it builds, else this CPU's choice of PyTorch's; ``int8-a8`` and ``int8-a16`` force
+PyTorch's, one scale a row, with int8 or bfloat16 activations), int4 (``--int4``: aiayn's int4 x int8 kernel where it
 builds; ``int4-a16`` forces PyTorch's kernel, bfloat16 or float32 activations);
 llama.cpp F32, Q8_0, Q4_0 (``llama-cpp-python``, when installed). JSON lines {"config", "metric", "value",
 "unit"}. Not timed (``bench_engines.py`` times).
@@ -35,7 +36,8 @@ from common import emit as print_figure
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WINDOW, NEW_TOKENS = 512, 32
 AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int8-a8": {"int8": True, "w8a8": True},
-         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True}, "int4-a16": {"int4": True, "w4a8": False}}
+         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True},
+         "int4-a16": {"int4": True, "kernels": False}}
 LLAMA_CPP = {"fp32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
 
@@ -75,16 +77,16 @@ def aiayn_engine(checkpoint: Path, options: dict):
 
     model, _ = load_checkpoint(checkpoint)
     options = dict(options)
-    w8a8, w4a8 = options.pop("w8a8", None), options.pop("w4a8", None)
-    choices = quantized.native_bf16, quantized.w4a8_available
+    w8a8, ours = options.pop("w8a8", None), options.pop("kernels", None)
+    choices = quantized.native_bf16, quantized.kernels_available
     if w8a8 is not None:
         quantized.native_bf16 = lambda: not w8a8  # Int8Linear's activations, whatever this CPU has
-    if w4a8 is not None:
-        quantized.w4a8_available = lambda: w4a8  # Int4Linear's kernel
+    if ours is not None:
+        quantized.kernels_available = lambda: ours  # aiayn's kernels or PyTorch's
     try:
         model = inference_copy(model.eval(), **options)
     finally:
-        quantized.native_bf16, quantized.w4a8_available = choices
+        quantized.native_bf16, quantized.kernels_available = choices
 
     def logits_of(ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids]))[0]  # (T, V)

@@ -54,7 +54,7 @@ def test_int8_translates_like_float32_on_either_kind_of_cpu(trained_run, fp32, b
     each branch forced, on every machine."""
     low = Translator.from_checkpoint(trained_run, beam_size=2, int8=True, bf16=bf16)
     layers = [m for m in low.model.modules() if isinstance(m, Int8Linear)]
-    assert layers and all(layer.w8a8 != bf16_kernels for layer in layers)
+    assert layers and all(layer.grouped or layer.w8a8 != bf16_kernels for layer in layers)
     _translates_like(fp32, low)
 
 
@@ -140,11 +140,14 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
     model = load_checkpoint(lm_run)[0].eval()
     n = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     assert kernels(model) == {"float32 weights, PyTorch's matmul": n}
-    if quantized.w4a8_available():
-        prompt = "bfloat16" if native_bf16() else "float32"
+    prompt = "bfloat16" if native_bf16() else "float32"
+    if quantized.kernels_available():
         ours = f"int4 weights x int8 activations, groups of 32 (aiayn::q4a8_mm, its {simd_path()} path; a prompt in "
         assert list(kernels(inference_copy(model, int4=True))) == [f"{ours}{prompt})"]
-    monkeypatch.setattr(quantized, "w4a8_available", lambda: False)  # no compiler: PyTorch's kernel
+        assert list(kernels(inference_copy(model, int8=True))) == [
+            f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; a prompt in "
+            f"{prompt})"]
+    monkeypatch.setattr(quantized, "kernels_available", lambda: False)  # no compiler: PyTorch's kernels
     activations = "bfloat16" if bf16_kernels else "float32"
     int4 = kernels(inference_copy(model, int4=True))
     assert list(int4) == [f"int4 weights x {activations} activations, groups of 32 (aten._weight_int4pack_mm_for_cpu)"]

@@ -33,8 +33,9 @@ def _activation_rounding(x: torch.Tensor, weight: torch.Tensor, bf16: bool, int8
     return float(2 ** -7 * (x.abs() @ weight.abs().t()).max()) + 1e-4  # x and, for many rows, W rounded
 
 
-@pytest.mark.parametrize("make", [Int8Linear, Int4Linear, partial(Int4Linear, w4a8=False)],
-                         ids=["int8", "int4", "int4-pytorch-kernel"])
+@pytest.mark.parametrize("make", [Int8Linear, partial(Int8Linear, grouped=False), Int4Linear,
+                                  partial(Int4Linear, w4a8=False)],
+                         ids=["int8", "int8-pytorch-kernels", "int4", "int4-pytorch-kernel"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernels):
     """int8 and int4 (aiayn's int4 x int8 kernel where it builds, and PyTorch's bfloat16 or float32 one), a few rows
@@ -44,17 +45,19 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernel
     layer = make(linear)
     weight = layer.dequantized()  # (40, 64), float32
     assert weight.shape == linear.weight.shape
-    int8 = getattr(layer, "w8a8", False)
+    int8 = getattr(layer, "w8a8", False) and not getattr(layer, "grouped", False)  # every row's activations
+    ours = getattr(layer, "w4a8", False) or getattr(layer, "grouped", False)  # int8 activations for a few rows
     for shape in [(1, 64), (3, 64), (2, 1, 64), (FEW_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
         x = torch.randn(*shape)
         want = F.linear(x, weight, linear.bias).detach()
         got = layer(x)
         assert got.shape == want.shape and got.dtype == torch.float32
         few = x.numel() // 64 <= FEW_ROWS
-        bf16 = layer.dtype == torch.bfloat16 and not (few and getattr(layer, "w4a8", False))
-        bound = _activation_rounding(x.view(-1, 64), weight, bf16, int8 or (few and getattr(layer, "w4a8", False)))
+        bf16 = layer.dtype == torch.bfloat16 and not (few and ours)
+        bound = _activation_rounding(x.view(-1, 64), weight, bf16, int8 or (few and ours))
         assert float((got - want).abs().max()) <= bound
-    assert getattr(layer, "w8a8", not bf16_kernels) == (not bf16_kernels)  # int8: int8 activations without bf16
+    if not getattr(layer, "grouped", True):  # PyTorch's int8: int8 activations without bf16
+        assert layer.w8a8 == (not bf16_kernels)
 
 
 LAYOUT_PROBE = """
@@ -185,7 +188,7 @@ def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
     assert not native_bf16({"avx2", "fma3"})  # an AVX2-only EPYC
     for flag in ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16"):
         assert native_bf16({"avx2", flag}), flag
-    assert Int8Linear(nn.Linear(32, 8)).w8a8 == (not native_bf16() and exact_int8_dot())  # this CPU's choice
+    assert Int8Linear(nn.Linear(32, 8), grouped=False).w8a8 == (not native_bf16() and exact_int8_dot())  # the CPU's
     assert exact_int8_dot({"avx512_vnni"}) and exact_int8_dot({"avx_vnni"}) and not exact_int8_dot({"avx2"})
 
 

@@ -1,8 +1,9 @@
 """aiayn's own CPU kernels, compiled once per machine with its C++ compiler and loaded as ``torch.library`` ops.
 
-One today: ``aiayn::q4a8_mm`` (``q4a8.cpp``), int4 weights times int8 activations for batch-1 decoding, as
-llama.cpp's Q4_1 x Q8_1 dot product; :mod:`aiayn.kernels.q4a8` packs its weights and holds the same math in torch
-operations (the reference the tests check it against). PyTorch's own int4 kernel is vectorised only for bfloat16
+Two (``quant.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
+of 32: ``aiayn::q4a8_mm``, int4 weights (llama.cpp's Q4_1 x Q8_1 dot product), and ``aiayn::q8a8_mm``, int8
+weights (its Q8_0 x Q8_0); :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
+operations (the reference the tests check them against). PyTorch's own int4 kernel is vectorised only for bfloat16
 activations and reads its weights at 5-11 GB/s on 2 cores of an Intel Xeon; this one at 19-34 GB/s
 (docs/decoding.md). The library is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the
 one this CPU has) into ``$AIAYN_CACHE/kernels/``, named by a digest of the source, PyTorch, the compiler, its
@@ -24,9 +25,9 @@ from pathlib import Path
 import torch
 
 from aiayn.io.files import atomic_path, cache_dir
-from aiayn.kernels.q4a8 import register_fake
+from aiayn.kernels.quant import register_fake
 
-SOURCE = Path(__file__).with_name("q4a8.cpp")
+SOURCE = Path(__file__).with_name("quant.cpp")
 _STATE: dict[str, str | None] = {}  # "why": None once loaded, else why not; "path": the SIMD path compiled
 
 
@@ -46,15 +47,15 @@ def _flags() -> list[str]:
 
 
 def library_path(cxx: str) -> Path:
-    """``$AIAYN_CACHE/kernels/q4a8-<digest>.so``: the digest of all the built library depends on."""
+    """``$AIAYN_CACHE/kernels/quant-<digest>.so``: the digest of all the built library depends on."""
     parts = {"source": hashlib.sha256(SOURCE.read_bytes()).hexdigest(), "torch": torch.__version__,
              "compiler": cxx, "flags": _flags(), "cpu": sorted(cpu_flags())}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
-    return cache_dir() / "kernels" / f"q4a8-{digest}.so"
+    return cache_dir() / "kernels" / f"quant-{digest}.so"
 
 
 def _build(cxx: str, target: Path) -> None:
-    """Compile q4a8.cpp into ``target`` (a temp file, then renamed: a reader never loads half a library)."""
+    """Compile quant.cpp into ``target`` (a temp file, then renamed: a reader never loads half a library)."""
     from torch.utils import cpp_extension
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,8 @@ def _build(cxx: str, target: Path) -> None:
 
 
 def load() -> str | None:
-    """Build (once per machine) and load the kernels; None when ``torch.ops.aiayn.q4a8_mm`` is there to call,
+    """Build (once per machine) and load the kernels; None when ``torch.ops.aiayn.q4a8_mm`` and ``q8a8_mm`` are
+    there to call,
     else why it is not (one line). Asked again, it answers from memory."""
     if "why" in _STATE:
         return _STATE["why"]
@@ -82,16 +84,16 @@ def load() -> str | None:
         if not target.is_file():
             _build(cxx, target)
         torch.ops.load_library(str(target))
-        name = ctypes.CDLL(str(target)).aiayn_q4a8_path
+        name = ctypes.CDLL(str(target)).aiayn_kernels_path
         name.restype = ctypes.c_char_p
         _STATE["path"] = name().decode()
         _STATE["why"] = None
         register_fake()
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        _STATE["why"] = f"aiayn's int4 x int8 kernel did not build or load ({error})"
+        _STATE["why"] = f"aiayn's int8-activation kernels did not build or load ({error})"
     return _STATE["why"]
 
 
 def simd_path() -> str | None:
-    """The instruction set the loaded q4a8 kernel was compiled for (avx512-vnni, avx2, c++), or None."""
+    """The instruction set the loaded kernels were compiled for (avx512-vnni, avx2, c++), or None."""
     return _STATE.get("path") if load() is None else None

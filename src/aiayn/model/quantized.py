@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.kernels import load, q4a8, simd_path
+from aiayn.kernels import load, quant, simd_path
 from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
 FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
@@ -39,8 +39,9 @@ def int8_activations() -> bool:
     return not native_bf16() and exact_int8_dot()
 
 
-def w4a8_available() -> bool:
-    """aiayn's int4 x int8 kernel is built and loaded on this machine (:func:`aiayn.kernels.load`)."""
+def kernels_available() -> bool:
+    """aiayn's int8-activation kernels (int4 and int8 weights) are built and loaded on this machine
+    (:func:`aiayn.kernels.load`)."""
     return load() is None
 
 
@@ -93,7 +94,10 @@ def layouts_of(packed: Tensor, q: Tensor, layouts=LAYOUTS) -> set[tuple[int, boo
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
-    Two kernels, chosen by the CPU (``w8a8``, default :func:`int8_activations`): bfloat16 activations through the
+    Where aiayn's kernels build (``grouped``, default :func:`kernels_available` unless ``w8a8`` is given), one
+    scale per group of 32 weights of a row instead (llama.cpp's Q8_0) and the activations quantized alike, a few rows
+    through ``aiayn::q8a8_mm``. Elsewhere two kernels, chosen by the CPU (``w8a8``, default
+    :func:`int8_activations`): bfloat16 activations through the
     weight-only kernel (a prompt's many rows through the weight dequantized to bfloat16), or the activations
     quantized too, one scale a row (x = p t, p int8), and integer products (``torch._int_mm``, oneDNN's int8
     kernels: y = (p q^T) t s), as llama.cpp's Q8_0 x Q8_0 and vLLM's W8A8 do. On a CPU without exact int8 dots
@@ -103,9 +107,16 @@ class Int8Linear(nn.Module):
     Shape: x (..., in_features) -> (..., out_features), in x's dtype.
     """
 
-    def __init__(self, linear: nn.Linear, w8a8: bool | None = None) -> None:
+    def __init__(self, linear: nn.Linear, w8a8: bool | None = None, grouped: bool | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+        if grouped is None:
+            grouped = w8a8 is None and kernels_available() and self.in_features % quant.GROUP == 0
+        self.grouped = grouped
+        if grouped:
+            self._grouped(linear.weight.detach())
+            return
         blocks = linear.weight.detach().split(PACK_ROWS)  # (r, K) each: no float32 copy of a big layer at once
         scale = torch.cat([rows.float().abs().amax(dim=1) for rows in blocks]).clamp_min(1e-12) / 127  # (N,)
         self.q = torch.cat([(rows.float() / s[:, None]).round_().clamp_(-127, 127).to(torch.int8)
@@ -117,21 +128,44 @@ class Int8Linear(nn.Module):
             self.halves = (high, self.q - 2 * high)  # l in {0, 1}
         self.scale, self.dtype = scale, torch.float32 if self.w8a8 else torch.bfloat16
         self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
-        self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
+
+    def _grouped(self, weight: Tensor) -> None:
+        """q d per group of 32 of a row (d = max|w| / 127 in float16), packed for ``aiayn::q8a8_mm``."""
+        padded, parts = -(-self.out_features // 4) * 4, []
+        for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
+            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+            groups = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0))).view(
+                -1, self.in_features // quant.GROUP, quant.GROUP)  # (r, G, 32)
+            d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
+            q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
+            parts.append(quant.pack_q8(q, d))
+        self.packed, self.scales = (torch.cat(part) for part in zip(*parts, strict=True))  # (N'/4, G, 128), (.., 4)
+        self.w8a8, self.halves = True, None
+        self.dtype = torch.bfloat16 if native_bf16() else torch.float32  # a prompt's dense product
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype``."""
+        if self.grouped:
+            return quant.dequantize_q8(self.packed, self.scales, dtype)[: self.out_features]
         return self.q.to(dtype) * self.scale[:, None].to(dtype)
 
     @property
     def kernel(self) -> str:
         """The computation it runs, in words (``aiayn generate --verbose``)."""
+        if self.grouped:
+            return (f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; "
+                    f"a prompt in {str(self.dtype).removeprefix('torch.')})")
         if self.w8a8:
             return "int8 weights x int8 activations, integer products (torch._int_mm)"
         return "int8 weights x bfloat16 activations (aten._weight_int8pack_mm)"
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features)  # (rows, K)
+        if self.grouped:
+            if rows.size(0) > FEW_ROWS:
+                return _dequantized_product(self, x)
+            y = torch.ops.aiayn.q8a8_mm(rows.float(), self.packed, self.scales)  # (rows, N')
+            return _output(y, x, self.out_features, self.bias)
         if self.w8a8:
             rows = rows.float()
             step = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127  # (rows, 1): t
@@ -150,7 +184,7 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"activations={'int8' if self.w8a8 else 'bfloat16'}")
+                f"activations={'int8' if self.w8a8 else 'bfloat16'}, grouped={self.grouped}")
 
 
 
@@ -160,7 +194,7 @@ class Int4Linear(nn.Module):
     row, from the group's min and max (asymmetric, weight-only).
 
     Two kernels for a few rows (decoding), chosen by ``w4a8`` (default: wherever aiayn's kernel builds on this
-    machine, :func:`w4a8_available`): the activations quantized to int8 per group of 32 and integer dot products
+    machine, :func:`kernels_available`): the activations quantized to int8 per group of 32 and integer dot products
     (``aiayn::q4a8_mm``, as llama.cpp's Q4_1 x Q8_1: 2-4x PyTorch's kernel on 2 cores, docs/decoding.md); or
     PyTorch's weight-only kernel with bfloat16 activations (``_weight_int4pack_mm_for_cpu``). A prompt's many rows
     go through the weights dequantized.
@@ -175,7 +209,7 @@ class Int4Linear(nn.Module):
         if k % group_size:
             raise ValueError(f"int4: in_features {k} is not a multiple of the group size {group_size}")
         self.in_features, self.out_features, self.group_size = k, n, group_size
-        self.w4a8 = w4a8_available() and group_size == q4a8.GROUP if w4a8 is None else w4a8
+        self.w4a8 = kernels_available() and group_size == quant.GROUP if w4a8 is None else w4a8
         padded = -(-n // 16) * 16
         weight, blocks = linear.weight.detach(), []
         fits = set(LAYOUTS)  # the layouts every block's packing fits so far
@@ -184,7 +218,7 @@ class Int4Linear(nn.Module):
             rows = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))
             q, scale, low = self._quantized(rows)
             if self.w4a8:
-                blocks.append(q4a8.pack(q, scale, low))
+                blocks.append(quant.pack_q4(q, scale, low))
             else:
                 packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
                 fits = layouts_of(packed, q, fits)
@@ -215,7 +249,7 @@ class Int4Linear(nn.Module):
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""
         if self.w4a8:
-            return q4a8.dequantize(self.packed, self.scales, dtype)[: self.out_features]
+            return quant.dequantize_q4(self.packed, self.scales, dtype)[: self.out_features]
         if self.layout is not None:
             q = unpack_int4(self.packed, self.in_features, self.layout)  # (N', K)
         else:

@@ -1,5 +1,5 @@
-"""aiayn::q4a8_mm, the int4 x int8 kernel (src/aiayn/kernels/q4a8.cpp), against its math in torch operations
-(aiayn.kernels.q4a8.reference) on each of its SIMD paths, and the packing it reads."""
+"""aiayn::q4a8_mm and aiayn::q8a8_mm, int4 and int8 weights x int8 activations (src/aiayn/kernels/quant.cpp),
+against their math in torch operations (aiayn.kernels.quant.reference_*) on each SIMD path, and their packings."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.kernels import load, q4a8, simd_path
+from aiayn.kernels import load, quant, simd_path
 
 pytestmark = pytest.mark.skipif(load() is not None, reason=f"the kernel did not build here: {load()}")
 
@@ -22,32 +22,49 @@ def _weights(n: int, k: int, seed: int = 0):
     return q, d, mn
 
 
+def test_the_int8_packing_is_undone_exactly_and_dequantizes_to_q_d():
+    g = torch.Generator().manual_seed(1)
+    q, d = torch.randint(-127, 128, (8, 64), dtype=torch.int8, generator=g), torch.rand(8, 2, generator=g)
+    packed, scales = quant.pack_q8(q, d)
+    assert packed.shape == (2, 2, 128) and packed.dtype == torch.int8 and scales.shape == (2, 2, 4)
+    assert torch.equal(packed[1, 0, 32:64], q[5, :32])  # 4 rows' 32 bytes a group
+    q2, d2 = quant.unpack_q8(packed, scales)
+    assert torch.equal(q2, q) and torch.equal(d2, d.half().float())
+    assert torch.equal(quant.dequantize_q8(packed, scales), (q.float().view(8, 2, 32) * d2[..., None]).view(8, 64))
+
+
 def test_the_packing_is_undone_exactly_and_dequantizes_to_q_d_plus_mn():
     q, d, mn = _weights(12, 96)
-    packed, scales = q4a8.pack(q, d, mn)
+    packed, scales = quant.pack_q4(q, d, mn)
     assert packed.shape == (3, 3, 64) and scales.shape == (3, 3, 8) and scales.dtype == torch.float16
-    q2, d2, mn2 = q4a8.unpack(packed, scales)
+    q2, d2, mn2 = quant.unpack_q4(packed, scales)
     assert torch.equal(q2, q) and torch.equal(d2, d.half().float()) and torch.equal(mn2, mn.half().float())
     # byte j of a row's group: weight j in the low nibble, j + 16 in the high (llama.cpp's Q4_1 block)
     assert int(packed[0, 1, 16 + 5]) == int(q[1, 32 + 5]) | int(q[1, 32 + 21]) << 4
     want = q.float().view(12, 3, 32) * d2[..., None] + mn2[..., None]
-    assert torch.equal(q4a8.dequantize(packed, scales), want.view(12, 96))
+    assert torch.equal(quant.dequantize_q4(packed, scales), want.view(12, 96))
 
 
 CHECK = """
 import torch
-from aiayn.kernels import load, q4a8, simd_path
+from aiayn.kernels import load, quant, simd_path
 assert load() is None, load()
 for n, k, m in [(4, 32, 2), (40, 96, 1), (960, 576, 1), (64, 1536, 3), (8, 64, 16), (12, 64, 6)]:
     q = torch.randint(0, 16, (n, k), dtype=torch.uint8)
     d, mn = torch.rand(n, k // 32) * 0.1 + 1e-3, torch.randn(n, k // 32) * 0.5
-    packed, scales = q4a8.pack(q, d, mn)
+    packed, scales = quant.pack_q4(q, d, mn)
     x = torch.randn(m, k) * 3
     x[0, :32] = 0  # a group of zeros: dx = 0
-    got, want = torch.ops.aiayn.q4a8_mm(x, packed, scales), q4a8.reference(x, packed, scales)
+    got, want = torch.ops.aiayn.q4a8_mm(x, packed, scales), quant.reference_q4(x, packed, scales)
     assert got.shape == (m, n) and got.dtype == torch.float32
     err = float((got - want).abs().max() / want.abs().max())
-    assert err < 1e-5, (n, k, m, err)
+    assert err < 1e-5, ("int4", n, k, m, err)
+    q8 = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+    q8[0, :5] = torch.tensor([-127, 127, 0, -1, 1], dtype=torch.int8)  # the extremes and the signs
+    packed, scales = quant.pack_q8(q8, d)
+    got, want = torch.ops.aiayn.q8a8_mm(x, packed, scales), quant.reference_q8(x, packed, scales)
+    err = float((got - want).abs().max() / want.abs().max())
+    assert got.shape == (m, n) and err < 1e-5, ("int8", n, k, m, err)
 print(simd_path())
 """
 
@@ -66,12 +83,12 @@ def test_the_reference_is_the_float_product_to_within_the_activations_rounding()
     """The math itself: dequantized weights times activations rounded to 8 bits per group of 32 (what llama.cpp's
     Q8_1 does): within half a step a group of the float product."""
     q, d, mn = _weights(16, 64, seed=3)
-    packed, scales = q4a8.pack(q, d, mn)
-    weight = q4a8.dequantize(packed, scales)
+    packed, scales = quant.pack_q4(q, d, mn)
+    weight = quant.dequantize_q4(packed, scales)
     x = torch.randn(2, 64)
     step = x.view(2, 2, 32).abs().amax(-1) / 127  # (M, G)
     bound = 0.5 * (step[:, None, :] * weight.view(16, 2, 32).abs().sum(-1)).sum(-1)  # (M, N)
-    assert bool(((q4a8.reference(x, packed, scales) - F.linear(x, weight)).abs() <= bound + 1e-5).all())
+    assert bool(((quant.reference_q4(x, packed, scales) - F.linear(x, weight)).abs() <= bound + 1e-5).all())
 
 
 def test_without_a_compiler_the_kernel_says_why_and_int4_keeps_pytorchs(tmp_path):
