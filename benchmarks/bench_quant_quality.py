@@ -35,8 +35,9 @@ from common import emit as print_figure
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WINDOW, NEW_TOKENS = 512, 32
-AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True}, "int8-a8": {"int8": True, "w8a8": True},
-         "int8-a16": {"int8": True, "w8a8": False}, "int4": {"int4": True},
+AIAYN = {"fp32": {}, "bf16": {"bf16": True}, "int8": {"int8": True},
+         "int8-a8": {"int8": True, "w8a8": True, "kernels": False},
+         "int8-a16": {"int8": True, "w8a8": False, "kernels": False}, "int4": {"int4": True},
          "int4-a16": {"int4": True, "kernels": False}}
 LLAMA_CPP = {"fp32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
