@@ -55,8 +55,11 @@ def cpu_paths() -> None:
 
     emit("cpu", "name", torch.cpu.get_capabilities().get("cpu_name", "unknown"), "")
     emit("cpu", "native_bf16", native_bf16(), "AVX512-BF16, AMX-BF16, AVX-NE-CONVERT or AArch64 BF16")
-    emit("cpu", "int8_activations", "int8" if Int8Linear(nn.Linear(32, 16)).w8a8 else "bfloat16", "")
-    emit("cpu", "int4_activations", str(Int4Linear(nn.Linear(32, 16)).dtype).removeprefix("torch."), "")
+    int8, int4 = Int8Linear(nn.Linear(32, 16)), Int4Linear(nn.Linear(32, 16))
+    emit("cpu", "int8_activations", "int8" if int8.w8a8 else "bfloat16", "")
+    emit("cpu", "int4_activations", "int8" if int4.w4a8 else str(int4.dtype).removeprefix("torch."), "")
+    emit("cpu", "int8_kernel", int8.kernel, "")
+    emit("cpu", "int4_kernel", int4.kernel, "")
 
 
 if __name__ == "__main__":

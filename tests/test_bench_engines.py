@@ -43,10 +43,12 @@ def test_the_cpu_decode_benchmark_names_the_cpu_and_the_paths_aiayn_chose_on_it(
     import bench_cpu_decode
 
     from aiayn.model.packed import native_bf16
-    from aiayn.model.quantized import int8_activations
+    from aiayn.model.quantized import int8_activations, kernels_available
 
     bench_cpu_decode.cpu_paths()
     found = {r["metric"]: r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert found["native_bf16"] == native_bf16() and found["name"]
-    assert found["int8_activations"] == ("int8" if int8_activations() else "bfloat16")
-    assert found["int4_activations"] in ("bfloat16", "float32")
+    ours = kernels_available()  # aiayn's int8-activation kernels, where they build
+    assert found["int8_activations"] == ("int8" if ours or int8_activations() else "bfloat16")
+    assert found["int4_activations"] in (("int8",) if ours else ("bfloat16", "float32"))
+    assert ("aiayn::q8a8_mm" in found["int8_kernel"]) == ours and ("aiayn::q4a8_mm" in found["int4_kernel"]) == ours

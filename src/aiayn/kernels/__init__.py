@@ -3,13 +3,13 @@
 Two (``quant.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
 of 32: ``aiayn::q4a8_mm``, int4 weights (llama.cpp's Q4_1 x Q8_1 dot product), and ``aiayn::q8a8_mm``, int8
 weights (its Q8_0 x Q8_0); :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
-operations (the reference the tests check them against). PyTorch's own int4 kernel is vectorised only for bfloat16
-activations and reads its weights at 5-11 GB/s on 2 cores of an Intel Xeon; this one at 19-34 GB/s
-(docs/decoding.md). The library is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the
-one this CPU has) into ``$AIAYN_CACHE/kernels/``, named by a digest of the source, PyTorch, the compiler, its
-flags and the CPU, so a second start loads it in milliseconds. Without a compiler, or where the build fails,
-:func:`load` says why and the caller keeps PyTorch's kernel. ``$AIAYN_KERNEL_FLAGS`` adds compiler flags
-(``-mno-avx512f``: the AVX2 path on an AVX512 CPU; the tests force each path so).
+operations (the reference the tests check them against). On 2 cores of an Intel Xeon, PyTorch's own int4
+kernel read SmolLM2's weights from memory at about 8 GB/s, q4a8_mm at about 20 (docs/decoding.md). The library
+is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the one this CPU has) into
+``$AIAYN_CACHE/kernels/``, named by a digest of the source, PyTorch, the compiler, its flags and the CPU, so a
+second start loads it in milliseconds. Without a compiler, or where the build fails, :func:`load` says why and
+the caller keeps PyTorch's kernels. ``$AIAYN_KERNEL_FLAGS`` adds compiler flags (``-mno-avx512f``: the AVX2 path
+on an AVX512 CPU; the tests force each path so).
 """
 
 from __future__ import annotations

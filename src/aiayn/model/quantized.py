@@ -1,18 +1,19 @@
-"""Weight-only int8 and int4 linear layers for CPU decoding: the weights stored in 8 or 4 bits with float
-scales, the activations kept in floating point.
+"""Int8 and int4 linear layers for CPU decoding: the weights stored in 8 or 4 bits with float scales.
 
 Decoding one token reads every weight once and does little arithmetic with it: on a CPU its speed is the
-memory's, and fewer bytes per weight is more tokens a second. :class:`Int8Linear` keeps one scale per output
-row (w = q * s, q in [-127, 127]); :class:`Int4Linear` one scale and one offset per group of ``group_size``
-weights along a row (w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's int4 kernel; llama.cpp's
-Q4_1 is the same idea, its Q4_0 the case z = 0). A few rows at a time (decoding) go through PyTorch's
-weight-only matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16
-activations where the CPU has bfloat16 kernels; many rows (a prompt) through the weights dequantized (to
-bfloat16 there), one layer at a time, and a dense product. On a CPU without native bfloat16 but with exact int8
-dot products int8 quantizes the activations too, one scale a row, for oneDNN's integer products
-(:class:`Int8Linear`). ``aiayn.inference.
-precision.quantize`` builds them. (torch's dynamic int8, one scale a tensor for the weights and the activations,
-took a real model's perplexity from 30.1 to 97.1: docs/decoding.md.)
+memory's, and fewer bytes per weight is more tokens a second. Where aiayn's own kernels build
+(:mod:`aiayn.kernels`, most machines with a C++ compiler), both layers keep a scale per group of 32 weights of a
+row (:class:`Int8Linear` w = q d, llama.cpp's Q8_0; :class:`Int4Linear` w = q d + mn, its Q4_1) and a few rows at
+a time (decoding) are quantized to int8 per group too, for integer dot products (``aiayn::q8a8_mm``,
+``aiayn::q4a8_mm``). Elsewhere they keep PyTorch's layouts and kernels: :class:`Int8Linear` one scale per output
+row (w = q * s, q in [-127, 127]), :class:`Int4Linear` one scale and one offset per group of ``group_size``
+(w = (q - 8) * s + z, q in [0, 15], the layout of PyTorch's int4 kernel), through its weight-only
+matrix-vector kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) with bfloat16 activations
+where the CPU has bfloat16 kernels; on a CPU without native bfloat16 but with exact int8 dot products int8
+quantizes the activations too, one scale a row, for oneDNN's integer products. Many rows (a prompt) go through
+the weights dequantized (to bfloat16 where the CPU computes in it), one layer at a time, and a dense product.
+``aiayn.inference.precision.quantize`` builds them. (torch's dynamic int8, one scale a tensor for the weights
+and the activations, took a real model's perplexity from 30.1 to 97.1: docs/decoding.md.)
 """
 
 from __future__ import annotations
