@@ -78,3 +78,29 @@ def test_packing_twice_or_quantizing_a_packed_model_is_a_clear_error():
     for convert in (pack, quantize):
         with pytest.raises(ValueError, match="already packed"):
             convert(packed)
+
+
+def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_same_logits(monkeypatch):
+    """``inference_copy`` in float32 packs where oneDNN's prepacked matmul measured faster (``packing_pays``);
+    elsewhere it keeps PyTorch's layers, fused: the same logits either way. ``$AIAYN_PACK`` decides instead."""
+    from aiayn.inference import precision
+    from aiayn.model import packed as packed_module
+
+    model = build_model(tiny(dropout=0.0)).eval()
+    src, tgt = random_ids(2, 7), random_ids(2, 5)
+    for pays in (True, False):
+        monkeypatch.setattr(precision, "packing_pays", lambda pays=pays: pays)
+        low = inference_copy(model)
+        kinds = {type(m) for m in low.modules()}
+        assert (PackedLinear in kinds) == (pays and packing_available())
+        assert any(getattr(m, "qkv_proj", None) is not None for m in low.modules())  # fused either way
+        with torch.no_grad():
+            torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+    for value, want in (("1", True), ("0", False)):
+        monkeypatch.setenv("AIAYN_PACK", value)
+        packed_module.packing_pays.cache_clear()
+        assert packed_module.packing_pays() is want
+    monkeypatch.delenv("AIAYN_PACK")
+    packed_module.packing_pays.cache_clear()
+    assert packed_module.packing_pays() in (True, False)  # measured here
+    packed_module.packing_pays.cache_clear()

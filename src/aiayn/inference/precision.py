@@ -7,7 +7,8 @@ gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: ev
 faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
 every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
 :class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits; the embeddings stay as they are).
-``inference_copy`` picks one of them for a product."""
+``inference_copy`` picks one of them for a product; in float32 it packs only where packing pays on this CPU
+(:func:`~aiayn.model.packed.packing_pays`, measured), else keeps the fused model's own layers."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from torch import nn
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
-from aiayn.model.packed import PackedLinear, check_unpacked, packing_available
+from aiayn.model.packed import PackedLinear, check_unpacked, packing_available, packing_pays
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.transformer import TransformerModel
 
@@ -67,6 +68,11 @@ def _packed(part: nn.Module):
     """What ``pack`` makes of a linear layer: a PackedLinear (the output projection keeps its weight: tied)."""
     output = getattr(part, "output", None)
     return lambda lin: PackedLinear(lin, keep_weight=lin is output)
+
+
+def _plain(part: nn.Module):
+    """A float32 copy whose linear layers stay as they are (fused only): where packing does not pay."""
+    return lambda lin: lin
 
 
 def _linears(model: nn.Module) -> list[str]:
@@ -143,8 +149,10 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
         return None
     if int8 or int4:
         return lambda part: _convert(part, _quantized(8 if int8 else 4), dtype)
-    if packed and packing_available(dtype):
+    if packed and packing_available(dtype) and (dtype is not None or packing_pays()):
         return lambda part: _convert(part, _packed, dtype)
+    if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
+        return lambda part: _convert(part, _plain)
     return None
 
 

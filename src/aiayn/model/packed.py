@@ -10,7 +10,13 @@ results equal the plain model's to rounding (the sums run in another order). The
 
 from __future__ import annotations
 
+import functools
+import os
+import statistics
+import time
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.kernels import cpu_flags
@@ -89,6 +95,32 @@ def stack_linears(*linears: nn.Linear) -> nn.Linear:
         if fused.bias is not None:
             fused.bias.copy_(torch.cat([lin.bias for lin in linears]))
     return fused.requires_grad_(False)
+
+
+@functools.cache
+def packing_pays() -> bool:
+    """Whether oneDNN's prepacked float32 matmul beats PyTorch's plain one for decoding's matrix-vector products
+    on this CPU, measured once a process (about 0.1 s: a 4,096 x 1,024 weight, larger than a core's cache, times one
+    row, the two kernels taking turns; the medians compared). Packing was 2-2.5x faster on an AMD EPYC and 1.2x
+    slower on an Intel Xeon with AMX, where the plain layers' compiled step also kept pace with llama.cpp
+    (docs/decoding.md). ``$AIAYN_PACK`` (1 or 0) decides instead."""
+    if os.environ.get("AIAYN_PACK") in ("0", "1"):
+        return os.environ["AIAYN_PACK"] == "1"
+    if not packing_available():
+        return False
+    weight, x = torch.randn(4096, 1024), torch.randn(1, 1024)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    kernels = (lambda: F.linear(x, weight), lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    times: tuple[list[float], list[float]] = ([], [])
+    with torch.inference_mode():
+        for _ in range(7):
+            for kernel, taken in zip(kernels, times, strict=True):
+                kernel()
+                start = time.perf_counter()
+                for _ in range(4):
+                    kernel()
+                taken.append(time.perf_counter() - start)
+    return statistics.median(times[1]) < statistics.median(times[0])
 
 
 def check_unpacked(model: nn.Module, what: str) -> None:
