@@ -9,7 +9,7 @@ import torch
 
 from aiayn import DecoderOnly, EncoderDecoder
 from aiayn.decoding.generation import generate
-from aiayn.inference import compiled
+from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
 
 from conftest import chat_checkpoint, run_main, tiny
@@ -23,7 +23,7 @@ def _lm(**changes) -> DecoderOnly:
 
 
 def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path, monkeypatch):
-    """off, a translation model, a split model, no C++ compiler, and under auto a small model, a float one or one
+    """off, a translation model, a split model, no C++ compiler, and under auto a small model, a packed float one or one
     generation without a kept graph (or a short one) are eager, each with its reason; on with a compiler compiles;
     an unknown mode is refused."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
@@ -35,6 +35,8 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert "below the 100M" in compiled.why_eager(lm, "auto")
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
+    monkeypatch.setattr(precision, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too
+    assert compiled.why_eager(inference_copy(lm), "auto") is None
     assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None  # a session: chat, a server
     quantized = inference_copy(lm, int4=True)
     assert "no compiled step kept" in compiled.why_eager(quantized, "auto", tokens=2000)

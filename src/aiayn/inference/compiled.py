@@ -213,9 +213,10 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
         size = sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in quantized)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
-        if not quantized:
-            return ("--compile auto compiles --int8 and --int4 models: a float model's graph holds its packed weights "
-                    "(Inductor's freezing), which is not cached, so every start would compile again (--compile on)")
+        if any(isinstance(m, PackedLinear) for m in model.modules()):
+            return ("--compile auto compiles --int8 and --int4 models and unpacked float ones: a packed float model's "
+                    "graph holds its weights (Inductor's freezing), which is not cached, so every start would compile "
+                    "again (--compile on)")
         if tokens is not None and not saved_path(model).is_file():
             return ("--compile auto: no compiled step kept for this model yet, and a first compile (about a minute) "
                     "outweighs one generation (--compile on, or a chat or server, keeps one)")

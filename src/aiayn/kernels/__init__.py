@@ -71,8 +71,7 @@ def _build(cxx: str, target: Path) -> None:
 
 def load() -> str | None:
     """Build (once per machine) and load the kernels; None when ``torch.ops.aiayn.q4a8_mm`` and ``q8a8_mm`` are
-    there to call,
-    else why it is not (one line). Asked again, it answers from memory."""
+    there to call, else why they are not (one line). Asked again, it answers from memory."""
     if "why" in _STATE:
         return _STATE["why"]
     cxx = compiler()

@@ -46,6 +46,18 @@ def kernels_available() -> bool:
     return load() is None
 
 
+def prompt_dtype() -> torch.dtype:
+    """The dense product's dtype for a prompt's rows through aiayn's kernels' layers: bfloat16 where the CPU computes
+    in it (:func:`native_bf16`), else float32."""
+    return torch.bfloat16 if native_bf16() else torch.float32
+
+
+def _ours(bits: int, layer: nn.Module) -> str:
+    """The ``kernel`` words of a layer that runs aiayn's ``q{bits}a8_mm``."""
+    return (f"int{bits} weights x int8 activations, groups of 32 (aiayn::q{bits}a8_mm, its {simd_path()} path; "
+            f"a prompt in {str(layer.dtype).removeprefix('torch.')})")
+
+
 def _output(y: Tensor, x: Tensor, n: int, bias: Tensor | None) -> Tensor:
     """The kernel's (rows, N') result as the layer's output: (..., n) in x's dtype, bias added."""
     y = (y if y.size(1) == n else y[:, :n]).to(x.dtype).reshape(*x.shape[:-1], n)  # (..., N)
@@ -141,8 +153,7 @@ class Int8Linear(nn.Module):
             q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
             parts.append(quant.pack_q8(q, d))
         self.packed, self.scales = (torch.cat(part) for part in zip(*parts, strict=True))  # (N'/4, G, 128), (.., 4)
-        self.w8a8, self.halves = True, None
-        self.dtype = torch.bfloat16 if native_bf16() else torch.float32  # a prompt's dense product
+        self.w8a8, self.halves, self.dtype = True, None, prompt_dtype()
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype``."""
@@ -154,8 +165,7 @@ class Int8Linear(nn.Module):
     def kernel(self) -> str:
         """The computation it runs, in words (``aiayn generate --verbose``)."""
         if self.grouped:
-            return (f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; "
-                    f"a prompt in {str(self.dtype).removeprefix('torch.')})")
+            return _ours(8, self)
         if self.w8a8:
             return "int8 weights x int8 activations, integer products (torch._int_mm)"
         return "int8 weights x bfloat16 activations (aten._weight_int8pack_mm)"
@@ -227,9 +237,9 @@ class Int4Linear(nn.Module):
         parts = [torch.cat(part) for part in zip(*blocks, strict=True)]
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.layout = self.nibbles = None
-        if self.w4a8:  # the prompt's dense product: bfloat16 where the CPU computes in it
+        if self.w4a8:
             self.packed, self.scales = parts  # (N'/4, K/32, 64) uint8, (N'/4, K/32, 8) float16
-            self.dtype = torch.bfloat16 if native_bf16() else torch.float32
+            self.dtype = prompt_dtype()
             return
         q_packed, nibbles, scale, low = parts
         self.dtype = kernel_dtype()
@@ -264,8 +274,7 @@ class Int4Linear(nn.Module):
     def kernel(self) -> str:
         """The computation it runs, in words (``aiayn generate --verbose``)."""
         if self.w4a8:
-            return (f"int4 weights x int8 activations, groups of 32 (aiayn::q4a8_mm, its {simd_path()} path; "
-                    f"a prompt in {str(self.dtype).removeprefix('torch.')})")
+            return _ours(4, self)
         return (f"int4 weights x {str(self.dtype).removeprefix('torch.')} activations, groups of {self.group_size} "
                 "(aten._weight_int4pack_mm_for_cpu)")
 
@@ -282,5 +291,6 @@ class Int4Linear(nn.Module):
         return _output(y, x, self.out_features, self.bias)
 
     def extra_repr(self) -> str:
+        activations = "int8" if self.w4a8 else str(self.dtype).removeprefix("torch.")
         return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
-                f"bias={self.bias is not None}, activations={'int8' if self.w4a8 else str(self.dtype)[6:]}")
+                f"bias={self.bias is not None}, activations={activations}")
