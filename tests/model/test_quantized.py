@@ -14,8 +14,9 @@ from torch import nn
 
 from aiayn import build_model, generate, quantize
 from aiayn.inference.precision import fuse
+from aiayn.model import quantized
 from aiayn.model.lora import apply_lora
-from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
+from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear, QuantizedEmbedding
 
 from conftest import random_ids, tiny
 
@@ -209,3 +210,49 @@ def test_int8_activations_without_exact_int8_dots_take_two_products_with_the_sam
     assert int(high.max()) <= 63 and int(high.min()) >= -64 and set(low.unique().tolist()) <= {0, 1}
     assert torch.equal(2 * high + low, split.q)
     torch.testing.assert_close(split(x), exact.detach(), rtol=1e-6, atol=1e-5)
+
+
+def _float_tables(model: nn.Module, rows: int) -> list[str]:
+    """Where ``model`` holds a floating tensor of at least ``rows`` rows: its parameters, buffers and the tensors
+    its layers keep as attributes (the quantized layers' packings)."""
+    found = []
+    for name, module in model.named_modules():
+        tensors = {**module._parameters, **module._buffers,
+                   **{k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}}
+        found += [f"{name}.{k}" for k, t in tensors.items()
+                  if t is not None and t.is_floating_point() and t.dim() == 2 and t.size(0) >= rows]
+    return found
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("ours", [True, False], ids=["aiayns-kernels", "pytorchs-kernels"])
+def test_a_quantized_copy_looks_its_tokens_up_in_8_or_4_bits_and_keeps_no_float_table(bits, ours, monkeypatch):
+    """Tied to an output on aiayn's packing, the table is that layer's rows (read in place, equal to what the
+    output multiplies by); else quantized alone, Q8_0: within half a step of each group of the float table."""
+    monkeypatch.setattr(quantized, "kernels_available", lambda: ours and quantized.load() is None)
+    torch.manual_seed(5)
+    model = build_model(tiny(**LLAMA_LIKE, vocab_size=203)).eval()  # 203 rows: the packing pads to 204 (or 208)
+    low = quantize(model, bits)
+    table = low.embed.tokens
+    assert isinstance(table, QuantizedEmbedding) and not _float_tables(low, 203)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 101, 202], [5, 6, 7, 199, 200, 201, 202]])
+    with torch.no_grad():
+        got, want = table(ids), model.embed.tokens(ids)  # (2, 7, D): the float table times sqrt(d_model)
+    if quantized.shares_packing(low.output):
+        assert table.packed.data_ptr() == low.output.packed.data_ptr() and table.bits == bits
+        torch.testing.assert_close(got, low.output.dequantized()[ids] * table.scale, rtol=1e-6, atol=1e-6)
+    else:
+        assert table.bits == 8 and not ours
+        groups = model.embed.tokens.weight.detach()[ids].view(2, 7, -1, 32)  # (2, 7, G, 32)
+        step = groups.abs().amax(-1, keepdim=True) / 127 * table.scale  # (2, 7, G, 1): one int8 step
+        assert bool(((got - want).view(groups.shape).abs() <= step * 0.501 + 1e-7).all())
+    assert float((got - want).abs().max()) > 0  # quantized, not the float table
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 203\)"):
+        table(torch.tensor([[3, 203]]))
+
+
+def test_source_and_target_share_one_quantized_table_as_they_shared_the_float_one():
+    model = build_model(tiny(arch="encoder-decoder", share_embeddings="all")).eval()
+    low = quantize(model, 8)
+    assert isinstance(low.src_embed.tokens, QuantizedEmbedding) and low.src_embed.tokens is low.tgt_embed.tokens
+    assert not _float_tables(low, 40)

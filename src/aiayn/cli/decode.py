@@ -199,7 +199,8 @@ def say_kernels(model) -> None:
     print(f"aiayn: this CPU: native bfloat16 {yes[native_bf16()]}, exact int8 dot products {yes[exact_int8_dot()]}",
           file=sys.stderr)
     for path, count in kernels(model).items():
-        print(f"aiayn: {count} linear layer(s): {path}", file=sys.stderr)
+        kind = "table(s)" if path.startswith("token table") else "linear layer(s)"
+        print(f"aiayn: {count} {kind}: {path}", file=sys.stderr)
 
 
 def fill_mask(args: argparse.Namespace) -> int:

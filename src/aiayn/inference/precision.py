@@ -6,7 +6,9 @@ gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: ev
 :class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with weights reordered ahead of time: 2x to 2.5x
 faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
 every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
-:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits; the embeddings stay as they are).
+:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits), and each token table a
+:class:`~aiayn.model.quantized.QuantizedEmbedding` (read from the packed output projection it is tied to, as
+llama.cpp reads ``token_embd``; else in 8 bits): no float32 table is kept.
 ``inference_copy`` picks one of them for a product; in float32 it packs only where packing pays on this CPU
 (:func:`~aiayn.model.packed.packing_pays`, measured), else keeps the fused model's own layers."""
 
@@ -18,10 +20,11 @@ import torch
 from torch import nn
 
 from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
 from aiayn.model.packed import PackedLinear, check_unpacked, packing_available, packing_pays
-from aiayn.model.quantized import Int4Linear, Int8Linear
+from aiayn.model.quantized import Int4Linear, Int8Linear, QuantizedEmbedding
 from aiayn.model.transformer import TransformerModel
 
 
@@ -42,14 +45,34 @@ def fuse(model: TransformerModel) -> TransformerModel:
     return model
 
 
-def _convert(part: nn.Module, make, dtype: torch.dtype | None = None) -> nn.Module:
+def _convert(part: nn.Module, make, dtype: torch.dtype | None = None, tables: bool = False) -> nn.Module:
     """``part`` (a model, or one of its layers) made an inference copy in place: on the CPU, in eval mode, cast to
-    ``dtype`` if given, fused, and each plain linear layer replaced by ``make(part)(linear)``; parts converted
-    already are left as they are (a model whose layers were converted as they were read)."""
+    ``dtype`` if given, fused, and each plain linear layer replaced by ``make(part)(linear)``; with ``tables``
+    (quantized copies) each token table too (:func:`_quantize_tables`). Parts converted already are left as they
+    are (a model whose layers were converted as they were read)."""
     part = part.cpu().eval()
     fuse(part if dtype is None else part.to(dtype))
+    weights = {id(m.weight): name for name, m in part.named_modules() if type(m) is nn.Linear}  # before the swap
     _swap_linears(part, make(part))
+    if tables:
+        _quantize_tables(part, weights)
     return part.requires_grad_(False)
+
+
+def _quantize_tables(part: nn.Module, weights: dict[int, str]) -> None:
+    """Each token table of ``part`` (an input width that is a multiple of 32) made a
+    :class:`~aiayn.model.quantized.QuantizedEmbedding`: read from the packed output projection it is tied to
+    (``weights``: id of each linear layer's weight before quantizing -> its name), else quantized alone (Q8_0)."""
+    made: dict[int, QuantizedEmbedding] = {}  # a table two embeddings share (source and target) made once
+    tables = [(n, m) for n, m in part.named_modules(remove_duplicate=False) if type(m) is TokenEmbedding]
+    for name, table in tables:
+        if table.embedding_dim % 32:
+            continue
+        if id(table) not in made:
+            tied = weights.get(id(table.weight))
+            made[id(table)] = QuantizedEmbedding(table, part.get_submodule(tied) if tied else None)
+        parent, _, attr = name.rpartition(".")
+        setattr(part.get_submodule(parent) if parent else part, attr, made[id(table)])
 
 
 def _owned(model: TransformerModel, what: str, own: bool) -> TransformerModel:
@@ -99,7 +122,7 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     bfloat16 where the CPU computes in it and int8 elsewhere (:class:`~aiayn.model.quantized.Int8Linear`)."""
     if bits not in (4, 8):
         raise ValueError(f"quantize: bits {bits}; choose 8 or 4")
-    return _convert(_owned(model, "quantize", own), _quantized(bits), dtype)
+    return _convert(_owned(model, "quantize", own), _quantized(bits), dtype, tables=True)
 
 
 def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = False) -> TransformerModel:
@@ -148,7 +171,7 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
     if torch.device(device).type != "cpu":
         return None
     if int8 or int4:
-        return lambda part: _convert(part, _quantized(8 if int8 else 4), dtype)
+        return lambda part: _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
     if packed and packing_available(dtype) and (dtype is not None or packing_pays()):
         return lambda part: _convert(part, _packed, dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
@@ -163,11 +186,12 @@ def is_inference_copy(model: nn.Module) -> bool:
 
 
 def kernels(model: nn.Module) -> dict[str, int]:
-    """What the model's linear layers compute, in words (each kind's ``kernel``; plain ``nn.Linear``: PyTorch's
-    matmul in its dtype), and how many layers run each: the path the precision flags chose on this CPU."""
+    """What the model's linear layers (and a quantized copy's token tables) compute, in words (each kind's
+    ``kernel``; plain ``nn.Linear``: PyTorch's matmul in its dtype), and how many layers run each: the path the
+    precision flags chose on this CPU."""
     counts: dict[str, int] = {}
     for module in model.modules():
-        if isinstance(module, PackedLinear | Int8Linear | Int4Linear):
+        if isinstance(module, PackedLinear | Int8Linear | Int4Linear | QuantizedEmbedding):
             path = module.kernel
         elif isinstance(module, nn.Linear):
             path = f"{str(module.weight.dtype).removeprefix('torch.')} weights, PyTorch's matmul"

@@ -104,6 +104,23 @@ def layouts_of(packed: Tensor, q: Tensor, layouts=LAYOUTS) -> set[tuple[int, boo
     return {layout for layout in layouts if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
 
 
+def q8_grouped(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """A weight (N, K) as llama.cpp's Q8_0, q d per group of 32 of a row (d = max|w| / 127 in float16), in
+    :func:`aiayn.kernels.quant.pack_q8`'s packing: (packed (N'/4, G, 128) int8, scales (N'/4, G, 4) float16), the
+    rows padded to a multiple of 4 with zeros."""
+    n, k = weight.shape
+    padded, parts = -(-n // 4) * 4, []
+    for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
+        rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+        groups = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0))).view(
+            -1, k // quant.GROUP, quant.GROUP)  # (r, G, 32)
+        d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
+        q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
+        parts.append(quant.pack_q8(q, d))
+    packed, scales = (torch.cat(part) for part in zip(*parts, strict=True))
+    return packed, scales
+
+
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
@@ -143,16 +160,8 @@ class Int8Linear(nn.Module):
         self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
 
     def _grouped(self, weight: Tensor) -> None:
-        """q d per group of 32 of a row (d = max|w| / 127 in float16), packed for ``aiayn::q8a8_mm``."""
-        padded, parts = -(-self.out_features // 4) * 4, []
-        for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
-            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
-            groups = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0))).view(
-                -1, self.in_features // quant.GROUP, quant.GROUP)  # (r, G, 32)
-            d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
-            q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
-            parts.append(quant.pack_q8(q, d))
-        self.packed, self.scales = (torch.cat(part) for part in zip(*parts, strict=True))  # (N'/4, G, 128), (.., 4)
+        """q d per group of 32 of a row, packed for ``aiayn::q8a8_mm`` (:func:`q8_grouped`)."""
+        self.packed, self.scales = q8_grouped(weight)  # (N'/4, G, 128), (N'/4, G, 4)
         self.w8a8, self.halves, self.dtype = True, None, prompt_dtype()
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -294,3 +303,60 @@ class Int4Linear(nn.Module):
         activations = "int8" if self.w4a8 else str(self.dtype).removeprefix("torch.")
         return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
                 f"bias={self.bias is not None}, activations={activations}")
+
+
+class QuantizedEmbedding(nn.Module):
+    """A token table (vocab, D) looked up from 8- or 4-bit rows, groups of 32 (section 3.4's embedding, as
+    llama.cpp keeps ``token_embd``): a quantized copy holds no float32 table beside its packed weights.
+
+    With ``tied`` (the output projection it shares its weight with, an :class:`Int4Linear` or :class:`Int8Linear`
+    on aiayn's kernels' packing) the rows are read from that layer's packed weights: the table costs nothing more;
+    else the table is quantized alone, Q8_0 (:func:`aiayn.kernels.quant.pack_q8`). Ids outside [0, vocab) raise a
+    ValueError, as :class:`~aiayn.model.embeddings.TokenEmbedding`'s do.
+
+    Shape: ids (...) -> (..., D), in the table's dtype, times the embedding's ``scale``.
+    """
+
+    def __init__(self, embedding: nn.Embedding, tied: nn.Module | None = None) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
+        self.scale, self.dtype = getattr(embedding, "scale", 1.0), embedding.weight.dtype
+        self.tied = tied is not None and shares_packing(tied)
+        if self.tied:
+            self.bits, self.packed, self.scales = (4 if isinstance(tied, Int4Linear) else 8), tied.packed, tied.scales
+            return
+        self.bits = 8
+        self.packed, self.scales = q8_grouped(embedding.weight.detach())  # (N'/4, G, 128), (N'/4, G, 4)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        checked = ids.numel() and not torch.compiler.is_compiling()
+        if checked and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            raise ValueError(f"token ids must lie in [0, {self.num_embeddings}); got values in "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        flat = ids.reshape(-1)
+        quad, row = flat // 4, flat % 4  # (n,) each: the rows' place in the four-row packing
+        if self.bits == 4:
+            nibbles = self.packed.view(*self.packed.shape[:2], 4, 16)[quad, :, row]  # (n, G, 16)
+            d, mn = self.scales.view(*self.scales.shape[:2], 2, 4)[quad, :, :, row].to(self.dtype).unbind(-1)
+            q = torch.cat([nibbles & 15, nibbles >> 4], -1).to(self.dtype)  # (n, G, 32)
+            rows = q * d[..., None] + mn[..., None]  # (n, G, 32)
+        else:
+            q = self.packed.view(*self.packed.shape[:2], 4, quant.GROUP)[quad, :, row]  # (n, G, 32)
+            rows = q.to(self.dtype) * self.scales[quad, :, row].to(self.dtype)[..., None]  # (n, G, 32)
+        out = rows.reshape(*ids.shape, self.embedding_dim)  # (..., D)
+        return out if self.scale == 1.0 else out * self.scale
+
+    @property
+    def kernel(self) -> str:
+        """What its lookup reads, in words (``aiayn generate --verbose``)."""
+        return (f"token table in int{self.bits}, groups of 32 ("
+                + ("the tied output projection's packed rows)" if self.tied else "Q8_0, its own)"))
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, bits={self.bits}, tied={self.tied}"
+
+
+def shares_packing(layer: nn.Module) -> bool:
+    """Whether ``layer``'s packed weights are rows a :class:`QuantizedEmbedding` can read: aiayn's kernels'
+    four-row packing (int4 ``w4a8``, int8 ``grouped``)."""
+    return getattr(layer, "w4a8", False) or getattr(layer, "grouped", False)
