@@ -33,6 +33,8 @@ def main() -> None:
                         choices=["fp32", "bf16", "int8", "int4"])
     parser.add_argument("--gguf", type=Path, default=GEMMA, help="gemma3: the GGUF file (make gemma3)")
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1, help="one precision's engines take this many turns, one "
+                        "after another; each figure the best")
     args = parser.parse_args()
     if "gemma3" in args.models and not args.gguf.exists():
         parser.error(f"{args.gguf}: missing; run make gemma3, or leave gemma3 out of --models")
@@ -40,7 +42,8 @@ def main() -> None:
     engines = available(["aiayn", "aiayn-compiled", "llama.cpp"])
     for model in args.models:
         lm = argparse.Namespace(model=model, gguf=str(args.gguf), engines=engines, new_tokens=args.new_tokens,
-                                precisions=args.precisions, script=str(Path(__file__).with_name("bench_engines.py")))
+                                precisions=args.precisions, script=str(Path(__file__).with_name("bench_engines.py")),
+                                repeats=args.repeats)
         with tempfile.TemporaryDirectory() as tmp:
             engines_lm.run(lm, Path(tmp))
 

@@ -60,8 +60,8 @@ def main() -> None:
                         choices=["aiayn", "aiayn-compiled", "hf", "ct2", "llama.cpp"],
                         help="aiayn-compiled: language models, aiayn with its compiled decoding step (--compile on)")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="translation: time each case this long")
-    parser.add_argument("--repeats", type=int, default=1, help="translation: engines take this many turns; "
-                        "each figure the best")
+    parser.add_argument("--repeats", type=int, default=1, help="engines take this many turns (language models: "
+                        "one precision's engines one after another); each figure the best")
     parser.add_argument("--gguf", help="smollm2: the GGUF file (scripts/fetch_smollm2.py fetches it)")
     parser.add_argument("--new-tokens", type=int, default=64, help="language models: new tokens per timing")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8", "int4"],
@@ -76,7 +76,7 @@ def main() -> None:
                                 args.min_seconds, args.repeats, __file__)
     for preset in (p for p in args.preset if p in engines_lm.PRESETS):
         lm = argparse.Namespace(model=preset, gguf=args.gguf, engines=engines, new_tokens=args.new_tokens,
-                                precisions=args.precisions, script=__file__)
+                                precisions=args.precisions, script=__file__, repeats=args.repeats)
         with tempfile.TemporaryDirectory() as tmp:
             engines_lm.run(lm, Path(tmp))
 

@@ -52,3 +52,29 @@ def test_the_cpu_decode_benchmark_names_the_cpu_and_the_paths_aiayn_chose_on_it(
     assert found["int8_activations"] == ("int8" if ours or int8_activations() else "bfloat16")
     assert found["int4_activations"] in (("int8",) if ours else ("bfloat16", "float32"))
     assert ("aiayn::q8a8_mm" in found["int8_kernel"]) == ours and ("aiayn::q4a8_mm" in found["int4_kernel"]) == ours
+
+
+def test_language_model_engines_take_turns_and_each_figure_is_the_best_of_its_turns(monkeypatch, capsys):
+    import argparse
+
+    import engines_lm
+
+    rates = {"aiayn-compiled": iter([30.0, 40.0, 35.0]), "llama.cpp": iter([41.0, 28.0, 33.0])}
+    order = []
+
+    def worker(script, kind, engine, precision, work, new_tokens):
+        order.append(engine)
+        rate = next(rates[engine])
+        figures = {"decode": {"1": rate}, "prefill": 10 * rate, "peak_rss_mb": 500.0, "ready_s": 1.0, "tokens": [1]}
+        return [json.dumps(figures)], None
+
+    monkeypatch.setattr(engines_lm, "run_worker", worker)
+    args = argparse.Namespace(model="m", engines=["aiayn-compiled", "llama.cpp"], precisions=["fp32"],
+                              new_tokens=4, script="x", repeats=3)
+    results = engines_lm.run_engines(args, Path("/nowhere"))
+    assert order == ["aiayn-compiled", "llama.cpp"] * 3  # side by side, turn after turn
+    assert results["aiayn-compiled", "fp32"]["decode"] == {"1": 40.0}
+    assert results["llama.cpp", "fp32"]["prefill"] == 410.0
+    got = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert got["m/aiayn-compiled/fp32/batch1", "decode_vs_llama.cpp"] == round(40 / 41, 3)
+    assert got["m/llama.cpp/fp32/batch1", "decode"] == 41.0
