@@ -550,3 +550,43 @@ def test_sampling_defaults_go_out_as_general_sampling_and_come_back(tmp_path, ch
         assert main(["import", str(path), "--output", str(tmp_path / name)]) == 0
         back = json.loads((tmp_path / name / "generation.json").read_text())
         assert back == (ours if decoding else {"temperature": 0.0})
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q4_0"])
+def test_q4_1_and_q8_0_blocks_come_through_float32_into_the_int4_and_int8_layers_byte_for_byte(kind):
+    """A file's Q4_1 (Q8_0) matrix, dequantized as ``aiayn import`` reads it, is quantized by ``--int4``
+    (``--int8``) back to the very blocks of the file: the same nibbles (int8s) and half-float scales and minimums,
+    in aiayn's kernels' packing. Q4_0 (no minimum) lands on another grid: within half a step of its own."""
+    import gguf
+    from torch import nn
+
+    from aiayn.kernels import quant
+    from aiayn.model.quantized import Int4Linear, Int8Linear
+
+    rng = np.random.default_rng(0)
+    weights = (rng.standard_normal((64, 160)) * rng.uniform(0.01, 1, (64, 1))).astype(np.float32)  # (N, K)
+    qtype = getattr(gguf.GGMLQuantizationType, kind)
+    blocks = gguf.quants.quantize(weights, qtype)  # (N, K / 32 * bytes a block) uint8
+    read = torch.from_numpy(gguf.quants.dequantize(blocks, qtype).copy())  # what the importer makes of it
+    linear = nn.Linear(160, 64, bias=False)
+    linear.weight.data = read
+    raw = torch.from_numpy(blocks.copy()).view(64, 5, -1)  # (N, G, bytes a block)
+    if kind == "Q8_0":
+        layer = Int8Linear(linear, grouped=True)
+        q, d = quant.unpack_q8(layer.packed, layer.scales)
+        assert torch.equal(q.view(64, 5, 32), raw[..., 2:].view(torch.int8))
+        assert torch.equal(d.half(), raw[..., :2].contiguous().view(torch.float16).squeeze(-1))
+    else:
+        layer = Int4Linear(linear, w4a8=True)
+        nibbles = layer.packed.view(16, 5, 4, 16).transpose(1, 2).reshape(64, 5, 16)  # (N, G, 16)
+        if kind == "Q4_1":
+            assert torch.equal(nibbles, raw[..., 4:])
+            _, d, mn = quant.unpack_q4(layer.packed, layer.scales)
+            halves = raw[..., :4].contiguous().view(torch.float16)  # (N, G, 2): d, m
+            assert torch.equal(d.half(), halves[..., 0]) and torch.equal(mn.half(), halves[..., 1])
+        else:
+            assert not torch.equal(nibbles, raw[..., 2:])
+            step = (read.view(64, 5, 32).amax(-1) - read.view(64, 5, 32).amin(-1)) / 15  # (N, G)
+            assert bool(((layer.dequantized() - read).abs().view(64, 5, 32) <= step[..., None] * 0.51).all())
+            return
+    assert torch.equal(layer.dequantized(), read)  # the file's values, exactly
