@@ -127,7 +127,7 @@ def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
         assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted
 
 
-TIED = "token table in int{}, groups of 32 (the tied output projection's packed rows)"
+TIED = "token table in int8, groups of 32 (the tied output projection's packed rows)"
 OWN = "token table in int8, groups of 32 (Q8_0, its own)"
 
 
@@ -147,22 +147,21 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
     prompt = "bfloat16" if native_bf16() else "float32"
     if quantized.kernels_available():
         ours = f"int4 weights x int8 activations, groups of 32 (aiayn::q4a8_mm, its {simd_path()} path; a prompt in "
-        assert list(kernels(inference_copy(model, int4=True))) == [TIED.format(4), f"{ours}{prompt})"]
-        assert list(kernels(inference_copy(model, int8=True))) == [TIED.format(8),
-            f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; a prompt in "
-            f"{prompt})"]
+        int8 = f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; a prompt in "
+        assert list(kernels(inference_copy(model, int4=True))) == [TIED, f"{ours}{prompt})", f"{int8}{prompt})"]
+        assert list(kernels(inference_copy(model, int8=True))) == [TIED, f"{int8}{prompt})"]
     monkeypatch.setattr(quantized, "kernels_available", lambda: False)  # no compiler: PyTorch's kernels
     activations = "bfloat16" if bf16_kernels else "float32"
+    theirs = ("int8 weights x bfloat16 activations (aten._weight_int8pack_mm)" if bf16_kernels
+              else "int8 weights x int8 activations, integer products (torch._int_mm)")
     int4 = kernels(inference_copy(model, int4=True))
     assert list(int4) == [OWN, f"int4 weights x {activations} activations, groups of 32 "
-                          "(aten._weight_int4pack_mm_for_cpu)"]
-    int8 = kernels(inference_copy(model, int8=True))
-    assert list(int8) == [OWN, "int8 weights x bfloat16 activations (aten._weight_int8pack_mm)" if bf16_kernels
-                          else "int8 weights x int8 activations, integer products (torch._int_mm)"]
+                          "(aten._weight_int4pack_mm_for_cpu)", theirs]  # the output projection in int8
+    assert list(kernels(inference_copy(model, int8=True))) == [OWN, theirs]
     if packing_available():
         assert [path.split(",")[1] for path in kernels(inference_copy(model))] == [" oneDNN's packed matmul"]
     done = run_main("generate", "--checkpoint", str(lm_run), "--prompt", "ab", "--max-new-tokens", "2", "--int4",
                     "--verbose")
     assert done.returncode == 0 and "linear layer(s): int4 weights x" in done.stderr
-    assert "1 table(s): token table in int" in done.stderr
+    assert "1 table(s): token table in int8" in done.stderr
     assert "this CPU: native bfloat16" in done.stderr

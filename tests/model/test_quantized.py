@@ -122,7 +122,8 @@ def test_int4_refuses_a_width_that_is_not_a_multiple_of_the_group_and_quantize_m
     model = build_model(tiny(**LLAMA_LIKE, d_ff=48)).eval()  # the MLP's down projection reads 48 features
     low = quantize(model, 4)
     assert {type(m.down_proj) for m in low.modules() if hasattr(m, "down_proj")} == {Int8Linear}
-    assert sum(type(m) is Int4Linear for m in low.modules()) == 3 * 2 + 1  # QKV, W_O, gate-up (2 layers) + output
+    assert sum(type(m) is Int4Linear for m in low.modules()) == 3 * 2  # QKV, W_O, gate-up (2 layers)
+    assert type(low.output) is Int8Linear  # the output projection in 8 bits, as llama.cpp keeps it
     with torch.no_grad():
         assert torch.isfinite(low(random_ids(1, 5))).all()
 
@@ -226,26 +227,27 @@ def _float_tables(model: nn.Module, rows: int) -> list[str]:
 
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("ours", [True, False], ids=["aiayns-kernels", "pytorchs-kernels"])
-def test_a_quantized_copy_looks_its_tokens_up_in_8_or_4_bits_and_keeps_no_float_table(bits, ours, monkeypatch):
-    """Tied to an output on aiayn's packing, the table is that layer's rows (read in place, equal to what the
-    output multiplies by); else quantized alone, Q8_0: within half a step of each group of the float table."""
+def test_a_quantized_copy_looks_its_tokens_up_in_8_bits_and_keeps_no_float_table(bits, ours, monkeypatch):
+    """int8 and int4 copies alike: tied to an output on aiayn's packing (int8, groups of 32: int4 keeps its output
+    in 8 bits), the table is that layer's rows, read in place and equal to what the output multiplies by; else it
+    is quantized alone, Q8_0: within half a step of each group of the float table."""
     monkeypatch.setattr(quantized, "kernels_available", lambda: ours and quantized.load() is None)
     torch.manual_seed(5)
-    model = build_model(tiny(**LLAMA_LIKE, vocab_size=203)).eval()  # 203 rows: the packing pads to 204 (or 208)
+    model = build_model(tiny(**LLAMA_LIKE, vocab_size=203)).eval()  # 203 rows: the packing pads to 204
     low = quantize(model, bits)
     table = low.embed.tokens
     assert isinstance(table, QuantizedEmbedding) and not _float_tables(low, 203)
+    assert type(low.output) is Int8Linear
     ids = torch.tensor([[0, 1, 2, 3, 4, 101, 202], [5, 6, 7, 199, 200, 201, 202]])
     with torch.no_grad():
         got, want = table(ids), model.embed.tokens(ids)  # (2, 7, D): the float table times sqrt(d_model)
-    if quantized.shares_packing(low.output):
-        assert table.packed.data_ptr() == low.output.packed.data_ptr() and table.bits == bits
+    assert table.tied == (ours and low.output.grouped)
+    if table.tied:
+        assert table.packed.data_ptr() == low.output.packed.data_ptr()
         torch.testing.assert_close(got, low.output.dequantized()[ids] * table.scale, rtol=1e-6, atol=1e-6)
-    else:
-        assert table.bits == 8 and not ours
-        groups = model.embed.tokens.weight.detach()[ids].view(2, 7, -1, 32)  # (2, 7, G, 32)
-        step = groups.abs().amax(-1, keepdim=True) / 127 * table.scale  # (2, 7, G, 1): one int8 step
-        assert bool(((got - want).view(groups.shape).abs() <= step * 0.501 + 1e-7).all())
+    groups = model.embed.tokens.weight.detach()[ids].view(2, 7, -1, 32)  # (2, 7, G, 32)
+    step = groups.abs().amax(-1, keepdim=True) / 127 * table.scale  # (2, 7, G, 1): one int8 step
+    assert bool(((got - want).view(groups.shape).abs() <= step * 0.501 + 1e-7).all())
     assert float((got - want).abs().max()) > 0  # quantized, not the float table
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 203\)"):
         table(torch.tensor([[3, 203]]))

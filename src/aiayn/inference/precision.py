@@ -5,8 +5,9 @@ Both CPU copies first ``fuse`` the projections that read the same input (self-at
 gate and up): fewer, larger matrix-vector products a decoding step. ``pack``: every ``nn.Linear`` becomes a
 :class:`~aiayn.model.packed.PackedLinear` (oneDNN's kernels with weights reordered ahead of time: 2x to 2.5x
 faster for decoding's small batches on some CPUs, equal to the plain model's results to rounding). ``quantize``:
-every linear layer, the output projection included, becomes an :class:`~aiayn.model.quantized.Int8Linear` or
-:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits), and each token table a
+every linear layer becomes an :class:`~aiayn.model.quantized.Int8Linear` or
+:class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits; the output projection in 8 under int4, as
+llama.cpp's files keep it), and each token table a
 :class:`~aiayn.model.quantized.QuantizedEmbedding` (read from the packed output projection it is tied to, as
 llama.cpp reads ``token_embd``; else in 8 bits): no float32 table is kept.
 ``inference_copy`` picks one of them for a product; in float32 it packs only where packing pays on this CPU
@@ -82,9 +83,14 @@ def _owned(model: TransformerModel, what: str, own: bool) -> TransformerModel:
 
 
 def _quantized(bits: int):
-    """What ``quantize`` makes of a linear layer: int4 (an input width that is a multiple of 32), else int8."""
-    return lambda part: (lambda lin: Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0
-                         else Int8Linear(lin))
+    """What ``quantize`` makes of a linear layer: int4 (an input width that is a multiple of 32), else int8; the
+    output projection int8 under int4 too, as llama.cpp keeps ``output.weight`` (or a tied ``token_embd``) in 8
+    bits or more: in 4 bits SmolLM2's chat answer to "What is the capital of France?" was no longer Paris."""
+    def make(part: nn.Module):
+        output = getattr(part, "output", None)
+        return lambda lin: (Int4Linear(lin) if bits == 4 and lin.in_features % 32 == 0 and lin is not output
+                            else Int8Linear(lin))
+    return make
 
 
 def _packed(part: nn.Module):
@@ -118,7 +124,8 @@ def quantize(model: TransformerModel, bits: int = 8, dtype: torch.dtype | None =
     """A weight-only int8 (``bits`` 8) or int4 (``bits`` 4, groups of 32) copy of ``model`` for CPU inference, in
     eval mode, its other parts in ``dtype`` (default the model's); ``generate`` and ``Translator`` take it.
 
-    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8). int8's activations are
+    int4 needs every layer's input width a multiple of 32 (a layer that is not stays int8; so does the output
+    projection, as llama.cpp keeps it). int8's activations are
     bfloat16 where the CPU computes in it and int8 elsewhere (:class:`~aiayn.model.quantized.Int8Linear`)."""
     if bits not in (4, 8):
         raise ValueError(f"quantize: bits {bits}; choose 8 or 4")

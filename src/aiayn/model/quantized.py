@@ -306,13 +306,13 @@ class Int4Linear(nn.Module):
 
 
 class QuantizedEmbedding(nn.Module):
-    """A token table (vocab, D) looked up from 8- or 4-bit rows, groups of 32 (section 3.4's embedding, as
-    llama.cpp keeps ``token_embd``): a quantized copy holds no float32 table beside its packed weights.
+    """A token table (vocab, D) looked up from 8-bit rows, a scale per group of 32 (section 3.4's embedding, as
+    llama.cpp keeps ``token_embd`` in Q8_0): a quantized copy holds no float32 table beside its packed weights.
 
-    With ``tied`` (the output projection it shares its weight with, an :class:`Int4Linear` or :class:`Int8Linear`
-    on aiayn's kernels' packing) the rows are read from that layer's packed weights: the table costs nothing more;
-    else the table is quantized alone, Q8_0 (:func:`aiayn.kernels.quant.pack_q8`). Ids outside [0, vocab) raise a
-    ValueError, as :class:`~aiayn.model.embeddings.TokenEmbedding`'s do.
+    With ``tied`` (the output projection it shares its weight with, an :class:`Int8Linear` on aiayn's kernels'
+    packing, ``grouped``) the rows are read from that layer's packed weights: the table costs nothing more; else
+    the table is quantized alone, the same way (:func:`q8_grouped`). Ids outside [0, vocab) raise a ValueError, as
+    :class:`~aiayn.model.embeddings.TokenEmbedding`'s do.
 
     Shape: ids (...) -> (..., D), in the table's dtype, times the embedding's ``scale``.
     """
@@ -321,12 +321,11 @@ class QuantizedEmbedding(nn.Module):
         super().__init__()
         self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
         self.scale, self.dtype = getattr(embedding, "scale", 1.0), embedding.weight.dtype
-        self.tied = tied is not None and shares_packing(tied)
+        self.tied = isinstance(tied, Int8Linear) and tied.grouped
         if self.tied:
-            self.bits, self.packed, self.scales = (4 if isinstance(tied, Int4Linear) else 8), tied.packed, tied.scales
-            return
-        self.bits = 8
-        self.packed, self.scales = q8_grouped(embedding.weight.detach())  # (N'/4, G, 128), (N'/4, G, 4)
+            self.packed, self.scales = tied.packed, tied.scales
+        else:
+            self.packed, self.scales = q8_grouped(embedding.weight.detach())  # (N'/4, G, 128), (N'/4, G, 4)
 
     def forward(self, ids: Tensor) -> Tensor:
         checked = ids.numel() and not torch.compiler.is_compiling()
@@ -335,28 +334,16 @@ class QuantizedEmbedding(nn.Module):
                              f"[{int(ids.min())}, {int(ids.max())}]")
         flat = ids.reshape(-1)
         quad, row = flat // 4, flat % 4  # (n,) each: the rows' place in the four-row packing
-        if self.bits == 4:
-            nibbles = self.packed.view(*self.packed.shape[:2], 4, 16)[quad, :, row]  # (n, G, 16)
-            d, mn = self.scales.view(*self.scales.shape[:2], 2, 4)[quad, :, :, row].to(self.dtype).unbind(-1)
-            q = torch.cat([nibbles & 15, nibbles >> 4], -1).to(self.dtype)  # (n, G, 32)
-            rows = q * d[..., None] + mn[..., None]  # (n, G, 32)
-        else:
-            q = self.packed.view(*self.packed.shape[:2], 4, quant.GROUP)[quad, :, row]  # (n, G, 32)
-            rows = q.to(self.dtype) * self.scales[quad, :, row].to(self.dtype)[..., None]  # (n, G, 32)
+        q = self.packed.view(*self.packed.shape[:2], 4, quant.GROUP)[quad, :, row]  # (n, G, 32)
+        rows = q.to(self.dtype) * self.scales[quad, :, row].to(self.dtype)[..., None]  # (n, G, 32)
         out = rows.reshape(*ids.shape, self.embedding_dim)  # (..., D)
         return out if self.scale == 1.0 else out * self.scale
 
     @property
     def kernel(self) -> str:
         """What its lookup reads, in words (``aiayn generate --verbose``)."""
-        return (f"token table in int{self.bits}, groups of 32 ("
-                + ("the tied output projection's packed rows)" if self.tied else "Q8_0, its own)"))
+        return "token table in int8, groups of 32 (" + (
+            "the tied output projection's packed rows)" if self.tied else "Q8_0, its own)")
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, bits={self.bits}, tied={self.tied}"
-
-
-def shares_packing(layer: nn.Module) -> bool:
-    """Whether ``layer``'s packed weights are rows a :class:`QuantizedEmbedding` can read: aiayn's kernels'
-    four-row packing (int4 ``w4a8``, int8 ``grouped``)."""
-    return getattr(layer, "w4a8", False) or getattr(layer, "grouped", False)
+        return f"{self.num_embeddings}, {self.embedding_dim}, tied={self.tied}"
