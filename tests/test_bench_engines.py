@@ -60,12 +60,14 @@ def test_language_model_engines_take_turns_and_each_figure_is_the_best_of_its_tu
     import engines_lm
 
     rates = {"aiayn-compiled": iter([30.0, 40.0, 35.0]), "llama.cpp": iter([41.0, 28.0, 33.0])}
+    peaks = iter([700.0, 450.0, 520.0, 460.0, 530.0, 455.0])
     order = []
 
     def worker(script, kind, engine, precision, work, new_tokens):
         order.append(engine)
         rate = next(rates[engine])
-        figures = {"decode": {"1": rate}, "prefill": 10 * rate, "peak_rss_mb": 500.0, "ready_s": 1.0, "tokens": [1]}
+        figures = {"decode": {"1": rate}, "prefill": 10 * rate, "peak_rss_mb": next(peaks), "ready_s": rate,
+                   "tokens": [1]}
         return [json.dumps(figures)], None
 
     monkeypatch.setattr(engines_lm, "run_worker", worker)
@@ -75,6 +77,8 @@ def test_language_model_engines_take_turns_and_each_figure_is_the_best_of_its_tu
     assert order == ["aiayn-compiled", "llama.cpp"] * 3  # side by side, turn after turn
     assert results["aiayn-compiled", "fp32"]["decode"] == {"1": 40.0}
     assert results["llama.cpp", "fp32"]["prefill"] == 410.0
+    ours = results["aiayn-compiled", "fp32"]
+    assert ours["peak_rss_mb"] == 520.0 and ours["ready_s"] == 30.0  # the warm turns' figures
     got = {(r["config"], r["metric"]): r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert got["m/aiayn-compiled/fp32/batch1", "decode_vs_llama.cpp"] == round(40 / 41, 3)
     assert got["m/llama.cpp/fp32/batch1", "decode"] == 41.0
