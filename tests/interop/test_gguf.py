@@ -590,3 +590,16 @@ def test_q4_1_and_q8_0_blocks_come_through_float32_into_the_int4_and_int8_layers
             assert bool(((layer.dequantized() - read).abs().view(64, 5, 32) <= step[..., None] * 0.51).all())
             return
     assert torch.equal(layer.dequantized(), read)  # the file's values, exactly
+
+
+def test_q4_0_files_keep_the_output_projection_in_q8_0(checkpoint_of, tmp_path):
+    """``--quantization q4_0`` writes every matrix in Q4_0 but the output projection (a tied model's token table),
+    which stays Q8_0, as aiayn's ``--int4`` keeps it and as SmolLM2's own Q4_1 file keeps its table."""
+    import gguf
+
+    path = export(checkpoint_of("llama"), tmp_path / "q4.gguf", "q4_0")
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    output = "output.weight" if "output.weight" in types else "token_embd.weight"
+    assert types[output] == "Q8_0"
+    matrices = ("attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_up.weight")  # (ffn_down: 48 wide, F32)
+    assert {kind for name, kind in types.items() if name.endswith(matrices)} == {"Q4_0"}

@@ -201,9 +201,12 @@ def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32
     ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch.startswith("gemma") else None
     _add_tokenizer(writer, tokenizers, vocab, decoding, ids)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    for tensor_name, t in gguf_tensors(model, arch, vocab).items():
+    tensors = gguf_tensors(model, arch, vocab)
+    output = "output.weight" if "output.weight" in tensors else "token_embd.weight"  # tied: the table is the output
+    for tensor_name, t in tensors.items():
         router = tensor_name.endswith("ffn_gate_inp.weight")  # a mixture's router stays float32, as llama.cpp's
-        data, raw = _stored(t.numpy().astype(np.float32), "f32" if router else quantization)
+        kind = "f32" if router else "q8_0" if quantization == "q4_0" and tensor_name == output else quantization
+        data, raw = _stored(t.numpy().astype(np.float32), kind)  # q4_0's output in Q8_0, as aiayn's --int4 keeps it
         writer.add_tensor(tensor_name, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
