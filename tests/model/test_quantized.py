@@ -16,7 +16,8 @@ from aiayn import build_model, generate, quantize
 from aiayn.inference.precision import fuse
 from aiayn.model import quantized
 from aiayn.model.lora import apply_lora
-from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear, QuantizedEmbedding
+from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
+from aiayn.model.quantized_embedding import QuantizedEmbedding
 
 from conftest import random_ids, tiny
 

@@ -8,7 +8,7 @@ faster for decoding's small batches on some CPUs, equal to the plain model's res
 every linear layer becomes an :class:`~aiayn.model.quantized.Int8Linear` or
 :class:`~aiayn.model.quantized.Int4Linear` (weights in 8 or 4 bits; the output projection in 8 under int4, as
 llama.cpp's files keep it), and each token table a
-:class:`~aiayn.model.quantized.QuantizedEmbedding` (read from the packed output projection it is tied to, as
+:class:`~aiayn.model.quantized_embedding.QuantizedEmbedding` (read from the packed output projection it is tied to, as
 llama.cpp reads ``token_embd``; else in 8 bits): no float32 table is kept.
 ``inference_copy`` picks one of them for a product; in float32 it packs only where packing pays on this CPU
 (:func:`~aiayn.model.packed.packing_pays`, measured), else keeps the fused model's own layers."""
@@ -25,7 +25,8 @@ from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
 from aiayn.model.packed import PackedLinear, check_unpacked, packing_available, packing_pays
-from aiayn.model.quantized import Int4Linear, Int8Linear, QuantizedEmbedding
+from aiayn.model.quantized import Int4Linear, Int8Linear
+from aiayn.model.quantized_embedding import QuantizedEmbedding
 from aiayn.model.transformer import TransformerModel
 
 
@@ -53,8 +54,8 @@ def _convert(part: nn.Module, make, dtype: torch.dtype | None = None, tables: bo
     are (a model whose layers were converted as they were read)."""
     part = part.cpu().eval()
     fuse(part if dtype is None else part.to(dtype))
-    weights = {id(m.weight): name for name, m in part.named_modules() if type(m) is nn.Linear}  # before the swap
-    _swap_linears(part, make(part))
+    weights = {id(m.weight): name for name, m in part.named_modules() if type(m) is nn.Linear} if tables else {}
+    _swap_linears(part, make(part))  # (``weights``: the ties, taken before the swap)
     if tables:
         _quantize_tables(part, weights)
     return part.requires_grad_(False)
@@ -62,7 +63,7 @@ def _convert(part: nn.Module, make, dtype: torch.dtype | None = None, tables: bo
 
 def _quantize_tables(part: nn.Module, weights: dict[int, str]) -> None:
     """Each token table of ``part`` (an input width that is a multiple of 32) made a
-    :class:`~aiayn.model.quantized.QuantizedEmbedding`: read from the packed output projection it is tied to
+    :class:`~aiayn.model.quantized_embedding.QuantizedEmbedding`: read from the packed output projection it is tied to
     (``weights``: id of each linear layer's weight before quantizing -> its name), else quantized alone (Q8_0)."""
     made: dict[int, QuantizedEmbedding] = {}  # a table two embeddings share (source and target) made once
     tables = [(n, m) for n, m in part.named_modules(remove_duplicate=False) if type(m) is TokenEmbedding]

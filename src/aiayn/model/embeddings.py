@@ -11,6 +11,13 @@ from aiayn.model.dropout import Dropout
 from aiayn.model.positions import LearnedPositions, SinusoidalPositions
 
 
+def check_ids(ids: Tensor, vocab: int) -> None:
+    """A clear ValueError for token ids outside [0, vocab), before any lookup (a compiled step's ids are its own
+    choices: not checked there)."""
+    if ids.numel() and not torch.compiler.is_compiling() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise ValueError(f"token ids must lie in [0, {vocab}); got values in [{int(ids.min())}, {int(ids.max())}]")
+
+
 class TokenEmbedding(nn.Embedding):
     """A (vocab, d_model) lookup table whose output is multiplied by sqrt(d_model) (section 3.4; ``scale``
     False leaves it as it is, as GPT-2 and BERT do).
@@ -26,10 +33,7 @@ class TokenEmbedding(nn.Embedding):
         self.scale = math.sqrt(embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor) -> Tensor:
-        checked = ids.numel() and not torch.compiler.is_compiling()  # a compiled step's ids are its own choices
-        if checked and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
-            raise ValueError(f"token ids must lie in [0, {self.num_embeddings}); got values in "
-                             f"[{int(ids.min())}, {int(ids.max())}]")
+        check_ids(ids, self.num_embeddings)
         embedded = super().forward(ids)
         return embedded if self.scale == 1.0 else embedded * self.scale
 
