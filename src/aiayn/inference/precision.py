@@ -179,7 +179,10 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
     if torch.device(device).type != "cpu":
         return None
     if int8 or int4:
-        return lambda part: _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
+        def quantized(part: nn.Module) -> nn.Module:
+            return _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
+        quantized.reads_rows = True  # its layers and tables quantize a block of rows at a time, as load_weights reads
+        return quantized
     if packed and packing_available(dtype) and (dtype is not None or packing_pays()):
         return lambda part: _convert(part, _packed, dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul

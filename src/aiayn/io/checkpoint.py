@@ -116,7 +116,9 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
     every tensor must match by name and shape (a weight tied to another is stored once, under either name).
     ``convert(part)`` runs on each layer (``*.layers.N``) as soon as its weights are in, then on the whole model
     (an inference copy made as the weights come: ``aiayn.inference.precision.converter``), so that a layer's
-    float32 weights are let go before the next one's are read."""
+    float32 weights are let go before the next one's are read. A converter that quantizes rows as they come
+    (``convert.reads_rows``) is handed the model's large tensors outside the layers (a token table, an output
+    projection) unread, as :class:`StoredRows`: their float32 values are never all held."""
     from safetensors import SafetensorError, safe_open
 
     file = folder / WEIGHTS
@@ -132,13 +134,15 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
             raise ValueError(f"{file}: weights do not match config.json: "
                              + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {unknown[0]}"))
         read: set[str] = set()  # the names read so far (with their aliases)
+        rows = getattr(convert, "reads_rows", False)
         with memory_returned_at_once() if convert is not None else contextlib.nullcontext():
             for prefix, part in [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] \
                     + [("", model)]:
                 with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
-                    _read_part(part, prefix, stored, names, tied, read, file)  # read are let go with it
+                    deferred = _read_part(part, prefix, stored, names, tied, read, file, rows and part is model)
                 if convert is not None:
                     convert(part)
+                    _read_unconverted(model, deferred, file)
                     give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
     except SafetensorError as err:
         raise ValueError(f"{file}: damaged or truncated weights file ({err}); copy it again") from None
@@ -153,10 +157,13 @@ def _aliases(model: nn.Module) -> dict[str, list[str]]:
 
 
 def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict, read: set[str],
-               file: Path) -> None:
-    """Copy into ``part``'s tensors (``prefix``: its name in the model) not read yet their stored values."""
+               file: Path, defer: bool = False) -> list:
+    """Copy into ``part``'s tensors (``prefix``: its name in the model) not read yet their stored values; with
+    ``defer``, a matrix over ``SLICE_BYTES`` is left unread, its :class:`StoredRows` set as its ``stored_rows``.
+    Returns the tensors left unread."""
     import torch
 
+    deferred = []
     with torch.no_grad():
         for local, tensor in part.state_dict(keep_vars=True).items():
             full = f"{prefix}.{local}" if prefix else local
@@ -167,11 +174,53 @@ def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict
             if shape != tuple(tensor.shape):
                 raise ValueError(f"{file}: weights do not match config.json: {name} has shape "
                                  f"{shape}, the model {tuple(tensor.shape)}")
-            if tensor.dim() and tensor.numel() * tensor.element_size() > SLICE_BYTES:
+            large = tensor.dim() and tensor.numel() * tensor.element_size() > SLICE_BYTES
+            if large and defer and tensor.dim() == 2:
+                tensor.stored_rows = StoredRows(file, name, shape)
+                deferred.append(tensor)
+            elif large:
                 _read_slices(tensor, name, file)
             else:
                 tensor.copy_(stored.get_tensor(name))
             read.update(tied[full])
+    return deferred
+
+
+class StoredRows:
+    """A stored matrix read a slice of rows at a time, never whole: ``rows[a:b]`` -> those rows, float32, the file
+    mapped anew for each slice. What a converter that quantizes rows as they come reads a large weight from
+    (``rows_of``)."""
+
+    def __init__(self, file: Path, name: str, shape: tuple[int, ...]) -> None:
+        self.file, self.name, self.shape = file, name, shape
+
+    def size(self, dim: int) -> int:
+        return self.shape[dim]
+
+    def __getitem__(self, rows: slice):
+        from safetensors import safe_open
+
+        with safe_open(str(self.file), framework="pt") as stored:
+            return stored.get_slice(self.name)[rows].float()
+
+
+def rows_of(weight):
+    """A weight's rows as a converter reads them, a slice at a time: its :class:`StoredRows` where
+    ``load_weights`` left it unread, else the tensor itself (detached)."""
+    return getattr(weight, "stored_rows", None) or weight.detach()
+
+
+def _read_unconverted(model: nn.Module, deferred: list, file: Path) -> None:
+    """Read the tensors left unread for the converter that it did not replace (still in ``model``), and forget
+    their :class:`StoredRows`: nothing is left unread whatever the converter made of it."""
+    import torch
+
+    kept = {id(t) for t in model.state_dict(keep_vars=True).values()}
+    with torch.no_grad():
+        for tensor in deferred:
+            if id(tensor) in kept:
+                _read_slices(tensor, tensor.stored_rows.name, file)
+            del tensor.stored_rows
 
 
 def _read_slices(tensor, name: str, file: Path) -> None:

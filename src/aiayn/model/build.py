@@ -20,8 +20,10 @@ def build_model(config: ModelConfig) -> TransformerModel:
     return MEMBERS[config.arch, config.kind](config)
 
 
-def load_model(folder: str | Path, member: type[TransformerModel] | None = None, convert=None) -> TransformerModel:
+def load_model(folder: str | Path, member: type[TransformerModel] | None = None, convert=None,
+               verify: bool = True) -> TransformerModel:
     """The model of a checkpoint folder, whichever member it holds (``TransformerModel.load``: its checksums
-    checked, no pickle, in eval mode); ``member``: the class it must be instead (another member's config is a
-    ValueError naming the field); ``convert``: made an inference copy layer by layer as it is read."""
-    return TransformerModel.load(folder, member or build_model, convert)
+    checked unless ``verify`` is False, no pickle, in eval mode); ``member``: the class it must be instead (another
+    member's config is a ValueError naming the field); ``convert``: made an inference copy layer by layer as it is
+    read."""
+    return TransformerModel.load(folder, member or build_model, convert, verify)

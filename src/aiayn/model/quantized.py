@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.io.checkpoint import rows_of
 from aiayn.kernels import load, quant, simd_path
 from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
@@ -104,20 +105,39 @@ def layouts_of(packed: Tensor, q: Tensor, layouts=LAYOUTS) -> set[tuple[int, boo
     return {layout for layout in layouts if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
 
 
-def q8_grouped(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """A weight (N, K) as llama.cpp's Q8_0, q d per group of 32 of a row (d = max|w| / 127 in float16), in
+class Concatenated:
+    """``torch.cat`` of each of a layer's packed blocks' tensors, written in place as the blocks come (each block
+    covering ``r`` of the weight's ``rows``): a big layer's packing is never held twice, its blocks and their
+    concatenation. ``add(r, tensors)``, then ``parts``."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows, self.done, self.parts = rows, 0, []
+
+    def add(self, r: int, tensors) -> None:
+        if not self.parts:
+            self.parts = [t.new_empty((self.rows * t.size(0) // r, *t.shape[1:])) for t in tensors]
+        for out, t in zip(self.parts, tensors, strict=True):
+            start = self.done * out.size(0) // self.rows
+            out[start: start + t.size(0)] = t
+        self.done += r
+
+
+def q8_grouped(weight) -> tuple[Tensor, Tensor]:
+    """A weight (N, K) (a tensor, or rows read a slice at a time: :class:`~aiayn.io.checkpoint.StoredRows`) as
+    llama.cpp's Q8_0, q d per group of 32 of a row (d = max|w| / 127 in float16), in
     :func:`aiayn.kernels.quant.pack_q8`'s packing: (packed (N'/4, G, 128) int8, scales (N'/4, G, 4) float16), the
     rows padded to a multiple of 4 with zeros."""
     n, k = weight.shape
-    padded, parts = -(-n // 4) * 4, []
+    padded = -(-n // 4) * 4
+    packing = Concatenated(padded)
     for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
         rows = weight[start: start + PACK_ROWS].float()  # (r, K)
         groups = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0))).view(
             -1, k // quant.GROUP, quant.GROUP)  # (r, G, 32)
         d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
         q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
-        parts.append(quant.pack_q8(q, d))
-    packed, scales = (torch.cat(part) for part in zip(*parts, strict=True))
+        packing.add(groups.size(0), quant.pack_q8(q, d))
+    packed, scales = packing.parts
     return packed, scales
 
 
@@ -144,13 +164,16 @@ class Int8Linear(nn.Module):
         if grouped is None:
             grouped = w8a8 is None and kernels_available() and self.in_features % quant.GROUP == 0
         self.grouped = grouped
+        weight = rows_of(linear.weight)  # read a block of rows at a time: no float32 copy of a big layer at once
         if grouped:
-            self._grouped(linear.weight.detach())
+            self._grouped(weight)
             return
-        blocks = linear.weight.detach().split(PACK_ROWS)  # (r, K) each: no float32 copy of a big layer at once
-        scale = torch.cat([rows.float().abs().amax(dim=1) for rows in blocks]).clamp_min(1e-12) / 127  # (N,)
-        self.q = torch.cat([(rows.float() / s[:, None]).round_().clamp_(-127, 127).to(torch.int8)
-                            for rows, s in zip(blocks, scale.split(PACK_ROWS), strict=True)])  # (N, K)
+        blocks = Concatenated(self.out_features)
+        for start in range(0, self.out_features, PACK_ROWS):
+            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+            s = rows.abs().amax(dim=1).clamp_min(1e-12) / 127  # (r,)
+            blocks.add(rows.size(0), (s, (rows / s[:, None]).round_().clamp_(-127, 127).to(torch.int8)))
+        scale, self.q = blocks.parts  # (N,), (N, K)
         self.w8a8 = int8_activations() if w8a8 is None else w8a8
         self.halves = None  # (h, l) with q = 2 h + l, where the CPU's int8 dot products are not exact
         if self.w8a8 and not exact_int8_dot():
@@ -159,7 +182,7 @@ class Int8Linear(nn.Module):
         self.scale, self.dtype = scale, torch.float32 if self.w8a8 else torch.bfloat16
         self.kernel_scale = scale.to(self.dtype)  # (N,), the activations' dtype, as the kernel wants
 
-    def _grouped(self, weight: Tensor) -> None:
+    def _grouped(self, weight) -> None:
         """q d per group of 32 of a row, packed for ``aiayn::q8a8_mm`` (:func:`q8_grouped`)."""
         self.packed, self.scales = q8_grouped(weight)  # (N'/4, G, 128), (N'/4, G, 4)
         self.w8a8, self.halves, self.dtype = True, None, prompt_dtype()
@@ -207,8 +230,6 @@ class Int8Linear(nn.Module):
                 f"activations={'int8' if self.w8a8 else 'bfloat16'}, grouped={self.grouped}")
 
 
-
-
 class Int4Linear(nn.Module):
     """y = x W^T + b with W = (q - 8) s + z group-wise: q in [0, 15], one (s, z) per ``group_size`` weights of a
     row, from the group's min and max (asymmetric, weight-only).
@@ -231,19 +252,19 @@ class Int4Linear(nn.Module):
         self.in_features, self.out_features, self.group_size = k, n, group_size
         self.w4a8 = kernels_available() and group_size == quant.GROUP if w4a8 is None else w4a8
         padded = -(-n // 16) * 16
-        weight, blocks = linear.weight.detach(), []
+        weight, blocks = rows_of(linear.weight), Concatenated(padded)  # (rows read a block at a time: rows_of)
         fits = set(LAYOUTS)  # the layouts every block's packing fits so far
         for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
             rows = weight[start: start + PACK_ROWS].float()  # (r, K)
             rows = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))
             q, scale, low = self._quantized(rows)
             if self.w4a8:
-                blocks.append(quant.pack_q4(q, scale, low))
+                blocks.add(rows.size(0), quant.pack_q4(q, scale, low))
             else:
                 packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
                 fits = layouts_of(packed, q, fits)
-                blocks.append((packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low))
-        parts = [torch.cat(part) for part in zip(*blocks, strict=True)]
+                blocks.add(rows.size(0), (packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low))
+        parts = blocks.parts
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.layout = self.nibbles = None
         if self.w4a8:

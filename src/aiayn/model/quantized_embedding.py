@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from aiayn.io.checkpoint import rows_of
 from aiayn.kernels import quant
 from aiayn.model.embeddings import check_ids
 from aiayn.model.quantized import Int8Linear, q8_grouped
@@ -31,7 +32,7 @@ class QuantizedEmbedding(nn.Module):
         if self.tied:
             self.packed, self.scales = tied.packed, tied.scales
         else:
-            self.packed, self.scales = q8_grouped(embedding.weight.detach())  # (N'/4, G, 128), (N'/4, G, 4)
+            self.packed, self.scales = q8_grouped(rows_of(embedding.weight))  # (N'/4, G, 128), (N'/4, G, 4)
 
     def forward(self, ids: Tensor) -> Tensor:
         check_ids(ids, self.num_embeddings)

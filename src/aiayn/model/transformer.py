@@ -62,16 +62,18 @@ class TransformerModel(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path, build: Callable[[ModelConfig], TransformerModel] | None = None,
-             convert: Callable[[nn.Module], object] | None = None) -> TransformerModel:
+             convert: Callable[[nn.Module], object] | None = None, verify: bool = True) -> TransformerModel:
         """Rebuild this member from ``config.json`` and ``model.safetensors`` (no pickle), in eval mode; the
-        folder's files are checked against its checksums first. ``build``: what makes the model of the config
-        (default this class; ``aiayn.load_model`` loads whichever member a folder holds); ``convert``: made an
-        inference copy layer by layer as it is read (``io.checkpoint.load_weights``; layers built uninitialised)."""
+        folder's files are checked against its checksums first (``verify``; False where the caller just did).
+        ``build``: what makes the model of the config (default this class; ``aiayn.load_model`` loads whichever
+        member a folder holds); ``convert``: made an inference copy layer by layer as it is read
+        (``io.checkpoint.load_weights``; layers built uninitialised)."""
         if build is None and cls is TransformerModel:
             raise TypeError("TransformerModel.load: load a member (EncoderDecoder.load, ...), or any with "
                             "aiayn.load_model(folder)")
         folder = Path(folder)
-        verify_checkpoint(folder)
+        if verify:
+            verify_checkpoint(folder)
         with uninitialised():
             model = (build or cls)(ModelConfig.load(folder / CONFIG))
         load_weights(model, folder, convert)
