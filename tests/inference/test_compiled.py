@@ -217,3 +217,35 @@ def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, m
     with torch.inference_mode():
         assert generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8) == eager
     assert generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8) == eager
+
+
+
+def test_a_server_opens_its_port_only_once_its_step_is_compiled(tmp_path, monkeypatch):
+    """``build_app(..., ready=)`` (``run_server --compile``): uvicorn opens the port (and /health answers) after the
+    compile chore has finished on the decoding thread, not while the first requests would wait behind it."""
+    import time
+
+    import httpx
+
+    from aiayn.serve import server
+    from aiayn.serve.limits import Limits
+
+    from conftest import serving
+
+    events = []
+
+    def slow_attach(model, *args, **kwargs):
+        time.sleep(0.5)
+        events.append("compiled")
+        return True
+
+    monkeypatch.setattr(compiled, "attach", slow_attach)
+    product, embedder = server.load_product(str(chat_checkpoint(tmp_path / "ckpt")), None, "cpu", False, False,
+                                            False, None, None)
+    scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
+    ready = server.compile_first(product.model, scheduler, "on", "cpu")
+    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
+    with serving(app, Limits()) as url:
+        events.append("listening")
+        assert httpx.get(f"{url}/health").status_code == 200
+    assert events == ["compiled", "listening"]

@@ -5,11 +5,13 @@ every other rank follows it with a scheduler and no app (``serve/mirror.py``).""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import gc
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +58,12 @@ def build_scheduler(product, limits: Limits = Limits(), max_batch: int = 64, wai
     return ROOMS[product.model.config.arch].scheduler(product, limits, **options)
 
 
-def build_app(served: Served, api_key: str | None = None) -> FastAPI:
+def build_app(served: Served, api_key: str | None = None, ready: Future | None = None) -> FastAPI:
     """The app around ``served``: its scheduler starts and stops with it (one lifespan); /metrics, the model
     kind's routes and, unless the model is split over processes (a rank sees its own heads), its pictures.
-    With ``api_key`` every route but /health needs ``Authorization: Bearer KEY``."""
+    With ``api_key`` every route but /health needs ``Authorization: Bearer KEY``. ``ready``: the scheduler's first
+    chore (``compile_first``), awaited before the app starts: uvicorn opens the port after it, as vLLM's server
+    does, so /health answering means a request decodes at the compiled step's speed, not queued behind a compile."""
     scheduler = served.scheduler
     if served.product.model.config.arch == "decoder-only":  # a body holds a prompt as long as the context
         limits = served.limits
@@ -69,6 +73,8 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         scheduler.start()
+        if ready is not None:
+            await asyncio.wrap_future(ready)
         yield
         scheduler.stop()
 
@@ -141,7 +147,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras)
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
-    compile_first(product.model, scheduler, compile, device)
+    compiling = compile_first(product.model, scheduler, compile, device)
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow
 
@@ -149,7 +155,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         follow(scheduler, parallel)
         return
     served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name, embedder)
-    app = build_app(served, api_key)
+    app = build_app(served, api_key, ready=compiling)
     print(startup_line(served), file=sys.stderr, flush=True)
     gc.collect()
     gc.freeze()  # what is loaded stays out of every later full collection (vLLM does the same): on SmolLM2 each
