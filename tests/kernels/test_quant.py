@@ -1,5 +1,6 @@
-"""aiayn::q4a8_mm and aiayn::q8a8_mm, int4 and int8 weights x int8 activations (src/aiayn/kernels/quant.cpp),
-against their math in torch operations (aiayn.kernels.quant.reference_*) on each SIMD path, and their packings."""
+"""aiayn::q4a8_mm and aiayn::q8a8_mm, int4 and int8 weights x int8 activations (src/aiayn/kernels/quant.cpp), and
+aiayn::dequantize_q4 / dequantize_q8 (a prompt's weights), against their math in torch operations
+(aiayn.kernels.quant.reference_*, dequantize_*) on each SIMD path, and their packings."""
 
 import os
 import subprocess
@@ -59,12 +60,18 @@ for n, k, m in [(4, 32, 2), (40, 96, 1), (960, 576, 1), (64, 1536, 3), (8, 64, 1
     assert got.shape == (m, n) and got.dtype == torch.float32
     err = float((got - want).abs().max() / want.abs().max())
     assert err < 1e-5, ("int4", n, k, m, err)
+    for dtype in (torch.float32, torch.bfloat16):  # a prompt's weights: q d + mn in float32, rounded once
+        assert torch.equal(torch.ops.aiayn.dequantize_q4(packed, scales, dtype),
+                           quant.dequantize_q4(packed, scales).to(dtype)), ("dequantize int4", n, k, dtype)
     q8 = torch.randint(-127, 128, (n, k), dtype=torch.int8)
     q8[0, :5] = torch.tensor([-127, 127, 0, -1, 1], dtype=torch.int8)  # the extremes and the signs
     packed, scales = quant.pack_q8(q8, d)
     got, want = torch.ops.aiayn.q8a8_mm(x, packed, scales), quant.reference_q8(x, packed, scales)
     err = float((got - want).abs().max() / want.abs().max())
     assert got.shape == (m, n) and err < 1e-5, ("int8", n, k, m, err)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert torch.equal(torch.ops.aiayn.dequantize_q8(packed, scales, dtype),
+                           quant.dequantize_q8(packed, scales).to(dtype)), ("dequantize int8", n, k, dtype)
 print(simd_path())
 """
 

@@ -2,7 +2,8 @@
 
 Two (``quant.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
 of 32: ``aiayn::q4a8_mm``, int4 weights (llama.cpp's Q4_1 x Q8_1 dot product), and ``aiayn::q8a8_mm``, int8
-weights (its Q8_0 x Q8_0); :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
+weights (its Q8_0 x Q8_0); and ``aiayn::dequantize_q4`` / ``dequantize_q8``, the weights written out in one pass
+for a prompt's dense product. :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
 operations (the reference the tests check them against). On 2 cores of an Intel Xeon, PyTorch's own int4
 kernel read SmolLM2's weights from memory at about 8 GB/s, q4a8_mm at about 20 (docs/decoding.md). The library
 is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the one this CPU has) into

@@ -189,8 +189,8 @@ class Int8Linear(nn.Module):
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype``."""
-        if self.grouped:
-            return quant.dequantize_q8(self.packed, self.scales, dtype)[: self.out_features]
+        if self.grouped:  # aiayn's kernels are loaded: their one-pass dequantization (quant.dequantize_q8's math)
+            return torch.ops.aiayn.dequantize_q8(self.packed, self.scales, dtype)[: self.out_features]
         return self.q.to(dtype) * self.scale[:, None].to(dtype)
 
     @property
@@ -289,8 +289,8 @@ class Int4Linear(nn.Module):
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype`` (from the scales and offsets the kernel reads)."""
-        if self.w4a8:
-            return quant.dequantize_q4(self.packed, self.scales, dtype)[: self.out_features]
+        if self.w4a8:  # aiayn's kernels are loaded: their one-pass dequantization (quant.dequantize_q4's math)
+            return torch.ops.aiayn.dequantize_q4(self.packed, self.scales, dtype)[: self.out_features]
         if self.layout is not None:
             q = unpack_int4(self.packed, self.in_features, self.layout)  # (N', K)
         else:
