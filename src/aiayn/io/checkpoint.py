@@ -194,9 +194,6 @@ class StoredRows:
     def __init__(self, file: Path, name: str, shape: tuple[int, ...]) -> None:
         self.file, self.name, self.shape = file, name, shape
 
-    def size(self, dim: int) -> int:
-        return self.shape[dim]
-
     def __getitem__(self, rows: slice):
         from safetensors import safe_open
 
@@ -215,6 +212,8 @@ def _read_unconverted(model: nn.Module, deferred: list, file: Path) -> None:
     their :class:`StoredRows`: nothing is left unread whatever the converter made of it."""
     import torch
 
+    if not deferred:  # every part but the last (the model's own tensors)
+        return
     kept = {id(t) for t in model.state_dict(keep_vars=True).values()}
     with torch.no_grad():
         for tensor in deferred:
