@@ -1,4 +1,4 @@
-"""aiayn::q4a8_mm and aiayn::q8a8_mm, int4 and int8 weights x int8 activations (src/aiayn/kernels/quant.cpp), and
+"""aiayn::q4a8_mm and aiayn::q8a8_mm, int4 and int8 weights x int8 activations (src/aiayn/kernels/matvec.cpp), and
 aiayn::dequantize_q4 / dequantize_q8 (a prompt's weights), against their math in torch operations
 (aiayn.kernels.quant.reference_*, dequantize_*) on each SIMD path, and their packings."""
 
@@ -107,3 +107,18 @@ def test_without_a_compiler_the_kernel_says_why_and_int4_keeps_pytorchs(tmp_path
     assert done.stdout.splitlines() == ["no C++ compiler (g++, c++ or clang++) on PATH",
                                         done.stdout.splitlines()[1]]
     assert "_weight_int4pack_mm_for_cpu" in done.stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("flags, named", [("-fno-such-flag-at-all", "no-such-flag"), ("-Wl,--no-such-option", "ld")])
+def test_a_build_that_fails_says_why_in_one_line_and_leaves_no_library_or_objects(flags, named, tmp_path):
+    """A compiler error (a flag it does not know) or a link error (the objects built, the linker refusing) is the
+    caller's one-line reason to keep PyTorch's kernels; the cache's kernel folder is left empty (no half-linked
+    library, no objects of the sources built apart)."""
+    env = {**os.environ, "AIAYN_KERNEL_FLAGS": flags, "AIAYN_CACHE": str(tmp_path)}
+    code = "from aiayn.kernels import load; print(load())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    why = done.stdout.strip()
+    assert why.startswith("aiayn's int8-activation kernels did not build") and named in why, why
+    assert "\n" not in why
+    assert list((tmp_path / "kernels").iterdir()) == []

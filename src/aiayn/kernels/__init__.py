@@ -1,9 +1,10 @@
 """aiayn's own CPU kernels, compiled once per machine with its C++ compiler and loaded as ``torch.library`` ops.
 
-Two (``quant.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
+Two (``matvec.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
 of 32: ``aiayn::q4a8_mm``, int4 weights (llama.cpp's Q4_1 x Q8_1 dot product), and ``aiayn::q8a8_mm``, int8
 weights (its Q8_0 x Q8_0); and ``aiayn::dequantize_q4`` / ``dequantize_q8``, the weights written out in one pass
-for a prompt's dense product. :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
+for a prompt's dense product (``dequantize.cpp``; ``library.cpp`` registers the four, ``quant.h`` is what the files
+share). :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
 operations (the reference the tests check them against). On 2 cores of an Intel Xeon, PyTorch's own int4
 kernel read SmolLM2's weights from memory at about 8 GB/s, q4a8_mm at about 20 (docs/decoding.md). The library
 is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the one this CPU has) into
@@ -21,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -28,7 +30,8 @@ import torch
 from aiayn.io.files import atomic_path, cache_dir
 from aiayn.kernels.quant import register_fake
 
-SOURCE = Path(__file__).with_name("quant.cpp")
+SOURCES = sorted(Path(__file__).parent.glob("*.cpp"))  # compiled together into one library
+HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 _STATE: dict[str, str | None] = {}  # "why": None once loaded, else why not; "path": the SIMD path compiled
 
 
@@ -49,25 +52,35 @@ def _flags() -> list[str]:
 
 def library_path(cxx: str) -> Path:
     """``$AIAYN_CACHE/kernels/quant-<digest>.so``: the digest of all the built library depends on."""
-    parts = {"source": hashlib.sha256(SOURCE.read_bytes()).hexdigest(), "torch": torch.__version__,
+    sources = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in SOURCES + HEADERS}
+    parts = {"source": sources, "torch": torch.__version__,
              "compiler": cxx, "flags": _flags(), "cpu": sorted(cpu_flags())}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
     return cache_dir() / "kernels" / f"quant-{digest}.so"
 
 
+def _run(commands: list[list[str]]) -> None:
+    """Run the compiler's commands side by side; a failure raises with its last line of errors."""
+    running = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in commands]
+    errors = [(p.communicate(timeout=600)[1] or "failed").strip() for p in running if p.wait(timeout=600)]
+    if errors:
+        raise RuntimeError(errors[0].splitlines()[-1] if errors[0] else "failed")
+
+
 def _build(cxx: str, target: Path) -> None:
-    """Compile quant.cpp into ``target`` (a temp file, then renamed: a reader never loads half a library)."""
+    """Compile the sources (each its own process) and link them into ``target`` (a temp file, then renamed: a
+    reader never loads half a library)."""
     from torch.utils import cpp_extension
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(target) as tmp:
-        command = [cxx, *_flags(), "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-w",
-                   f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-                   *(f"-I{p}" for p in cpp_extension.include_paths()), str(SOURCE), "-o", str(tmp),
-                   *(f"-L{p}" for p in cpp_extension.library_paths()), "-lc10", "-ltorch_cpu"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    common = [cxx, *_flags(), "-fPIC", "-std=c++20", "-fopenmp", "-w"]
+    with atomic_path(target) as tmp, tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        objects = [str(Path(scratch) / f"{source.stem}.o") for source in SOURCES]
+        _run([[*common, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+               *(f"-I{p}" for p in cpp_extension.include_paths()), "-c", str(source), "-o", obj]
+              for source, obj in zip(SOURCES, objects, strict=True)])
+        _run([[*common, "-shared", *objects, "-o", str(tmp),
+               *(f"-L{p}" for p in cpp_extension.library_paths()), "-lc10", "-ltorch_cpu"]])
 
 
 def load() -> str | None:

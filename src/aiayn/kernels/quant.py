@@ -1,4 +1,4 @@
-"""The weights of ``aiayn::q4a8_mm`` and ``aiayn::q8a8_mm`` (quant.cpp) and their math in torch operations.
+"""The weights of ``aiayn::q4a8_mm`` and ``aiayn::q8a8_mm`` (matvec.cpp) and their math in torch operations.
 
 int4: w[n, 32 g + j] = q d[n, g] + mn[n, g], q in [0, 15] (llama.cpp's Q4_1; Q4_0 is mn = -8 d), kept as
 ``packed`` (N/4, G, 64) uint8, four rows at a time, each row's group as 16 bytes whose byte j holds weight j (low

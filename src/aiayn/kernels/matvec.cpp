@@ -8,19 +8,18 @@
 //   int8, each row's 32 bytes; scales (N/4, G, 4) fp16.
 // Compiled on the machine that runs it (-march=native, aiayn/kernels/__init__.py): AVX512-VNNI, else AVX2, else
 // plain C++. The same math in torch operations (aiayn.kernels.quant.reference_*), which the tests hold it to.
-#include <ATen/ATen.h>
+#include "quant.h"
+
 #include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <ATen/ops/empty.h>
 #include <immintrin.h>
+#include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
+namespace aiayn_kernels {
 namespace {
 
-constexpr int GROUP = 32;
 constexpr int AHEAD = 2048;  // bytes of weights prefetched ahead of the loads (measured: 1.2-1.5x at 512 or none)
 
 struct Rows {  // one activation row quantized: p (K) int8, dx and dx * sum(p) per group
@@ -47,10 +46,6 @@ void quantize_row(const float* x, int64_t k, Rows& r) {
     r.dx[g] = d;
     r.sx[g] = d * static_cast<float>(sum);
   }
-}
-
-inline float half_to_float(uint16_t h) {
-  return c10::detail::fp16_ieee_to_fp32_value(h);
 }
 
 // Four output rows (one group of the packing) for R activation rows at once (each group's weights unpacked once
@@ -232,16 +227,6 @@ template <int R> struct Q4 { static void run(const uint8_t* w, const uint16_t* s
 template <int R> struct Q8 { static void run(const uint8_t* w, const uint16_t* s, const Rows* x, int64_t g,
                                              float* o, int64_t n) { q8_rows<R>(w, s, x, g, o, n); } };
 
-const char* path() {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__F16C__)
-  return "avx512-vnni";
-#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-  return "avx2";
-#else
-  return "c++";
-#endif
-}
-
 // y = x W^T for weights packed 4 rows at a time, `width` bytes and `per` fp16 scales a group of each 4 rows.
 template <template <int> class Kernel>
 at::Tensor product(const char* name, const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
@@ -272,6 +257,8 @@ at::Tensor product(const char* name, const at::Tensor& x, const at::Tensor& pack
   return y;
 }
 
+}  // namespace
+
 at::Tensor q4a8_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
   return product<Q4>("q4a8_mm", x, packed, scales, 64, 8, at::kByte);
 }
@@ -280,84 +267,14 @@ at::Tensor q8a8_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
   return product<Q8>("q8a8_mm", x, packed, scales, 128, 4, at::kChar);
 }
 
-// A prompt's many rows go through the weights dequantized (a dense product): w (N, K) written from the packing in
-// one pass, w = q d + mn (int4) or q d (int8) in float32, then rounded once to the output's dtype (bfloat16: to
-// nearest even). torch's own chain of operations took 64 ms a prompt for SmolLM2's int4 layers on an AMD EPYC.
-inline uint16_t to_bf16(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+const char* path() {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__F16C__)
+  return "avx512-vnni";
+#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+  return "avx2";
+#else
+  return "c++";
+#endif
 }
 
-template <bool INT4, typename Out>
-void dequantize_quad(const uint8_t* w, const uint16_t* s, int64_t groups, Out* out, int64_t k) {
-  constexpr int WIDTH = INT4 ? 64 : 128, PER = INT4 ? 8 : 4;
-  float v[GROUP];
-  for (int64_t g = 0; g < groups; ++g)
-    for (int r = 0; r < 4; ++r) {
-      const float d = half_to_float(s[g * PER + r]), mn = INT4 ? half_to_float(s[g * PER + 4 + r]) : 0.f;
-      const uint8_t* b = w + g * WIDTH + r * (INT4 ? 16 : 32);
-      if constexpr (INT4) {
-        for (int j = 0; j < 16; ++j) {
-          v[j] = static_cast<float>(b[j] & 15) * d + mn;
-          v[j + 16] = static_cast<float>(b[j] >> 4) * d + mn;
-        }
-      } else {
-        for (int j = 0; j < GROUP; ++j) v[j] = static_cast<float>(static_cast<int8_t>(b[j])) * d;
-      }
-      Out* o = out + r * k + g * GROUP;
-      for (int j = 0; j < GROUP; ++j) {
-        if constexpr (std::is_same_v<Out, float>) o[j] = v[j];
-        else o[j] = to_bf16(v[j]);
-      }
-    }
-}
-
-template <bool INT4>
-at::Tensor dequantize(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype) {
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dequantize: dtype float32 or bfloat16");
-  TORCH_CHECK(packed.dim() == 3 && scales.dim() == 3 && scales.scalar_type() == at::kHalf &&
-              packed.size(2) == (INT4 ? 64 : 128) && scales.size(2) == (INT4 ? 8 : 4), "dequantize: a packing");
-  const at::Tensor pc = packed.contiguous(), sc = scales.contiguous();
-  const int64_t quads = pc.size(0), groups = pc.size(1), k = groups * GROUP;
-  at::Tensor out = at::empty({quads * 4, k}, packed.options().dtype(dtype));
-  const uint8_t* w = static_cast<const uint8_t*>(pc.data_ptr());
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(sc.data_ptr<at::Half>());
-  at::parallel_for(0, quads, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t q = begin; q < end; ++q) {
-      const uint8_t* wq = w + q * groups * (INT4 ? 64 : 128);
-      const uint16_t* sq = s + q * groups * (INT4 ? 8 : 4);
-      if (dtype == at::kFloat)
-        dequantize_quad<INT4>(wq, sq, groups, out.data_ptr<float>() + q * 4 * k, k);
-      else
-        dequantize_quad<INT4>(wq, sq, groups, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + q * 4 * k, k);
-    }
-  });
-  return out;
-}
-
-at::Tensor dequantize_q4(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype) {
-  return dequantize<true>(packed, scales, dtype);
-}
-
-at::Tensor dequantize_q8(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype) {
-  return dequantize<false>(packed, scales, dtype);
-}
-
-}  // namespace
-
-TORCH_LIBRARY(aiayn, lib) {
-  lib.def("q4a8_mm(Tensor x, Tensor packed, Tensor scales) -> Tensor");
-  lib.def("q8a8_mm(Tensor x, Tensor packed, Tensor scales) -> Tensor");
-  lib.def("dequantize_q4(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
-  lib.def("dequantize_q8(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(aiayn, CPU, lib) {
-  lib.impl("q4a8_mm", &q4a8_mm);
-  lib.impl("q8a8_mm", &q8a8_mm);
-  lib.impl("dequantize_q4", &dequantize_q4);
-  lib.impl("dequantize_q8", &dequantize_q8);
-}
-
-extern "C" const char* aiayn_kernels_path() { return path(); }
+}  // namespace aiayn_kernels
