@@ -109,3 +109,23 @@ def test_penalties_are_refused_where_they_have_no_meaning(model):
     src = random_ids(1, 5, vocab=30)
     with pytest.raises(ValueError, match="repetition_penalty"):
         generate(model, src, "beam", repetition_penalty=1.2, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("nucleus", ["a few tokens", "hundreds", "thousands"])
+def test_top_p_keeps_what_sorting_the_whole_vocabulary_keeps(nucleus):
+    """top_p_filter ranks the likeliest 64, then 1,024 tokens, then sorts everything: each way keeps exactly the
+    set the reference (top_p_sorted) keeps, row by row, with -inf scores (a top-k before it) among them."""
+    from aiayn.decoding.sampling import top_p_filter, top_p_sorted
+
+    g = torch.Generator().manual_seed(3)
+    spread = {"a few tokens": 6.0, "hundreds": 3.5, "thousands": 0.3}[nucleus]
+    logits = torch.randn(6, 20_000, generator=g) * spread  # (B, V)
+    logits[0, :5_000] = float("-inf")
+    sizes = []
+    for top_p in (1e-9, 0.5, 0.9, 0.99):
+        ours, reference = top_p_filter(logits, top_p), top_p_sorted(logits, top_p)
+        assert torch.equal(ours, reference)
+        sizes.append(int(torch.isfinite(reference).sum(-1).max()))
+    low, high = {"a few tokens": (1, 64), "hundreds": (65, 1024), "thousands": (1025, 20_000)}[nucleus]
+    assert low <= sizes[2] <= high  # top_p 0.9 took the path this case is for
+    assert sizes[0] == 1  # a top_p under every probability keeps the likeliest token alone

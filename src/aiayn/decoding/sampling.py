@@ -19,26 +19,57 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         raise ValueError(f"temperature: must be > 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p: must be in (0, 1], got {top_p}")
-    scaled = logits / temperature
-    if not bool(torch.isfinite(scaled[torch.isfinite(logits)]).all()):  # a temperature so small the scaled scores
-        best = logits.max(dim=-1, keepdim=True).values  # overflow: its limit, the likeliest tokens alone
-        scaled = torch.zeros_like(logits).masked_fill(logits < best, float("-inf"))
-    logits = scaled
+    logits = _scaled(logits, temperature)
     if 0 < top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
-        drop_sorted = before >= top_p
-        drop_sorted[..., 0] = False  # the likeliest token is always kept (a top_p that rounds to 0 included)
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        logits = top_p_filter(logits, top_p)
     if min_p > 0.0:
         probs = logits.softmax(dim=-1)  # (B, V)
         logits = logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, float("-inf"))
     return logits
+
+
+def _scaled(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature``; where a temperature below 1 is so small that a finite score overflows, its limit:
+    the likeliest tokens alone (0), every other -inf."""
+    scaled = logits / temperature
+    if temperature < 1 and torch.isinf(logits.nan_to_num(0.0, 0.0, 0.0).abs().amax() / temperature):
+        best = logits.max(dim=-1, keepdim=True).values  # (B, 1)
+        scaled = torch.zeros_like(logits).masked_fill(logits < best, float("-inf"))
+    return scaled
+
+
+def top_p_filter(logits: Tensor, top_p: float, ranks: tuple[int, ...] = (64, 1024)) -> Tensor:
+    """The nucleus (Holtzman et al., 2020): the smallest set of the likeliest tokens whose probability reaches
+    ``top_p`` kept, every other score -inf. (B, V) -> (B, V). Sorting the whole vocabulary (:func:`top_p_sorted`,
+    the reference) is most of a draw's time, and a nucleus is mostly a few tokens: the likeliest ``ranks[0]`` are
+    ranked alone (``topk``), then ``ranks[1]``, until their mass reaches ``top_p`` in every row (the nucleus is then
+    among them); past those, the whole vocabulary is sorted."""
+    probs = logits.softmax(dim=-1)  # (B, V)
+    for k in ranks:
+        if k >= probs.size(-1):
+            break
+        ranked, order = probs.topk(k, dim=-1)  # (B, k), likeliest first
+        mass = ranked.cumsum(dim=-1)  # (B, k)
+        if bool((mass[:, -1] >= top_p).all()):
+            drop_ranked = mass - ranked >= top_p  # the mass ranked above each token reaches top_p already
+            drop_ranked[..., 0] = False  # the likeliest token is always kept
+            keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, ~drop_ranked)  # (B, V)
+            return logits.masked_fill(~keep, float("-inf"))
+    return top_p_sorted(logits, top_p)
+
+
+def top_p_sorted(logits: Tensor, top_p: float) -> Tensor:
+    """:func:`top_p_filter` by sorting the whole vocabulary: the reference it is tested against."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
+    drop_sorted = before >= top_p
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, top_k: int = 0,
