@@ -72,17 +72,28 @@ def top_p_sorted(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+FEW = 8  # a draw over the tokens left is taken where at most 1/FEW of the columns are left (draw)
+
+
 def draw(logits: Tensor, generator: torch.Generator, temperature: float = 1.0, top_k: int = 0,
          top_p: float = 1.0, pad_last: bool = False, min_p: float = 0.0) -> Tensor:
     """One token per row of (B, V) logits, drawn from the filtered softmax with ``generator``: (B,) ids.
 
-    ``pad_last``: the last column is a padding row aiayn appended to an imported vocabulary (never
-    generated); it takes no part in the draw, so that a seed draws what Hugging Face draws over the
-    checkpoint's own vocabulary (``torch.multinomial`` takes one random number per column)."""
+    A draw takes one random number per column it draws over (``torch.multinomial``: Gumbel-style, an exponential
+    number per column), about 1 ms for 49,152 columns on a CPU core, beside a decoding step of a few. Where the
+    filters (or forbidden tokens) leave at most 1/``FEW`` of the columns, it draws over those alone: the same
+    distribution, in microseconds. Elsewhere it draws over every column, as Hugging Face's ``generate()`` does, so
+    that a seed draws what it draws. ``pad_last``: the last column is a padding row aiayn appended to an imported
+    vocabulary (never generated); it takes no part in the draw (the checkpoint's own vocabulary, as there)."""
     if pad_last:
         logits = logits[:, :-1]  # (B, V - 1)
-    probs = filter_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    logits = filter_logits(logits, temperature, top_k, top_p, min_p)  # (B, V), -inf where filtered out
+    left = int(torch.isfinite(logits).sum(dim=-1).max())
+    if left * FEW > logits.size(-1):
+        return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+    scores, columns = logits.topk(max(left, 1), dim=-1)  # (B, n): every row's tokens left (-inf after its own)
+    picked = torch.multinomial(scores.softmax(dim=-1), 1, generator=generator)  # (B, 1)
+    return columns.gather(-1, picked).squeeze(1)
 
 
 def pad_is_last(cfg, width: int) -> bool:
