@@ -10,7 +10,7 @@ from aiayn.inference.compiled import CompiledStep
 from aiayn.inference.precision import fuse
 from aiayn.model.cache import KVCache
 from aiayn.model.state import DecodeState
-from aiayn.model.static import slot_mask, static_inputs, static_step
+from aiayn.model.static import SPAN, slot_mask, span_of, static_inputs, static_step
 
 from conftest import random_ids, tiny
 
@@ -79,6 +79,38 @@ def test_the_static_step_equals_the_eager_step_token_for_token(name, monkeypatch
             assert torch.allclose(x[:, :, :held], y[:, :, :held], atol=1e-9)
 
 
+def _steps_after_poisoning(model: DecoderOnly, prompts: torch.Tensor, steps: int, capacity: int):
+    """``steps`` greedy logits through ``model.step`` on a cache of ``capacity`` columns whose slots from
+    :data:`SPAN` on hold NaN from the second step on (once the static step has zeroed the unwritten slots: slots no
+    step of a short text may read)."""
+    tokens, state = model.start(prompts, capacity - prompts.size(1))
+    out = []
+    with torch.no_grad():
+        logits = model.step(tokens, state, last=True)
+        for step in range(steps):
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            logits = model.step(tokens, state, last=True)
+            out.append(logits)
+            for layer in state.cache.layers if step == 0 else []:
+                layer.self_kv.k[:, :, SPAN:] = float("nan")
+                layer.self_kv.v[:, :, SPAN:] = float("nan")
+    return out
+
+
+def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
+    """A text of 20 columns in a cache of 4 x SPAN: the static step attends the first SPAN slots alone (the rest
+    may hold anything, NaN here, and the logits equal the eager step's), however long the cache."""
+    assert [span_of(c, 4 * SPAN) for c in (0, SPAN - 1, SPAN, 4 * SPAN - 2)] == [SPAN, SPAN, 2 * SPAN, 4 * SPAN - 1]
+    assert span_of(10, 30) == 29  # never the whole cache (its last slot is the eager step's)
+    model = _model("rope-gqa")
+    prompts = random_ids(1, 3, vocab=30)
+    eager = _steps_after_poisoning(model, prompts, 16, 4 * SPAN)
+    model.static = CompiledStep(model, compiled=False)
+    static = _steps_after_poisoning(model, prompts, 16, 4 * SPAN)
+    assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(eager, static, strict=True))
+    assert all(torch.isfinite(t).all() for t in static)
+
+
 def test_rows_padded_in_front_step_statically_as_they_do_eagerly():
     """Two prompts of different lengths (the shorter left-padded, each row's positions its own): one static step
     through ``static_step`` equals the eager step on both rows."""
@@ -106,9 +138,10 @@ def test_a_slot_is_seen_while_its_column_is_real_and_within_the_window():
 
 
 def test_steps_the_static_step_does_not_compute_are_left_to_the_eager_one():
-    """Several new columns (a prompt), a shortlist's output rows and a full cache are stepped eagerly (None)."""
+    """Several new columns (a prompt), a shortlist's output rows and a full layer's last slot (never in a span:
+    ``span_of``) are stepped eagerly (None)."""
     model = _model("rope-gqa")
-    tokens, state = model.start(random_ids(1, 4, vocab=30), 1)
+    tokens, state = model.start(random_ids(1, 4, vocab=30), 2)
     assert static_inputs(model, tokens, state) is None  # 4 new columns
     with torch.no_grad():
         model.step(tokens, state, last=True)
@@ -117,7 +150,7 @@ def test_steps_the_static_step_does_not_compute_are_left_to_the_eager_one():
     assert static_inputs(model, more, shortlist) is None
     assert static_inputs(model, more, state) is not None
     with torch.no_grad():
-        model.step(more, state, last=True)  # the cache (5 positions) is now full
+        model.step(more, state, last=True)  # 5 of the cache's 6 positions written: its last slot is next
     assert static_inputs(model, torch.cat([more, torch.tensor([[8]])], dim=1), state) is None
 
 

@@ -35,7 +35,7 @@ from aiayn.kernels import compiler, cpu_flags
 from aiayn.model.packed import PackedLinear
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.state import DecodeState
-from aiayn.model.static import advance, static_inputs, static_step
+from aiayn.model.static import advance, span_of, static_inputs, static_step
 
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
@@ -83,7 +83,9 @@ class CompiledStep:
         new, left_pad, kv = inputs
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
-        args = (new.flatten()[:, None], column, left_pad, kv, windows)  # tokens (B, 1), their strides fixed
+        full = [layer.self_kv.capacity for layer in state.cache.layers if layer.self_kv.window is None]
+        span = None if not full else torch.empty(span_of(state.position, full[0]), dtype=torch.int8, device=new.device)
+        args = (new.flatten()[:, None], column, left_pad, kv, windows, span)  # tokens (B, 1), their strides fixed
         rows = new.size(0) > 1
         if rows not in self.graphs:
             self.graphs[rows] = self._build(model, args, rows)
@@ -161,10 +163,13 @@ class Frozen:
 
 
 def _dynamic(args: tuple, rows: bool) -> None:
-    """The caches' capacity marked dynamic (one graph for every capacity) and, for ``rows``, the batch size."""
-    tokens, _, left_pad, kv, _ = args
+    """The caches' capacity and the slots a full layer attends marked dynamic (one graph for every capacity and
+    span) and, for ``rows``, the batch size."""
+    tokens, _, left_pad, kv, _, span = args
     for t in kv:
         torch._dynamo.maybe_mark_dynamic(t, 2)
+    if span is not None:
+        torch._dynamo.maybe_mark_dynamic(span, 0)
     for t in [tokens, left_pad, *kv] if rows else []:
         torch._dynamo.maybe_mark_dynamic(t, 0)
 

@@ -7,6 +7,12 @@ tensors instead. The cache column ``column`` (1,) is a tensor; each layer's keys
 sliding window, left padding: bool, True = may attend) and the rotary angles are computed from the positions
 tensor. One token a row, the same shapes at every position: one compiled graph serves a whole generation
 (``aiayn.inference.compiled``). The eager step stays the reference: this one equals it token for token.
+
+Attending every slot costs as much as the cache is long, not the text: at a capacity of 4,096 a step of a short text
+took 6x the time it takes at 64 (SmolLM2 ``--int4``, compiled). So a full layer attends only its first ``span``
+slots (a size the caller rounds up past the column, :func:`span_of`, passed as a tensor's length: a size the
+compiled graph takes as it comes, never a new graph); a sliding layer's ring, bounded by its window, is attended
+whole.
 """
 
 from __future__ import annotations
@@ -27,18 +33,21 @@ class StaticKV:
     shared = ()  # every position is in the layer's own slots
     cross_kv = None  # a decoder-only layer's
 
-    def __init__(self, k: Tensor, v: Tensor, slot: Tensor) -> None:
-        self.k, self.v, self.slot = k, v, slot
+    def __init__(self, k: Tensor, v: Tensor, slot: Tensor, span: int | None = None) -> None:
+        self.k, self.v, self.slot, self.span = k, v, slot, span
 
     @property
     def self_kv(self) -> StaticKV:
         return self
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """The new (B, H_kv, 1, D) keys and values written at the slot; every slot returned (B, H_kv, capacity, D)."""
+        """The new (B, H_kv, 1, D) keys and values written at the slot; the first ``span`` slots (every slot
+        without one) returned, (B, H_kv, span, D)."""
         self.k.index_copy_(2, self.slot, k)
         self.v.index_copy_(2, self.slot, v)
-        return self.k, self.v
+        if self.span is None:
+            return self.k, self.v
+        return self.k.narrow(2, 0, self.span), self.v.narrow(2, 0, self.span)  # (B, H_kv, span, D)
 
     def visible(self, mask: Tensor | None) -> Tensor | None:
         return mask  # made over every slot already
@@ -64,8 +73,19 @@ def slot_mask(column: Tensor, left_pad: Tensor, capacity: int, window: int | Non
     return (held >= low)[:, None, None, :]  # (B, 1, 1, capacity)
 
 
+SPAN = 64  # a full layer attends its cache's slots up to the column rounded up to a multiple of this (span_of)
+
+
+def span_of(column: int, capacity: int) -> int:
+    """How many of a full layer's ``capacity`` slots a step at cache column ``column`` attends: the column rounded
+    up past it to a multiple of :data:`SPAN` (the slots after the column are masked), never the whole cache (a graph
+    traced with the two apart stays right for every later step; the last slot is the eager step's:
+    :func:`static_inputs`)."""
+    return min(capacity - 1, (column // SPAN + 1) * SPAN)
+
+
 def static_step(model, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: list[Tensor],
-                windows: list[int | None]) -> Tensor:
+                windows: list[int | None], span: Tensor | None = None) -> Tensor:
     """Logits (B, 1, V) of one new token a row, ``tokens`` (B, 1), at cache column ``column`` (1,).
 
     Args:
@@ -73,6 +93,8 @@ def static_step(model, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: lis
         left_pad: (B,) padding columns in front of each row (its positions are column - left_pad).
         kv: every layer's keys and values, k0, v0, k1, v1, ... (B, H_kv, capacity_i, D), written in place.
         windows: each layer's sliding window (its cache a ring) or None.
+        span: a tensor whose length is how many slots each full layer attends (:func:`span_of`; past the column,
+            at most its capacity); None: every slot.
     """
     positions = column - left_pad  # (B,) each row's position at this column
     masks: dict[int | None, Tensor] = {}
@@ -80,9 +102,10 @@ def static_step(model, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: lis
     for i, window in enumerate(windows):
         k, v = kv[2 * i], kv[2 * i + 1]
         capacity = k.size(2)
-        if window not in masks:  # one mask per kind of layer (their rings have one capacity)
-            masks[window] = slot_mask(column, left_pad, capacity, window)
-        layers.append(StaticKV(k, v, column % capacity))
+        attended = span.size(0) if span is not None and window is None else None  # a ring: every slot
+        if window not in masks:  # one mask per kind of layer (their rings, and their full caches, one capacity)
+            masks[window] = slot_mask(column, left_pad, capacity if attended is None else attended, window)
+        layers.append(StaticKV(k, v, column % capacity, attended))
     local = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if layer.local]
     full = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if not layer.local]
     x = model.embed(tokens, positions)  # (B, 1, D)
@@ -103,8 +126,8 @@ def static_inputs(model, tokens: Tensor, state: DecodeState) -> tuple[Tensor, Te
     left_pad = state.left_pad if state.left_pad is not None else torch.zeros(new.size(0), dtype=torch.long,
                                                                               device=new.device)
     cache.mark_padding(state.left_pad)
-    if any(kv.runs is not None or (kv.window is None and kv.length >= kv.capacity)  # apart; full (eager says so)
-           for kv in (layer.self_kv for layer in cache.layers)):
+    if any(kv.runs is not None or (kv.window is None and kv.length >= kv.capacity - 1)  # apart; a full layer's
+           for kv in (layer.self_kv for layer in cache.layers)):  # last slot (span_of), or full (eager says so)
         return None
     for layer in cache.layers:
         layer.self_kv.materialize()  # shared prompt-cache blocks copied in (the eager step reads them in place)
