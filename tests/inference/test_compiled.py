@@ -123,7 +123,7 @@ def test_the_compiled_step_attends_a_span_of_a_long_cache_not_the_whole_cache(tm
     """Compiled (its graph traced by the warm-up), a full layer attends only the slots up to the span past the
     column, as the eager static step does: slots after it hold NaN and the logits stay those of the eager model,
     so a cache of many times SPAN costs a short text no more than one of SPAN (a graph traced with span and capacity
-    equal took one for the other: 30 ms a SmolLM2 --int4 token at 4,096 columns against 6 ms at 256)."""
+    equal took one for the other: 27 ms a SmolLM2 --int4 token at 4,096 columns against 5 ms at 256)."""
     from aiayn.model.static import SPAN
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))

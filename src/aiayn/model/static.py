@@ -8,11 +8,11 @@ sliding window, left padding: bool, True = may attend) and the rotary angles are
 tensor. One token a row, the same shapes at every position: one compiled graph serves a whole generation
 (``aiayn.inference.compiled``). The eager step stays the reference: this one equals it token for token.
 
-Attending every slot costs as much as the cache is long, not the text: at a capacity of 4,096 a step of a short text
-took 6x the time it takes at 64 (SmolLM2 ``--int4``, compiled). So a full layer attends only its first ``span``
-slots (a size the caller rounds up past the column, :func:`span_of`, passed as a tensor's length: a size the
-compiled graph takes as it comes, never a new graph); a sliding layer's ring, bounded by its window, is attended
-whole.
+Attending every slot costs as much as the cache is long, not the text: at a capacity of 4,096 a step of a short
+text took 27 ms against 5 ms at 256 (SmolLM2 ``--int4``, compiled: ``benchmarks/bench_static_span.py``). So a full
+layer attends only its first ``span`` slots (a size the caller rounds up past the column, :func:`span_of`, passed
+as a tensor's length: a size the compiled graph takes as it comes, never a new graph); a sliding layer's ring,
+bounded by its window, is attended whole.
 """
 
 from __future__ import annotations
