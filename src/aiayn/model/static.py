@@ -3,7 +3,7 @@
 The eager step (``DecoderOnly.step``) asks its caches where the new keys go, how many positions to attend and which
 rotary rows to read, in Python ints: each token is a new set of shapes. :func:`static_step` asks the same of
 tensors instead. The cache column ``column`` (1,) is a tensor; each layer's keys and values are written at slot
-``column % capacity`` (``index_copy_``), every slot is attended under a mask made from ``column`` (causal,
+``column % capacity`` (``index_copy_``), the slots are attended under a mask made from ``column`` (causal,
 sliding window, left padding: bool, True = may attend) and the rotary angles are computed from the positions
 tensor. One token a row, the same shapes at every position: one compiled graph serves a whole generation
 (``aiayn.inference.compiled``). The eager step stays the reference: this one equals it token for token.
