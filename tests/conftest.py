@@ -109,6 +109,28 @@ CHAT_TEXTS = ["Translate to English: Ein Mann fährt ein Pferd.", "A man rides a
               "Two dogs play.", "What is the capital of France?", "Paris is the capital of France."]
 
 
+def greedy_steps(model, prompts: Tensor, steps: int, capacity: int | None = None,
+                 poison: bool = False) -> tuple[list[Tensor], object]:
+    """``steps`` greedy tokens after ``prompts`` through ``model.step``: each step's logits and the last state.
+    ``capacity``: the cache's columns (default: just enough); ``poison``: its slots from ``model/static.py``'s
+    ``SPAN`` on hold NaN from the second step on (once the static step has zeroed the unwritten slots: slots no step
+    of a short text may read)."""
+    from aiayn.model.static import SPAN
+
+    tokens, state = model.start(prompts, steps + 1 if capacity is None else capacity - prompts.size(1))
+    out = []
+    with torch.no_grad():
+        logits = model.step(tokens, state, last=True)
+        for step in range(steps):
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            logits = model.step(tokens, state, last=True)
+            out.append(logits)
+            for layer in state.cache.layers if poison and step == 0 else []:
+                layer.self_kv.k[:, :, SPAN:] = float("nan")
+                layer.self_kv.v[:, :, SPAN:] = float("nan")
+    return out, state
+
+
 def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: bool | str = True) -> Path:
     """A tiny random decoder-only checkpoint with a byte-level BPE, ChatML special tokens and a chat template (as an
     imported instruct model has; ``template``: ChatML, or this template's text): ``<|im_end|>`` is its EOS, a

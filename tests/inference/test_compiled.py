@@ -2,7 +2,6 @@
 compiled graph decodes as the eager model does, one graph for every cache size."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from aiayn.decoding.generation import generate
 from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
 
-from conftest import chat_checkpoint, run_main, tiny
+from conftest import chat_checkpoint, greedy_steps, run_main, tiny
 
 SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
@@ -126,16 +125,13 @@ def test_the_compiled_step_attends_a_span_of_a_long_cache_not_the_whole_cache(tm
     equal took one for the other: 27 ms a SmolLM2 --int4 token at 4,096 columns against 5 ms at 256)."""
     from aiayn.model.static import SPAN
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
-    from test_static import _steps_after_poisoning
-
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
     lm = inference_copy(_lm(n_decoder_layers=2))  # max_len 128: a cache of 2 x SPAN
     prompts = torch.tensor([[5, 6, 7, 8]])
-    eager = _steps_after_poisoning(lm, prompts, 12, 2 * SPAN)
+    eager, _ = greedy_steps(lm, prompts, 12, capacity=2 * SPAN, poison=True)
     assert compiled.attach(lm, "on", say=lambda line: None)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        steps = _steps_after_poisoning(lm, prompts, 12, 2 * SPAN)
+        steps, _ = greedy_steps(lm, prompts, 12, capacity=2 * SPAN, poison=True)
     assert all(torch.isfinite(t).all() for t in steps)
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(eager, steps, strict=True))
 

@@ -12,7 +12,7 @@ from aiayn.model.cache import KVCache
 from aiayn.model.state import DecodeState
 from aiayn.model.static import SPAN, slot_mask, span_of, static_inputs, static_step
 
-from conftest import random_ids, tiny
+from conftest import greedy_steps, random_ids, tiny
 
 MEMBERS = {
     "rope-gqa": dict(positions="rope", n_kv_heads=2),
@@ -29,19 +29,6 @@ MEMBERS = {
 def _model(name: str) -> DecoderOnly:
     torch.manual_seed(5)
     return fuse(DecoderOnly(tiny(arch="decoder-only", vocab_size=30, **MEMBERS[name])).double().eval())
-
-
-def _greedy(model: DecoderOnly, prompts: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], DecodeState]:
-    """``steps`` greedy tokens after ``prompts`` through ``model.step``: each step's logits and the last state."""
-    tokens, state = model.start(prompts, steps + 1)
-    out = []
-    with torch.no_grad():
-        logits = model.step(tokens, state, last=True)
-        for _ in range(steps):
-            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-            logits = model.step(tokens, state, last=True)
-            out.append(logits)
-    return out, state
 
 
 def _garbage_caches(monkeypatch) -> None:
@@ -66,9 +53,9 @@ def test_the_static_step_equals_the_eager_step_token_for_token(name, monkeypatch
     _garbage_caches(monkeypatch)
     model = _model(name)
     prompts = random_ids(1, 3, vocab=30)
-    eager, eager_state = _greedy(model, prompts, 14)
+    eager, eager_state = greedy_steps(model, prompts, 14)
     model.static = CompiledStep(model, compiled=False)
-    static, static_state = _greedy(model, prompts, 14)
+    static, static_state = greedy_steps(model, prompts, 14)
     for a, b in zip(eager, static, strict=True):
         assert a.shape == b.shape == (1, 1, 30) and torch.allclose(a, b, atol=1e-9)
     assert [t.argmax().item() for t in eager] == [t.argmax().item() for t in static]
@@ -79,24 +66,6 @@ def test_the_static_step_equals_the_eager_step_token_for_token(name, monkeypatch
             assert torch.allclose(x[:, :, :held], y[:, :, :held], atol=1e-9)
 
 
-def _steps_after_poisoning(model: DecoderOnly, prompts: torch.Tensor, steps: int, capacity: int):
-    """``steps`` greedy logits through ``model.step`` on a cache of ``capacity`` columns whose slots from
-    :data:`SPAN` on hold NaN from the second step on (once the static step has zeroed the unwritten slots: slots no
-    step of a short text may read)."""
-    tokens, state = model.start(prompts, capacity - prompts.size(1))
-    out = []
-    with torch.no_grad():
-        logits = model.step(tokens, state, last=True)
-        for step in range(steps):
-            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-            logits = model.step(tokens, state, last=True)
-            out.append(logits)
-            for layer in state.cache.layers if step == 0 else []:
-                layer.self_kv.k[:, :, SPAN:] = float("nan")
-                layer.self_kv.v[:, :, SPAN:] = float("nan")
-    return out
-
-
 def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
     """A text of 20 columns in a cache of 4 x SPAN: the static step attends the first SPAN slots alone (the rest
     may hold anything, NaN here, and the logits equal the eager step's), however long the cache."""
@@ -104,9 +73,9 @@ def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
     assert span_of(10, 30) == 29  # never the whole cache (its last slot is the eager step's)
     model = _model("rope-gqa")
     prompts = random_ids(1, 3, vocab=30)
-    eager = _steps_after_poisoning(model, prompts, 16, 4 * SPAN)
+    eager, _ = greedy_steps(model, prompts, 16, capacity=4 * SPAN, poison=True)
     model.static = CompiledStep(model, compiled=False)
-    static = _steps_after_poisoning(model, prompts, 16, 4 * SPAN)
+    static, _ = greedy_steps(model, prompts, 16, capacity=4 * SPAN, poison=True)
     assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(eager, static, strict=True))
     assert all(torch.isfinite(t).all() for t in static)
 
