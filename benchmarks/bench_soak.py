@@ -290,9 +290,10 @@ async def _soak(servers: dict[str, Server], minutes: float, rate: float, every: 
                 seed: int, rest: float, drain_load: float) -> dict:
     run = Soak(servers, random.Random(seed), rest=rest, drain_load=drain_load)
     random.seed(seed)
-    # idle connections dropped before the server's 5 s keep-alive closes them (a request on a connection the
-    # server is closing at that moment fails without an answer: the client's race, not the server's fault)
-    limits = httpx.Limits(max_connections=48, max_keepalive_connections=16, keepalive_expiry=3.0)
+    # idle connections dropped well before the server's 5 s keep-alive closes them (a request on a connection the
+    # server is closing at that moment fails without an answer: the client's race, not the server's fault), with
+    # room for this event loop to run late on a loaded machine
+    limits = httpx.Limits(max_connections=48, max_keepalive_connections=16, keepalive_expiry=1.0)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         run.t0 = time.monotonic() + warmup  # the warm-up's requests are at negative times
         await run.drive(client, warmup, rate)

@@ -27,7 +27,8 @@ def _bench():
 def check(figures: dict, bench) -> None:
     """What a soak of any length must show."""
     summary = {k: v for k, v in figures.items() if not k.endswith("per_minute")}
-    assert figures["5xx"] == 0 and figures["lost"] == 0, summary
+    bad = f"5xx or lost: {figures['lost_examples']}; {summary}"  # a string: shown whole, not cut as a dict is
+    assert figures["5xx"] == 0 and figures["lost"] == 0, bad
     assert figures["kinds_exercised"] == sorted(kind.__name__ for kind, *_ in bench.MIX), summary
     assert min(figures["ok"], figures["refused"], figures["cancelled"]) > 0, summary
     assert figures["requests"] == sum(figures[r] for r in bench.RESULTS)
