@@ -52,24 +52,24 @@ def top_p_filter(logits: Tensor, top_p: float, ranks: tuple[int, ...] = (64, 102
         if k >= probs.size(-1):
             break
         ranked, order = probs.topk(k, dim=-1)  # (B, k), likeliest first
-        mass = ranked.cumsum(dim=-1)  # (B, k)
-        if bool((mass[:, -1] >= top_p).all()):
-            drop_ranked = mass - ranked >= top_p  # the mass ranked above each token reaches top_p already
-            drop_ranked[..., 0] = False  # the likeliest token is always kept
-            keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, ~drop_ranked)  # (B, V)
-            return logits.masked_fill(~keep, float("-inf"))
+        if bool((ranked.cumsum(dim=-1)[:, -1] >= top_p).all()):  # as _nucleus sums them
+            return _nucleus(logits, ranked, order, top_p)
     return top_p_sorted(logits, top_p)
 
 
 def top_p_sorted(logits: Tensor, top_p: float) -> Tensor:
     """:func:`top_p_filter` by sorting the whole vocabulary: the reference it is tested against."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-    probs = sorted_logits.softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
-    drop_sorted = before >= top_p
-    drop_sorted[..., 0] = False
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+    return _nucleus(logits, sorted_logits.softmax(dim=-1), order, top_p)
+
+
+def _nucleus(logits: Tensor, ranked: Tensor, order: Tensor, top_p: float) -> Tensor:
+    """``logits`` (B, V) with every token outside the nucleus at -inf, from the probabilities of the likeliest
+    tokens ``ranked`` (B, k), likeliest first, and their columns ``order`` (B, k)."""
+    drop = ranked.cumsum(dim=-1) - ranked >= top_p  # the probability mass ranked above each token reaches top_p
+    drop[..., 0] = False  # the likeliest token is always kept (a top_p that rounds to 0 included)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, ~drop)  # (B, V)
+    return logits.masked_fill(~keep, float("-inf"))
 
 
 FEW = 8  # a draw over the tokens left is taken where at most 1/FEW of the columns are left (draw)

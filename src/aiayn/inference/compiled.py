@@ -83,8 +83,9 @@ class CompiledStep:
         new, left_pad, kv = inputs
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
-        full = [layer.self_kv.capacity for layer in state.cache.layers if layer.self_kv.window is None]
-        span = None if not full else torch.empty(span_of(state.position, full[0]), dtype=torch.int8, device=new.device)
+        full = next((kv.capacity for kv in (layer.self_kv for layer in state.cache.layers) if kv.window is None), None)
+        span = None if full is None else torch.empty(span_of(state.position, full), dtype=torch.int8,
+                                                     device=new.device)  # its length: a full layer's span
         args = (new.flatten()[:, None], column, left_pad, kv, windows, span)  # tokens (B, 1), their strides fixed
         rows = new.size(0) > 1
         if rows not in self.graphs:
