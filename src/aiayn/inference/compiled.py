@@ -127,6 +127,12 @@ class CompiledStep:
         return fn
 
 
+def frozen(model) -> bool:
+    """Whether ``model``'s compiled step must hold its weights (Inductor's ``freezing``, not kept on disk): some of
+    its layers are oneDNN-packed (a bfloat16 model, or float32 where aiayn's kernels do not build)."""
+    return any(isinstance(m, PackedLinear) and not m.dense for m in model.modules())
+
+
 def _input_guards(entries) -> list[bool]:
     """The guards a graph compiled ahead of time keeps: global state, shapes and the step's input tensors; none on
     the model's modules and weights (about 7,000 for SmolLM2, rebuilt at every load: 0.8 s), which the file's
@@ -219,7 +225,7 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
         size = sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in quantized)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
-        if any(isinstance(m, PackedLinear) for m in model.modules()):
+        if frozen(model):
             return ("--compile auto compiles --int8 and --int4 models and unpacked float ones: a packed float model's "
                     "graph holds its weights (Inductor's freezing), which is not cached, so every start would compile "
                     "again (--compile on)")
@@ -245,7 +251,7 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
         use_cache_folder()
         fx_config.use_duck_shape = False  # caches of equal sizes (a short text's ring and
         # its full layers) still get a size each: a later, longer text's do not recompile
-        packed = any(isinstance(m, PackedLinear) for m in model.modules())
+        packed = frozen(model)
         graphs = (False, True) if batches else (False,)
         saved = None if packed else {rows: saved_path(model, rows) for rows in graphs}  # a frozen graph is not kept
         if saved is None or not all(path.is_file() for path in saved.values()):

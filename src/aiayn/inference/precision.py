@@ -24,7 +24,7 @@ from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
-from aiayn.model.packed import PackedLinear, check_unpacked, packing_available, packing_pays
+from aiayn.model.packed import PackedLinear, check_unpacked, dense_available, packing_available, packing_pays
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.quantized_embedding import QuantizedEmbedding
 from aiayn.model.transformer import TransformerModel
@@ -183,7 +183,7 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
             return _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
         quantized.reads_rows = True  # its layers and tables quantize a block of rows at a time, as load_weights reads
         return quantized
-    if packed and packing_available(dtype) and (dtype is not None or packing_pays()):
+    if packed and packing_available(dtype) and (dtype is not None or dense_available() or packing_pays()):
         return lambda part: _convert(part, _packed, dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
         return lambda part: _convert(part, _plain)

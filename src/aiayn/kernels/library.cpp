@@ -10,6 +10,7 @@ TORCH_LIBRARY(aiayn, lib) {
   lib.def("q8a8_mm(Tensor x, Tensor packed, Tensor scales) -> Tensor");
   lib.def("dequantize_q4(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
   lib.def("dequantize_q8(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
+  lib.def("f32_mm(Tensor x, Tensor weight) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(aiayn, CPU, lib) {
@@ -17,6 +18,7 @@ TORCH_LIBRARY_IMPL(aiayn, CPU, lib) {
   lib.impl("q8a8_mm", &q8a8_mm);
   lib.impl("dequantize_q4", &dequantize_q4);
   lib.impl("dequantize_q8", &dequantize_q8);
+  lib.impl("f32_mm", &f32_mm);
 }
 
 extern "C" const char* aiayn_kernels_path() { return path(); }

@@ -1,6 +1,7 @@
 // aiayn's CPU kernels (aiayn/kernels/__init__.py builds every .cpp here into one library): what the files share.
 // - matvec.cpp: q4a8_mm and q8a8_mm, int4 or int8 weights x int8 activations, the products of batch-1 decoding.
 // - dequantize.cpp: dequantize_q4 and dequantize_q8, the same weights written out for a prompt's dense product.
+// - dense.cpp: f32_mm, float32 weights x float32 activations, the same products for a float32 model.
 // - library.cpp: the ops' schemas (torch.library) and the SIMD path compiled.
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -18,6 +19,7 @@ at::Tensor q4a8_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tens
 at::Tensor q8a8_mm(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales);
 at::Tensor dequantize_q4(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype);
 at::Tensor dequantize_q8(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype);
+at::Tensor f32_mm(const at::Tensor& x, const at::Tensor& weight);
 const char* path();  // the SIMD path compiled: avx512-vnni, avx2 or c++
 
 }  // namespace aiayn_kernels

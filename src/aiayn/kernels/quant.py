@@ -97,6 +97,7 @@ def register_fake() -> None:
         return
     for name in ("aiayn::q4a8_mm", "aiayn::q8a8_mm"):
         torch.library.register_fake(name, lambda x, packed, scales: x.new_empty(x.size(0), packed.size(0) * 4))
+    torch.library.register_fake("aiayn::f32_mm", lambda x, weight: x.new_empty(x.size(0), weight.size(0)))
     for name in ("aiayn::dequantize_q4", "aiayn::dequantize_q8"):
         torch.library.register_fake(name, lambda packed, scales, dtype: packed.new_empty(
             packed.size(0) * 4, packed.size(1) * GROUP, dtype=dtype))

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.kernels import cpu_flags
+from aiayn.kernels import cpu_flags, load, simd_path
 
+FEW_ROWS = 8  # up to this many rows a call, a dense layer's aiayn::f32_mm; above, oneDNN's product (measured)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16")  # x86's, then AArch64's
 
 
@@ -56,30 +57,53 @@ def packing_available(dtype: torch.dtype | None = None) -> bool:
     return dtype != torch.bfloat16 or bf16_kernels_available()
 
 
+def dense_available(dtype: torch.dtype = torch.float32) -> bool:
+    """A :class:`PackedLinear` of ``dtype`` keeps its weight dense: float32, oneDNN in this PyTorch (a prompt's
+    product) and aiayn's kernels built here (``aiayn::f32_mm``, decoding's)."""
+    return dtype == torch.float32 and packing_available() and load() is None
+
+
 class PackedLinear(nn.Module):
-    """y = x W^T + b, as ``nn.Linear``, with W prepacked for oneDNN (inference only, CPU).
+    """y = x W^T + b, as ``nn.Linear``, for inference on the CPU, in one of two ways:
+
+    - ``dense`` (float32 where aiayn's kernels build, :func:`dense_available`): W kept as ``nn.Linear`` keeps it
+      (the very tensor: a tied token table is held once). Up to :data:`FEW_ROWS` rows (decoding) go through
+      ``aiayn::f32_mm`` (``kernels/dense.cpp``), which streams W once at the memory's speed; more rows (a prompt)
+      through oneDNN's product on the dense W.
+    - else W prepacked once into oneDNN's blocked layout (float32 or bfloat16) for its kernels.
 
     Shape: x (..., in_features) -> (..., out_features), in W's dtype (float32 or bfloat16).
-    ``keep_weight``: also keep W as it is (the output projection, whose rows a shortlist cuts out).
+    ``keep_weight``: also keep W as it is beside the packing (the output projection, whose rows a shortlist cuts out).
     """
 
-    def __init__(self, linear: nn.Linear, keep_weight: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False, dense: bool | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)  # (out, in), oneDNN's blocked layout
+        self.dense = dense_available(weight.dtype) if dense is None else dense
+        self.packed = None if self.dense else torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's layout
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
-        self.weight = weight if keep_weight else None  # the model's own tensor (the embedding's, when tied)
+        self.weight = weight.contiguous() if self.dense or keep_weight else None  # (out, in): the model's own
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        if not self.dense:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        if x.numel() // self.in_features > FEW_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        y = torch.ops.aiayn.f32_mm(x.reshape(-1, self.in_features), self.weight)  # (rows, N)
+        y = y.view(*x.shape[:-1], self.out_features)  # (..., N)
+        return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"dense={self.dense}")
 
     @property
     def kernel(self) -> str:
         """The computation it runs, in words (``aiayn generate --verbose``)."""
+        if self.dense:
+            return (f"float32 weights, aiayn::f32_mm (its {simd_path()} path) for up to {FEW_ROWS} rows, oneDNN's "
+                    "matmul for a prompt")
         return f"{str(self.packed.dtype).removeprefix('torch.')} weights, oneDNN's packed matmul"
 
 
