@@ -11,6 +11,7 @@ from aiayn import DecoderOnly, EncoderDecoder
 from aiayn.decoding.generation import generate
 from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
+from aiayn.model import packed
 
 from conftest import chat_checkpoint, greedy_steps, run_main, tiny
 
@@ -34,6 +35,10 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert compiled.why_eager(lm, "on") is None
     assert "below the 100M" in compiled.why_eager(lm, "auto")
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
+    assert compiled.why_eager(inference_copy(lm), "auto") is None  # float32 dense (aiayn::f32_mm): its graph kept
+    for module in (packed, precision):  # float32 packed by oneDNN (no aiayn kernels): a frozen graph, not kept
+        monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
+    monkeypatch.setattr(precision, "packing_pays", lambda: True)
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
     monkeypatch.setattr(precision, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too
     assert compiled.why_eager(inference_copy(lm), "auto") is None

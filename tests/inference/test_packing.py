@@ -8,7 +8,8 @@ from torch import nn
 
 from aiayn import build_model, generate, pack, quantize
 from aiayn.inference.precision import fuse, inference_copy
-from aiayn.model.packed import PackedLinear, packing_available
+from aiayn.kernels import load
+from aiayn.model.packed import FEW_ROWS, PackedLinear, dense_available, packing_available
 
 from conftest import random_ids, tiny
 
@@ -35,11 +36,17 @@ def test_packing_copies_and_leaves_the_model_alone():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_packed_linear_takes_any_leading_shape_and_no_bias():
+@pytest.mark.parametrize("dense", [True, False])
+def test_packed_linear_takes_any_leading_shape_and_no_bias(dense):
+    """Dense (aiayn::f32_mm up to FEW_ROWS rows, then oneDNN on the dense weight) or oneDNN-packed: nn.Linear's
+    results for one row, a few, and a prompt's many."""
+    if dense and not dense_available():
+        pytest.skip(f"aiayn's kernels did not build here: {load()}")
     for bias in (True, False):
-        linear = nn.Linear(16, 24, bias=bias)
-        packed = PackedLinear(linear)
-        for shape in [(1, 16), (5, 16), (2, 3, 16)]:
+        linear = nn.Linear(40, 24, bias=bias)
+        packed = PackedLinear(linear, dense=dense)
+        assert packed.dense is dense and (packed.weight is not None) is dense
+        for shape in [(1, 40), (5, 40), (2, 3, 40), (FEW_ROWS + 1, 40), (3, 7, 40)]:
             x = torch.randn(*shape)
             torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
 
@@ -81,18 +88,29 @@ def test_packing_twice_or_quantizing_a_packed_model_is_a_clear_error():
 
 
 def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_same_logits(monkeypatch):
-    """``inference_copy`` in float32 packs where oneDNN's prepacked matmul measured faster (``packing_pays``);
-    elsewhere it keeps PyTorch's layers, fused: the same logits either way. ``$AIAYN_PACK`` decides instead."""
+    """``inference_copy`` in float32 keeps its weights dense for aiayn::f32_mm where aiayn's kernels build;
+    elsewhere it packs where oneDNN's prepacked matmul measured faster (``packing_pays``), else keeps PyTorch's
+    layers, fused: the same logits every way. ``$AIAYN_PACK`` decides instead of the measure."""
     from aiayn.inference import precision
     from aiayn.model import packed as packed_module
 
     model = build_model(tiny(dropout=0.0)).eval()
     src, tgt = random_ids(2, 7), random_ids(2, 5)
+    if dense_available():
+        low = inference_copy(model)
+        assert all(m.dense for m in low.modules() if isinstance(m, PackedLinear))
+        assert low.output.packed is None  # tied: the token table's tensor, no second layout beside it
+        assert low.output.weight.data_ptr() == low.tgt_embed.tokens.weight.data_ptr()
+        with torch.no_grad():
+            torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+    for module in (precision, packed_module):
+        monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
     for pays in (True, False):
         monkeypatch.setattr(precision, "packing_pays", lambda pays=pays: pays)
         low = inference_copy(model)
         kinds = {type(m) for m in low.modules()}
         assert (PackedLinear in kinds) == (pays and packing_available())
+        assert not any(getattr(m, "dense", False) for m in low.modules())
         assert any(getattr(m, "qkv_proj", None) is not None for m in low.modules())  # fused either way
         with torch.no_grad():
             torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)

@@ -11,7 +11,7 @@ from aiayn import generate, quantize
 from aiayn.cli.common import note_emulated_bf16
 from aiayn.inference.translator import Translator
 from aiayn.model import packed
-from aiayn.model.packed import PackedLinear, native_bf16, packing_available
+from aiayn.model.packed import FEW_ROWS, PackedLinear, dense_available, native_bf16, packing_available
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
 from conftest import run_main
@@ -158,7 +158,10 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
     assert list(int4) == [OWN, f"int4 weights x {activations} activations, groups of 32 "
                           "(aten._weight_int4pack_mm_for_cpu)", theirs]  # the output projection in int8
     assert list(kernels(inference_copy(model, int8=True))) == [OWN, theirs]
-    if packing_available():
+    if dense_available():  # float32 decoding through aiayn's own product
+        assert list(kernels(inference_copy(model))) == [f"float32 weights, aiayn::f32_mm (its {simd_path()} path) "
+                                                         f"for up to {FEW_ROWS} rows, oneDNN's matmul for a prompt"]
+    elif packing_available():
         assert [path.split(",")[1] for path in kernels(inference_copy(model))] == [" oneDNN's packed matmul"]
     done = run_main("generate", "--checkpoint", str(lm_run), "--prompt", "ab", "--max-new-tokens", "2", "--int4",
                     "--verbose")

@@ -72,6 +72,10 @@ for n, k, m in [(4, 32, 2), (40, 96, 1), (960, 576, 1), (64, 1536, 3), (8, 64, 1
     for dtype in (torch.float32, torch.bfloat16):
         assert torch.equal(torch.ops.aiayn.dequantize_q8(packed, scales, dtype),
                            quant.dequantize_q8(packed, scales).to(dtype)), ("dequantize int8", n, k, dtype)
+for n, k, m in [(5, 37, 1), (7, 100, 5), (960, 576, 1), (33, 1536, 4), (3, 16, 9), (1, 1, 2)]:  # tails of K, N, M
+    w, x = torch.randn(n, k), torch.randn(m, k)
+    got, want = torch.ops.aiayn.f32_mm(x, w), (x.double() @ w.double().T).float()
+    assert got.shape == (m, n) and torch.allclose(got, want, rtol=1e-5, atol=1e-5 * k ** 0.5), ("float32", n, k, m)
 print(simd_path())
 """
 
