@@ -228,13 +228,21 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("precision", [{}, {"int4": True}], ids=["float-frozen", "int4-ahead-of-time"])
-def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, monkeypatch, precision):
+@pytest.mark.parametrize("options", [{"dense": False}, {}, {"int4": True}],
+                         ids=["float-frozen", "float-ahead-of-time", "int4-ahead-of-time"])
+def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, monkeypatch, options):
     """Warmed up under no_grad, then asked under ``torch.inference_mode`` (its tensors another kind): a frozen
-    graph compiles a second one instead of failing, one compiled ahead of time takes them; the text equals the
-    eager model's."""
+    graph (float32 packed by oneDNN) compiles a second one instead of failing, one compiled ahead of time (float32
+    dense, int4) takes them; the text equals the eager model's."""
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
-    lm = inference_copy(_lm(n_decoder_layers=1), **precision)
+    options = dict(options)
+    frozen = not options.pop("dense", True)
+    if frozen:
+        for module in (packed, precision):
+            monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
+        monkeypatch.setattr(precision, "packing_pays", lambda: True)
+    lm = inference_copy(_lm(n_decoder_layers=1), **options)
+    assert compiled.frozen(lm) is frozen
     ids = torch.tensor([[5, 6, 7, 8]])
     eager = generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8)
     assert compiled.attach(lm, "on", say=lambda line: None)
