@@ -56,7 +56,7 @@ def time_generation(checkpoint: str, precision: str, compile_mode: str, new_toke
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import converter, inference_copy
 
-    options = {"int8": precision == "int8", "int4": precision == "int4"}
+    options = {"int8": precision == "int8", "int4": precision == "int4", "few_rows": True}  # as products convert
     model, tokenizers = load_checkpoint(checkpoint, convert=converter(**options))
     model = inference_copy(model.eval(), own=True, **options)
     attach(model, compile_mode)

@@ -42,7 +42,7 @@ def main() -> None:
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import converter, inference_copy
 
-    options = {"int8": args.precision == "int8", "int4": args.precision == "int4"}
+    options = {"int8": args.precision == "int8", "int4": args.precision == "int4", "few_rows": True}  # as products
     model, _ = load_checkpoint(args.checkpoint, convert=converter(**options))
     model = inference_copy(model.eval(), own=True, **options)
     attach(model, args.compile_mode)

@@ -162,7 +162,8 @@ def aiayn_engine(precision: str, work: Path, compiled: bool = False):
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import converter, inference_copy
 
-    options = {"int8": precision == "int8", "bf16": precision == "bf16", "int4": precision == "int4"}
+    options = {"int8": precision == "int8", "bf16": precision == "bf16", "int4": precision == "int4",
+               "few_rows": True}  # as a language model's products convert it
     model, _ = load_checkpoint(work / "aiayn", convert=converter(**options))  # converted as read, as products do
     model = inference_copy(model.eval(), own=True, **options)
     if compiled and not attach(model, "on"):  # its lines on standard error

@@ -11,7 +11,6 @@ from aiayn import DecoderOnly, EncoderDecoder
 from aiayn.decoding.generation import generate
 from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
-from aiayn.model import packed
 
 from conftest import chat_checkpoint, greedy_steps, run_main, tiny
 
@@ -35,10 +34,9 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert compiled.why_eager(lm, "on") is None
     assert "below the 100M" in compiled.why_eager(lm, "auto")
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
-    assert compiled.why_eager(inference_copy(lm), "auto") is None  # float32 dense (aiayn::f32_mm): its graph kept
-    for module in (packed, precision):  # float32 packed by oneDNN (no aiayn kernels): a frozen graph, not kept
-        monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
-    monkeypatch.setattr(precision, "packing_pays", lambda: True)
+    dense = inference_copy(lm, few_rows=True)  # float32 dense (aiayn::f32_mm): its graph kept
+    assert compiled.why_eager(dense, "auto") is None and not compiled.frozen(dense)
+    monkeypatch.setattr(precision, "packing_pays", lambda: True)  # float32 packed by oneDNN: a frozen graph, not kept
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
     monkeypatch.setattr(precision, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too
     assert compiled.why_eager(inference_copy(lm), "auto") is None
@@ -237,11 +235,8 @@ def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, m
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
     options = dict(options)
     frozen = not options.pop("dense", True)
-    if frozen:
-        for module in (packed, precision):
-            monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
-        monkeypatch.setattr(precision, "packing_pays", lambda: True)
-    lm = inference_copy(_lm(n_decoder_layers=1), **options)
+    monkeypatch.setattr(precision, "packing_pays", lambda: True)  # float32 packed (frozen) where not dense
+    lm = inference_copy(_lm(n_decoder_layers=1), few_rows=not frozen, **options)
     assert compiled.frozen(lm) is frozen
     ids = torch.tensor([[5, 6, 7, 8]])
     eager = generate(lm, ids, "greedy", max_new_tokens=8, min_new_tokens=8)

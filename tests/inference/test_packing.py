@@ -88,32 +88,35 @@ def test_packing_twice_or_quantizing_a_packed_model_is_a_clear_error():
 
 
 def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_same_logits(monkeypatch):
-    """``inference_copy`` in float32 keeps its weights dense for aiayn::f32_mm where aiayn's kernels build;
-    elsewhere it packs where oneDNN's prepacked matmul measured faster (``packing_pays``), else keeps PyTorch's
-    layers, fused: the same logits every way. ``$AIAYN_PACK`` decides instead of the measure."""
+    """``inference_copy`` in float32 for a few rows at a time (``few_rows``: a language model's decoding) keeps its
+    weights dense for aiayn::f32_mm where aiayn's kernels build; otherwise (a translator's batches, or no kernels)
+    it packs where oneDNN's prepacked matmul measured faster (``packing_pays``), else keeps PyTorch's layers,
+    fused: the same logits every way. ``$AIAYN_PACK`` decides instead of the measure."""
     from aiayn.inference import precision
     from aiayn.model import packed as packed_module
 
     model = build_model(tiny(dropout=0.0)).eval()
     src, tgt = random_ids(2, 7), random_ids(2, 5)
     if dense_available():
-        low = inference_copy(model)
+        low = inference_copy(model, few_rows=True)
         assert all(m.dense for m in low.modules() if isinstance(m, PackedLinear))
         assert low.output.packed is None  # tied: the token table's tensor, no second layout beside it
         assert low.output.weight.data_ptr() == low.tgt_embed.tokens.weight.data_ptr()
         with torch.no_grad():
             torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+        assert not any(getattr(m, "dense", False) for m in inference_copy(model).modules())  # many rows: packed
     for module in (precision, packed_module):
         monkeypatch.setattr(module, "dense_available", lambda dtype=torch.float32: False)
     for pays in (True, False):
         monkeypatch.setattr(precision, "packing_pays", lambda pays=pays: pays)
-        low = inference_copy(model)
-        kinds = {type(m) for m in low.modules()}
-        assert (PackedLinear in kinds) == (pays and packing_available())
-        assert not any(getattr(m, "dense", False) for m in low.modules())
-        assert any(getattr(m, "qkv_proj", None) is not None for m in low.modules())  # fused either way
-        with torch.no_grad():
-            torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+        for few_rows in (False, True):  # without aiayn's kernels, few rows or many
+            low = inference_copy(model, few_rows=few_rows)
+            kinds = {type(m) for m in low.modules()}
+            assert (PackedLinear in kinds) == (pays and packing_available())
+            assert not any(getattr(m, "dense", False) for m in low.modules())
+            assert any(getattr(m, "qkv_proj", None) is not None for m in low.modules())  # fused either way
+            with torch.no_grad():
+                torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
     for value, want in (("1", True), ("0", False)):
         monkeypatch.setenv("AIAYN_PACK", value)
         packed_module.packing_pays.cache_clear()

@@ -51,7 +51,7 @@ class TextGenerator:
         construction, reused by every :meth:`generate` of one sequence (the server's scheduler keeps its own)."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
-        self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own)
+        self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own, few_rows=True)
         self.tokenizer, self.device = tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
@@ -88,7 +88,8 @@ class TextGenerator:
                         **options) -> TextGenerator:
         """``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the checkpoint's generation.json."""
         folder = resolve_checkpoint(path)
-        convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")})
+        convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")},
+                            few_rows=True)
         model, tokenizers = load_checkpoint(folder, "decoder-only", prepare, convert)
         return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), own=True, **options)
 

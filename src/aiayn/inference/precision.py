@@ -94,10 +94,14 @@ def _quantized(bits: int):
     return make
 
 
-def _packed(part: nn.Module):
-    """What ``pack`` makes of a linear layer: a PackedLinear (the output projection keeps its weight: tied)."""
-    output = getattr(part, "output", None)
-    return lambda lin: PackedLinear(lin, keep_weight=lin is output)
+def _packed(dense: bool = False):
+    """What ``pack`` makes of a linear layer: a PackedLinear (the output projection keeps its weight: tied), its
+    float32 weight kept ``dense`` for aiayn::f32_mm where asked and the kernels build."""
+    def make(part: nn.Module):
+        output = getattr(part, "output", None)
+        return lambda lin: PackedLinear(lin, keep_weight=lin is output,
+                                        dense=dense and dense_available(lin.weight.dtype))
+    return make
 
 
 def _plain(part: nn.Module):
@@ -142,16 +146,18 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = 
     if not packing_available(dtype):
         raise RuntimeError("pack: this CPU has no oneDNN bfloat16 kernels (AVX512 or AVX-NE-CONVERT); pack in "
                            "float32, or decode the plain model in bfloat16 (inference_copy does)")
-    return _convert(_owned(model, "pack", own), _packed, dtype)
+    return _convert(_owned(model, "pack", own), _packed(), dtype)
 
 
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
-                   bf16: bool = False, packed: bool = True, int4: bool = False, own: bool = False) -> TransformerModel:
+                   bf16: bool = False, packed: bool = True, int4: bool = False, own: bool = False,
+                   few_rows: bool = False) -> TransformerModel:
     """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
     oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
     its dtype). ``own``: the caller hands ``model`` over (a product that loaded it, a server): it becomes the
-    inference copy in place, so the weights are held once; a model that already is one is used as it is."""
-    convert = converter(device, int8, bf16, packed, int4)  # checks --int8 with --int4
+    inference copy in place, so the weights are held once; a model that already is one is used as it is.
+    ``few_rows``: as :func:`converter` takes it."""
+    convert = converter(device, int8, bf16, packed, int4, few_rows)  # checks --int8 with --int4
     if own and is_inference_copy(model):
         return model
     if getattr(model, "tensor_parallel", 1) > 1:  # split over processes (inference/tensor_parallel.py): as it is
@@ -168,11 +174,14 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
 
 
 def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool = False, packed: bool = True,
-              int4: bool = False):
+              int4: bool = False, few_rows: bool = False):
     """What :func:`inference_copy` does on the CPU, as a conversion of one part of a model in place: for
     ``load_model(..., convert=)``, which converts each layer as soon as its weights are read, so that the float32
     weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU, or
-    nothing to convert)."""
+    nothing to convert). ``few_rows``: the copy multiplies a few rows at a time (one text decoded token by token: a
+    language model's generator, chat or server), so in float32 its weights stay dense for aiayn::f32_mm where the
+    kernels build; else (a translator's batches and beams, an encoder's) oneDNN's packing, 1.1-1.7x faster from 16
+    rows up (docs/decoding.md)."""
     if int8 and int4:
         raise ValueError("--int8 and --int4: choose one")
     dtype = torch.bfloat16 if bf16 else None
@@ -183,8 +192,9 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
             return _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
         quantized.reads_rows = True  # its layers and tables quantize a block of rows at a time, as load_weights reads
         return quantized
-    if packed and packing_available(dtype) and (dtype is not None or dense_available() or packing_pays()):
-        return lambda part: _convert(part, _packed, dtype)
+    dense = few_rows and dtype is None and dense_available()
+    if packed and packing_available(dtype) and (dtype is not None or dense or packing_pays()):
+        return lambda part: _convert(part, _packed(dense), dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
         return lambda part: _convert(part, _plain)
     return None

@@ -66,7 +66,7 @@ def dense_available(dtype: torch.dtype = torch.float32) -> bool:
 class PackedLinear(nn.Module):
     """y = x W^T + b, as ``nn.Linear``, for inference on the CPU, in one of two ways:
 
-    - ``dense`` (float32 where aiayn's kernels build, :func:`dense_available`): W kept as ``nn.Linear`` keeps it
+    - ``dense`` (float32 where aiayn's kernels build, :func:`dense_available`; a language model's decoding): W kept as ``nn.Linear`` keeps it
       (the very tensor: a tied token table is held once). Up to :data:`FEW_ROWS` rows (decoding) go through
       ``aiayn::f32_mm`` (``kernels/dense.cpp``), which streams W once at the memory's speed; more rows (a prompt)
       through oneDNN's product on the dense W.
@@ -76,11 +76,11 @@ class PackedLinear(nn.Module):
     ``keep_weight``: also keep W as it is beside the packing (the output projection, whose rows a shortlist cuts out).
     """
 
-    def __init__(self, linear: nn.Linear, keep_weight: bool = False, dense: bool | None = None) -> None:
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False, dense: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
-        self.dense = dense_available(weight.dtype) if dense is None else dense
+        self.dense = dense
         self.packed = None if self.dense else torch.ops.mkldnn._reorder_linear_weight(weight)  # oneDNN's layout
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
         self.weight = weight.contiguous() if self.dense or keep_weight else None  # (out, in): the model's own

@@ -111,7 +111,7 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
 
     folder = resolve_checkpoint(checkpoint)
     lm = ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # a language model's layers converted as read
-    convert = converter(device, int8=int8, bf16=bf16, int4=int4) if lm and not loras else None
+    convert = converter(device, int8=int8, bf16=bf16, int4=int4, few_rows=True) if lm and not loras else None
     model, tokenizers = load_checkpoint(folder, prepare=prepare, convert=convert)
     if loras:
         _attach_loras(model, loras)
