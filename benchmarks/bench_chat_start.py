@@ -6,6 +6,7 @@ of each, and compiled / eager. The first run with ``--compile on`` compiles (unl
 graph already); later runs load the kept graph: that is the warm start.
 
     python benchmarks/bench_chat_start.py --checkpoint runs/smollm2 [--runs 2] [--precision-flag --int4]
+    python benchmarks/bench_chat_start.py --checkpoint runs/smollm2 --precision-flag ""   # float32
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from common import emit
 def first_reply(checkpoint: str, precision: str, mode: str) -> float:
     """Seconds from starting ``aiayn chat`` to the first byte it writes to standard output (its reply)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "chat", "--checkpoint", checkpoint, precision,
-                             "--compile", mode, "--max-new-tokens", "8", "--temperature", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "chat", "--checkpoint", checkpoint,
+                             *([precision] if precision else []), "--compile", mode, "--max-new-tokens", "8", "--temperature", "0"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     proc.stdin.write(b"What is the capital of France?\n")
     proc.stdin.close()

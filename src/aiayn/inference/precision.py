@@ -10,8 +10,10 @@ every linear layer becomes an :class:`~aiayn.model.quantized.Int8Linear` or
 llama.cpp's files keep it), and each token table a
 :class:`~aiayn.model.quantized_embedding.QuantizedEmbedding` (read from the packed output projection it is tied to, as
 llama.cpp reads ``token_embd``; else in 8 bits): no float32 table is kept.
-``inference_copy`` picks one of them for a product; in float32 it packs only where packing pays on this CPU
-(:func:`~aiayn.model.packed.packing_pays`, measured), else keeps the fused model's own layers."""
+``inference_copy`` picks one of them for a product. In float32, a language model's copy (``few_rows``: one text
+decoded token by token) keeps its weights dense for aiayn's own product (``aiayn::f32_mm``, where aiayn's kernels
+build); otherwise it packs only where packing pays on this CPU (:func:`~aiayn.model.packed.packing_pays`,
+measured), else keeps the fused model's own layers."""
 
 from __future__ import annotations
 
