@@ -22,8 +22,9 @@ from common import emit
 def first_reply(checkpoint: str, precision: str, mode: str) -> float:
     """Seconds from starting ``aiayn chat`` to the first byte it writes to standard output (its reply)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "chat", "--checkpoint", checkpoint,
-                             *([precision] if precision else []), "--compile", mode, "--max-new-tokens", "8", "--temperature", "0"],
+    flags = [precision] if precision else []  # "": float32
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "chat", "--checkpoint", checkpoint, *flags,
+                             "--compile", mode, "--max-new-tokens", "8", "--temperature", "0"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     proc.stdin.write(b"What is the capital of France?\n")
     proc.stdin.close()
