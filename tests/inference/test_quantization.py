@@ -159,8 +159,8 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
                           "(aten._weight_int4pack_mm_for_cpu)", theirs]  # the output projection in int8
     assert list(kernels(inference_copy(model, int8=True))) == [OWN, theirs]
     if dense_available():  # a language model's float32 decoding through aiayn's own product
-        assert list(kernels(inference_copy(model, few_rows=True))) == [f"float32 weights, aiayn::f32_mm (its {simd_path()} path) "
-                                                         f"for up to {FEW_ROWS} rows, oneDNN's matmul for a prompt"]
+        words = f"float32 weights, aiayn::f32_mm (its {simd_path()} path) for up to {FEW_ROWS} rows, oneDNN's matmul"
+        assert list(kernels(inference_copy(model, few_rows=True))) == [f"{words} for a prompt"]
     if packing_available():
         assert [path.split(",")[1] for path in kernels(inference_copy(model))] == [" oneDNN's packed matmul"]
     done = run_main("generate", "--checkpoint", str(lm_run), "--prompt", "ab", "--max-new-tokens", "2", "--int4",

@@ -2,9 +2,10 @@
 
 Two (``matvec.cpp``), the matrix-vector products of batch-1 decoding with activations quantized to int8 per group
 of 32: ``aiayn::q4a8_mm``, int4 weights (llama.cpp's Q4_1 x Q8_1 dot product), and ``aiayn::q8a8_mm``, int8
-weights (its Q8_0 x Q8_0); and ``aiayn::dequantize_q4`` / ``dequantize_q8``, the weights written out in one pass
-for a prompt's dense product (``dequantize.cpp``; ``library.cpp`` registers the four, ``quant.h`` is what the files
-share). :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
+weights (its Q8_0 x Q8_0); ``aiayn::dequantize_q4`` / ``dequantize_q8``, the weights written out in one pass
+for a prompt's dense product (``dequantize.cpp``); and ``aiayn::f32_mm``, float32 weights times a few float32 rows,
+a float32 language model's decoding (``dense.cpp``; ``library.cpp`` registers the five, ``quant.h`` is what the
+files share). :mod:`aiayn.kernels.quant` packs their weights and holds the same math in torch
 operations (the reference the tests check them against). On 2 cores of an Intel Xeon, PyTorch's own int4
 kernel read SmolLM2's weights from memory at about 8 GB/s, q4a8_mm at about 20 (docs/decoding.md). The library
 is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the one this CPU has) into

@@ -66,10 +66,10 @@ def dense_available(dtype: torch.dtype = torch.float32) -> bool:
 class PackedLinear(nn.Module):
     """y = x W^T + b, as ``nn.Linear``, for inference on the CPU, in one of two ways:
 
-    - ``dense`` (float32 where aiayn's kernels build, :func:`dense_available`; a language model's decoding): W kept as ``nn.Linear`` keeps it
-      (the very tensor: a tied token table is held once). Up to :data:`FEW_ROWS` rows (decoding) go through
-      ``aiayn::f32_mm`` (``kernels/dense.cpp``), which streams W once at the memory's speed; more rows (a prompt)
-      through oneDNN's product on the dense W.
+    - ``dense`` (float32 where aiayn's kernels build, :func:`dense_available`; a language model's decoding): W
+      kept as ``nn.Linear`` keeps it (the very tensor: a tied token table is held once). Up to :data:`FEW_ROWS` rows
+      (decoding) go through ``aiayn::f32_mm`` (``kernels/dense.cpp``), which streams W once at the memory's speed;
+      more rows (a prompt) through oneDNN's product on the dense W.
     - else W prepacked once into oneDNN's blocked layout (float32 or bfloat16) for its kernels.
 
     Shape: x (..., in_features) -> (..., out_features), in W's dtype (float32 or bfloat16).
