@@ -7,6 +7,7 @@ own question) and prints JSON lines: the server's ready time, output tokens/s ov
 between a chat's chunks, whether each chat's text equals the eager server's, and the ratios compiled / eager.
 
     python benchmarks/bench_serve_compiled.py --checkpoint runs/smollm2 [--streams 1 2 4] [--tokens 64]
+    python benchmarks/bench_serve_compiled.py --checkpoint runs/smollm2 --precision-flag ""   # float32
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def main() -> None:
     rates, texts = {}, {}
     for mode in ("off", "on"):
         start = time.perf_counter()
-        server = start_server(f"compile-{mode}", args.checkpoint, args.precision, "--compile", mode, seconds=600)
+        flags = [args.precision] if args.precision else []  # "": float32
+        server = start_server(f"compile-{mode}", args.checkpoint, *flags, "--compile", mode, seconds=600)
         try:
             served = client(server.url)
             chat(served, QUESTIONS[0], 2)  # waits for the compile (the decoding thread's first chore)
