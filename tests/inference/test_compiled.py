@@ -33,9 +33,12 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert "decoder-only" in compiled.why_eager(EncoderDecoder(tiny()), "on")
     assert compiled.why_eager(lm, "on") is None
     assert "below the 100M" in compiled.why_eager(lm, "auto")
+    dense = inference_copy(lm, few_rows=True)  # its linear layers' weights are no parameters, yet count
+    monkeypatch.setattr(compiled, "AUTO_PARAMETERS", sum(p.numel() for p in lm.parameters()))
+    assert compiled.weights(dense) == sum(p.numel() for p in lm.parameters())  # the tied head counted once
+    assert compiled.why_eager(dense, "auto") is None
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
-    dense = inference_copy(lm, few_rows=True)  # float32 dense (aiayn::f32_mm): its graph kept
-    assert compiled.why_eager(dense, "auto") is None and not compiled.frozen(dense)
+    assert not compiled.frozen(dense)  # float32 dense (aiayn::f32_mm): its graph kept
     monkeypatch.setattr(precision, "packing_pays", lambda: True)  # float32 packed by oneDNN: a frozen graph, not kept
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
     monkeypatch.setattr(precision, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too

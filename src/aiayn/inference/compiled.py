@@ -127,6 +127,18 @@ class CompiledStep:
         return fn
 
 
+def weights(model) -> int:
+    """How many weights ``model`` holds, each counted once: its parameters and its converted linear layers' weights
+    and biases (int8, int4, packed or dense float: no parameters; a dense layer's weight counted once where it is a
+    parameter too, a tied token table)."""
+    params = list(model.parameters())
+    held = {p.data_ptr() for p in params}
+    converted = [m for m in model.modules() if isinstance(m, Int8Linear | Int4Linear | PackedLinear)
+                 and (getattr(m, "weight", None) is None or m.weight.data_ptr() not in held)]
+    layer = [m.in_features * m.out_features + (0 if m.bias is None else m.bias.numel()) for m in converted]
+    return sum(p.numel() for p in params) + sum(layer)
+
+
 def frozen(model) -> bool:
     """Whether ``model``'s compiled step must hold its weights (Inductor's ``freezing``, not kept on disk): some of
     its layers are oneDNN-packed (a bfloat16 model, or float32 where aiayn's kernels do not build)."""
@@ -221,8 +233,7 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
     if compiler() is None:
         return "no C++ compiler (g++, c++ or clang++) on PATH: install one to compile"
     if mode == "auto":
-        quantized = [m for m in model.modules() if isinstance(m, Int8Linear | Int4Linear)]
-        size = sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in quantized)
+        size = weights(model)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
         if frozen(model):
