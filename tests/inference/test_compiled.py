@@ -35,7 +35,7 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert "below the 100M" in compiled.why_eager(lm, "auto")
     dense = inference_copy(lm, few_rows=True)  # its linear layers' weights are no parameters, yet count
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", sum(p.numel() for p in lm.parameters()))
-    assert compiled.weights(dense) == sum(p.numel() for p in lm.parameters())  # the tied head counted once
+    assert precision.weight_count(dense) == sum(p.numel() for p in lm.parameters())  # the tied head counted once
     assert compiled.why_eager(dense, "auto") is None
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
     assert not compiled.frozen(dense)  # float32 dense (aiayn::f32_mm): its graph kept

@@ -30,10 +30,10 @@ from torch._inductor import config as inductor_config
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.fx.experimental import _config as fx_config
 
+from aiayn.inference.precision import weight_count
 from aiayn.io.files import atomic_path, cache_dir
 from aiayn.kernels import compiler, cpu_flags
 from aiayn.model.packed import PackedLinear
-from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.state import DecodeState
 from aiayn.model.static import advance, span_of, static_inputs, static_step
 
@@ -125,18 +125,6 @@ class CompiledStep:
             except OSError:  # a read-only or full cache folder: not kept, the next start compiles again
                 pass
         return fn
-
-
-def weights(model) -> int:
-    """How many weights ``model`` holds, each counted once: its parameters and its converted linear layers' weights
-    and biases (int8, int4, packed or dense float: no parameters; a dense layer's weight counted once where it is a
-    parameter too, a tied token table)."""
-    params = list(model.parameters())
-    held = {p.data_ptr() for p in params}
-    converted = [m for m in model.modules() if isinstance(m, Int8Linear | Int4Linear | PackedLinear)
-                 and (getattr(m, "weight", None) is None or m.weight.data_ptr() not in held)]
-    layer = [m.in_features * m.out_features + (0 if m.bias is None else m.bias.numel()) for m in converted]
-    return sum(p.numel() for p in params) + sum(layer)
 
 
 def frozen(model) -> bool:
@@ -233,7 +221,7 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
     if compiler() is None:
         return "no C++ compiler (g++, c++ or clang++) on PATH: install one to compile"
     if mode == "auto":
-        size = weights(model)
+        size = weight_count(model)
         if size < AUTO_PARAMETERS:
             return f"--compile auto: {size / 1e6:.0f}M parameters, below the {AUTO_PARAMETERS // 10**6}M where it gains"
         if frozen(model):

@@ -102,7 +102,7 @@ def _packed(dense: bool = False):
     def make(part: nn.Module):
         output = getattr(part, "output", None)
         return lambda lin: PackedLinear(lin, keep_weight=lin is output,
-                                        dense=dense and dense_available(lin.weight.dtype))
+                                        dense=dense and lin.weight.dtype == torch.float32)
     return make
 
 
@@ -182,8 +182,8 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
     weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU, or
     nothing to convert). ``few_rows``: the copy multiplies a few rows at a time (one text decoded token by token: a
     language model's generator, chat or server), so in float32 its weights stay dense for aiayn::f32_mm where the
-    kernels build; else (a translator's batches and beams, an encoder's) oneDNN's packing, 1.1-1.7x faster from 16
-    rows up (docs/decoding.md)."""
+    kernels build; else (a translator's batches and beams, an encoder's) oneDNN's packing, faster for many rows
+    (1.7x at a translator's greedy batch of 16, docs/decoding.md)."""
     if int8 and int4:
         raise ValueError("--int8 and --int4: choose one")
     dtype = torch.bfloat16 if bf16 else None
@@ -206,6 +206,18 @@ def is_inference_copy(model: nn.Module) -> bool:
     """Whether ``model``'s linear layers were already packed or quantized (``pack``, ``quantize``)."""
     return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear))
                for m in model.modules())
+
+
+def weight_count(model: nn.Module) -> int:
+    """How many weights ``model`` holds, each counted once: its parameters and its converted linear layers' weights
+    and biases (int8, int4, packed or dense float: no parameters; a dense layer's weight counted once where it is a
+    parameter too, a tied token table)."""
+    params = list(model.parameters())
+    held = {p.data_ptr() for p in params}
+    converted = [m for m in model.modules() if isinstance(m, Int8Linear | Int4Linear | PackedLinear)
+                 and (getattr(m, "weight", None) is None or m.weight.data_ptr() not in held)]
+    layers = [m.in_features * m.out_features + (0 if m.bias is None else m.bias.numel()) for m in converted]
+    return sum(p.numel() for p in params) + sum(layers)
 
 
 def kernels(model: nn.Module) -> dict[str, int]:

@@ -57,10 +57,10 @@ def packing_available(dtype: torch.dtype | None = None) -> bool:
     return dtype != torch.bfloat16 or bf16_kernels_available()
 
 
-def dense_available(dtype: torch.dtype = torch.float32) -> bool:
-    """A :class:`PackedLinear` of ``dtype`` keeps its weight dense: float32, oneDNN in this PyTorch (a prompt's
-    product) and aiayn's kernels built here (``aiayn::f32_mm``, decoding's)."""
-    return dtype == torch.float32 and packing_available() and load() is None
+def dense_available() -> bool:
+    """A float32 :class:`PackedLinear` may keep its weight dense: oneDNN is in this PyTorch (a prompt's product) and
+    aiayn's kernels are built here (``aiayn::f32_mm``, decoding's)."""
+    return packing_available() and load() is None
 
 
 class PackedLinear(nn.Module):
