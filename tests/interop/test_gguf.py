@@ -3,7 +3,7 @@ random small Llama, Qwen2 and GPT-2 models and an aiayn-trained one (its Sentenc
 GGUF by ``aiayn export --format gguf`` in F32, F16, BF16, Q8_0 and Q4_0 load there with aiayn's logits, and read back
 by ``aiayn import`` give transformers' logits and tokens and the very tensors they came from; the tokenizers
 built from GGUF metadata give transformers' ids; bad files are one line, exit 2, nothing written. The real
-SmolLM2 file, where fetched, greedy-decodes as transformers does."""
+SmolLM2 file, where fetched, greedy-decodes as transformers does. A file run as it is keeps its blocks (below)."""
 
 import os
 from pathlib import Path
@@ -11,10 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from aiayn import generate
 from aiayn.cli import main
-from aiayn.inference.load import load_checkpoint
+from aiayn.inference.load import load_checkpoint, load_for_use
+from aiayn.inference.precision import converter, fuse
+from aiayn.interop.gguf_rows import GGUFRows, blocks_grid
+from aiayn.io.checkpoint import StackedRows, ZeroRows
+from aiayn.model.quantized import Int4Linear, Int8Linear, kernels_available
 
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 TEXTS = ["Hello world!  It's 2026 — naïve café.", "Ein Mann fährt ein Pferd.\nZwei Hunde\tspielen.",
@@ -603,3 +608,188 @@ def test_q4_0_files_keep_the_output_projection_in_q8_0(checkpoint_of, tmp_path):
     assert types[output] == "Q8_0"
     matrices = ("attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_up.weight")  # (ffn_down: 48 wide, F32)
     assert {kind for name, kind in types.items() if name.endswith(matrices)} == {"Q4_0"}
+
+# A GGUF file run as it is (``interop/gguf_rows.py``, ``inference/load.py``): its Q8_0, Q4_0, Q4_1 and Q4_K blocks
+# read as the gguf package dequantizes them, handed to the int8 and int4 layers with no float32 round trip (the
+# file's values exactly; Q4_K's scales to float16), a .gguf path taken by ``generate`` and ``serve`` like a
+# checkpoint folder, and the real SmolLM2 and Gemma 3 files (where fetched) loaded so.
+
+needs_kernels = pytest.mark.skipif(not kernels_available(), reason="aiayn's kernels do not build here (no compiler)")
+N, K = 40, 512  # rows, and a row's weights: two Q4_K blocks, sixteen groups of 32
+
+
+def raw_blocks(kind: str, seed: int = 0) -> np.ndarray:
+    """A matrix (N, K) as ``kind`` stores it: (N, bytes a row) uint8. Q4_K (which the gguf package does not write):
+    random scales, minimums and nibbles under random float16 d and dmin."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    if kind != "Q4_K":
+        weights = (rng.standard_normal((N, K)) * rng.uniform(0.01, 1, (N, 1))).astype(np.float32)
+        return gguf.quants.quantize(weights, getattr(gguf.GGMLQuantizationType, kind))
+    blocks = rng.integers(0, 256, (N, K // 256, 144), dtype=np.uint8)
+    blocks[..., 0:4] = rng.uniform(1e-4, 2e-3, (N, K // 256, 2)).astype(np.float16).view(np.uint8)  # d, dmin
+    return blocks.reshape(N, -1)
+
+
+def gguf_file(tmp_path, kinds: list[str]):
+    """A GGUF file holding one (N, K) matrix of each of ``kinds`` (named by it), read back: {kind: reader tensor}."""
+    import gguf
+
+    path = tmp_path / "blocks.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for kind in kinds:
+        writer.add_tensor(kind, raw_blocks(kind), raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path, {t.name: t for t in gguf.GGUFReader(path).tensors}
+
+
+def linear_over(rows) -> nn.Linear:
+    """A linear layer whose weight is left unread, its rows read from ``rows`` (as ``load_for_use`` leaves it)."""
+    linear = nn.utils.skip_init(nn.Linear, rows.shape[1], rows.shape[0], bias=False)
+    linear.weight.stored_rows = rows
+    return linear
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
+def test_a_grid_is_the_files_own_values(kind):
+    """q d + m of the blocks equals the gguf package's dequantization bit for bit."""
+    import gguf
+
+    raw = raw_blocks(kind)
+    q, d, m = blocks_grid(kind, torch.from_numpy(raw), K)
+    values = q.float().view(N, -1, 32) * d[..., None] + (0 if m is None else m[..., None])  # (N, G, 32)
+    expected = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind))
+    assert torch.equal(values.view(N, K), torch.from_numpy(expected))
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
+def test_the_layers_hold_the_files_blocks_and_read_no_float32(tmp_path, kind, monkeypatch):
+    """An int8 (Q8_0) or int4 layer over a file's rows multiplies by the file's values: exactly, but Q4_K's scales
+    and minimums in float16 (each within 2^-11 of its own, closer than the float32 round trip's int4 grid); and
+    it never reads the rows as float32."""
+    path, tensors = gguf_file(tmp_path, [kind])
+    rows = GGUFRows(tensors[kind], path)
+    file_values = rows[:]
+    monkeypatch.setattr(GGUFRows, "__getitem__", lambda *_: pytest.fail("float32 rows read"))
+    layer = Int8Linear(linear_over(rows)) if kind == "Q8_0" else Int4Linear(linear_over(rows))
+    monkeypatch.undo()
+    if kind != "Q4_K":
+        assert torch.equal(layer.dequantized(), file_values)
+        return
+    _, d, m = blocks_grid(kind, torch.from_numpy(raw_blocks(kind)), K)
+    bound = (15 * d.abs() + m.abs()) * 2.0**-11  # (N, G): float16's rounding of a scale and a minimum
+    error = (layer.dequantized() - file_values).abs().view(N, -1, 32).amax(-1)
+    assert bool((error <= bound * 1.001).all())
+    round_trip = nn.Linear(K, N, bias=False)  # the file's values in float32, quantized again
+    round_trip.weight.data = file_values
+    assert (Int4Linear(round_trip).dequantized() - file_values).abs().max() > 4 * error.max()
+
+
+@needs_kernels
+def test_rows_in_another_order_stacked_and_padded_keep_their_blocks(tmp_path):
+    """A llama file's queries read in Hugging Face's row order, parts stacked (a fused projection) and a zero
+    padding row under a table: the layer equals the same rows reordered, stacked and padded in float32."""
+    path, tensors = gguf_file(tmp_path, ["Q4_1", "Q4_0"])
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(0))
+    parts = [GGUFRows(tensors["Q4_1"], path, order), GGUFRows(tensors["Q4_0"], path), ZeroRows(1, K)]
+    expected = torch.cat([GGUFRows(tensors["Q4_1"], path)[:][order], GGUFRows(tensors["Q4_0"], path)[:],
+                          torch.zeros(1, K)])
+    stacked = StackedRows(parts)
+    assert torch.equal(stacked[:], expected) and torch.equal(stacked[N - 3: N + 5], expected[N - 3: N + 5])
+    assert torch.equal(Int4Linear(linear_over(stacked)).dequantized(), expected)
+    assert StackedRows(parts[1:]).grid(8, 0, N + 1) is None  # Q4_0 rows are no int8 layer's blocks
+
+
+@pytest.fixture(scope="module")
+def q4_0_file(tmp_path_factory, make_llama):
+    """A random small Llama (byte-level vocabulary, untied output) as ``aiayn export --quantization q4_0`` writes it
+    (Q4_0 matrices, the output projection Q8_0), and that file imported."""
+    folder = byte_level_llama(tmp_path_factory.mktemp("llama") / "hf", "llama", make_llama)
+    assert main(["import", str(folder), "--output", str(folder.parent / "ckpt")]) == 0
+    path = export(folder.parent / "ckpt", folder.parent / "q4.gguf", "q4_0")
+    assert main(["import", str(path), "--output", str(folder.parent / "back")]) == 0
+    return path, folder.parent / "back"
+
+
+@needs_kernels
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_gguf_file_loads_into_the_layers_with_its_own_values(q4_0_file, bits):
+    """``--int4``: every int4 layer of the loaded file holds its Q4_0 values exactly (not so through ``aiayn
+    import``, whose float32 lands on another grid) and the int8 output projection its Q8_0 ones; ``--int8``: the
+    Q8_0 projection exactly. Nothing else changes: the loaded model's other tensors are the imported ones."""
+    path, back = q4_0_file
+    model, _ = load_checkpoint(path, "decoder-only", convert=converter(int4=bits == 4, int8=bits == 8))
+    reference = fuse(load_checkpoint(back)[0])  # the file's values in float32, its projections fused as the copy's
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, Int4Linear | Int8Linear)}
+    assert {type(m) for m in layers.values()} == ({Int4Linear, Int8Linear} if bits == 4 else {Int8Linear})
+    exact = [name for name, m in layers.items() if isinstance(m, Int4Linear) or name == "output"]  # (ffn_down is
+    # 48 wide: float32 in the file, int8 here)
+    for name in exact:
+        assert torch.equal(layers[name].dequantized(), reference.get_submodule(name).weight), name
+    via_import = load_checkpoint(back, convert=converter(int4=True))[0]
+    assert bits == 8 or not torch.equal(via_import.get_submodule(exact[0]).dequantized(),
+                                        layers[exact[0]].dequantized())
+    plain = {n: t for n, t in model.state_dict().items()}
+    assert plain and all(torch.equal(t, reference.state_dict()[n]) for n, t in plain.items())
+
+
+def test_generate_and_serve_take_a_gguf_file_as_a_checkpoint(q4_0_file, capsys):
+    """``aiayn generate --checkpoint FILE.gguf`` writes what the imported folder writes (float32, and ``--int8``:
+    the same layers); ``serve``'s loader takes the file too, with the file's decoding defaults."""
+    from aiayn.serve.server import load_product
+
+    path, back = q4_0_file
+    for flags in ([], ["--int8"]):
+        outputs = []
+        for checkpoint in (path, back):
+            assert main(["generate", "--checkpoint", str(checkpoint), "--prompt", "Ein Mann", "--strategy",
+                         "greedy", "--max-new-tokens", "12", *flags]) == 0
+            outputs.append(capsys.readouterr().out)
+        assert outputs[0] == outputs[1] and outputs[0].strip()
+    generator, _ = load_product(str(path), int4=True)
+    assert any(isinstance(m, Int4Linear) for m in generator.model.modules()) or not kernels_available()
+    assert generator.decoding == load_for_use(back)[2]
+
+
+def test_a_damaged_gguf_checkpoint_is_one_line(tmp_path, q4_0_file, capsys):
+    path, _ = q4_0_file
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert main(["generate", "--checkpoint", str(cut), "--prompt", "x", "--int4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(cut) in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.long
+@needs_kernels
+@pytest.mark.skipif(not SMOLLM2.is_file() or not GEMMA3.is_file(), reason="make smollm2 gemma3 fetch the files")
+def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
+    """SmolLM2 (Q4_1, its table Q8_0) and Gemma 3 (Q4_K_M: Q4_K, Q5_0, Q6_K, Q8_0) under ``--int4``: every layer
+    over Q4_1 / Q8_0 / Q4_0 blocks holds the file's values exactly, every one over Q4_K within float16's rounding
+    of its scales, and SmolLM2 still answers Paris."""
+    import gguf
+
+    from aiayn.inference.generator import TextGenerator
+
+    generator = TextGenerator.from_checkpoint(SMOLLM2, int4=True)
+    assert "Paris" in generator.generate("The capital of France is", 8, temperature=0.0)[0]
+    ours = {"attn_output": "self_attn.out_proj", "ffn_down": "ffn.down_proj"}  # unfused: one tensor of the file each
+    for path in (SMOLLM2, GEMMA3):
+        types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+        kept = {f"decoder.layers.{name.split('.')[1]}.{ours[name.split('.')[2]]}": kind for name, kind in types.items()
+                if name.split(".")[2:3] and name.split(".")[2] in ours and kind in ("Q4_0", "Q4_1", "Q4_K")}
+        model, _ = load_checkpoint(path, "decoder-only", convert=converter(int4=True))
+        reference = fuse(load_checkpoint(path, "decoder-only")[0])
+        assert len(kept) >= 18 and isinstance(model.output, Int8Linear) and types["token_embd.weight"] == "Q8_0"
+        for name, kind in [*kept.items(), ("output", "Q8_0")]:
+            file_values = reference.get_submodule(name).weight[: model.config.target_vocab - 1]
+            layer_values = model.get_submodule(name).dequantized()[: file_values.size(0)]
+            if kind == "Q4_K":  # the scales in float16
+                assert (layer_values - file_values).abs().max() <= 2.0**-10 * file_values.abs().max(), name
+            else:
+                assert torch.equal(layer_values, file_values), (path.name, name)

@@ -11,9 +11,8 @@ from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammars
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
-from aiayn.inference.load import load_checkpoint
+from aiayn.inference.load import load_for_use
 from aiayn.inference.precision import converter, inference_copy
-from aiayn.io.run import resolve_checkpoint
 from aiayn.model.transformer import DecoderOnly
 from aiayn.tokenizers import TokenizerPair
 
@@ -86,12 +85,12 @@ class TextGenerator:
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
                         **options) -> TextGenerator:
-        """``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the checkpoint's generation.json."""
-        folder = resolve_checkpoint(path)
+        """``path``: a checkpoint or run folder, or a GGUF file; ``prepare`` as in ``load_checkpoint`` (a LoRA
+        adapter); decoding: the checkpoint's defaults (``load_for_use``)."""
         convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")},
                             few_rows=True)
-        model, tokenizers = load_checkpoint(folder, "decoder-only", prepare, convert)
-        return cls(model, tokenizers, device, decoding=DecodingConfig.load(folder), own=True, **options)
+        model, tokenizers, decoding = load_for_use(path, "decoder-only", prepare, convert)
+        return cls(model, tokenizers, device, decoding=decoding, own=True, **options)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document (EOS, which separates documents in

@@ -193,6 +193,7 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
         def quantized(part: nn.Module) -> nn.Module:
             return _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
         quantized.reads_rows = True  # its layers and tables quantize a block of rows at a time, as load_weights reads
+        quantized.dtype = dtype  # (None: the model's own parts are not cast, so rows left unread stay so until read)
         return quantized
     dense = few_rows and dtype is None and dense_available()
     if packed and packing_available(dtype) and (dtype is not None or dense or packing_pays()):

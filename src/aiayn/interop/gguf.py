@@ -9,16 +9,18 @@ so its converter permuted their rows out of Hugging Face's halves layout: readin
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from aiayn.interop import gemma, gpt2, llama, moe, phi3
+from aiayn.interop.gguf_rows import GGUFRows
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+from aiayn.model.init import uninitialised
 from aiayn.tokenizers.hf import HFTokenizers
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma2", "phi3",
@@ -135,16 +137,13 @@ class GGUFFile:
             raise ValueError(f"{self.path}: metadata {self.arch}.{key} is missing")
         return value
 
+    def rows(self, name: str, order: Tensor | None = None) -> GGUFRows:
+        """One tensor, read a slice of rows at a time (``order``: the file's row of each row)."""
+        return GGUFRows(self.tensors[name], self.path, order)
+
     def tensor(self, name: str) -> Tensor:
         """One tensor, dequantized to float32, in PyTorch's shape (GGUF lists dimensions innermost first)."""
-        t = self.tensors[name]
-        try:
-            values = gguf_package().quants.dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise ValueError(f"{self.path}: tensor {name} is of type {t.tensor_type.name}, which the gguf package "
-                             "cannot dequantize") from None
-        shape = tuple(int(d) for d in reversed(t.shape))
-        return torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))  # a copy: the file is read-only
+        return self.rows(name)[:]
 
 
 def hf_config(f: GGUFFile) -> dict:
@@ -216,9 +215,10 @@ def _gemma_config(f: GGUFFile, common: dict) -> dict:
                     "tokenizer.ggml.bos_token_id", 2))
 
 
-def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
+def hf_tensors(f: GGUFFile, hf: dict, rows: bool = False) -> Iterator[tuple[str, Tensor | GGUFRows]]:
     """Every tensor as (Hugging Face name, float32 tensor), one at a time: a ``llama`` file's q/k rows unpermuted,
-    GPT-2's projections back in its Conv1D (in, out) layout."""
+    GPT-2's projections back in its Conv1D (in, out) layout. ``rows``: each matrix as its :class:`GGUFRows`
+    instead, unread (the others read)."""
     held: dict[tuple[str, str], Tensor] = {}  # a layer's experts' gate or up matrices, until both are read
     for name in f.tensors:
         if name == "rope_freqs.weight":
@@ -228,10 +228,15 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
             raise ValueError(f"{f.path}: tensor {name} has no place in aiayn's {f.arch} model")
         if f.arch == "gpt2" and theirs == "lm_head.weight":
             continue  # GPT-2's output is its token table (llama.cpp writes a copy)
-        t = f.tensor(name)
         part = name.split(".")[2] if name.startswith("blk.") else None
+        order = None
         if f.arch == "llama" and part in ("attn_q", "attn_k"):
-            t = unpermute(t, hf["num_attention_heads"] if part == "attn_q" else hf["num_key_value_heads"])
+            heads = hf["num_attention_heads"] if part == "attn_q" else hf["num_key_value_heads"]
+            order = unpermute(torch.arange(int(f.tensors[name].shape[-1])), heads)  # the file's row of each row
+        if rows and len(f.tensors[name].shape) == 2 and not theirs.endswith(CONV1D):
+            yield theirs, f.rows(name, order)
+            continue
+        t = f.rows(name, order)[:]
         if theirs.endswith(CONV1D):
             t = t.t()
         if theirs.endswith(("experts.gate.weight", "experts.up.weight")):  # stacked as aiayn's gate_up (E, 2F, D)
@@ -245,18 +250,13 @@ def hf_tensors(f: GGUFFile, hf: dict) -> Iterator[tuple[str, Tensor]]:
         yield theirs, t
 
 
-def read_gguf(path: str | Path):
-    """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it."""
+def read_gguf(path: str | Path, rows: bool = False):
+    """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it.
+    ``rows``: a llama, qwen or gemma file's matrices left unread, each its weight's ``stored_rows`` (a
+    :class:`GGUFRows`), for a converter that reads rows as it quantizes (``aiayn.inference.load``), the model
+    built uninitialised."""
     f = GGUFFile(path)
-    try:
-        json_text, settings = tokenizer_from_gguf(f.meta, str(f.path))
-        tokenizers = HFTokenizers(json_text, json.dumps(settings, indent=2))
-    except ValueError:
-        raise
-    except Exception as err:  # tokenizers' own errors (a merge of tokens the vocabulary lacks) name no file
-        raise ValueError(f"{f.path}: its tokenizer metadata (tokenizer.ggml.*) does not make a tokenizer "
-                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the file is damaged"
-                         ) from None
+    tokenizers = _tokenizers(f)
     hf = hf_config(f)
     if len(tokenizers.src) > hf["vocab_size"]:
         raise ValueError(f"{f.path}: {len(tokenizers.src)} tokens, more than token_embd.weight's "
@@ -264,20 +264,41 @@ def read_gguf(path: str | Path):
     try:
         if f.arch == "gpt2":
             model = gpt2.gpt2_model(gpt2.gpt2_config(hf), dict(hf_tensors(f, hf)))
-        elif hf["model_type"] in ("qwen3_moe", "mixtral"):
-            model = llama.DecoderOnly(moe.moe_config(hf, tokenizers.src.unk_id()))
-            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
-        elif f.arch in ("gemma3", "gemma2"):
-            model = llama.DecoderOnly(gemma.gemma_config(hf, tokenizers.src.unk_id()))
-            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
-        elif f.arch == "phi3":
-            model = llama.DecoderOnly(phi3.phi3_config(hf, tokenizers.src.unk_id()))
-            llama.load_llama_weights(model, phi3.split_fused(hf_tensors(f, hf), model.config), source="the metadata")
         else:
-            byte_level = f.meta.get("tokenizer.ggml.model") == "gpt2"
-            model = llama.DecoderOnly(llama.llama_config(hf, None if byte_level else tokenizers.src.unk_id()))
-            llama.load_llama_weights(model, hf_tensors(f, hf), source="the metadata")
+            config = _llama_config(f, hf, tokenizers)
+            lazy = rows and not config.n_experts and f.arch != "phi3"
+            with uninitialised() if lazy else contextlib.nullcontext():
+                model = llama.DecoderOnly(config)
+            tensors = hf_tensors(f, hf, lazy)
+            llama.load_llama_weights(model, phi3.split_fused(tensors, config) if f.arch == "phi3" else tensors,
+                                     source="the metadata")
     except ValueError as err:
         raise ValueError(f"{f.path}: {str(err).removeprefix('config.json: ')}") from None
     sampling = {ours: _number(f.meta[key]) for key, ours in SAMPLING.items() if key in f.meta}
     return model.eval(), tokenizers, sampling or None
+
+
+def _tokenizers(f: GGUFFile) -> HFTokenizers:
+    """The tokenizers the file's metadata makes (``gguf_vocab``); a damaged one is a ValueError naming the file."""
+    try:
+        json_text, settings = tokenizer_from_gguf(f.meta, str(f.path))
+        return HFTokenizers(json_text, json.dumps(settings, indent=2))
+    except ValueError:
+        raise
+    except Exception as err:  # tokenizers' own errors (a merge of tokens the vocabulary lacks) name no file
+        raise ValueError(f"{f.path}: its tokenizer metadata (tokenizer.ggml.*) does not make a tokenizer "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the file is damaged"
+                         ) from None
+
+
+def _llama_config(f: GGUFFile, hf: dict, tokenizers: HFTokenizers):
+    """The ModelConfig of a file of the LLaMA branch (a mixture, Gemma, Phi-3, Llama, Qwen)."""
+    unk = tokenizers.src.unk_id()
+    if hf["model_type"] in ("qwen3_moe", "mixtral"):
+        return moe.moe_config(hf, unk)
+    if f.arch in ("gemma3", "gemma2"):
+        return gemma.gemma_config(hf, unk)
+    if f.arch == "phi3":
+        return phi3.phi3_config(hf, unk)
+    byte_level = f.meta.get("tokenizer.ggml.model") == "gpt2"
+    return llama.llama_config(hf, None if byte_level else unk)

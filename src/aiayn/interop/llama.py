@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from aiayn.interop.hf_folder import iter_weights
+from aiayn.io.checkpoint import StackedRows, ZeroRows
 from aiayn.model.checks import ROPE_SCALING
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
@@ -148,7 +149,11 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
             if tuple(rows.shape) != tuple(tensor.shape):
                 raise ValueError(f"weights: tensor {theirs} has shape {tuple(tensor.shape)}, {source} says "
                                  f"{tuple(rows.shape)}")
-            rows.copy_(tensor)
+            if isinstance(tensor, Tensor):
+                rows.copy_(tensor)
+            else:  # rows read a slice at a time (a GGUF file's: interop/gguf_rows.py), left for the converter
+                padding = rows.size(0) < target.size(0)  # (and the padding row under them)
+                target.stored_rows = StackedRows([tensor, ZeroRows(1, target.size(1))]) if padding else tensor
             filled.add(names[theirs])
         missing = sorted(set(names.values()) - filled)
         if missing:

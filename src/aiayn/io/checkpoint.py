@@ -136,8 +136,7 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
         read: set[str] = set()  # the names read so far (with their aliases)
         rows = getattr(convert, "reads_rows", False)
         with memory_returned_at_once() if convert is not None else contextlib.nullcontext():
-            for prefix, part in [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] \
-                    + [("", model)]:
+            for prefix, part in converted_parts(model, named=True):
                 with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
                     deferred = _read_part(part, prefix, stored, names, tied, read, file, rows and part is model)
                 if convert is not None:
@@ -146,6 +145,13 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
                     give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
     except SafetensorError as err:
         raise ValueError(f"{file}: damaged or truncated weights file ({err}); copy it again") from None
+
+
+def converted_parts(model: nn.Module, named: bool = False) -> list:
+    """The parts an inference copy is converted by as its weights are read: each layer (``*.layers.N``), then the
+    whole model; with ``named``, (name, part) pairs."""
+    parts = [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] + [("", model)]
+    return parts if named else [m for _, m in parts]
 
 
 def _aliases(model: nn.Module) -> dict[str, list[str]]:
@@ -199,6 +205,72 @@ class StoredRows:
 
         with safe_open(str(self.file), framework="pt") as stored:
             return stored.get_slice(self.name)[rows].float()
+
+
+class StackedRows:
+    """Row sources of matrices one under the other (a fused projection's parts, ``stack_linears``): ``rows[a:b]``
+    -> float32 rows from the parts that hold them; ``grid(bits, a, b)``: the parts' blocks stacked, where each part
+    has them (:class:`~aiayn.interop.gguf_rows.GGUFRows`), else None."""
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        self.shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+
+    def _pieces(self, start: int, stop: int) -> list:
+        """(part, its first row, its end) of each part that rows start:stop cover."""
+        pieces, offset = [], 0
+        for part in self.parts:
+            a, b = max(start - offset, 0), min(stop - offset, part.shape[0])
+            if a < b:
+                pieces.append((part, a, b))
+            offset += part.shape[0]
+        return pieces
+
+    def __getitem__(self, rows: slice):
+        import torch
+
+        start, stop, _ = rows.indices(self.shape[0])
+        return torch.cat([part[a:b] for part, a, b in self._pieces(start, stop)])
+
+    def grid(self, bits: int, start: int, stop: int):
+        import torch
+
+        grids = [getattr(part, "grid", lambda *_: None)(bits, a, b) for part, a, b in self._pieces(start, stop)]
+        if not grids or any(g is None for g in grids) or len({g[2] is None for g in grids}) > 1:
+            return None
+        return tuple(None if t[0] is None else torch.cat(t) for t in zip(*grids, strict=True))
+
+
+class ZeroRows:
+    """``rows`` rows of ``width`` zeros, as a row source (a padding row appended to an imported token table)."""
+
+    def __init__(self, rows: int, width: int) -> None:
+        self.shape = (rows, width)
+
+    def __getitem__(self, rows: slice):
+        import torch
+
+        return torch.zeros(len(range(*rows.indices(self.shape[0]))), self.shape[1])
+
+    def grid(self, bits: int, start: int, stop: int):
+        import torch
+
+        q = torch.zeros(stop - start, self.shape[1], dtype=torch.int8 if bits == 8 else torch.uint8)
+        d = torch.zeros(stop - start, self.shape[1] // 32)
+        return q, d, None if bits == 8 else d.clone()
+
+
+def read_deferred(module: nn.Module) -> None:
+    """Read into place each of ``module``'s tensors still left unread (its ``stored_rows``): what a converter that
+    reads rows as it quantizes did not replace."""
+    import torch
+
+    with torch.no_grad():
+        for tensor in module.state_dict(keep_vars=True).values():
+            rows = getattr(tensor, "stored_rows", None)
+            if rows is not None:
+                tensor.copy_(rows[: tensor.size(0)].view_as(tensor))
+                del tensor.stored_rows
 
 
 def rows_of(weight):

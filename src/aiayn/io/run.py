@@ -20,9 +20,19 @@ RUN_FILES = (METRICS, LAST, BEST, CHECKPOINTS)  # any of them in a folder: train
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder means itself; a run folder means the checkpoint to use (:meth:`RunFolder.for_use`)."""
+    """A checkpoint folder means itself, and so does a GGUF file (:func:`is_gguf`); a run folder means the
+    checkpoint to use (:meth:`RunFolder.for_use`)."""
     path = Path(path)
-    return path if is_checkpoint(path) else RunFolder(path).for_use()
+    return path if is_checkpoint(path) or is_gguf(path) else RunFolder(path).for_use()
+
+
+def is_gguf(path: str | Path) -> bool:
+    """A file that starts as GGUF files do (llama.cpp's format: ``aiayn.interop.gguf``)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
 
 
 class RunFolder:

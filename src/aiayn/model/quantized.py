@@ -122,6 +122,14 @@ class Concatenated:
         self.done += r
 
 
+def stored_grid(weight, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None:
+    """Rows start:stop of a weight whose rows are read from a file that stores them as a grouped layer of ``bits``
+    keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.interop.gguf_rows.GGUFRows`): (q, d, m),
+    w = q d + m per group of 32. None for any other weight: it is quantized from its float32 rows."""
+    grid = getattr(weight, "grid", None)
+    return None if grid is None or start >= stop else grid(bits, start, stop)
+
+
 def q8_grouped(weight) -> tuple[Tensor, Tensor]:
     """A weight (N, K) (a tensor, or rows read a slice at a time: :class:`~aiayn.io.checkpoint.StoredRows`) as
     llama.cpp's Q8_0, q d per group of 32 of a row (d = max|w| / 127 in float16), in
@@ -131,12 +139,16 @@ def q8_grouped(weight) -> tuple[Tensor, Tensor]:
     padded = -(-n // 4) * 4
     packing = Concatenated(padded)
     for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
-        rows = weight[start: start + PACK_ROWS].float()  # (r, K)
-        groups = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0))).view(
-            -1, k // quant.GROUP, quant.GROUP)  # (r, G, 32)
-        d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
-        q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
-        packing.add(groups.size(0), quant.pack_q8(q, d))
+        size = min(PACK_ROWS, padded - start)
+        stored = stored_grid(weight, 8, start, min(start + size, n))
+        if stored is not None:  # a file's Q8_0 blocks, as they are
+            q, d = (F.pad(t, (0, 0, 0, size - t.size(0))) for t in stored[:2])
+        else:
+            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+            groups = F.pad(rows, (0, 0, 0, size - rows.size(0))).view(-1, k // quant.GROUP, quant.GROUP)  # (r, G, 32)
+            d = (groups.abs().amax(-1) / 127).clamp_min(2 ** -14).half().float()  # (r, G): float16's own
+            q = (groups / d[..., None]).round_().clamp_(-127, 127).to(torch.int8).view(groups.size(0), -1)
+        packing.add(size, quant.pack_q8(q, d))
     packed, scales = packing.parts
     return packed, scales
 
@@ -255,15 +267,19 @@ class Int4Linear(nn.Module):
         weight, blocks = rows_of(linear.weight), Concatenated(padded)  # (rows read a block at a time: rows_of)
         fits = set(LAYOUTS)  # the layouts every block's packing fits so far
         for start in range(0, padded, PACK_ROWS):  # a block of rows at a time: no float32 copy of a big layer
-            rows = weight[start: start + PACK_ROWS].float()  # (r, K)
-            rows = F.pad(rows, (0, 0, 0, min(PACK_ROWS, padded - start) - rows.size(0)))
-            q, scale, low = self._quantized(rows)
+            size = min(PACK_ROWS, padded - start)
+            stored = stored_grid(weight, 4, start, min(start + size, n)) if self.w4a8 else None
+            if stored is not None:  # a file's Q4_0, Q4_1 or Q4_K blocks, as they are
+                q, scale, low = (F.pad(t, (0, 0, 0, size - t.size(0))) for t in stored)
+            else:
+                rows = weight[start: start + PACK_ROWS].float()  # (r, K)
+                q, scale, low = self._quantized(F.pad(rows, (0, 0, 0, size - rows.size(0))))
             if self.w4a8:
-                blocks.add(rows.size(0), quant.pack_q4(q, scale, low))
+                blocks.add(size, quant.pack_q4(q, scale, low))
             else:
                 packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)  # (r, K/2)
                 fits = layouts_of(packed, q, fits)
-                blocks.add(rows.size(0), (packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low))
+                blocks.add(size, (packed, q[:, 0::2] | (q[:, 1::2] << 4), scale, low))
         parts = blocks.parts
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.layout = self.nibbles = None

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from fastapi import FastAPI
 
-from aiayn.decoding.config import DecodingConfig
 from aiayn.serve import encode, generate, inspect, translate
 from aiayn.serve.http import Served, base_app, serve_until_stopped, server_config
 from aiayn.serve.limits import Limits
@@ -103,19 +102,19 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     """The checkpoint read once and made the product that serves it (its room's ``product``), the loaded weights
     handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product,
     embedder or None)."""
-    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.load import load_for_use
     from aiayn.inference.precision import converter
     from aiayn.io.checkpoint import CONFIG
-    from aiayn.io.run import resolve_checkpoint
+    from aiayn.io.run import is_gguf, resolve_checkpoint
     from aiayn.model.config import ModelConfig
 
-    folder = resolve_checkpoint(checkpoint)
-    lm = ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # a language model's layers converted as read
+    folder = resolve_checkpoint(checkpoint)  # (a GGUF file: a language model)
+    lm = is_gguf(folder) or ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # its layers converted as read
     convert = converter(device, int8=int8, bf16=bf16, int4=int4, few_rows=True) if lm and not loras else None
-    model, tokenizers = load_checkpoint(folder, prepare=prepare, convert=convert)
+    model, tokenizers, defaults = load_for_use(folder, prepare=prepare, convert=convert)
     if loras:
         _attach_loras(model, loras)
-    defaults = DecodingConfig.load(folder).replace(**(decoding or {}))
+    defaults = defaults.replace(**(decoding or {}))
     return ROOMS[model.config.arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16,
                                             int4=int4)
 
