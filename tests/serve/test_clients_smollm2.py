@@ -95,3 +95,19 @@ def test_the_agents_sdk_default_responses_api(url):
         return (await Runner.run(agent, ASK[0]["content"])).final_output
 
     assert "Paris" in asyncio.run(run())
+
+
+def test_the_gguf_file_itself_served():
+    """``aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int8``'s loader: the file run as it is (its
+    Q8_0 table's blocks in the int8 output layer), its chat template and defaults from its metadata; the official
+    client's chat answer is Paris. (Under ``--int4``, the file's own Q4_1 weights, aiayn answers
+    "L'Étoile, la ..." as llama.cpp does on this file: docs/decoding.md.)"""
+    from aiayn.serve.server import load_product
+
+    generator, _ = load_product(str(SMOLLM2), int8=True)
+    limits = Limits()
+    with serving(create_app(generator, limits, name=SMOLLM2.name.removesuffix(".gguf")), limits) as address:
+        client = openai.OpenAI(base_url=f"{address}/v1", api_key="none", max_retries=0)
+        chat = client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=ASK, max_tokens=30,
+                                              temperature=0)
+    assert "Paris" in chat.choices[0].message.content

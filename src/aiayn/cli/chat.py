@@ -9,6 +9,7 @@ import itertools
 import sys
 
 from aiayn.cli.common import (
+    GGUF_CHECKPOINT,
     adapter_hook,
     add_adapter,
     add_compile,
@@ -31,8 +32,9 @@ def add_parsers(sub) -> None:
                                    "not a terminal, each line is one user turn.",
                        **examples("aiayn chat --checkpoint runs/smollm2",
                                   'aiayn chat --checkpoint runs/smollm2 --system "Answer in one word." --temperature 0',
-                                  "aiayn chat --checkpoint runs/smollm2 --adapter runs/ft/best"))
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+                                  "aiayn chat --checkpoint runs/smollm2 --adapter runs/ft/best",
+                                  "aiayn chat --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
+    p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
     system = p.add_mutually_exclusive_group()
     system.add_argument("--system", help="the system message (default: the template's own, if it has one)")
     system.add_argument("--system-file", dest="system_file", help="a file whose whole text is the system message")

@@ -13,6 +13,10 @@ class UserError(Exception):
     """A mistake in the user's input: reported in one line, no traceback."""
 
 
+GGUF_CHECKPOINT = ("checkpoint folder, run folder, or a .gguf file (llama.cpp's, run as it is: --int8 and --int4 keep "
+                   "its Q8_0 and Q4_0 / Q4_1 / Q4_K blocks)")
+
+
 def flag(name: str) -> str:
     """The command-line flag of a recipe field: max_steps -> --max-steps."""
     return "--" + name.replace("_", "-")

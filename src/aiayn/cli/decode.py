@@ -7,6 +7,7 @@ import json
 import sys
 
 from aiayn.cli.common import (
+    GGUF_CHECKPOINT,
     UserError,
     adapter_hook,
     add_adapter,
@@ -71,7 +72,7 @@ def _add_family(sub) -> None:
                                   "--temperature 0 --int4",
                                   "aiayn generate --checkpoint runs/smollm2 --json-schema person.json --prompt "
                                   '"A person as JSON:"'))
-    g.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+    g.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
     source = g.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="the text to continue (default: read stdin; empty starts a new document)")
     source.add_argument("--prompt-file", dest="prompt_file", help="a file whose whole text is the prompt (UTF-8)")

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from aiayn.cli.common import (
+    GGUF_CHECKPOINT,
     adapter_hook,
     add_adapter,
     add_compile,
@@ -27,8 +28,9 @@ def _add_serve(sub) -> None:
                        **examples("aiayn serve --checkpoint runs/m30k",
                                   "aiayn serve --checkpoint runs/smollm2 --api-key KEY --model-name smollm2",
                                   "aiayn serve --checkpoint runs/smollm2 --lora ft=runs/ft/best",
-                                  "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080"))
-    p.add_argument("--checkpoint", required=True, help="checkpoint folder or run folder")
+                                  "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080",
+                                  "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
+    p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
     add_precision(p)
@@ -36,7 +38,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--device", default="cpu")
     add_tensor_parallel(p)
     p.add_argument("--model-name", dest="model_name", help="the model's name on the OpenAI-compatible /v1 routes "
-                   "(default: the checkpoint folder's name)")
+                   "(default: the checkpoint folder's name; a .gguf file's without .gguf)")
     p.add_argument("--api-key", dest="api_key", default=os.environ.get("AIAYN_API_KEY"),
                    help="every route but /health then needs the header Authorization: Bearer KEY (default: the "
                         "environment variable AIAYN_API_KEY; unset: no key)")

@@ -153,7 +153,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         torch.set_num_threads(threads or torch.get_num_threads())
         follow(scheduler, parallel)
         return
-    served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name, embedder)
+    served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name.removesuffix(".gguf"), embedder)
     app = build_app(served, api_key, ready=compiling)
     print(startup_line(served), file=sys.stderr, flush=True)
     gc.collect()
