@@ -20,6 +20,7 @@ from torch import Tensor
 from aiayn.interop import gemma, gpt2, llama, moe, phi3
 from aiayn.interop.gguf_rows import GGUFRows
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+from aiayn.io.files import give_back_memory
 from aiayn.model.init import uninitialised
 from aiayn.tokenizers.hf import HFTokenizers
 
@@ -116,8 +117,8 @@ class GGUFFile:
                 raise ValueError(f"{self.path}: not a GGUF file (it does not start with 'GGUF'); give a .gguf file "
                                  "or a Hugging Face model folder")
         try:
-            self.reader = gguf_package().GGUFReader(self.path)
-            self.meta = {key: field.contents() for key, field in self.reader.fields.items()}
+            reader = gguf_package().GGUFReader(self.path)
+            self.meta = {key: field.contents() for key, field in reader.fields.items()}
         except Exception as err:  # the reader's errors on a cut or damaged file carry no file name
             raise ValueError(f"{self.path}: truncated or damaged GGUF file ({type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
@@ -125,7 +126,9 @@ class GGUFFile:
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"{self.path}: architecture {self.arch!r} is not read; aiayn reads "
                              f"{', '.join(ARCHITECTURES)} GGUF files")
-        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.tensors = {t.name: t for t in reader.tensors}  # (views of the mapped file)
+        del reader  # its parsed fields (520 MB for Gemma 3's 262,144 tokens) let go: the metadata is in self.meta
+        give_back_memory()
 
     def get(self, key: str, default=None):
         """``{arch}.key`` of the metadata."""
@@ -257,6 +260,7 @@ def read_gguf(path: str | Path, rows: bool = False):
     built uninitialised."""
     f = GGUFFile(path)
     tokenizers = _tokenizers(f)
+    give_back_memory()  # the tokenizer's parse, given back before the weights come (as load_checkpoint does)
     hf = hf_config(f)
     if len(tokenizers.src) > hf["vocab_size"]:
         raise ValueError(f"{f.path}: {len(tokenizers.src)} tokens, more than token_embd.weight's "
