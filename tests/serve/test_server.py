@@ -11,16 +11,16 @@ from aiayn.serve.limits import Limits
 
 @pytest.fixture
 def loaded(monkeypatch) -> list:
-    """The models load_checkpoint returns while the test runs."""
+    """The models load_for_use (under load_checkpoint too) returns while the test runs."""
     seen = []
-    read = load.load_checkpoint
+    read = load.load_for_use
 
     def spy(*args, **kwargs):
-        model, tokenizers = read(*args, **kwargs)
+        model, tokenizers, decoding = read(*args, **kwargs)
         seen.append(model)
-        return model, tokenizers
+        return model, tokenizers, decoding
 
-    monkeypatch.setattr(load, "load_checkpoint", spy)
+    monkeypatch.setattr(load, "load_for_use", spy)
     return seen
 
 
