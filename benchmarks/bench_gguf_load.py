@@ -37,9 +37,10 @@ def load_once(checkpoint: str, precision: str) -> dict:
     import time
 
     from aiayn.inference.generator import TextGenerator
+    from aiayn.interop.gguf import read_gguf
 
     start = time.perf_counter()
-    TextGenerator.from_checkpoint(checkpoint, **{precision: True})
+    TextGenerator.from_checkpoint(checkpoint, read_file=read_gguf, **{precision: True})
     seconds = time.perf_counter() - start
     with open("/proc/self/status") as f:  # VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec)
         peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
@@ -55,8 +56,9 @@ def errors(path: Path, folder: Path, precision: str) -> dict:
     """The file's and the folder's layers against the file's float32 values, and their logits against float32's."""
     import torch
 
-    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.load import load_checkpoint, load_for_use
     from aiayn.inference.precision import converter, fuse
+    from aiayn.interop.gguf import read_gguf
     from aiayn.model.quantized import Int4Linear, Int8Linear
 
     reference, tokenizers = load_checkpoint(folder)
@@ -67,7 +69,7 @@ def errors(path: Path, folder: Path, precision: str) -> dict:
     theirs = llama_cpp_logits(path, ids[0].tolist())
     found = {}
     for way, source in (("file", path), ("folder", folder)):
-        model, _ = load_checkpoint(source, convert=converter(**{precision: True}))
+        model = load_for_use(source, convert=converter(**{precision: True}), read_file=read_gguf)[0]
         error = size = 0.0
         for name, layer in model.named_modules():
             if isinstance(layer, Int4Linear | Int8Linear):

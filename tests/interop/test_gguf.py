@@ -17,6 +17,7 @@ from aiayn import generate
 from aiayn.cli import main
 from aiayn.inference.load import load_checkpoint, load_for_use
 from aiayn.inference.precision import converter, fuse
+from aiayn.interop.gguf import read_gguf
 from aiayn.interop.gguf_rows import GGUFRows, blocks_grid
 from aiayn.io.checkpoint import StackedRows, ZeroRows
 from aiayn.model.quantized import Int4Linear, Int8Linear, kernels_available
@@ -723,7 +724,8 @@ def test_a_gguf_file_loads_into_the_layers_with_its_own_values(q4_0_file, bits):
     import``, whose float32 lands on another grid) and the int8 output projection its Q8_0 ones; ``--int8``: the
     Q8_0 projection exactly. Nothing else changes: the loaded model's other tensors are the imported ones."""
     path, back = q4_0_file
-    model, _ = load_checkpoint(path, "decoder-only", convert=converter(int4=bits == 4, int8=bits == 8))
+    convert = converter(int4=bits == 4, int8=bits == 8)
+    model = load_for_use(path, "decoder-only", convert=convert, read_file=read_gguf)[0]
     reference = fuse(load_checkpoint(back)[0])  # the file's values in float32, its projections fused as the copy's
     layers = {name: m for name, m in model.named_modules() if isinstance(m, Int4Linear | Int8Linear)}
     assert {type(m) for m in layers.values()} == ({Int4Linear, Int8Linear} if bits == 4 else {Int8Linear})
@@ -763,6 +765,8 @@ def test_a_damaged_gguf_checkpoint_is_one_line(tmp_path, q4_0_file, capsys):
     assert main(["generate", "--checkpoint", str(cut), "--prompt", "x", "--int4"]) == 2
     err = capsys.readouterr().err.strip()
     assert str(cut) in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    with pytest.raises(ValueError, match="a GGUF file; run it with aiayn generate, chat or serve"):
+        load_checkpoint(path)  # (a product below interop/, which reads GGUF files, is not handed the reader)
 
 
 @pytest.mark.long
@@ -776,15 +780,15 @@ def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
 
     from aiayn.inference.generator import TextGenerator
 
-    generator = TextGenerator.from_checkpoint(SMOLLM2, int4=True)
+    generator = TextGenerator.from_checkpoint(SMOLLM2, read_file=read_gguf, int4=True)
     assert "Paris" in generator.generate("The capital of France is", 8, temperature=0.0)[0]
     ours = {"attn_output": "self_attn.out_proj", "ffn_down": "ffn.down_proj"}  # unfused: one tensor of the file each
     for path in (SMOLLM2, GEMMA3):
         types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
         kept = {f"decoder.layers.{name.split('.')[1]}.{ours[name.split('.')[2]]}": kind for name, kind in types.items()
                 if name.split(".")[2:3] and name.split(".")[2] in ours and kind in ("Q4_0", "Q4_1", "Q4_K")}
-        model, _ = load_checkpoint(path, "decoder-only", convert=converter(int4=True))
-        reference = fuse(load_checkpoint(path, "decoder-only")[0])
+        model = load_for_use(path, "decoder-only", convert=converter(int4=True), read_file=read_gguf)[0]
+        reference = fuse(load_for_use(path, "decoder-only", read_file=read_gguf)[0])
         assert len(kept) >= 18 and isinstance(model.output, Int8Linear) and types["token_embd.weight"] == "Q8_0"
         for name, kind in [*kept.items(), ("output", "Q8_0")]:
             file_values = reference.get_submodule(name).weight[: model.config.target_vocab - 1]

@@ -33,12 +33,17 @@ def load_checkpoint(path: str | Path, arch: str | None = None,
 
 def load_for_use(path: str | Path, arch: str | None = None,
                  prepare: Callable[[TransformerModel], object] | None = None,
-                 convert: Callable | None = None) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
+                 convert: Callable | None = None, read_file: Callable | None = None
+                 ) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
     """:func:`load_checkpoint`'s model and tokenizers, and the checkpoint's decoding defaults: its
-    ``generation.json``, or a GGUF file's sampling metadata as ``aiayn import`` would write them."""
+    ``generation.json``, or a GGUF file's sampling metadata as ``aiayn import`` would write them. ``read_file``:
+    what reads a GGUF file (``aiayn.interop.gguf.read_gguf``, passed by the products above it: ``generate``,
+    ``chat``, ``serve``); without it a GGUF file is refused."""
     folder = resolve_checkpoint(path)
     if is_gguf(folder):
-        model, tokenizers, decoding = _load_gguf(folder, prepare, convert)
+        if read_file is None:
+            raise ValueError(f"{folder}: a GGUF file; run it with aiayn generate, chat or serve, or aiayn import it")
+        model, tokenizers, decoding = _load_gguf(folder, prepare, convert, read_file)
     else:
         verify_checkpoint(folder)
         tokenizers = load_tokenizers(folder)  # first, and its parse's memory given back: a 262,144-piece BPE
@@ -52,12 +57,10 @@ def load_for_use(path: str | Path, arch: str | None = None,
     return model, tokenizers, decoding
 
 
-def _load_gguf(path: Path, prepare, convert) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
+def _load_gguf(path: Path, prepare, convert, read_gguf) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
     """A GGUF file's model, made the inference copy ``convert`` makes layer by layer. A quantizing converter reads
     each matrix from the file a block of rows at a time, and keeps the blocks of the types its layers hold as they
     are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``interop/gguf_rows.py``): no float32 copy."""
-    from aiayn.interop.gguf import read_gguf
-
     convert = convert if prepare is None else None
     rows = getattr(convert, "reads_rows", False) and getattr(convert, "dtype", None) is None
     model, tokenizers, sampling = read_gguf(path, rows=rows)

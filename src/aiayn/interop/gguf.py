@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from aiayn.interop import gemma, gpt2, llama, moe, phi3
-from aiayn.interop.gguf_rows import GGUFRows
+from aiayn.interop.gguf_rows import GGUFRows, gguf_package
 from aiayn.interop.gguf_vocab import tokenizer_from_gguf
 from aiayn.io.files import give_back_memory
 from aiayn.model.init import uninitialised
@@ -53,15 +53,6 @@ def _number(value):
     """A GGUF number as JSON keeps it: whole numbers as they are, float32 ones to the digits they hold (0.8, not
     0.800000011920929)."""
     return value if isinstance(value, int) else float(f"{float(value):.7g}")
-
-
-def gguf_package():
-    """The ``gguf`` package (llama.cpp's own reader and writer), or a one-line hint to install it."""
-    try:
-        import gguf
-    except ImportError:
-        raise ValueError("GGUF files need the gguf package: pip install gguf") from None
-    return gguf
 
 
 def hf_name(name: str, arch: str) -> str | None:

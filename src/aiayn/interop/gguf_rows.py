@@ -21,6 +21,15 @@ Q4K_BYTES = 144  # d, dmin (float16), 12 bytes of 6-bit scales and minimums, 128
 GRIDS = {8: ("Q8_0",), 4: ("Q4_0", "Q4_1", "Q4_K")}  # the types whose blocks a layer of these bits keeps as they are
 
 
+def gguf_package():
+    """The ``gguf`` package (llama.cpp's own reader and writer), or a one-line hint to install it."""
+    try:
+        import gguf
+    except ImportError:
+        raise ValueError("GGUF files need the gguf package: pip install gguf") from None
+    return gguf
+
+
 def _halves(blocks: Tensor, start: int) -> Tensor:
     """The float16 at byte ``start`` of each block (..., bytes) as float32 (...)."""
     return blocks[..., start: start + 2].contiguous().view(torch.float16)[..., 0].float()
@@ -81,8 +90,6 @@ class GGUFRows:
         return data[rows] if self.order is None else data[self.order[rows].numpy()]
 
     def __getitem__(self, rows: slice) -> Tensor:
-        from aiayn.interop.gguf import gguf_package
-
         try:
             values = gguf_package().quants.dequantize(self._raw(rows), self.tensor.tensor_type)
         except NotImplementedError:
