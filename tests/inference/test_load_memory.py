@@ -44,7 +44,7 @@ def test_a_quantized_load_reads_a_large_table_a_block_of_rows_at_a_time_and_equa
     """The token table (tied to the output projection or its own) and the output projection, over ``SLICE_BYTES``,
     are quantized from ``StoredRows`` a block of rows at a time: never read whole in float32, the same copy as
     quantizing after loading. A table quantize leaves as it is (a width that is not a multiple of 32) is read in
-    full after all (``_read_unconverted``): nothing is left unread."""
+    full after all (``read_deferred``): nothing is left unread."""
     from aiayn.io import checkpoint
     from aiayn.model.quantized import PACK_ROWS
 

@@ -22,8 +22,9 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
 def load_checkpoint(path: str | Path, arch: str | None = None,
                     prepare: Callable[[TransformerModel], object] | None = None,
                     convert: Callable | None = None) -> tuple[TransformerModel, TokenizerPair]:
-    """The model and tokenizers of a checkpoint folder, a run folder (its best/) or a GGUF file (llama.cpp's); with
-    ``arch``, a checkpoint of another family member is a ValueError that names the command for it.
+    """The model and tokenizers of a checkpoint folder or run folder (its best/; a GGUF file: :func:`load_for_use`
+    with its reader); with ``arch``, a checkpoint of another family member is a ValueError that names the command
+    for it.
     ``prepare(model)`` runs on the loaded model before anything uses it (``--adapter``: a LoRA adapter put on it,
     ``aiayn.interop.peft``). ``convert``: the inference copy made layer by layer as the weights are read
     (``aiayn.inference.precision.converter``; not with ``prepare``, which needs the plain layers)."""
@@ -63,10 +64,9 @@ def _load_gguf(path: Path, prepare, convert, read_gguf) -> tuple[TransformerMode
     are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``interop/gguf_rows.py``): no float32 copy."""
     convert = convert if prepare is None else None
     rows = getattr(convert, "reads_rows", False) and getattr(convert, "dtype", None) is None
-    model, tokenizers, sampling = read_gguf(path, rows=rows)
-    for part in converted_parts(model) if convert is not None else [model]:
-        if convert is not None:
-            convert(part)
+    model, tokenizers, sampling = read_gguf(path, rows=rows)  # (nothing left unread without a converter)
+    for _, part in converted_parts(model) if convert is not None else []:
+        convert(part)
         read_deferred(part)  # what the converter did not replace, read now
         give_back_memory()
     return model, tokenizers, DecodingConfig().replace(**(imported_defaults(model.config, sampling) or {}))

@@ -98,7 +98,7 @@ class GGUFRows:
         return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(-1, *self.shape[1:])  # (r, K)
 
     def grid(self, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None:
-        if self.kind not in GRIDS[bits] or len(self.shape) != 2:
+        if self.kind not in GRIDS[bits]:
             return None
         raw = torch.from_numpy(np.array(self._raw(slice(start, stop))))  # (r, bytes a row), a copy
         return blocks_grid(self.kind, raw, self.shape[1])

@@ -136,22 +136,21 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
         read: set[str] = set()  # the names read so far (with their aliases)
         rows = getattr(convert, "reads_rows", False)
         with memory_returned_at_once() if convert is not None else contextlib.nullcontext():
-            for prefix, part in converted_parts(model, named=True):
+            for prefix, part in converted_parts(model):
                 with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
-                    deferred = _read_part(part, prefix, stored, names, tied, read, file, rows and part is model)
+                    _read_part(part, prefix, stored, names, tied, read, file, rows and part is model)
                 if convert is not None:
                     convert(part)
-                    _read_unconverted(model, deferred, file)
+                    read_deferred(part)
                     give_back_memory()  # the part's float32 weights, let go: the next part's do not add up
     except SafetensorError as err:
         raise ValueError(f"{file}: damaged or truncated weights file ({err}); copy it again") from None
 
 
-def converted_parts(model: nn.Module, named: bool = False) -> list:
-    """The parts an inference copy is converted by as its weights are read: each layer (``*.layers.N``), then the
-    whole model; with ``named``, (name, part) pairs."""
-    parts = [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] + [("", model)]
-    return parts if named else [m for _, m in parts]
+def converted_parts(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The parts an inference copy is converted by as its weights are read, (name, part): each layer
+    (``*.layers.N``), then the whole model."""
+    return [(n, m) for n, m in model.named_modules() if n.split(".")[-2:-1] == ["layers"]] + [("", model)]
 
 
 def _aliases(model: nn.Module) -> dict[str, list[str]]:
@@ -163,13 +162,11 @@ def _aliases(model: nn.Module) -> dict[str, list[str]]:
 
 
 def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict, read: set[str],
-               file: Path, defer: bool = False) -> list:
+               file: Path, defer: bool = False) -> None:
     """Copy into ``part``'s tensors (``prefix``: its name in the model) not read yet their stored values; with
-    ``defer``, a matrix over ``SLICE_BYTES`` is left unread, its :class:`StoredRows` set as its ``stored_rows``.
-    Returns the tensors left unread."""
+    ``defer``, a matrix over ``SLICE_BYTES`` is left unread, its :class:`StoredRows` set as its ``stored_rows``."""
     import torch
 
-    deferred = []
     with torch.no_grad():
         for local, tensor in part.state_dict(keep_vars=True).items():
             full = f"{prefix}.{local}" if prefix else local
@@ -183,13 +180,11 @@ def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict
             large = tensor.dim() and tensor.numel() * tensor.element_size() > SLICE_BYTES
             if large and defer and tensor.dim() == 2:
                 tensor.stored_rows = StoredRows(file, name, shape)
-                deferred.append(tensor)
             elif large:
                 _read_slices(tensor, name, file)
             else:
                 tensor.copy_(stored.get_tensor(name))
             read.update(tied[full])
-    return deferred
 
 
 class StoredRows:
@@ -236,7 +231,7 @@ class StackedRows:
         import torch
 
         grids = [getattr(part, "grid", lambda *_: None)(bits, a, b) for part, a, b in self._pieces(start, stop)]
-        if not grids or any(g is None for g in grids) or len({g[2] is None for g in grids}) > 1:
+        if not grids or any(g is None for g in grids):
             return None
         return tuple(None if t[0] is None else torch.cat(t) for t in zip(*grids, strict=True))
 
@@ -261,37 +256,26 @@ class ZeroRows:
 
 
 def read_deferred(module: nn.Module) -> None:
-    """Read into place each of ``module``'s tensors still left unread (its ``stored_rows``): what a converter that
-    reads rows as it quantizes did not replace."""
+    """Read into place each of ``module``'s tensors still left unread (its ``stored_rows``: a :class:`StoredRows`, a
+    GGUF file's rows), about ``SLICE_BYTES`` of rows at a time: what a converter that reads rows as it quantizes did
+    not replace. Nothing is left unread whatever the converter made of it."""
     import torch
 
     with torch.no_grad():
         for tensor in module.state_dict(keep_vars=True).values():
-            rows = getattr(tensor, "stored_rows", None)
-            if rows is not None:
-                tensor.copy_(rows[: tensor.size(0)].view_as(tensor))
-                del tensor.stored_rows
+            source = getattr(tensor, "stored_rows", None)
+            if source is None:
+                continue
+            step = max(1, SLICE_BYTES * tensor.size(0) // (tensor.numel() * tensor.element_size()))
+            for start in range(0, tensor.size(0), step):
+                tensor[start: start + step].copy_(source[start: start + step])
+            del tensor.stored_rows
 
 
 def rows_of(weight):
     """A weight's rows as a converter reads them, a slice at a time: its :class:`StoredRows` where
     ``load_weights`` left it unread, else the tensor itself (detached)."""
     return getattr(weight, "stored_rows", None) or weight.detach()
-
-
-def _read_unconverted(model: nn.Module, deferred: list, file: Path) -> None:
-    """Read the tensors left unread for the converter that it did not replace (still in ``model``), and forget
-    their :class:`StoredRows`: nothing is left unread whatever the converter made of it."""
-    import torch
-
-    if not deferred:  # every part but the last (the model's own tensors)
-        return
-    kept = {id(t) for t in model.state_dict(keep_vars=True).values()}
-    with torch.no_grad():
-        for tensor in deferred:
-            if id(tensor) in kept:
-                _read_slices(tensor, tensor.stored_rows.name, file)
-            del tensor.stored_rows
 
 
 def _read_slices(tensor, name: str, file: Path) -> None:

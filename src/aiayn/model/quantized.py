@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from aiayn.io.checkpoint import rows_of
 from aiayn.kernels import load, quant, simd_path
+from aiayn.model.int4_layout import LAYOUTS, layouts_of, unpack_int4
 from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
 
 FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
@@ -73,36 +74,6 @@ def _dequantized_product(layer: nn.Module, x: Tensor) -> Tensor:
 
 
 PACK_ROWS = 1024  # rows quantized at a time (a multiple of the int4 kernel's 64-row blocks)
-# How _convert_weight_to_int4pack_for_cpu lays out its bytes: (rows a block, whether a whole block's byte holds
-# rows c and c + block/2, as with AVX512 (64) and AVX2 (32); else rows 2j and 2j + 1, as without either and in a
-# last, partial block). Each is checked against the weights it packs (layouts_of), so a kernel that packs otherwise
-# costs memory (a second copy), never results.
-LAYOUTS = ((64, True), (32, True), (32, False), (64, False))
-
-
-def unpack_int4(packed: Tensor, k: int, layout: tuple[int, bool]) -> Tensor:
-    """The int4 kernel's packing (N', K/2) undone for ``layout`` (:data:`LAYOUTS`): q (N', K) uint8. A block of
-    rows lies after the one before it, K x rows/2 bytes, k-major; a last, partial block pairs rows 2j, 2j + 1."""
-    block, halves = layout
-    n, flat, parts = packed.size(0), packed.reshape(-1), []
-    whole = n // block * block
-    if whole:
-        parts.append(_block_rows(flat[: whole * k // 2].view(whole // block, k, block // 2), halves))
-    if whole < n:
-        parts.append(_block_rows(flat[whole * k // 2:].view(1, k, (n - whole) // 2), False))
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
-
-
-def _block_rows(blocks: Tensor, halves: bool) -> Tensor:
-    """Bytes (blocks, K, r/2) of the kernel's blocks -> their rows of weights (blocks x r, K)."""
-    low, high = blocks & 15, blocks >> 4  # (blocks, K, r/2) each
-    q = torch.cat([low, high], -1) if halves else torch.stack([low, high], -1).flatten(-2)  # (blocks, K, r)
-    return q.transpose(1, 2).flatten(0, 1)  # (blocks x r, K)
-
-
-def layouts_of(packed: Tensor, q: Tensor, layouts=LAYOUTS) -> set[tuple[int, bool]]:
-    """Those of ``layouts`` that read ``q`` (r, K) back from the kernel's ``packed`` (a few rows: several)."""
-    return {layout for layout in layouts if torch.equal(unpack_int4(packed, q.size(1), layout), q)}
 
 
 class Concatenated:
@@ -127,7 +98,7 @@ def stored_grid(weight, bits: int, start: int, stop: int) -> tuple[Tensor, Tenso
     keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.interop.gguf_rows.GGUFRows`): (q, d, m),
     w = q d + m per group of 32. None for any other weight: it is quantized from its float32 rows."""
     grid = getattr(weight, "grid", None)
-    return None if grid is None or start >= stop else grid(bits, start, stop)
+    return None if grid is None else grid(bits, start, stop)
 
 
 def q8_grouped(weight) -> tuple[Tensor, Tensor]:
