@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-long lint install clean browser jemalloc notebook smollm2 gemma3 docs
+.PHONY: demo test test-long lint install clean browser compiler jemalloc notebook smollm2 gemma3 docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ browser:
 		(apt-get install -y -qq chromium >/dev/null 2>&1 || \
 		 (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) || \
 		echo "warning: could not install chromium; the browser test will say how"
+
+# aiayn's own CPU kernels (src/aiayn/kernels) are built by the machine's C++ compiler at their first use: Debian's
+# g++, installed when run as root. Without one the kernel tests skip, saying so (under CI they fail).
+compiler:
+	@command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get install -y -qq g++ >/dev/null 2>&1 || \
+		 (apt-get update -qq && apt-get install -y -qq g++ >/dev/null)) || \
+		echo "warning: could not install g++; aiayn's kernels fall back to PyTorch's and their tests skip"
 
 # Training runs under jemalloc where the system has it (flat memory over ever-new batch shapes at full speed;
 # src/aiayn/training/memory.py): Debian's libjemalloc2, installed when run as root.
@@ -46,7 +54,7 @@ smollm2: $(STAMP)
 # Two test workers on the two cores, one compute thread each (tests/conftest.py): no OpenMP oversubscription.
 # make test: everything but the tests marked `long` (minutes: run it before every commit);
 # make test-long: those (soak runs, recipe statistics, real model files, learning bars that need long training).
-test: $(STAMP) browser jemalloc smollm2
+test: $(STAMP) browser compiler jemalloc smollm2
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q -n 2 -m "not long"
 
@@ -56,7 +64,7 @@ gemma3: $(STAMP)
 	@[ -f "$(GEMMA3)" ] || $(PY) scripts/fetch_gemma3.py "$(GEMMA3)" || \
 		echo "warning: could not fetch Gemma 3 270M; its test is skipped with the command to fetch it"
 
-test-long: $(STAMP) browser jemalloc smollm2 gemma3
+test-long: $(STAMP) browser compiler jemalloc smollm2 gemma3
 	$(PY) -m pytest -q -n 2 -m long
 
 # The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync),

@@ -148,6 +148,21 @@ def ct2_runner(translator, src: torch.Tensor, strategy: str) -> Callable[[], obj
     return run
 
 
+def layers_of(model, src: torch.Tensor) -> str:
+    """What a precision of aiayn runs, in words: its linear layers' classes and its logits' dtype (as
+    ``Int8Linear/float32``), so that each case's figure is known to time the path it names."""
+    from torch import nn
+
+    from aiayn.model.packed import PackedLinear
+    from aiayn.model.quantized import Int4Linear, Int8Linear
+
+    kinds = {type(m).__name__ for m in model.modules() if isinstance(m, nn.Linear | PackedLinear | Int8Linear |
+                                                                     Int4Linear)}
+    with torch.no_grad():
+        logits = model(src[:1], src[:1, :2])  # (1, 2, V)
+    return f"{'+'.join(sorted(kinds))}/{str(logits.dtype).removeprefix('torch.')}"
+
+
 def measure(name: str, runner: Callable[[], object], batch: int, min_seconds: float) -> None:
     emit(name, "generated_tokens_per_s", batch * NEW_TOKENS / seconds_per_call(runner, min_seconds), "tokens/s")
 
@@ -197,6 +212,8 @@ def worker(engine: str, preset: str, min_seconds: float, opus: Path | None = Non
         model = EncoderDecoder(ModelConfig.preset(preset, vocab_size=VOCAB)).eval()  # same weights everywhere
     with tempfile.TemporaryDirectory() as tmp:
         models = engine_models(engine, model, Path(tmp) / "ct2", opus)
+        for precision, runs in models.items() if engine == "aiayn" else ():
+            emit(f"{preset}/{precision}/aiayn", "layers", layers_of(runs, source(1, model.config.vocab_size)), "path")
         for strategy, batch in CASES:
             case = f"{preset}/{strategy}{BEAM if strategy == 'beam' else ''}/b{batch}"
             for precision, runs in models.items():
@@ -230,6 +247,7 @@ def run(presets: list[str], engines: list[str], min_seconds: float, repeats: int
     """Every engine on every preset, each in its own process, ``repeats`` turns (engines take turns, so a slow
     spell of the machine hits them all); each figure's best, then the ratios."""
     rates: dict[str, float] = {}
+    paths: dict[str, str] = {}
     scratch = tempfile.TemporaryDirectory()
     for preset in presets:
         opus = ["--opus-mt-folder", str(opus_mt_folder(Path(scratch.name)))] if preset == "opus-mt" else []
@@ -241,7 +259,12 @@ def run(presets: list[str], engines: list[str], min_seconds: float, repeats: int
                     raise SystemExit(f"{engine} on {preset}: {error}")
                 for line in lines:
                     record = json.loads(line)
+                    if record["metric"] != "generated_tokens_per_s":  # what a precision runs (layers_of)
+                        paths[record["config"]] = record["value"]
+                        continue
                     rates[record["config"]] = max(record["value"], rates.get(record["config"], 0.0))
+    for config, value in paths.items():
+        emit(config, "layers", value, "path")
     for config, value in rates.items():
         emit(config, "generated_tokens_per_s", value, "tokens/s")
     ratios(rates)

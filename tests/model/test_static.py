@@ -31,6 +31,16 @@ def _model(name: str) -> DecoderOnly:
     return fuse(DecoderOnly(tiny(arch="decoder-only", vocab_size=30, **MEMBERS[name])).double().eval())
 
 
+def static_counted(model: DecoderOnly, batches: bool = False) -> list[int]:
+    """Attach ``model``'s static step (its reference, uncompiled) with its graphs counted: the list of the rows of
+    every step it computed (a step it leaves to the eager one is not in it)."""
+    static = CompiledStep(model, compiled=False, batches=batches)
+    taken, step = [], static.step
+    static.graphs = {rows: (lambda *args: taken.append(args[0].size(0)) or step(*args)) for rows in (False, True)}
+    model.static = static
+    return taken
+
+
 def _garbage_caches(monkeypatch) -> None:
     """Every new full layer's KVCache memory holds NaN, as memory allocated and not zeroed may (0 x NaN is NaN; a
     sliding layer's ring is zeros)."""
@@ -54,8 +64,9 @@ def test_the_static_step_equals_the_eager_step_token_for_token(name, monkeypatch
     model = _model(name)
     prompts = random_ids(1, 3, vocab=30)
     eager, eager_state = greedy_steps(model, prompts, 14)
-    model.static = CompiledStep(model, compiled=False)
+    taken = static_counted(model)
     static, static_state = greedy_steps(model, prompts, 14)
+    assert taken == [1] * 14  # one row each: every step after the prompt's
     for a, b in zip(eager, static, strict=True):
         assert a.shape == b.shape == (1, 1, 30) and torch.allclose(a, b, atol=1e-9)
     assert [t.argmax().item() for t in eager] == [t.argmax().item() for t in static]
@@ -74,8 +85,9 @@ def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
     model = _model("rope-gqa")
     prompts = random_ids(1, 3, vocab=30)
     eager, _ = greedy_steps(model, prompts, 16, capacity=4 * SPAN, poison=True)
-    model.static = CompiledStep(model, compiled=False)
+    taken = static_counted(model)
     static, _ = greedy_steps(model, prompts, 16, capacity=4 * SPAN, poison=True)
+    assert taken == [1] * 16  # every token's step (the cache's last slot is far off)
     assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(eager, static, strict=True))
     assert all(torch.isfinite(t).all() for t in static)
 
@@ -140,7 +152,7 @@ def test_rows_that_join_and_leave_a_running_batch_step_statically_as_each_alone(
     alone = [generate(model, p, config=c) for p, c in zip(prompts, configs, strict=True)]
     new_empty = torch.Tensor.new_empty
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **k: new_empty(t, *a, **k).fill_(float("nan")))
-    model.static = CompiledStep(model, compiled=False, batches=True)
+    taken = static_counted(model, batches=True)
     engine, groups, steps = Engine(model, capacity=40), [], []
     for prompt, config in zip(prompts, configs, strict=True):
         group, rows, beams = rows_for(model, prompt, config)
@@ -153,3 +165,4 @@ def test_rows_that_join_and_leave_a_running_batch_step_statically_as_each_alone(
     engine.run()
     assert [group.results() for group in groups] == alone
     assert 1 in steps and 3 in steps  # one row and three rows stepped together
+    assert 1 in taken and 3 in taken  # and so through the static step

@@ -4,6 +4,7 @@ reload that keeps the conversation, export and import, the language switch, a re
 and its attention over the conversation), a reply with markup shown as text, a phone-width window, the keyboard."""
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -176,6 +177,8 @@ def test_a_reply_token_opens_its_alternatives_and_its_attention(browser, chat_se
     page.wait_for_function("document.querySelectorAll('#attention-text .att').length > 0", timeout=30_000)
     probabilities = [float(p) for p in page.locator("#alternatives li").evaluate_all("l => l.map(i => i.dataset.p)")]
     assert len(probabilities) == 5 and sum(probabilities) <= 1 + 1e-6 and probabilities == sorted(probabilities)[::-1]
+    clicked = stored(page)[0]["messages"][1]["info"]["tokens"][2]  # the third token's own step, as streamed
+    assert probabilities == pytest.approx([math.exp(alt["logprob"]) for alt in clicked["top_logprobs"]], rel=1e-12)
     # as many columns as the conversation's tokens up to this one: the prompt, then the reply's first three
     counted = httpx.post(f"{url}/tokenize", headers={"Authorization": f"Bearer {KEY}"},
                          json={"messages": [{"role": "user", "content": "what is inside"}]}).json()["count"]

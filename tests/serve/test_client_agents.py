@@ -9,7 +9,7 @@ import openai
 import pytest
 from pydantic import Field
 
-from conftest import page_of_text, run_client_snippet
+from conftest import assert_whole_text_reached, page_of_text, run_client_snippet
 
 agents = pytest.importorskip("agents")
 
@@ -56,7 +56,7 @@ def test_the_docs_snippet_runs(qwen_served):
     assert found["result"].final_output in ("Sunny in Paris", "Sunny in Tokyo")
 
 
-def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served):
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served, rendered_prompts):
     from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client, set_tracing_disabled
 
     set_tracing_disabled(True)
@@ -66,12 +66,17 @@ def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served
         """The weather in a city."""
         return "Sunny"
 
-    async def run() -> str:
+    page = page_of_text()
+
+    async def run():
         set_default_openai_client(openai.AsyncOpenAI(base_url=qwen_served[0], api_key="none", max_retries=0),
                                   use_for_tracing=False)
-        agent = Agent(name="weather", instructions=page_of_text(), tools=[get_weather], model="qwen-tiny",
+        agent = Agent(name="weather", instructions=page, tools=[get_weather], model="qwen-tiny",
                       tool_use_behavior="stop_on_first_tool",
                       model_settings=ModelSettings(tool_choice="required", max_tokens=60))
-        return (await Runner.run(agent, "Weather in Paris?")).final_output
+        return await Runner.run(agent, "Weather in Paris?")
 
-    assert asyncio.run(run()) == "Sunny"
+    result = asyncio.run(run())
+    (response,) = result.raw_responses  # the Responses API's one answer: the call
+    assert result.final_output == "Sunny"
+    assert_whole_text_reached(rendered_prompts, page, response.usage.input_tokens)

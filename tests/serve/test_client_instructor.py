@@ -8,7 +8,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from conftest import page_of_text, run_client_snippet
+from conftest import assert_whole_text_reached, page_of_text, run_client_snippet
 
 instructor = pytest.importorskip("instructor")
 
@@ -39,9 +39,11 @@ def test_the_docs_snippet_runs(qwen_served):
     assert isinstance(found["weather"], found["Weather"]) and 1 <= found["weather"].days <= 7
 
 
-def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served):
+def test_a_page_long_system_prompt_gets_through_at_the_default_flags(qwen_served, rendered_prompts):
     client = instructor.from_openai(openai.OpenAI(base_url=qwen_served[0], api_key="none", max_retries=0))
-    weather = client.chat.completions.create(model="qwen-tiny", response_model=Weather, max_retries=0,
-                                             max_tokens=60, messages=[{"role": "system", "content": page_of_text()},
-                                                                      {"role": "user", "content": "Paris, 2 days?"}])
+    page = page_of_text()
+    weather, completion = client.chat.completions.create_with_completion(
+        model="qwen-tiny", response_model=Weather, max_retries=0, max_tokens=60,
+        messages=[{"role": "system", "content": page}, {"role": "user", "content": "Paris, 2 days?"}])
     assert isinstance(weather, Weather)
+    assert_whole_text_reached(rendered_prompts, page, completion.usage.prompt_tokens)

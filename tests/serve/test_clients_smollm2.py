@@ -4,8 +4,6 @@ so a request with tools is refused by name), answered as a trained model answers
 
 import asyncio
 import json
-import os
-from pathlib import Path
 from typing import Literal
 
 import openai
@@ -17,10 +15,9 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
 
-from conftest import page_of_text, serving
+from conftest import SMOLLM2, page_of_text, serving
 
-SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-pytestmark = [pytest.mark.long, pytest.mark.skipif(not SMOLLM2.exists(), reason="make smollm2 fetches the file")]
+pytestmark = [pytest.mark.long, pytest.mark.real_files(SMOLLM2)]
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 
 

@@ -17,11 +17,10 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
 
-from conftest import serving
+from conftest import SMOLLM2, serving
 
 lm_eval = pytest.importorskip("lm_eval")
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
-SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", Path.home() / ".cache" / "aiayn" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def caption_task(folder: Path, items: int = 24) -> Path:
@@ -102,7 +101,7 @@ def test_lm_eval_scores_the_served_model_as_transformers_scores_its_export(tmp_p
 
 
 @pytest.mark.long
-@pytest.mark.skipif(not SMOLLM2.exists(), reason="make smollm2 fetches the file")
+@pytest.mark.real_files(SMOLLM2)
 def test_lm_eval_scores_smollm2_through_the_server_as_transformers_does(tmp_path):
     assert main(["import", str(SMOLLM2), "--output", str(tmp_path / "ckpt")]) == 0
     (acc, logliks), (hf_acc, hf_logliks) = compare(tmp_path / "ckpt", tmp_path, "smollm2")

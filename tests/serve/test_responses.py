@@ -68,21 +68,25 @@ def test_a_forced_call_is_a_function_call_item_whose_arguments_follow_the_schema
 
 
 def test_function_call_items_and_their_outputs_are_the_chat_turns_they_mean(api):
-    """An earlier call and its result, sent back as items, reach the template as the assistant's tool call and the
-    tool message: the prompt is the one the chat route renders for the same turns."""
-    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather",
-            "arguments": '{"city": "Paris", "days": 2}'}
-    items = [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}, call,
-             {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 24 C"}]
+    """Two earlier calls side by side and their results, sent back as items, reach the template as one assistant
+    turn with both tool calls and the two tool messages: the prompt is the one the chat route renders for the same
+    turns (two assistant turns of a call each render longer)."""
+    cities = {"call_1": "Paris", "call_2": "Tokyo"}
+    calls = [{"type": "function_call", "call_id": i, "name": "get_weather",
+              "arguments": f'{{"city": "{c}", "days": 2}}'} for i, c in cities.items()]
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris and Tokyo?"}]}, *calls,
+             *({"type": "function_call_output", "call_id": i, "output": f"Sunny in {c}"} for i, c in cities.items())]
     answer = api.responses.create(model="qwen-tiny", input=items, tools=[WEATHER], max_output_tokens=1)
-    chat = api.chat.completions.create(
-        model="qwen-tiny", max_tokens=1, tools=[{"type": "function", "function": {
-            k: v for k, v in WEATHER.items() if k != "type"}}], messages=[
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                "name": "get_weather", "arguments": call["arguments"]}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 C"}])
-    assert answer.usage.input_tokens == chat.usage.prompt_tokens
+    tool_calls = [{"id": c["call_id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                  for c in calls]
+    results = [{"role": "tool", "tool_call_id": i, "content": f"Sunny in {c}"} for i, c in cities.items()]
+    asked = {"role": "user", "content": "Weather in Paris and Tokyo?"}
+    tools = [{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}]
+    one_turn, two_turns = (api.chat.completions.create(model="qwen-tiny", max_tokens=1, tools=tools, messages=[
+        asked, *turns, *results]).usage.prompt_tokens for turns in (
+        [{"role": "assistant", "content": None, "tool_calls": tool_calls}],
+        [{"role": "assistant", "content": None, "tool_calls": [c]} for c in tool_calls]))
+    assert answer.usage.input_tokens == one_turn != two_turns
 
 
 def test_a_json_schema_text_format_constrains_the_answer(api):

@@ -148,3 +148,43 @@ def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(m
         scheduler.stop()
     assert event["finish_reason"] == "error" and "a grammar error" in event["detail"]
     assert out == generate(model, torch.tensor([[5, 6, 7, 8]]), config=OPTIONS[0])[0]
+
+
+def test_the_prefill_flags_reach_the_engine_and_a_long_prompt_joins_a_chunk_a_pass():
+    """``--prefill-chunk``, ``--prefill-budget`` and ``--long-prefill-token-threshold`` (``Limits``) are the engine's:
+    with chunks of 4 and no budget, a 30-token prompt that arrives while a request decodes is computed 4 columns a
+    pass beside it (no pass of more than 5 columns), and both requests decode what they decode alone."""
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, max_len=128)).eval()
+    limits = Limits(prefill_chunk=4, prefill_budget=0.0, long_prefill_token_threshold=6)
+    scheduler = Scheduler(lm, max_batch=4, capacity=100, limits=limits)
+    engine = scheduler.engine
+    assert (engine.prefill_chunk, engine.long_prefill, engine.chunks.columns, engine.chunks.budget) == (4, 6, 4, 0)
+    decoding = DecodingConfig(strategy="greedy", min_new_tokens=40, max_new_tokens=40, max_len_b=None)
+    short, long = random_ids(1, 3, vocab=30)[0].tolist(), random_ids(1, 30, vocab=30)[0].tolist()
+    columns, started = [], Future()
+    forward, together = lm.decoder.forward, lm.decoder.forward_segments
+    lm.decoder.forward = lambda x, *a, **k: columns.append(x.size(1)) or forward(x, *a, **k)
+    lm.decoder.forward_segments = lambda x, parts: columns.append(x.size(1)) or together(x, parts)
+    first = job_of(short, decoding)
+    emit = first.emit
+
+    def running(event: dict) -> None:
+        if not started.done():
+            started.set_result(True)
+        emit(event)
+
+    first.emit = running
+    scheduler.start()
+    try:
+        scheduler.submit(first)
+        started.result(timeout=60)  # decoding: the long prompt joins a running batch
+        second = job_of(long, decoding)
+        scheduler.submit(second)
+        outputs = wait_all([first, second])
+    finally:
+        scheduler.stop()
+        del lm.decoder.forward, lm.decoder.forward_segments
+    assert max(columns) <= 5 and len(columns) >= 40 + 30 // 4, columns
+    for prompt, out in zip((short, long), outputs, strict=True):
+        assert out == generate(lm, torch.tensor([prompt]), config=decoding)[0]

@@ -242,13 +242,15 @@ MISTRAL = LLAMA3.replace('Respond with a JSON for a function call: {"name": func
                          'dictionary of argument name and its value}.', "[AVAILABLE_TOOLS] Call as [TOOL_CALLS][...]")
 
 
-@pytest.mark.parametrize(("template", "written"), [
-    (LLAMA3, '{"name": "get_weather", "parameters": {"city": "Tokyo", "days": 3}}'),
-    (MISTRAL, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}]'),
-    (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}\n</tool_call>')])
-def test_each_call_format_is_forced_and_read_back_as_its_template_teaches(tmp_path, template, written):
+@pytest.mark.parametrize(("template", "written", "opens"), [
+    (LLAMA3, '{"name": "get_weather", "parameters": {"city": "Tokyo", "days": 3}}', '{"name":"get_weather","param'),
+    (MISTRAL, '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}]', "[TOOL_CALLS]"),
+    (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}}\n</tool_call>',
+     "<tool_call>")])
+def test_each_call_format_is_forced_and_read_back_as_its_template_teaches(tmp_path, template, written, opens):
     """The format is chosen from the template's text: a forced call is written in it (the grammar takes that
-    format's text and not another's) and read back as OpenAI's call, whole and streamed."""
+    format's text and not another's; the served tokens open as that format does) and read back as OpenAI's call,
+    whole and streamed."""
     from aiayn.serve.choices import Calls
 
     generator = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "ckpt", template=template))
@@ -273,9 +275,11 @@ def test_each_call_format_is_forced_and_read_back_as_its_template_teaches(tmp_pa
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
         ask = dict(model="fmt", messages=[{"role": "user", "content": "Tokyo?"}], tools=[WEATHER],
                    tool_choice="required", max_tokens=150, temperature=0)
-        whole = client.chat.completions.create(**ask).choices[0]
+        whole = client.chat.completions.create(**ask, logprobs=True).choices[0]
         streamed = [d for c in client.chat.completions.create(**ask, stream=True) if c.choices
                     for d in c.choices[0].delta.tool_calls or []]
+    served = "".join(t.token for t in whole.logprobs.content)  # the tokens the model was made to write
+    assert "".join(served.split()).startswith(opens), served
     assert whole.finish_reason == "tool_calls" and whole.message.content is None
     jsonschema.validate(json.loads(whole.message.tool_calls[0].function.arguments), WEATHER["function"]["parameters"])
     assert "".join(d.function.arguments or "" for d in streamed) == whole.message.tool_calls[0].function.arguments
