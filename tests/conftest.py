@@ -41,17 +41,26 @@ def under_ci() -> bool:
     return bool(os.environ.get("CI"))
 
 
-def require_kernels() -> None:
-    """aiayn's kernels (``aiayn.kernels.load``) must be loaded for the test: skipped only where there is no C++
-    compiler and this is not CI; a build that fails where a compiler is (or anything but a load under CI) fails."""
+def kernels_expected() -> bool:
+    """Whether aiayn's kernels (``aiayn.kernels.load``) are loaded, for a test with a branch for each case: False
+    only where there is no C++ compiler and this is not CI; a build that fails where a compiler is (or anything but
+    a load under CI) fails the test."""
     from aiayn.kernels import compiler, load
 
     why = load()
     if why is None:
-        return
+        return True
     if compiler() is None and not under_ci():
-        pytest.skip(f"{why}: install g++ (make test does, as root) to test aiayn's kernels")
+        return False
     pytest.fail(f"aiayn's kernels must load here (a compiler is on PATH, or this is CI): {why}", pytrace=False)
+
+
+def require_kernels() -> None:
+    """The test needs aiayn's kernels: skipped, saying why, where :func:`kernels_expected` says there can be none."""
+    if not kernels_expected():
+        from aiayn.kernels import load
+
+        pytest.skip(f"{load()}: install g++ (make test does, as root) to test aiayn's kernels")
 
 
 def assert_runs_its_kernel(layer, rows: int = 3) -> None:
