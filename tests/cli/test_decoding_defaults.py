@@ -97,3 +97,28 @@ def test_the_default_length_policy_caps_each_translation_at_1_5_times_its_source
         assert len(ids) == int(1.5 * len(row) + 10)
         expected.append(tokenizers.tgt.decode(ids))
     assert translator.translate(texts) == expected
+
+
+def test_a_logit_bias_from_the_command_line_or_generation_json_moves_the_text(lm_run, tmp_path):
+    """``aiayn generate --logit-bias JSON`` (a token pushed by 100 is every token written), the same key in a
+    checkpoint's generation.json, and a bias that is not one refused in one line naming it (exit 2)."""
+    import json
+    import shutil
+
+    from aiayn.inference.generator import TextGenerator
+
+    from conftest import run_main
+
+    generator = TextGenerator.from_checkpoint(lm_run)
+    pushed = generator.tokenizer.encode("d")[0]
+    bias = json.dumps({str(pushed): 100})
+    args = ["generate", "--checkpoint", str(lm_run), "--prompt", "the cat ", "--max-new-tokens", "5",
+            "--temperature", "0"]
+    done = run_main(*args, "--logit-bias", bias)
+    assert done.returncode == 0 and done.stdout.rstrip("\n").endswith("ddddd"), done
+    kept = tmp_path / "kept"
+    shutil.copytree(lm_run / "best", kept)
+    (kept / "generation.json").write_text(json.dumps({"logit_bias": bias}))
+    assert run_main(*args[:2], str(kept), *args[3:]).stdout == done.stdout
+    bad = run_main(*args, "--logit-bias", '{"d": 1}')
+    assert bad.returncode == 2 and "logit_bias" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad

@@ -98,3 +98,20 @@ def test_sentencepiece_pieces_are_their_bytes():
     assert _piece_bytes("<0x41>") == b"A" and _piece_bytes("<0x0A>") == b"\n"
     assert _piece_bytes("\u2581the") == b" the" and _piece_bytes("caf\u00e9") == "café".encode()
     assert _piece_bytes("<s>") == b"" and _piece_bytes("<unk>") == b""
+
+
+def test_a_grammar_holds_against_a_logit_bias_which_still_chooses_among_what_it_allows(tmp_path):
+    """The bias moves the scores before the grammar's mask: a token the grammar forbids stays out however it is
+    pushed, and of two words it allows, the one whose first token is pushed is written."""
+    from aiayn import generate
+
+    generator = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "ckpt"))
+    tok, model = generator.tokenizer, generator.model
+    grammars = Grammars(tok, model.config.end_ids)
+    prompt = torch.tensor([tok.encode("Zwei Hunde spielen.")])
+    forbidden = tok.encode(" dogs")[0]
+    for word in WORDS:
+        first = tok.encode(word)[0]
+        out = generate(model, prompt, "greedy", max_new_tokens=8, grammars=grammars,
+                       grammar=f'start: "{WORDS[0]}" | "{WORDS[1]}"', logit_bias={first: 100, forbidden: 100})[0]
+        assert tok.decode(out) == word

@@ -1,5 +1,7 @@
 """Sampling: top-k 1 is greedy, seeds repeat, top-k / top-p filters keep the right tokens."""
 
+import json
+
 import pytest
 import torch
 
@@ -76,6 +78,21 @@ def test_penalties_lower_the_scores_of_seen_tokens_as_written_out():
     assert torch.equal(pen.apply(scores[:, [4, 0]].clone(), torch.tensor([4, 0])), want[:, [4, 0]])  # a shortlist
 
 
+def test_a_repetition_penalty_near_zero_samples_without_overflow():
+    """A repetition penalty the checks allow (any in (0, 10]), so small that a seen token's score over it is past
+    float's range: the score stays finite (the largest float), and sampling draws (before: an inf, then NaN
+    probabilities, and a server's 500)."""
+    from aiayn import DecoderOnly, generate
+
+    from conftest import tiny
+
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).eval()
+    out = generate(lm, torch.tensor([[5, 6, 7]]), "sample", temperature=1.0, seed=1, max_new_tokens=8,
+                   min_new_tokens=8, repetition_penalty=1e-300)[0]
+    assert len(out) == 8
+
+
 def test_greedy_with_penalties_takes_the_best_penalised_token_at_every_step():
     """Replayed without a cache: every step's token is the arg-max of the model's scores, penalised by hand."""
     from aiayn import DecoderOnly, generate
@@ -103,12 +120,57 @@ def test_greedy_with_penalties_takes_the_best_penalised_token_at_every_step():
         seen.append(token)
 
 
+def test_logit_bias_is_added_first_then_the_penalties_and_a_shortlist_takes_its_columns():
+    from aiayn.decoding.sampling import Penalties
+
+    prompts = torch.tensor([[3, 0]])
+    pen = Penalties(prompts, pad_id=0, vocab=5, repetition=2.0, bias={3: 4.0, 1: -100.0})
+    scores = torch.tensor([[1.0, 2.0, -1.0, -2.0, 4.0]])
+    want = torch.tensor([[1.0, 2.0 - 100.0, -1.0, (-2.0 + 4.0) / 2, 4.0]])  # 3: biased, then seen in the prompt
+    assert torch.equal(pen.apply(scores.clone()), want)
+    assert torch.equal(pen.apply(scores[:, [3, 1]].clone(), torch.tensor([3, 1])), want[:, [3, 1]])
+
+
+def test_greedy_and_sampling_with_a_logit_bias_take_the_biased_scores_at_every_step():
+    """Replayed without a cache: every greedy token is the arg-max of the model's scores with the bias added; a
+    sampled text under a ban never has the banned tokens, and a seed repeats it; the dict and its text are one."""
+    from aiayn import DecoderOnly, generate
+
+    from conftest import tiny
+
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+    prompt = torch.tensor([[5, 6, 7, 5]])
+    plain = generate(lm, prompt, "greedy", max_new_tokens=12)[0]
+    bias = {plain[0]: -5.0, plain[1]: -100.0, 9: 1.5}
+    out = generate(lm, prompt, "greedy", max_new_tokens=12, logit_bias=bias)[0]
+    assert out != plain and out == generate(lm, prompt, "greedy", max_new_tokens=12,
+                                            logit_bias=json.dumps({str(k): v for k, v in bias.items()}))[0]
+    seen = prompt[0].tolist()
+    for token in out:
+        with torch.no_grad():
+            scores = lm(torch.tensor([seen]))[0, -1].clone()
+        scores[lm.config.pad_id] = float("-inf")
+        for t, b in bias.items():
+            scores[t] += b
+        assert int(scores.argmax()) == token
+        seen.append(token)
+    banned = {t: -100.0 for t in range(4, 20)}
+    sampled = generate(lm, prompt, "sample", temperature=1.0, seed=4, max_new_tokens=30, logit_bias=banned)[0]
+    assert not set(sampled) & set(banned)
+    assert sampled == generate(lm, prompt, "sample", temperature=1.0, seed=4, max_new_tokens=30, logit_bias=banned)[0]
+
+
 def test_penalties_are_refused_where_they_have_no_meaning(model):
     from aiayn import generate
 
     src = random_ids(1, 5, vocab=30)
     with pytest.raises(ValueError, match="repetition_penalty"):
         generate(model, src, "beam", repetition_penalty=1.2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="logit_bias: a bias is for greedy or sampled decoding, not beam"):
+        generate(model, src, "beam", logit_bias={5: 1.0}, max_new_tokens=4)
+    with pytest.raises(ValueError, match="logit_bias: token id 30 is not in the model's vocabulary of 30"):
+        generate(model, src, "greedy", logit_bias={30: 1.0}, max_new_tokens=4)
 
 
 @pytest.mark.parametrize("nucleus", ["a few tokens", "hundreds", "thousands"])

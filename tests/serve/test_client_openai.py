@@ -70,3 +70,22 @@ def test_a_page_long_system_prompt_gets_through_at_the_default_flags(api, qwen_s
     with pytest.raises(openai.BadRequestError, match="max-model-len") as err:
         api.chat.completions.create(model="qwen-tiny", messages=too_long, max_tokens=4)
     assert err.value.code == "context_length_exceeded"
+
+
+def test_logit_bias_is_the_same_through_chat_completions_and_responses(api, qwen_served):
+    """The official client's ``logit_bias`` on a real tokenizer: a token pushed by 100 is the whole reply, through
+    /v1/chat/completions and /v1/responses alike (the chat field, which the Responses route takes too), and a ban
+    keeps the greedy reply's first token out of it."""
+    generator = qwen_served[1]
+    paris = generator.tokenizer.encode(" Paris")[0]
+    messages = [{"role": "user", "content": "The capital of France?"}]
+    chat = api.chat.completions.create(model="qwen-tiny", messages=messages, max_tokens=3, temperature=0,
+                                       logit_bias={str(paris): 100})
+    responses = api.responses.create(model="qwen-tiny", input="The capital of France?", max_output_tokens=3,
+                                     temperature=0, extra_body={"logit_bias": {str(paris): 100}})
+    assert chat.choices[0].message.content == responses.output_text == generator.tokenizer.decode([paris] * 3)
+    ask = dict(model="qwen-tiny", messages=messages, max_tokens=4, temperature=0,
+               extra_body={"return_token_ids": True})
+    first = api.chat.completions.create(**ask).choices[0].model_dump()["token_ids"][0]
+    again = api.chat.completions.create(**ask, logit_bias={str(first): -100}).choices[0].model_dump()["token_ids"]
+    assert first not in again

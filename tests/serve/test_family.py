@@ -89,6 +89,12 @@ def test_generate_json_equals_the_library(lm_client, generator):
                                                   **options}).json()
     assert penalised["text"] == generator.generate("the cat ", 20, temperature=0, **options)[0] != answer["text"]
     assert lm_client.post("/generate", json={"prompt": "a", "min_p": 1.5}).status_code == 422
+    banned = {str(t): -100 for t in generator.tokenizer.encode(answer["text"][:3])}  # OpenAI's object, as on /v1
+    biased = lm_client.post("/generate", json={"prompt": "the cat ", "max_new_tokens": 20, "temperature": 0,
+                                               "logit_bias": banned}).json()
+    assert biased["text"] == generator.generate("the cat ", 20, temperature=0, logit_bias=banned)[0] != answer["text"]
+    for bad in ({"1": 101}, {"x": 1}, "{}"):
+        assert lm_client.post("/generate", json={"prompt": "a", "logit_bias": bad}).status_code == 422
 
 
 def test_generate_streams_server_sent_events(lm_client):

@@ -88,6 +88,27 @@ def test_penalties_min_p_and_top_k_reach_the_decoding_as_the_library_takes_them(
         client.completions.create(model="tiny-lm", prompt="a", max_tokens=2, extra_body={"min_p": 1.5})
 
 
+def test_logit_bias_moves_the_scores_before_the_choice_as_the_library_takes_it(lm):
+    """OpenAI's ``logit_bias`` (token ids as text, -100 to 100, added to the scores before the choice): a ban on the
+    greedy text's first tokens keeps them out and gives the library's text under the same bias, greedy and sampled;
+    a token pushed by 100 is every token; a bias out of range or an id outside the vocabulary is a 400 naming it."""
+    client, generator = lm
+    prompt = generator.prompt_ids("the cat ")
+    ask = dict(model="tiny-lm", prompt="the cat ", max_tokens=20, extra_body={"return_token_ids": True})
+    plain = client.completions.create(**ask, temperature=0).choices[0].model_dump()["token_ids"]
+    banned = {str(t): -100 for t in plain[:3]}
+    for sampling in ({"temperature": 0}, {"temperature": 1.5, "seed": 3}):
+        ids = client.completions.create(**ask, **sampling, logit_bias=banned).choices[0].model_dump()["token_ids"]
+        want = generate(generator.model, torch.tensor([prompt]), max_new_tokens=20, logit_bias=banned, **sampling)[0]
+        assert ids == want and not set(ids) & set(plain[:3]), sampling
+    pushed = prompt[1]  # a character of the prompt, not the end of the text
+    done = client.completions.create(**{**ask, "max_tokens": 6}, temperature=0, logit_bias={str(pushed): 100})
+    assert done.choices[0].model_dump()["token_ids"] == [pushed] * 6
+    for bad in ({"1": 101}, {str(generator.model.config.vocab_size): 1}, {"a": 1}):
+        with pytest.raises(openai.BadRequestError, match="logit_bias"):
+            client.completions.create(model="tiny-lm", prompt="a", max_tokens=2, logit_bias=bad)
+
+
 def test_return_token_ids_gives_the_prompt_and_the_tokens_as_decoded(lm):
     """vLLM's return_token_ids: each choice's prompt_token_ids, and the token_ids of its text; a stream sends the
     prompt's once (first chunk) and each chunk's own ids."""

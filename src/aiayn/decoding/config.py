@@ -25,6 +25,7 @@ TEXT_MAX_NEW_TOKENS = 200  # a decoder-only model's default limit; a translation
 # llama.cpp's sampling
 SILENT_DEFAULTS = {"temperature": 0.0}
 SAMPLING_FIELDS = ("strategy", "temperature", "top_k", "top_p", "min_p")
+MAX_BIASES = 1024  # tokens a logit_bias may name
 
 
 def _option(default, help: str, **extra):
@@ -68,6 +69,10 @@ class DecodingConfig:
                                             "0 = none")
     presence_penalty: float = _option(0.0, "subtracted from the score of every token generated at least once; "
                                            "0 = none")
+    logit_bias: str | None = _option(None, "added to the scores of these tokens before the penalties, the grammar "
+                                           "and the choice, as OpenAI's logit_bias: a JSON object of token ids "
+                                           "to numbers in [-100, 100] (its text; the library also takes a dict), "
+                                           "e.g. '{\"50256\": -100}'; greedy or sampled decoding")
     seed: int | None = _option(None, "sampling seed: the same seed gives the same output")
     iterations: int = _option(10, "mask-predict: parallel passes T (re-masking the least sure tokens); 1 = one "
                                   "pass")
@@ -83,6 +88,8 @@ class DecodingConfig:
                                         "flag reads FILE); greedy or sampled decoding", file=True)
 
     def __post_init__(self) -> None:
+        if isinstance(self.logit_bias, dict):  # the library's form: one canonical text, so equal biases batch
+            object.__setattr__(self, "logit_bias", _bias_text(self.logit_bias))
         for f in dataclasses.fields(self):
             problem = _problem(f.name, getattr(self, f.name))
             if problem:
@@ -124,8 +131,14 @@ class DecodingConfig:
         if (self.json_schema or self.grammar) and strategy not in ("greedy", "sample"):
             raise ValueError(f"{'json_schema' if self.json_schema else 'grammar'}: constrained decoding is greedy "
                              f"or sampled, not {strategy}")
+        if self.biases() and strategy not in ("greedy", "sample"):
+            raise ValueError(f"logit_bias: a bias is for greedy or sampled decoding, not {strategy}")
         if self.penalized and strategy not in ("greedy", "sample"):
             raise ValueError(f"repetition_penalty: the penalties are for greedy or sampled decoding, not {strategy}")
+        outside = [i for i in self.biases() if i >= model.target_vocab]
+        if outside:
+            raise ValueError(f"logit_bias: token id {outside[0]} is not in the model's vocabulary of "
+                             f"{model.target_vocab}")
         limit = self.max_new_tokens
         if model.arch == "decoder-only" and limit is None:
             limit = TEXT_MAX_NEW_TOKENS
@@ -135,6 +148,10 @@ class DecodingConfig:
     def penalized(self) -> bool:
         """Whether any penalty on seen tokens is set (repetition, frequency, presence)."""
         return (self.repetition_penalty, self.frequency_penalty, self.presence_penalty) != (1.0, 0.0, 0.0)
+
+    def biases(self) -> dict[int, float]:
+        """``logit_bias`` as token id -> bias ({} when none)."""
+        return {int(k): float(v) for k, v in json.loads(self.logit_bias).items()} if self.logit_bias else {}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -189,6 +206,8 @@ _RULES = {  # field -> (test, what it must be)
     "repetition_penalty": (lambda v: _real(v) and 0 < v <= 10, "a number in (0, 10]"),
     "frequency_penalty": (lambda v: _real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     "presence_penalty": (lambda v: _real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    "logit_bias": (lambda v: v is None or _bias_ok(v), f"a JSON object of at most {MAX_BIASES} token ids (whole "
+                   "numbers >= 0, as text) to numbers in [-100, 100]"),
     "seed": (lambda v: v is None or (_int(v) and 0 <= v < 2**53), "a whole number in [0, 2^53) (exact in JSON)"),
     "num_return_sequences": (lambda v: _int(v) and v >= 1, "a whole number >= 1"),
     "iterations": (lambda v: _int(v) and 1 <= v <= 100, "a whole number in 1..100"),
@@ -212,6 +231,26 @@ BOUNDS = {"beam_size": {"ge": 1}, "length_penalty": {"ge": 0, "le": 10}, "max_le
           "seed": {"ge": 0, "le": 2**53 - 1}, "num_return_sequences": {"ge": 1},
           "iterations": {"ge": 1, "le": 100}, "length_beam": {"ge": 1, "le": 100},
           "source_prefix": {"max_length": 64, "pattern": "^" + PREFIX + "$"}, "grammar": {"min_length": 1}}
+
+
+def _bias_text(biases: dict) -> str:
+    """A dict of token ids to biases as ``logit_bias``'s canonical text (ids in order); what cannot be one is kept
+    as its repr, for the field's check to refuse by name."""
+    try:
+        return json.dumps({str(int(k)): float(v) for k, v in sorted(biases.items(), key=lambda kv: int(kv[0]))})
+    except (TypeError, ValueError):
+        return repr(biases)
+
+
+def _bias_ok(v) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        found = json.loads(v)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and len(found) <= MAX_BIASES and all(
+        re.fullmatch(r"\d{1,9}", k) and _real(b) and -100 <= b <= 100 for k, b in found.items())
 
 
 def _schema_text(v) -> bool:

@@ -76,7 +76,7 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft_model is not None:
-        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar or cfg.penalized:
+        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases():
             raise ValueError("draft_model: speculative decoding is greedy and unconstrained; use strategy='greedy'")
         return speculative_greedy(model, draft_model, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
                                   cfg.min_new_tokens, speculative_stats)[0]

@@ -102,19 +102,25 @@ def pad_is_last(cfg, width: int) -> bool:
 
 
 class Penalties:
-    """Lower the scores of tokens a row has seen (vLLM's and OpenAI's penalties, in that order): a score of a token
-    in the prompt or the output is divided by ``repetition`` when positive, multiplied when negative (CTRL, as
-    Hugging Face and vLLM do); ``frequency`` is taken off once per time the row generated the token, ``presence``
-    once if it did.
+    """Move the scores of chosen tokens and lower those of tokens a row has seen (vLLM's and OpenAI's order): first
+    ``bias`` is added (OpenAI's ``logit_bias``); then a score of a token in the prompt or the output is divided by
+    ``repetition`` when positive, multiplied when negative (CTRL, as Hugging Face and vLLM do); ``frequency`` is
+    taken off once per time the row generated the token, ``presence`` once if it did.
 
     Args:
         prompts: (B, S) the rows' prompts, padded with ``pad_id`` (not counted).
         vocab: the number of score columns (V).
+        bias: token id -> what is added to its score, every row and step.
     """
 
     def __init__(self, prompts: Tensor, pad_id: int, vocab: int, repetition: float = 1.0, frequency: float = 0.0,
-                 presence: float = 0.0) -> None:
+                 presence: float = 0.0, bias: dict[int, float] | None = None) -> None:
         self.repetition, self.frequency, self.presence = repetition, frequency, presence
+        self.bias = None
+        if bias:
+            self.bias = torch.zeros(vocab, device=prompts.device)  # (V,)
+            ids = torch.tensor(list(bias), device=prompts.device)  # (n,)
+            self.bias[ids] = torch.tensor(list(bias.values()), device=prompts.device)
         ids = prompts.clamp(0, vocab - 1)  # (B, S)
         self.seen = torch.zeros(prompts.size(0), vocab, dtype=torch.bool, device=prompts.device)  # (B, V)
         self.seen.scatter_(1, ids, prompts != pad_id)
@@ -122,12 +128,16 @@ class Penalties:
 
     def apply(self, scores: Tensor, candidates: Tensor | None = None) -> Tensor:
         """Penalised scores (B, V), or (B, C) for a shortlist's ``candidates`` (C,)."""
-        seen, counts = self.seen, self.counts
+        seen, counts, bias = self.seen, self.counts, self.bias
         if candidates is not None:
             seen, counts = seen[:, candidates], counts[:, candidates]  # (B, C)
+            bias = None if bias is None else bias[candidates]  # (C,)
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
         if self.repetition != 1.0:
             hit = seen | (counts > 0)
             scaled = torch.where(scores > 0, scores / self.repetition, scores * self.repetition)
+            scaled = scaled.clamp(max=torch.finfo(scores.dtype).max)  # a penalty near 0 overflows no score to inf
             scores = torch.where(hit, scaled, scores)
         return scores - self.frequency * counts - self.presence * (counts > 0).float()
 
@@ -138,10 +148,13 @@ class Penalties:
 
 
 def penalties_for(cfg, prompts: Tensor, pad_id: int, vocab: int) -> Penalties | None:
-    """The :class:`Penalties` a decoding config (``DecodingConfig``) asks for, None when it asks for none."""
-    if not cfg.penalized:
+    """The :class:`Penalties` a decoding config (``DecodingConfig``) asks for (its penalties and ``logit_bias``),
+    None when it asks for none."""
+    bias = cfg.biases()
+    if not cfg.penalized and not bias:
         return None
-    return Penalties(prompts, pad_id, vocab, cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty)
+    return Penalties(prompts, pad_id, vocab, cfg.repetition_penalty, cfg.frequency_penalty, cfg.presence_penalty,
+                     bias)
 
 
 def sampled_rows(model: TransformerModel, limits: Tensor, min_new_tokens: int = 0, temperature: float = 1.0,

@@ -9,8 +9,13 @@ from collections.abc import Callable
 from typing import Annotated, ClassVar
 
 from fastapi import FastAPI
-from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from aiayn.decoding.config import MAX_BIASES
+
+# OpenAI's logit_bias: token ids (as JSON keys, text) to what is added to their scores, -100 (a ban) to 100
+LogitBias = Annotated[dict[Annotated[str, Field(pattern=r"^\d{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
+                      Field(max_length=MAX_BIASES)]
 STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses")
 MESSAGE = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
 OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {

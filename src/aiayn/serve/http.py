@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from aiayn.decoding.config import BOUNDS, DecodingConfig, names
-from aiayn.serve.declared import number, whole
+from aiayn.serve.declared import LogitBias, number, whole
 from aiayn.serve.jobs import Refused
 from aiayn.serve.limits import Limits
 
@@ -35,6 +35,7 @@ def _decoding_fields() -> dict:
     for f in dataclasses.fields(DecodingConfig):
         kind, check = numbers.get(hints[f.name], (hints[f.name], None))
         kind = typing.Literal[f.metadata["choices"]] if "choices" in f.metadata else kind
+        kind = LogitBias if f.name == "logit_bias" else kind  # over HTTP, OpenAI's object (the config takes a dict)
         extra = [Field(**BOUNDS[f.name])] if f.name in BOUNDS else []  # on the value's type: the schema states them
         extra += [BeforeValidator(check)] if check else []  # JSON's numbers, not true or "1"
         kind = typing.Annotated[(kind, *extra)] if extra else kind

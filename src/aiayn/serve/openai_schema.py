@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aiayn.serve.declared import LogitBias
 from aiayn.serve.jobs import Refused
 
 
@@ -62,6 +63,7 @@ class Sampling(BaseModel):
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     n: int = Field(1, ge=1)
+    logit_bias: LogitBias | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
     return_token_ids: bool = False  # vLLM's: each choice carries its prompt_token_ids and the token_ids it adds

@@ -131,6 +131,7 @@ class TextRoutes:
         fields = {name: getattr(req, name) for name in ("temperature", "top_p", "min_p", "repetition_penalty",
                                                          "frequency_penalty", "presence_penalty")}
         fields.update(top_k=None if req.top_k is None else max(req.top_k, 0), **schema_of(req.response_format))
+        fields["logit_bias"] = req.logit_bias  # a dict: the config's text
         if calls is not None:
             try:  # the tools' grammar takes the response_format's schema in (or refuses it with a forced call)
                 grammar = calls.grammar(json.loads(fields["json_schema"]) if "json_schema" in fields else None)

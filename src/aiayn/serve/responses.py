@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
+from aiayn.serve.declared import LogitBias
 from aiayn.serve.openai_chat import chat_answer
 from aiayn.serve.openai_schema import (
     ChatRequest,
@@ -116,6 +117,7 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    logit_bias: LogitBias | None = None  # not OpenAI's Responses field: its chat one, as the chat route takes it
     stream: bool = False
     store: bool | None = None  # accepted; nothing is stored (the answer says "store": false)
     # refused by name (nothing is stored; no extra output data is offered): the schema says null and []
@@ -154,7 +156,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         raise OpenAIError(400, "include: this server adds no extra output data; send none", "include")
     body = {"model": req.model, "messages": messages(req), "stream": req.stream, "user": req.user,
             "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
-            "parallel_tool_calls": req.parallel_tool_calls,
+            "parallel_tool_calls": req.parallel_tool_calls, "logit_bias": req.logit_bias,
             "stream_options": {"include_usage": True} if req.stream else None}
     if req.tools:
         body["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
