@@ -458,6 +458,7 @@ def run_client_snippet(name: str, url: str, model: str) -> dict:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
     code = doc.split(f"<!-- client:{name} -->\n```python\n", 1)[1].split("```", 1)[0]
     code = code.replace("http://127.0.0.1:8000/v1", url).replace('"MODEL"', f'"{model}"')
+    code = code.replace("http://127.0.0.1:8000", url.removesuffix("/v1"))  # a client that adds /v1 itself
     import sys
     import types
 

@@ -39,7 +39,9 @@ def unstated(response) -> bool:
     if response.status_code == 422 and "greedy or sampled" in str(response.json().get("detail")):
         return True  # a field only greedy and sampled decoding take (penalties, a bias), beside a beam strategy
     error = response.json().get("error") if response.status_code == 400 else None
-    return isinstance(error, dict) and error.get("param") in UNSTATED
+    if not isinstance(error, dict):
+        return False
+    return (error.get("param") or error.get("message", "").split(":")[0]) in UNSTATED  # OpenAI's, Anthropic's
 LIMITS = Limits(max_new_tokens=16, max_attention_tokens=32, read_timeout_s=2.0)
 
 

@@ -15,12 +15,14 @@ class StopText:
 
     def __init__(self, stops: list[str]) -> None:
         self.stops, self.text, self.sent, self.stopped = [s for s in stops if s], "", 0, False
+        self.matched: str | None = None  # the stop string that ended the text (vLLM's ``stop_reason``)
 
     def add(self, piece: str) -> str:
         """The text that may be sent now."""
         self.text += piece
-        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stops if (i := self.text.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             self.text, self.stopped = self.text[:cut], True
             return self.flush()
         hold = max((held_back(self.text, s) for s in self.stops), default=0)

@@ -16,7 +16,7 @@ from aiayn.decoding.config import MAX_BIASES
 # OpenAI's logit_bias: token ids (as JSON keys, text) to what is added to their scores, -100 (a ban) to 100
 LogitBias = Annotated[dict[Annotated[str, Field(pattern=r"^\d{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
                       Field(max_length=MAX_BIASES)]
-STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses")
+STREAMS = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages")
 MESSAGE = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
 OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["message", "type"],
@@ -27,6 +27,9 @@ NATIVE = {"400": "the body is not JSON", "401": "missing or wrong API key (with 
           "408": "the body did not arrive in time",
           "413": "a size over the server's limits", "422": "an invalid request: a field, a value, or a decoding the "
           "model cannot run", "429": "busy: too many requests open", "503": "shutting down"}
+ANTHROPIC_ERROR = {"type": "object", "required": ["type", "error"], "properties": {
+    "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
+                                          "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}
 OPENAI = {"400": "an invalid request, in OpenAI's shape", "401": "missing or wrong API key",
           "404": "no such model", "413": "a size over the server's limits", "429": "busy", "503": "shutting down"}
 
@@ -123,9 +126,10 @@ Whole = Annotated[int, BeforeValidator(whole)]  # a token id, a position, a laye
 def _errors(operation: dict, path: str) -> None:
     responses = operation.setdefault("responses", {})
     if path.startswith("/v1/"):
-        responses.pop("422", None)  # the OpenAI routes answer 400, in OpenAI's shape
+        responses.pop("422", None)  # the OpenAI routes answer 400, in OpenAI's shape; Anthropic's in its own
+        shape = ANTHROPIC_ERROR if path.startswith("/v1/messages") else OPENAI_ERROR
         for code, description in OPENAI.items():
-            responses.setdefault(code, _json(description, OPENAI_ERROR))
+            responses.setdefault(code, _json(description.replace("OpenAI's", "its API's"), shape))
         return
     listed = {"$ref": "#/components/schemas/HTTPValidationError"}
     for code, description in NATIVE.items():

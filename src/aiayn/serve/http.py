@@ -118,8 +118,8 @@ class Draining:
 
 class BearerKey:
     """ASGI middleware: every path but /health and the page's own files (``PAGE_FILES``: they hold no data; the
-    page asks for the key and sends it) needs ``Authorization: Bearer KEY`` (else 401, in OpenAI's error shape
-    too). Keys are compared in constant time and never logged."""
+    page asks for the key and sends it) needs ``Authorization: Bearer KEY`` or Anthropic's ``x-api-key: KEY`` (else
+    401, in OpenAI's and Anthropic's error shapes too). Keys are compared in constant time and never logged."""
 
     PAGE_FILES = ("/", "/complete")
 
@@ -131,13 +131,15 @@ class BearerKey:
         page = scope.get("method") == "GET" and (path in self.PAGE_FILES or path.startswith("/static/"))
         if scope["type"] != "http" or path == "/health" or page:
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = given.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+        headers = dict(scope["headers"])
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        given = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")  # Anthropic's
+        if given and hmac.compare_digest(given, self.key):
             return await self.app(scope, receive, send)
-        message = "missing or wrong API key: send the header Authorization: Bearer KEY"
-        response = JSONResponse({"detail": message, "error": {"message": message, "type": "invalid_request_error",
-                                                              "param": None, "code": "invalid_api_key"}},
+        message = "missing or wrong API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+        response = JSONResponse({"detail": message, "type": "error",  # the native, OpenAI and Anthropic shapes
+                                 "error": {"message": message, "type": "invalid_request_error", "param": None,
+                                           "code": "invalid_api_key"}},
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 

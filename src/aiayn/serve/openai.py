@@ -1,5 +1,6 @@
-"""The OpenAI-compatible entry point: GET /v1/models, POST /v1/completions, /v1/chat/completions, /v1/responses
-(decoder-only models) and /v1/embeddings (encoder-only models), as the official client libraries call them.
+"""The OpenAI-compatible entry point: GET /v1/models, POST /v1/completions, /v1/chat/completions, /v1/responses,
+Anthropic's /v1/messages (decoder-only models) and /v1/embeddings (encoder-only models), as the official client
+libraries call them.
 
 It is kept apart from the engine: a request becomes one scheduler job per choice (``n``), whose
 token events this module turns into OpenAI's JSON or its Server-Sent Events (``data: {chunk}`` ... ``data:
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.declared import declare, declare_fields
 from aiayn.serve.limits import Limits
+from aiayn.serve.messages import Conversation, MessagesRequest, add_messages_routes
 from aiayn.serve.openai_chat import chat_answer
 from aiayn.serve.openai_schema import ChatRequest, CompletionRequest, EmbeddingRequest, OpenAIError, check_model, parse
 from aiayn.serve.openai_text import TextRoutes
@@ -33,7 +35,8 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
         return err.response()
 
     declare(app, {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatRequest,
-                  "/v1/responses": ResponsesRequest, "/v1/embeddings": EmbeddingRequest})
+                  "/v1/responses": ResponsesRequest, "/v1/embeddings": EmbeddingRequest,
+                  "/v1/messages": MessagesRequest, "/v1/messages/count_tokens": Conversation})
 
     names = [name, *(() if generator is None or generator.model.adapter_rows is None else
                      generator.model.adapter_rows.names)]
@@ -41,7 +44,10 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
     declare_fields(app, {"CompletionRequest": text, "EmbeddingRequest": {"model": {"enum": [name]}},
                          "ChatRequest": {**text, "max_completion_tokens": {"maximum": limits.max_new_tokens}},
                          "ResponsesRequest": {"model": {"enum": names},
-                                              "max_output_tokens": {"maximum": limits.max_new_tokens}}})
+                                              "max_output_tokens": {"maximum": limits.max_new_tokens}},
+                         "MessagesRequest": {"model": {"enum": names},
+                                             "max_tokens": {"maximum": limits.max_new_tokens}},
+                         "Conversation": {"model": {"enum": names}}})
     context = None if batcher is None else batcher.capacity
 
     @app.get("/v1/models")
@@ -71,6 +77,7 @@ def _add_text_routes(app: FastAPI, names: list[str], texts: TextRoutes, generato
         return await chat_answer(request, await parse(request, ChatRequest), names, texts)
 
     add_responses_route(app, names, texts)
+    add_messages_routes(app, names, texts)
 
 
 def _add_embeddings(app: FastAPI, name: str, limits: Limits, embed) -> None:

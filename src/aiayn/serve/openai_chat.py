@@ -17,17 +17,23 @@ async def chat_answer(request: Request, req: ChatRequest, names: list[str], text
     generator = texts.generator
     adapter = check_model(req.model, names)
     tools, choice = chat_tools(req)
+    prompt, ids = rendered(req, generator, tools, choice)
+    top = (req.top_logprobs or 0) if req.logprobs else None
+    calls = Calls(tools, choice, generator.tokenizer, generator.template) if tools and choice != "none" else None
+    think = prompt.rstrip().endswith(Thinking.OPEN) if Thinking.OPEN in (generator.template or "") else None
+    return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter, frame, think)
+
+
+def rendered(req: ChatRequest, generator, tools: list[dict] | None, choice: str | dict) -> tuple[str, list[int]]:
+    """The prompt a chat request renders by the model's chat template (its tools offered unless the choice is
+    ``none``), and its token ids; what the template refuses is a 400 naming the field."""
     try:
         messages = template_messages([m.model_dump(exclude_none=True) for m in req.messages])
         prompt = generator.chat_prompt(messages, tools if choice != "none" else None, req.chat_template_kwargs)
     except ValueError as err:
         field = "tools" if str(err).startswith("tools") else "messages"
         raise OpenAIError(400, str(err) if field == "tools" else f"messages: {err}", field) from None
-    ids = generator.rendered_ids(prompt)
-    top = (req.top_logprobs or 0) if req.logprobs else None
-    calls = Calls(tools, choice, generator.tokenizer, generator.template) if tools and choice != "none" else None
-    think = prompt.rstrip().endswith(Thinking.OPEN) if Thinking.OPEN in (generator.template or "") else None
-    return await texts.answer(request, req, [ids], "chat.completion", top, calls, adapter, frame, think)
+    return prompt, generator.rendered_ids(prompt)
 
 
 def chat_tools(req: ChatRequest) -> tuple[list[dict] | None, str | dict]:

@@ -206,6 +206,8 @@ class TextRoutes:
                 delta: bool = False, first: bool = False, calls: list[dict] | None = None) -> dict:
         chat = kind.startswith("chat")
         out = {"index": choice.index, "finish_reason": reason}
+        if reason is not None and choice.stop.matched is not None:
+            out["stop_reason"] = choice.stop.matched  # vLLM's: the stop string that ended the choice
         if chat and delta:
             thought, choice.thought = choice.thought, ""
             out["delta"] = {**({"role": "assistant"} if first else {}), **({"content": text} if text else {}),
