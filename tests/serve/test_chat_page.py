@@ -179,6 +179,10 @@ def test_a_reply_token_opens_its_alternatives_and_its_attention(browser, chat_se
     assert len(probabilities) == 5 and sum(probabilities) <= 1 + 1e-6 and probabilities == sorted(probabilities)[::-1]
     clicked = stored(page)[0]["messages"][1]["info"]["tokens"][2]  # the third token's own step, as streamed
     assert probabilities == pytest.approx([math.exp(alt["logprob"]) for alt in clicked["top_logprobs"]], rel=1e-12)
+    chosen = [i for i, alt in enumerate(clicked["top_logprobs"])  # the token itself, where it is in the top 5
+              if alt["token"] == clicked["token"] and alt["logprob"] == clicked["logprob"]]
+    marked = page.locator("#alternatives li").evaluate_all("l => l.map((i, k) => [k, i.classList.contains('chosen')])")
+    assert [k for k, on in marked if on] == chosen  # one, or none
     # as many columns as the conversation's tokens up to this one: the prompt, then the reply's first three
     counted = httpx.post(f"{url}/tokenize", headers={"Authorization": f"Bearer {KEY}"},
                          json={"messages": [{"role": "user", "content": "what is inside"}]}).json()["count"]

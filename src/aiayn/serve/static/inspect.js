@@ -68,7 +68,7 @@ function showAlternatives(entry) {
     const p = Math.exp(alt.logprob);
     const item = document.createElement("li");
     item.dataset.p = String(p);
-    item.classList.toggle("chosen", alt.token === entry.token);
+    item.classList.toggle("chosen", alt.token === entry.token && alt.logprob === entry.logprob);  // (tokens may print alike)
     const bar = Object.assign(document.createElement("span"), {className: "bar pos"});
     bar.style.width = `${Math.max(1, Math.round(p * 120))}px`;
     item.append(bar, `${visible(alt.token)}  ${(100 * p).toFixed(1)}%`);
