@@ -35,15 +35,16 @@ def test_a_message_is_the_chat_answer_whole_and_streamed(clients):
     chat = gpt.chat.completions.create(model="qwen-tiny", max_tokens=8, messages=ASK, extra_body=GREEDY)
     (block,) = message.content
     assert block.type == "text" and block.text == chat.choices[0].message.content
-    assert message.stop_reason == "max_tokens" and message.role == "assistant" and message.id.startswith("msg_")
+    reason = {"length": "max_tokens", "stop": "end_turn"}[chat.choices[0].finish_reason]
+    assert message.stop_reason == reason and message.role == "assistant" and message.id.startswith("msg_")
     usage = message.usage
     assert usage.input_tokens + usage.cache_read_input_tokens == chat.usage.prompt_tokens
-    assert usage.output_tokens == chat.usage.completion_tokens == 8
+    assert usage.output_tokens == chat.usage.completion_tokens > 0
     with claude.messages.stream(model="qwen-tiny", max_tokens=8, messages=ASK, extra_body=GREEDY) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
-    assert streamed == block.text == final.content[0].text and final.stop_reason == "max_tokens"
-    assert final.usage.output_tokens == 8
+    assert streamed == block.text == final.content[0].text and final.stop_reason == reason
+    assert final.usage.output_tokens == usage.output_tokens
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -85,8 +86,7 @@ def test_a_tool_result_turn_is_the_chat_prompt_it_means_and_count_tokens_counts_
 def test_a_stop_sequence_ends_the_message_and_is_named(clients):
     claude, _ = clients
     whole = claude.messages.create(model="qwen-tiny", max_tokens=12, messages=ASK, extra_body=GREEDY).content[0].text
-    stop = next(whole[i: i + 2] for i in range(len(whole) // 2, len(whole) - 1)
-                if whole[i: i + 2].strip() and whole.index(whole[i: i + 2]) > 0)  # text before its first place
+    stop = next(whole[i: i + 2] for i in range(len(whole) // 2, len(whole) - 1) if whole[i: i + 2].strip())
     cut = claude.messages.create(model="qwen-tiny", max_tokens=12, messages=ASK, stop_sequences=[stop],
                                  extra_body=GREEDY)
     assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop

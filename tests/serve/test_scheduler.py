@@ -2,6 +2,7 @@
 the running batch and equal each request alone; a cancelled beam request gives its rows back at once; one
 admission check refuses, typed, what the model cannot run or the limits forbid."""
 
+import threading
 import time
 from concurrent.futures import Future
 
@@ -162,7 +163,7 @@ def test_the_prefill_flags_reach_the_engine_and_a_long_prompt_joins_a_chunk_a_pa
     assert (engine.prefill_chunk, engine.long_prefill, engine.chunks.columns, engine.chunks.budget) == (4, 6, 4, 0)
     decoding = DecodingConfig(strategy="greedy", min_new_tokens=40, max_new_tokens=40, max_len_b=None)
     short, long = random_ids(1, 3, vocab=30)[0].tolist(), random_ids(1, 30, vocab=30)[0].tolist()
-    columns, started = [], Future()
+    columns, started, submitted = [], Future(), threading.Event()
     forward, together = lm.decoder.forward, lm.decoder.forward_segments
     lm.decoder.forward = lambda x, *a, **k: columns.append(x.size(1)) or forward(x, *a, **k)
     lm.decoder.forward_segments = lambda x, parts: columns.append(x.size(1)) or together(x, parts)
@@ -170,8 +171,9 @@ def test_the_prefill_flags_reach_the_engine_and_a_long_prompt_joins_a_chunk_a_pa
     emit = first.emit
 
     def running(event: dict) -> None:
-        if not started.done():
+        if not started.done():  # its first token: held until the long prompt is submitted, so it is still running
             started.set_result(True)
+            assert submitted.wait(timeout=60)
         emit(event)
 
     first.emit = running
@@ -181,6 +183,7 @@ def test_the_prefill_flags_reach_the_engine_and_a_long_prompt_joins_a_chunk_a_pa
         started.result(timeout=60)  # decoding: the long prompt joins a running batch
         second = job_of(long, decoding)
         scheduler.submit(second)
+        submitted.set()
         outputs = wait_all([first, second])
     finally:
         scheduler.stop()

@@ -131,11 +131,12 @@ class DecodingConfig:
         if (self.json_schema or self.grammar) and strategy not in ("greedy", "sample"):
             raise ValueError(f"{'json_schema' if self.json_schema else 'grammar'}: constrained decoding is greedy "
                              f"or sampled, not {strategy}")
-        if self.biases() and strategy not in ("greedy", "sample"):
+        biases = self.biases()
+        if biases and strategy not in ("greedy", "sample"):
             raise ValueError(f"logit_bias: a bias is for greedy or sampled decoding, not {strategy}")
         if self.penalized and strategy not in ("greedy", "sample"):
             raise ValueError(f"repetition_penalty: the penalties are for greedy or sampled decoding, not {strategy}")
-        outside = [i for i in self.biases() if i >= model.target_vocab]
+        outside = [i for i in biases if i >= model.target_vocab]
         if outside:
             raise ValueError(f"logit_bias: token id {outside[0]} is not in the model's vocabulary of "
                              f"{model.target_vocab}")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiayn.serve.message_object import events, message
 from aiayn.serve.openai_chat import chat_answer, chat_tools, rendered
-from aiayn.serve.openai_schema import ChatRequest, FunctionSpec, OpenAIError, check_model, parse
+from aiayn.serve.openai_schema import FUNCTION_NAME, ChatRequest, OpenAIError, check_model, parse
 from aiayn.serve.openai_text import TextRoutes
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -82,7 +82,7 @@ Message = Annotated[AnthropicUserTurn | AnthropicAssistantTurn, Field(discrimina
 
 class AnthropicTool(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=FunctionSpec.model_fields["name"].metadata[0].pattern)
+    name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
     input_schema: dict
     type: Literal["custom"] | None = None

@@ -157,9 +157,12 @@ class ToolMessage(BaseModel):
 ChatMessage = Annotated[TextMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # a function's (a tool's) name, as OpenAI and Anthropic take it
+
+
 class FunctionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None  # a JSON schema of the arguments
     strict: bool | None = None

@@ -129,9 +129,8 @@ class TextRoutes:
         fields, its ``response_format`` or its tool choice's grammar; that grammar, compiled (400 naming what is
         wrong)."""
         fields = {name: getattr(req, name) for name in ("temperature", "top_p", "min_p", "repetition_penalty",
-                                                         "frequency_penalty", "presence_penalty")}
+                                                         "frequency_penalty", "presence_penalty", "logit_bias")}
         fields.update(top_k=None if req.top_k is None else max(req.top_k, 0), **schema_of(req.response_format))
-        fields["logit_bias"] = req.logit_bias  # a dict: the config's text
         if calls is not None:
             try:  # the tools' grammar takes the response_format's schema in (or refuses it with a forced call)
                 grammar = calls.grammar(json.loads(fields["json_schema"]) if "json_schema" in fields else None)
