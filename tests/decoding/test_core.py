@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from aiayn import EncoderOnly, build_model
-from aiayn.decoding.core import Stepper, forbid, length_limits, strip
+from aiayn.decoding.core import Stepper, forbid, length_limits, never_generated, strip
 
 from conftest import random_ids, tiny
 
@@ -26,7 +26,9 @@ def test_forbid_and_strip():
         assert torch.isinf(logits[..., tok]).all()
     assert torch.isfinite(logits[..., cfg.unk_id]).all()
     assert not torch.isinf(forbid(torch.zeros(1, cfg.vocab_size), cfg, no_eos=False)[0, cfg.eos_id])
-    assert strip([5, 6, 2, 7], 2, 0) == [5, 6] and strip([5, 0, 6], 2, 0) == [5] and strip([5], 2, 0) == [5]
+    assert strip([5, 6, 2, 7], 2) == [5, 6] and strip([5, 0, 6], 2) == [5, 0, 6] and strip([5], 2) == [5]
+    lm = cfg.replace(arch="decoder-only", n_encoder_layers=0)
+    assert never_generated(lm) == (lm.pad_id,) and never_generated(lm.replace(pad_is_token=True)) == ()
 
 
 def test_stepper_drives_both_generating_members_through_one_interface(model):

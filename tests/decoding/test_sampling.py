@@ -123,8 +123,10 @@ def test_greedy_with_penalties_takes_the_best_penalised_token_at_every_step():
 def test_logit_bias_is_added_first_then_the_penalties_and_a_shortlist_takes_its_columns():
     from aiayn.decoding.sampling import Penalties
 
-    prompts = torch.tensor([[3, 0]])
+    prompts = torch.tensor([[3, 0], [3, 4]])  # row 0: [3], then padding (masks.prompt_lengths)
     pen = Penalties(prompts, pad_id=0, vocab=5, repetition=2.0, bias={3: 4.0, 1: -100.0})
+    assert pen.seen[:, [0, 3, 4]].tolist() == [[False, True, False], [False, True, True]]
+    pen.seen, pen.counts = pen.seen[:1], pen.counts[:1]  # row 0 alone below
     scores = torch.tensor([[1.0, 2.0, -1.0, -2.0, 4.0]])
     want = torch.tensor([[1.0, 2.0 - 100.0, -1.0, (-2.0 + 4.0) / 2, 4.0]])  # 3: biased, then seen in the prompt
     assert torch.equal(pen.apply(scores.clone()), want)

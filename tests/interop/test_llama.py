@@ -235,3 +235,42 @@ def test_an_imported_language_model_decodes_as_its_files_say_else_greedily(tmp_p
         (folder / "generation_config.json").write_text(json.dumps(theirs))
     assert main(["import", str(folder), "--output", str(tmp_path / "ckpt")]) == 0
     assert json.loads((tmp_path / "ckpt" / "generation.json").read_text()) == ours
+
+
+PAD_PROMPT = torch.tensor([[5, 0, 17, 40, 0, 9, 0]])  # (1, 7): a text holding Gemma's pad id
+
+
+@pytest.fixture(scope="module")
+def gemma_with_a_live_pad(tmp_path_factory, make_llama):
+    """A random Gemma 3 whose ``<pad>`` (id 0, a word of its vocabulary) has a row of its own, so that greedy decoding
+    generates it: (the Hugging Face model, the imported aiayn model)."""
+    import transformers
+
+    kind, overrides = VARIANTS["gemma3-layers"]
+    folder = make_llama(tmp_path_factory.mktemp("gemma-pad") / "hf", kind, **overrides)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        table = hf.get_input_embeddings().weight  # tied: the output's rows too
+        first = int(hf(input_ids=PAD_PROMPT).logits[0, -1].argmax())
+        table[0] = table[first] * 1.5  # its row scaled up: <pad> wins where that token did
+    hf.save_pretrained(folder)
+    out = folder.parent / "ckpt"
+    assert main(["import", str(folder), "--output", str(out)]) == 0
+    return hf, load_checkpoint(out)[0].eval()
+
+
+def test_a_pad_id_is_a_token_where_the_vocabulary_has_it(gemma_with_a_live_pad):
+    """Padding is where the engine put it, never a token's value: a Gemma text holding its pad id, in the middle and
+    at the end, scores, continues and batches as transformers does, and greedy decoding generates it."""
+    hf, model = gemma_with_a_live_pad
+    prompt = PAD_PROMPT
+    with torch.no_grad():
+        ref = hf(input_ids=prompt).logits
+        assert (model(prompt)[..., : ref.size(-1)] - ref).abs().max() <= 1e-4
+    theirs = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)[0, prompt.size(1):].tolist()
+    assert 0 in _until_eos(theirs)  # the check below reads a generated pad id
+    assert generate(model, prompt, "greedy", max_new_tokens=12)[0] == _until_eos(theirs)
+    # in a batch, a row's padding is the pad ids that end it (masks.prompt_lengths); the others are its tokens
+    batch = torch.tensor([[5, 0, 17, 40, 0, 9], [8, 0, 3, 0, 0, 0]])  # row 1: [8, 0, 3], then padding
+    alone = [generate(model, row, "greedy", max_new_tokens=8)[0] for row in (batch[:1], batch[1:, :3])]
+    assert generate(model, batch, "greedy", max_new_tokens=8) == alone

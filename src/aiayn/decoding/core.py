@@ -15,9 +15,13 @@ from aiayn.model.transformer import TransformerModel
 
 
 def never_generated(cfg: ModelConfig) -> tuple[int, ...]:
-    """PAD is never generated, nor BOS by an encoder-decoder (it starts every target and never follows a
-    token); a language model's BOS is a token it learned (a document boundary), generated as Hugging Face does."""
-    return (cfg.pad_id, cfg.bos_id) if cfg.arch == "encoder-decoder" else (cfg.pad_id,)
+    """An encoder-decoder never generates PAD nor BOS (BOS starts every target and never follows a token). A language
+    model generates its BOS (a document boundary, as Hugging Face does), and its pad id only where that is a word of
+    its vocabulary (``pad_is_token``: Gemma's ``<pad>``); never the padding row aiayn appends to an imported
+    vocabulary, nor the pad id of aiayn's own tokenizers (never a training target)."""
+    if cfg.arch == "encoder-decoder":
+        return cfg.pad_id, cfg.bos_id
+    return () if cfg.pad_is_token else (cfg.pad_id,)
 
 
 def forbid(logits: Tensor, cfg: ModelConfig, no_eos: bool) -> Tensor:
@@ -36,12 +40,9 @@ def as_eos(tokens: Tensor, cfg: ModelConfig) -> Tensor:
     return tokens.masked_fill(torch.isin(tokens, torch.tensor(cfg.stop_ids, device=tokens.device)), cfg.eos_id)
 
 
-def strip(row: list[int], eos_id: int, pad_id: int) -> list[int]:
-    """Cut a generated row at its first EOS (or padding)."""
-    for i, tok in enumerate(row):
-        if tok in (eos_id, pad_id):
-            return row[:i]
-    return row
+def strip(row: list[int], eos_id: int) -> list[int]:
+    """Cut a generated row at its first EOS."""
+    return row[: row.index(eos_id)] if eos_id in row else row
 
 
 def length_limits(inputs: Tensor, pad_id: int, max_new_tokens: Tensor | int | None = None,

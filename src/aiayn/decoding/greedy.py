@@ -25,9 +25,9 @@ class TokenRows:
     Args:
         limits: (B,) new tokens allowed per row.
         choose: (B, V) scores, forbidden tokens at -inf -> (B,) columns (arg-max; a seeded draw for sampling).
-        min_new_tokens: EOS is not allowed before this many tokens. BOS and PAD are never generated.
+        min_new_tokens: EOS is not allowed before this many tokens (``core.never_generated``: never generated).
         on_token: ``on_token(next_ids (B,), live (B,) bool)`` after every step (streaming); ``live`` is False
-            for rows that had already finished (their next id is PAD).
+            for rows that had already finished (their next id is PAD, no part of their output).
         constraints: per row, a grammar its tokens follow (:mod:`aiayn.decoding.constraint`) or None.
         penalties: lowers the scores of tokens each row has seen (:class:`~aiayn.decoding.sampling.Penalties`).
     After each step ``last_scores`` holds the step's scores (forbidden tokens at -inf), e.g. for log-probabilities,
@@ -47,6 +47,7 @@ class TokenRows:
         self.penalties = penalties
         self.constraints = constraints if constraints and any(c is not None for c in constraints) else None
         self.generated: list[Tensor] = []  # one (B,) per step
+        self.taken = torch.zeros_like(limits, dtype=torch.long)  # (B,) steps each row was live in: its output
         self.last_scores: Tensor | None = None
 
     @property
@@ -67,6 +68,7 @@ class TokenRows:
             self._constrain(scores)
         nxt = columns.token_ids(self.choose(scores)).masked_fill(self.finished, self.pad_id)  # (B,)
         self.live = ~self.finished
+        self.taken += self.live
         if self.penalties is not None:
             self.penalties.take(nxt, self.live)
         if self.on_token is not None:
@@ -111,8 +113,8 @@ class TokenRows:
         return list(zip(self.results(), [r or "length" for r in self.reasons], strict=True))
 
     def results(self) -> list[list[int]]:
-        """Per row, the generated ids without the final EOS."""
+        """Per row, the ids it generated while live, without the final EOS (a finished row's PAD is not one)."""
         if not self.generated:
             return [[] for _ in range(self.size)]
         rows = torch.stack(self.generated, dim=1).tolist()  # (B, steps)
-        return [strip(row, self.eos_id, self.pad_id) for row in rows]
+        return [strip(row[:n], self.eos_id) for row, n in zip(rows, self.taken.tolist(), strict=True)]

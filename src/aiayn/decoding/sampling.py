@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.greedy import TokenRows
+from aiayn.model.masks import prompt_lengths
 from aiayn.model.transformer import TransformerModel
 
 
@@ -108,7 +109,7 @@ class Penalties:
     taken off once per time the row generated the token, ``presence`` once if it did.
 
     Args:
-        prompts: (B, S) the rows' prompts, padded with ``pad_id`` (not counted).
+        prompts: (B, S) the rows' prompts, right-padded with ``pad_id`` (``masks.prompt_lengths``: not counted).
         vocab: the number of score columns (V).
         bias: token id -> what is added to its score, every row and step.
     """
@@ -123,7 +124,9 @@ class Penalties:
             self.bias[ids] = torch.tensor(list(bias.values()), device=prompts.device)
         ids = prompts.clamp(0, vocab - 1)  # (B, S)
         self.seen = torch.zeros(prompts.size(0), vocab, dtype=torch.bool, device=prompts.device)  # (B, V)
-        self.seen.scatter_(1, ids, prompts != pad_id)
+        real = torch.arange(prompts.size(1), device=prompts.device) < prompt_lengths(prompts, pad_id)[:, None]
+        rows = torch.arange(prompts.size(0), device=prompts.device)[:, None].expand_as(ids)  # (B, S)
+        self.seen[rows[real], ids[real]] = True  # (B, V): a pad id inside a prompt is a token it has seen
         self.counts = torch.zeros(prompts.size(0), vocab, device=prompts.device)  # (B, V) output counts
 
     def apply(self, scores: Tensor, candidates: Tensor | None = None) -> Tensor:

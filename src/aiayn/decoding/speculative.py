@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, as_eos, forbid, strip
+from aiayn.model.masks import prompt_lengths
 from aiayn.model.transformer import TransformerModel
 
 
@@ -49,8 +50,9 @@ def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids
         raise ValueError("draft model: its vocabulary must be the main model's")
     stats, outputs = stats or SpeculativeStats(), []
     limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
-    for row, limit in zip(src_ids.split(1), limits, strict=True):
-        row = row[:, : int((row != model.config.pad_id).sum())]  # (1, S'): its right padding dropped
+    lengths = prompt_lengths(src_ids, model.config.pad_id).tolist()  # (B,): a lone row is all real
+    for row, limit, length in zip(src_ids.split(1), limits, lengths, strict=True):
+        row = row[:, :length]  # (1, S'): its right padding dropped
         outputs.append(_one(model, draft, row, int(limit), k, min_new_tokens, stats) if limit > 0 else [])
     return outputs, stats
 
@@ -78,7 +80,7 @@ def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: Spe
         small.cache.truncate(tokens.size(1) - 1)
         if cfg.eos_id in tokens[0, start:].tolist():
             break
-    out = strip(tokens[0, start: start + limit].tolist(), cfg.eos_id, cfg.pad_id)
+    out = strip(tokens[0, start: start + limit].tolist(), cfg.eos_id)
     stats.generated += min(tokens.size(1) - start, limit)
     return out
 

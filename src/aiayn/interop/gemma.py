@@ -87,7 +87,8 @@ def gemma_config(hf: dict, unk_id: int | None) -> ModelConfig:
         share_embeddings="all" if hf.get("tie_word_embeddings", True) else "none",
         max_len=hf.get("max_position_embeddings", 131072), layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         scale_embeddings=True, pad_id=pad, bos_id=hf.get("bos_token_id", 2), eos_id=ends[0],
-        unk_id=pad if unk_id is None else unk_id, mask_id=pad, stop_ids=tuple(ends[1:]))
+        unk_id=pad if unk_id is None else unk_id, mask_id=pad, pad_is_token=True,
+        stop_ids=tuple(ends[1:]))
 
 
 def gains_as_one_plus(tensors: Iterable[tuple[str, Tensor]],

@@ -109,6 +109,8 @@ class ModelConfig:
             ``final_logits_bias``).
         padding_row: the last id is a padding row aiayn appended to an imported vocabulary (GPT-2, Llama have
             no padding token): never predicted, it takes no part in the training softmax nor in a sampling draw.
+        pad_is_token: a language model's pad id is a word of its imported vocabulary (Gemma's ``<pad>``): generated
+            as any token, as transformers does (aiayn's own pad id never is: it was never a training target).
         dropout: P_drop on sublayer outputs and on embeddings + positions (section 5.4).
         attention_dropout, activation_dropout: dropout on the attention weights and inside the
             feed-forward network (after its activation); ``None`` = ``dropout`` (as before these existed).
@@ -164,6 +166,7 @@ class ModelConfig:
     layer_types: tuple[str, ...] = ()
     local_position_base: float | None = None
     padding_row: bool = False
+    pad_is_token: bool = False
     scale_embeddings: bool = True
     sinusoid_layout: str = "interleaved"
     embedding_norm: bool = False

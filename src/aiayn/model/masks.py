@@ -49,13 +49,24 @@ def decoder_self_mask(tgt_mask: Tensor | None, q_len: int, k_len: int, device: t
     return mask
 
 
+def prompt_lengths(ids: Tensor, pad_id: int) -> Tensor:
+    """The real tokens of each right-padded prompt (B, T) -> (B,) long: a lone prompt is all real; in a batch,
+    a row's padding is the run of ``pad_id`` that ends it. A pad id anywhere else is a token like any other (a
+    language model's pad id may be a word of its vocabulary: Gemma's ``<pad>``)."""
+    if ids.size(0) == 1:
+        return torch.full((1,), ids.size(1), dtype=torch.long, device=ids.device)
+    real = (ids != pad_id).long()  # (B, T)
+    cols = torch.arange(1, ids.size(1) + 1, device=ids.device)  # (T,)
+    return (real * cols).amax(dim=1)  # (B,): one past each row's last token that is not padding
+
+
 def left_align(ids: Tensor, pad_id: int) -> tuple[Tensor, Tensor | None]:
     """Right-padded rows (B, T) -> the same rows left-padded, and the padding per row (B,).
 
-    The padding is None when no row has any (then ``ids`` comes back unchanged). Every row needs at
-    least one token.
+    The padding (:func:`prompt_lengths`) is None when no row has any (then ``ids`` comes back unchanged). Every
+    row needs at least one token.
     """
-    lengths = padding_mask(ids, pad_id).sum(dim=1)  # (B,)
+    lengths = prompt_lengths(ids, pad_id)  # (B,)
     if bool((lengths == 0).any()):
         row = int((lengths == 0).nonzero()[0])
         raise ValueError(f"prompt: row {row} has no tokens; give every prompt at least one")
@@ -67,7 +78,7 @@ def left_align(ids: Tensor, pad_id: int) -> tuple[Tensor, Tensor | None]:
     return ids.gather(1, source_col), left_pad
 
 
-def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tensor | None = None,
+def decoder_inputs(ids: Tensor, pad_id: int | None, offset: int | None, left_pad: Tensor | None = None,
                    window: int | None = None, first_is_real: bool = False, local_window: int | None = None
                    ) -> tuple[Tensor | None, Tensor | None, Tensor | int]:
     """The causal self-attention mask and the positions of a decoder's input ids (B, T), for both decoders.
@@ -77,7 +88,8 @@ def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tenso
         left_pad: (B,) the first ``left_pad[b]`` columns of row b are padding (never attended to) and its real
             tokens start at position 0 (rows that joined a running batch later); without it and without a cache,
             right padding (``pad_id``) is masked (``first_is_real``: the first column never is: Marian starts
-            from the pad id).
+            from the pad id); ``pad_id`` None: no token is padding by its value (a language model: its causal mask
+            keeps right padding from every real token, and a pad id inside a text is a token).
         window: every layer's sliding window (Mistral); local_window: the window of the sliding layers alone
             (Gemma's), whose mask is made beside the others'.
     Returns:
@@ -90,7 +102,7 @@ def decoder_inputs(ids: Tensor, pad_id: int, offset: int | None, left_pad: Tenso
         positions = start - left_pad  # (B,) per-row position of column ``offset``
     else:
         keys, positions = None, start
-        if offset is None:
+        if offset is None and pad_id is not None:
             keys = padding_mask(ids, pad_id)  # (B, T)
             if first_is_real:
                 keys[:, 0] = True

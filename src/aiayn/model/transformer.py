@@ -7,7 +7,8 @@
 The non-autoregressive encoder-decoders (CMLM, CTC) share ``EncoderDecoderBody`` and live in
 ``model/nonautoregressive.py``; ``model/build.py`` builds and loads whichever a config names.
 
-Masks are bool, True = may attend; padding is derived from ``config.pad_id``.
+Masks are bool, True = may attend; a source's padding is derived from ``config.pad_id``, a language model's is where
+the engine put it (``left_pad``), never a token's value.
 Shape legend: B batch, S source length, T target length, V vocabulary, D d_model.
 """
 
@@ -243,7 +244,8 @@ class DecoderOnly(TransformerModel):
         last column's alone (B, 1, V).
 
         ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
-        its real tokens start at position 0. Without it, right padding (pad_id) is masked. ``output``:
+        its real tokens start at position 0. Without it, nothing is padding by its value (causal attention keeps
+        right padding from every real token; a pad id inside a text is a token, as in transformers). ``output``:
         another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
         """
         x, mask, local, positions = self._inputs(ids, cache, left_pad)
@@ -252,8 +254,9 @@ class DecoderOnly(TransformerModel):
 
     def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
               beams: int = 1) -> tuple[Tensor, DecodeState]:
-        """Prompts (B, T), right-padded with pad_id, are left-aligned so that all rows continue in the
-        same column; each row keeps its own positions and never attends to the padding."""
+        """Prompts (B, T), right-padded with pad_id (``masks.prompt_lengths``: a lone prompt is all real), are
+        left-aligned so that all rows continue in the same column; each row keeps its own positions and never
+        attends to the padding."""
         tokens, left_pad = left_align(inputs, self.config.pad_id)  # (B, T0), (B,) or None
         tokens = tokens.repeat_interleave(beams, dim=0)  # (B*beams, T0)
         left_pad = None if left_pad is None else left_pad.repeat_interleave(beams, dim=0)
@@ -293,8 +296,7 @@ class DecoderOnly(TransformerModel):
                 ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | int]:
         """The embedded ids (B, T, D), the self-attention and sliding masks (bool, True = may attend; (B|1, 1, T,
         offset+T) or None) and the positions of ids coming after ``cache``'s, rows padded by ``left_pad``."""
-        mask, local, positions = decoder_inputs(ids, self.config.pad_id, _offset(cache), left_pad,
-                                                **_windows(self.config))
+        mask, local, positions = decoder_inputs(ids, None, _offset(cache), left_pad, **_windows(self.config))
         if cache is not None:
             cache.mark_padding(left_pad)
         return self.embed(ids, positions), mask, local, positions
@@ -305,7 +307,7 @@ class DecoderOnly(TransformerModel):
 
     def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
         """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
-        mask, local, _ = decoder_inputs(ids, self.config.pad_id, None, **_windows(self.config))
+        mask, local, _ = decoder_inputs(ids, None, None, **_windows(self.config))
         _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True, local_mask=local)
         return {"decoder_self": [w["self"] for w in weights]}
 
