@@ -49,7 +49,7 @@ def test_decoding_options(client, translator):
 
 
 @pytest.mark.parametrize("body, status, words", [
-    ({"texts": ["a"] * 5}, 413, "too many texts"),
+    ({"texts": ["a"] * 5}, 413, "text: 5 texts; the server takes 4"),
     ({"text": "a " * 40}, 413, "characters"),
     ({"text": "a", "max_new_tokens": 41}, 422, "max_new_tokens"),
     ({"text": "a", "beam_size": 0}, 422, "beam_size"),

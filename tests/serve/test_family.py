@@ -424,3 +424,22 @@ def test_the_prompt_cache_is_sized_for_the_model_by_default(generator):
     assert f"serving tiny (decoder-only, autoregressive), context {capacity} tokens, prompt cache up to" in line
     assert f"({cache.max_bytes // per_token} tokens)" in line
     assert create_app(generator, Limits(prefix_cache_bytes=0)).state.batcher.prefix_cache.max_bytes == 0
+
+
+def test_one_size_limit_is_one_answer_on_every_route(generator, mlm_run):
+    """Texts over ``--max-texts`` or ``--max-chars``: 413 naming the field on the native routes and on ``/v1`` alike
+    (the same ``Limits.oversize``), never 400 on one and 413 on another."""
+    from aiayn.inference.embed import Embedder
+
+    limits = Limits(max_texts=2, max_chars=30)
+    filler, embedder = MaskFiller.from_checkpoint(mlm_run), Embedder.from_checkpoint(mlm_run)
+    with TestClient(create_app(filler, limits, embedder=embedder)) as client:
+        name = client.get("/v1/models").json()["data"][0]["id"]
+        for route, field in (("/embed", "texts"), ("/v1/embeddings", "input")):
+            for texts in (["a", "b", "c"], ["a " * 20]):
+                answer = client.post(route, json={field: texts, **({"model": name} if field == "input" else {})})
+                assert answer.status_code == 413, (route, answer.text)
+    with TestClient(create_app(generator, limits)) as client:
+        name = client.get("/v1/models").json()["data"][0]["id"]
+        answer = client.post("/v1/completions", json={"model": name, "prompt": ["a", "b", "c"]})
+        assert answer.status_code == 413 and answer.json()["error"]["param"] == "prompt"

@@ -70,11 +70,9 @@ def native_refusal(err: Refused) -> HTTPException:
 def check_size(texts: list[str], limits: Limits) -> None:
     """Sizes over the limits -> 413; text that is not valid Unicode (a lone surrogate such as \\ud800,
     which JSON can carry) -> 422."""
-    if len(texts) > limits.max_texts:
-        raise HTTPException(413, f"too many texts: {len(texts)} > {limits.max_texts} per request")
+    if (over := limits.oversize(texts, "text")) is not None:
+        raise HTTPException(413, over)
     for i, text in enumerate(texts):
-        if len(text) > limits.max_chars:
-            raise HTTPException(413, f"text {i} has {len(text)} characters; the limit is {limits.max_chars}")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as err:

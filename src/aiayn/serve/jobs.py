@@ -22,9 +22,10 @@ from aiayn.model.transformer import TransformerModel
 @dataclass(frozen=True)
 class Refusal:
     """Why the scheduler will not take a job (:meth:`Scheduler.admission <aiayn.serve.scheduler.Scheduler.admission>`):
-    ``kind`` ``"invalid"`` (a decoding the model cannot run), ``"too_large"`` (over a size or length limit) or
-    ``"busy"`` (too many requests open); ``field``: the request field at fault. Each protocol maps it to its own
-    status code (the native routes 422/413/429, ``/v1`` OpenAI's 400/429)."""
+    ``kind`` ``"invalid"`` (a decoding the model cannot run), ``"too_long"`` (a length over the context or a
+    decoding limit: max_new_tokens, beam_size) or ``"busy"`` (too many requests open); ``field``: the request field at
+    fault. Each protocol maps it to its own status code (the native routes 422/422/429, ``/v1`` OpenAI's 400/400/429).
+    Sizes (texts, characters, bytes) never reach the scheduler: ``Limits.oversize``, 413 on every route."""
 
     kind: str
     field: str

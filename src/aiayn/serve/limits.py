@@ -11,7 +11,9 @@ def _limit(default: float, help: str):
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on what one request may ask: over one -> 413 (size), 422 (decoding length) or 429 (busy)."""
+    """Caps on what one request may ask: a size over one (texts, characters, body bytes) is 413 on every route
+    (:meth:`oversize`); a length over the context or a decoding limit is the scheduler's ``too_long`` refusal (422 on
+    the native routes, 400 ``context_length_exceeded`` on ``/v1``, each protocol's code); too many open requests 429."""
 
     max_chars: int = _limit(1000, "characters per text (translation, encoders; a language model's prompts are "
                                   "limited in tokens: --max-model-len)")
@@ -45,3 +47,13 @@ class Limits:
     max_streams: int = _limit(32, "/generate requests running or waiting at once; more are answered 429")
     shutdown_grace_s: float = _limit(30.0, "after SIGTERM: seconds the requests in flight get to finish (new ones "
                                            "are answered 503)")
+
+    def oversize(self, texts: list, field: str, chars: bool = True) -> str | None:
+        """What is over the size caps in one request's ``texts`` (the request field ``field``): too many of them, or
+        (``chars``) one over ``max_chars``; None when nothing is. Every route answers it 413."""
+        if len(texts) > self.max_texts:
+            return f"{field}: {len(texts)} texts; the server takes {self.max_texts} a request"
+        for i, text in enumerate(texts if chars else ()):
+            if len(text) > self.max_chars:
+                return f"{field}: text {i} has {len(text)} characters; the limit is {self.max_chars}"
+        return None

@@ -86,9 +86,10 @@ def _add_embeddings(app: FastAPI, name: str, limits: Limits, embed) -> None:
         req = await parse(request, EmbeddingRequest)
         check_model(req.model, name)
         inputs = [req.input] if isinstance(req.input, str) else req.input
-        if not inputs or len(inputs) > limits.max_texts or any(len(t) > limits.max_chars for t in inputs):
-            raise OpenAIError(400, f"input: 1 to {limits.max_texts} texts of at most {limits.max_chars} "
-                                   "characters", "input")
+        if not inputs:
+            raise OpenAIError(400, "input: empty; give a text or a list of texts", "input")
+        if (over := limits.oversize(inputs, "input")) is not None:
+            raise OpenAIError(413, over, "input")
         vectors, tokens = await embed(inputs)
         data = [{"object": "embedding", "index": i,
                  "embedding": vector.tolist() if req.encoding_format == "float" else

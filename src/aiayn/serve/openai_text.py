@@ -40,9 +40,8 @@ class TextRoutes:
     def check_count(self, prompts: list, field: str) -> None:
         """413 for more prompts than the server takes in one request (their lengths are counted in tokens, against
         the context: the scheduler's check)."""
-        if len(prompts) > self.limits.max_texts:
-            raise OpenAIError(413, f"{field}: {len(prompts)} prompts; the server takes {self.limits.max_texts} a "
-                                   "request", field)
+        if (over := self.limits.oversize(prompts, field, chars=False)) is not None:
+            raise OpenAIError(413, over, field)
 
     def completion_prompts(self, prompt) -> tuple[list[list[int]], list[str]]:
         """A completion's prompts as ids and as the text they echo: one text or several, one list of token ids or
