@@ -152,7 +152,7 @@ def main() -> None:
         try:
             found = run()
         except ImportError as err:
-            print(json.dumps({"config": name, "skipped": f"not installed: {err}"}), flush=True)
+            print_figure(name, "skipped", f"not installed: {err}", "text")
             continue
         for metric, value in found.items():
             emit(name, metric, round(value, 4) if isinstance(value, float) else value,

@@ -11,10 +11,10 @@ one process so the ratio is measured under the same conditions. Prints JSON line
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
+from common import emit
 
 
 def adam(model: torch.nn.Module, fused: bool) -> torch.optim.Adam:
@@ -60,10 +60,6 @@ def copy_step_ms(fused: bool, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def report(config: str, metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"config": config, "metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base"])
@@ -75,15 +71,15 @@ def main() -> None:
             for fused in (False, True):
                 times[fused].append(update_ms(preset, fused, args.repeats))
         for fused, name in ((False, "loop"), (True, "fused")):
-            report(f"{preset}/adam-{name}", "update_time", min(times[fused]), "ms")
-        report(f"{preset}/fused-vs-loop", "update_speedup", min(times[False]) / min(times[True]), "x")
+            emit(f"{preset}/adam-{name}", "update_time", min(times[fused]), "ms")
+        emit(f"{preset}/fused-vs-loop", "update_speedup", min(times[False]) / min(times[True]), "x")
     steps = {fused: [] for fused in (False, True)}
     for _ in range(2):
         for fused in (False, True):
             steps[fused].append(copy_step_ms(fused, args.repeats * 5))
     for fused, name in ((False, "loop"), (True, "fused")):
-        report(f"copy-task/adam-{name}", "train_step_time", min(steps[fused]), "ms")
-    report("copy-task/fused-vs-loop", "train_step_speedup", min(steps[False]) / min(steps[True]), "x")
+        emit(f"copy-task/adam-{name}", "train_step_time", min(steps[fused]), "ms")
+    emit("copy-task/fused-vs-loop", "train_step_speedup", min(steps[False]) / min(steps[True]), "x")
 
 
 if __name__ == "__main__":

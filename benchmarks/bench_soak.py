@@ -355,7 +355,7 @@ def main() -> None:
                 "ratio" if metric.endswith(("_ratio", "_growth")) else "count")
             emit(config, metric, value, unit)
         else:
-            print(json.dumps({"config": config, "metric": metric, "value": value}), flush=True)
+            emit(config, metric, value, "text")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from common import emit
 
 SRC_LEN = TGT_LEN = 24
 BATCH = 2048 // TGT_LEN  # 85 sentences, 2040 target tokens
@@ -104,10 +105,8 @@ def main() -> None:
             result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
             name = label(preset, impl, comp, bf16)
             rates[name] = result["tokens_per_s"]
-            print(json.dumps({"config": name, "metric": "train_tgt_tokens_per_s",
-                              "value": round(result["tokens_per_s"], 1), "unit": "tokens/s"}), flush=True)
-            print(json.dumps({"config": name, "metric": "peak_rss", "value": round(result["peak_rss_mib"], 1),
-                              "unit": "MiB"}), flush=True)
+            emit(name, "train_tgt_tokens_per_s", float(result["tokens_per_s"]), "tokens/s", digits=1)
+            emit(name, "peak_rss", float(result["peak_rss_mib"]), "MiB", digits=1)
         report_speedups(preset, rates)
 
 
@@ -117,12 +116,10 @@ def report_speedups(preset: str, rates: dict[str, float]) -> None:
     for name, rate in rates.items():
         if "/torch" in name:
             continue
-        print(json.dumps({"config": name, "metric": "speedup_vs_torch_nn_transformer",
-                          "value": round(rate / base, 3), "unit": "x"}), flush=True)
+        emit(name, "speedup_vs_torch_nn_transformer", rate / base, "x")
         if name.endswith("+bf16"):
             same = rates[label(preset, "torch", False, True)]
-            print(json.dumps({"config": name, "metric": "speedup_vs_torch_nn_transformer_bf16",
-                              "value": round(rate / same, 3), "unit": "x"}), flush=True)
+            emit(name, "speedup_vs_torch_nn_transformer_bf16", rate / same, "x")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Who may import whom: rules over packages (scripts/import_graph.py's LAYERS), and a command line that starts
 without torch."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,44 @@ def test_the_server_rooms_one_front_door_over_routes_over_the_engine_room():
            "aiayn.serve.translate": {**GRAPH["aiayn.serve.translate"], "aiayn.serve.server": True}}
     assert set(_serve_edges(bad)) == {("aiayn.serve.scheduler", "aiayn.serve.generate"),
                                       ("aiayn.serve.translate", "aiayn.serve.server")}
+
+
+NUMBERS = {10: "Ten", 11: "Eleven", 12: "Twelve", 13: "Thirteen", 14: "Fourteen", 15: "Fifteen", 16: "Sixteen"}
+
+
+def _drawn_layers() -> list[tuple[str, str]]:
+    """docs/architecture.md's drawing of the layers, lowest first: (the packages' column, their modules' text)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The layers of the house", 1)[1]
+    drawing = section.split("```", 2)[1].splitlines()[1:]
+    rows: list[list[str]] = []
+    for line in drawing:
+        if line[1:2] not in (" ", "|"):  # a new entry: its packages from column 1
+            rows.append([line[1:30].strip(), line[30:]])
+        else:
+            rows[-1][1] += " " + line[30:]
+    return [tuple(row) for row in reversed(rows)]
+
+
+def _packages(column: str) -> tuple[str, ...]:
+    """``"data/       decoding/"`` -> ("aiayn.data", "aiayn.decoding"); ``aiayn (__init__)`` -> ("aiayn",)."""
+    if column.startswith("aiayn "):
+        return ("aiayn",)
+    return tuple(f"aiayn.{word.rstrip('/')}" for word in column.split())
+
+
+def test_the_architecture_doc_draws_the_layers_as_they_are():
+    """The doc's drawing cannot drift: its rows are LAYERS in order, each names every module of its packages, and
+    its sentence counts them."""
+    drawn = _drawn_layers()
+    assert [_packages(column) for column, _ in drawn] == list(LAYERS)
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"{NUMBERS[len(LAYERS)]} layers, lowest first" in text
+    root = ROOT / "src" / "aiayn"
+    for (_, modules), packages in zip(drawn, LAYERS, strict=True):
+        words = set(re.findall(r"\w+", modules))
+        for package in packages:
+            folder = root.joinpath(*package.split(".")[1:])
+            if package != "aiayn":  # the top level's other modules are layers of their own
+                missing = [p.stem for p in folder.glob("*.py") if p.stem != "__init__" and p.stem not in words]
+                assert missing == [], f"docs/architecture.md: {package} does not name {missing}"

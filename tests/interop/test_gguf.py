@@ -17,8 +17,8 @@ from aiayn.cli import main
 from aiayn.inference.load import load_checkpoint, load_for_use
 from aiayn.inference.precision import converter, fuse
 from aiayn.interop.gguf import read_gguf
-from aiayn.interop.gguf_rows import GGUFRows, blocks_grid
-from aiayn.io.checkpoint import StackedRows, ZeroRows
+from aiayn.interop.gguf_rows import GGUFRows, ZeroRows, blocks_grid
+from aiayn.io.checkpoint import StackedRows, defer_rows
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
 from conftest import GEMMA3, SMOLLM2, assert_runs_its_kernel, kernels_expected
@@ -646,7 +646,7 @@ def gguf_file(tmp_path, kinds: list[str]):
 def linear_over(rows) -> nn.Linear:
     """A linear layer whose weight is left unread, its rows read from ``rows`` (as ``load_for_use`` leaves it)."""
     linear = nn.utils.skip_init(nn.Linear, rows.shape[1], rows.shape[0], bias=False)
-    linear.weight.stored_rows = rows
+    defer_rows(linear.weight, rows)
     return linear
 
 

@@ -100,7 +100,7 @@ class PromptCache:
                 kv.write(start, keys, values)
         filled = first_column + reused if blocks else 0
         for layer in cache.layers:
-            layer.self_kv.length = filled
+            layer.self_kv.written(filled)
         self.hits, self.misses = self.hits + bool(blocks), self.misses + (not blocks)
         self.hit_tokens += reused
         return filled

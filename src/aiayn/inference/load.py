@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.decoding.config import DecodingConfig, imported_defaults
-from aiayn.io.checkpoint import converted_parts, read_deferred, verify_checkpoint
+from aiayn.io.checkpoint import Converter, converted_parts, read_deferred, verify_checkpoint
 from aiayn.io.files import give_back_memory
 from aiayn.io.run import is_gguf, resolve_checkpoint
 from aiayn.model.build import load_model
@@ -21,7 +21,7 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
 
 def load_checkpoint(path: str | Path, arch: str | None = None,
                     prepare: Callable[[TransformerModel], object] | None = None,
-                    convert: Callable | None = None) -> tuple[TransformerModel, TokenizerPair]:
+                    convert: Converter | None = None) -> tuple[TransformerModel, TokenizerPair]:
     """The model and tokenizers of a checkpoint folder or run folder (its best/; a GGUF file: :func:`load_for_use`
     with its reader); with ``arch``, a checkpoint of another family member is a ValueError that names the command
     for it.
@@ -34,7 +34,7 @@ def load_checkpoint(path: str | Path, arch: str | None = None,
 
 def load_for_use(path: str | Path, arch: str | None = None,
                  prepare: Callable[[TransformerModel], object] | None = None,
-                 convert: Callable | None = None, read_file: Callable | None = None
+                 convert: Converter | None = None, read_file: Callable | None = None
                  ) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
     """:func:`load_checkpoint`'s model and tokenizers, and the checkpoint's decoding defaults: its
     ``generation.json``, or a GGUF file's sampling metadata as ``aiayn import`` would write them. ``read_file``:
@@ -63,7 +63,7 @@ def _load_gguf(path: Path, prepare, convert, read_gguf) -> tuple[TransformerMode
     each matrix from the file a block of rows at a time, and keeps the blocks of the types its layers hold as they
     are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``interop/gguf_rows.py``): no float32 copy."""
     convert = convert if prepare is None else None
-    rows = getattr(convert, "reads_rows", False) and getattr(convert, "dtype", None) is None
+    rows = convert is not None and convert.reads_rows and convert.dtype is None
     model, tokenizers, sampling = read_gguf(path, rows=rows)  # (nothing left unread without a converter)
     for _, part in converted_parts(model) if convert is not None else []:
         convert(part)

@@ -22,6 +22,7 @@ import copy
 import torch
 from torch import nn
 
+from aiayn.io.checkpoint import Converter
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.experts import MixtureOfExperts
@@ -176,7 +177,7 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
 
 
 def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool = False, packed: bool = True,
-              int4: bool = False, few_rows: bool = False):
+              int4: bool = False, few_rows: bool = False) -> Converter | None:
     """What :func:`inference_copy` does on the CPU, as a conversion of one part of a model in place: for
     ``load_model(..., convert=)``, which converts each layer as soon as its weights are read, so that the float32
     weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU, or
@@ -189,17 +190,15 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
     dtype = torch.bfloat16 if bf16 else None
     if torch.device(device).type != "cpu":
         return None
-    if int8 or int4:
-        def quantized(part: nn.Module) -> nn.Module:
-            return _convert(part, _quantized(8 if int8 else 4), dtype, tables=True)
-        quantized.reads_rows = True  # its layers and tables quantize a block of rows at a time, as load_weights reads
-        quantized.dtype = dtype  # (None: the model's own parts are not cast, so rows left unread stay so until read)
-        return quantized
+    if int8 or int4:  # its layers and tables quantize a block of rows at a time, as load_weights reads them
+        bits = 8 if int8 else 4
+        return Converter(lambda part: _convert(part, _quantized(bits), dtype, tables=True), reads_rows=True,
+                         dtype=dtype)
     dense = few_rows and dtype is None and dense_available()
     if packed and packing_available(dtype) and (dtype is not None or dense or packing_pays()):
-        return lambda part: _convert(part, _packed(dense), dtype)
+        return Converter(lambda part: _convert(part, _packed(dense), dtype), dtype=dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
-        return lambda part: _convert(part, _plain)
+        return Converter(lambda part: _convert(part, _plain))
     return None
 
 

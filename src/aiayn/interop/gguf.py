@@ -246,9 +246,9 @@ def hf_tensors(f: GGUFFile, hf: dict, rows: bool = False) -> Iterator[tuple[str,
 
 def read_gguf(path: str | Path, rows: bool = False):
     """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it.
-    ``rows``: a llama, qwen or gemma file's matrices left unread, each its weight's ``stored_rows`` (a
-    :class:`GGUFRows`), for a converter that reads rows as it quantizes (``aiayn.inference.load``), the model
-    built uninitialised."""
+    ``rows``: a llama, qwen or gemma file's matrices left unread, each its weight's deferred rows
+    (``io/checkpoint.py::defer_rows``: a :class:`GGUFRows`), for a converter that reads rows as it quantizes
+    (``aiayn.inference.load``), the model built uninitialised."""
     f = GGUFFile(path)
     tokenizers = _tokenizers(f)
     give_back_memory()  # the tokenizer's parse, given back before the weights come (as load_checkpoint does)

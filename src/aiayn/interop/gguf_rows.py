@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aiayn.io.checkpoint import Blocks
+
 QK_K = 256  # weights in a K-quant block
 Q4K_BYTES = 144  # d, dmin (float16), 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles
 GRIDS = {8: ("Q8_0",), 4: ("Q4_0", "Q4_1", "Q4_K")}  # the types whose blocks a layer of these bits keeps as they are
@@ -73,7 +75,7 @@ def blocks_grid(kind: str, raw: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor 
     raise ValueError(f"blocks_grid: {kind} blocks are not kept as they are")
 
 
-class GGUFRows:
+class GGUFRows(Blocks):
     """A GGUF file's tensor in PyTorch's shape, read a slice of rows at a time: ``rows[a:b]`` -> float32;
     ``grid(bits, a, b)`` -> the rows' blocks as a layer of ``bits`` keeps them (:func:`blocks_grid`), or None where
     the type is not one it keeps (:data:`GRIDS`). ``order``: the file's row of each row (a ``llama`` file's
@@ -102,3 +104,18 @@ class GGUFRows:
             return None
         raw = torch.from_numpy(np.array(self._raw(slice(start, stop))))  # (r, bytes a row), a copy
         return blocks_grid(self.kind, raw, self.shape[1])
+
+
+class ZeroRows(Blocks):
+    """``rows`` rows of ``width`` zeros, as a row source (a padding row appended to an imported token table)."""
+
+    def __init__(self, rows: int, width: int) -> None:
+        self.shape = (rows, width)
+
+    def __getitem__(self, rows: slice) -> Tensor:
+        return torch.zeros(len(range(*rows.indices(self.shape[0]))), self.shape[1])
+
+    def grid(self, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        q = torch.zeros(stop - start, self.shape[1], dtype=torch.int8 if bits == 8 else torch.uint8)
+        d = torch.zeros(stop - start, self.shape[1] // 32)
+        return q, d, None if bits == 8 else d.clone()

@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.interop.gguf_rows import ZeroRows
 from aiayn.interop.hf_folder import iter_weights
-from aiayn.io.checkpoint import StackedRows, ZeroRows
+from aiayn.io.checkpoint import StackedRows, defer_rows
 from aiayn.model.checks import ROPE_SCALING
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import DecoderOnly
@@ -153,7 +154,7 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
                 rows.copy_(tensor)
             else:  # rows read a slice at a time (a GGUF file's: interop/gguf_rows.py), left for the converter
                 padding = rows.size(0) < target.size(0)  # (and the padding row under them)
-                target.stored_rows = StackedRows([tensor, ZeroRows(1, target.size(1))]) if padding else tensor
+                defer_rows(target, StackedRows([tensor, ZeroRows(1, target.size(1))]) if padding else tensor)
             filled.add(names[theirs])
         missing = sorted(set(names.values()) - filled)
         if missing:

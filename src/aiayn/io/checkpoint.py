@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from aiayn.io.files import (
     atomic_directory,
@@ -26,12 +27,63 @@ from aiayn.io.files import (
 )
 
 if TYPE_CHECKING:
-    from torch import nn
+    import torch
+    from torch import Tensor, nn
 
 CONFIG, WEIGHTS, CHECKSUMS = "config.json", "model.safetensors", "checksums.json"
 SLICE_BYTES = 16 * 2**20  # a stored tensor larger than this is read a slice of rows at a time (load_weights)
 GENERATION = "generation.json"  # the decoding defaults (aiayn.decoding.config.DecodingConfig), when the run chose them
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a LoRA run's (PEFT's format)
+
+
+class RowSource(Protocol):
+    """A matrix (N, K) read a slice of rows at a time, never whole: ``rows[a:b]`` -> those rows, float32. What a
+    weight left unread points to (:func:`defer_rows`): a safetensors file's (:class:`StoredRows`), a GGUF file's
+    (``interop/gguf_rows.py::GGUFRows``), several stacked (:class:`StackedRows`)."""
+
+    shape: tuple[int, ...]
+
+    def __getitem__(self, rows: slice) -> Tensor: ...
+
+
+@runtime_checkable
+class Blocks(Protocol):
+    """A :class:`RowSource` whose rows a file stores as grouped quantized blocks: ``grid(bits, a, b)`` -> rows a:b as
+    a layer of ``bits`` keeps them, (q, d, m) with w = q d + m per group of 32 (m None for int8), or None where its
+    type is not one such a layer keeps (then the rows are quantized from their float32 values)."""
+
+    shape: tuple[int, ...]
+
+    def __getitem__(self, rows: slice) -> Tensor: ...
+
+    def grid(self, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None: ...
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How an inference copy is made part by part as the weights are read (``load_weights``; made by
+    ``aiayn.inference.precision.converter``): ``convert(part)`` in place on each layer, then on the whole model.
+    ``reads_rows``: its layers quantize a block of rows at a time, so large weights are handed to it unread (a
+    :class:`RowSource`); ``dtype``: what the model's own parts are cast to (None: left as they are, so rows left
+    unread stay so until read)."""
+
+    convert: Callable[[nn.Module], object]
+    reads_rows: bool = False
+    dtype: torch.dtype | None = None
+
+    def __call__(self, part: nn.Module) -> object:
+        return self.convert(part)
+
+
+def defer_rows(tensor: Tensor, source: RowSource) -> None:
+    """Leave ``tensor``'s values unread: a converter reads them from ``source`` (:func:`rows_of`), or
+    :func:`read_deferred` copies them in."""
+    tensor.stored_rows = source
+
+
+def deferred_rows(tensor: Tensor) -> RowSource | None:
+    """The :class:`RowSource` a tensor's values are still to be read from (:func:`defer_rows`), or None."""
+    return getattr(tensor, "stored_rows", None)
 
 
 def is_checkpoint(folder: str | Path) -> bool:
@@ -111,7 +163,7 @@ def read_tensors(file: Path) -> dict:
         raise ValueError(f"{file}: not a safetensors file, damaged or truncated ({err}); copy it again") from None
 
 
-def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], object] | None = None) -> None:
+def load_weights(model: nn.Module, folder: Path, convert: Converter | None = None) -> None:
     """Read ``model.safetensors`` into ``model`` one tensor at a time (never a second copy of the whole model);
     every tensor must match by name and shape (a weight tied to another is stored once, under either name).
     ``convert(part)`` runs on each layer (``*.layers.N``) as soon as its weights are in, then on the whole model
@@ -134,7 +186,7 @@ def load_weights(model: nn.Module, folder: Path, convert: Callable[[nn.Module], 
             raise ValueError(f"{file}: weights do not match config.json: "
                              + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {unknown[0]}"))
         read: set[str] = set()  # the names read so far (with their aliases)
-        rows = getattr(convert, "reads_rows", False)
+        rows = convert is not None and convert.reads_rows
         with memory_returned_at_once() if convert is not None else contextlib.nullcontext():
             for prefix, part in converted_parts(model):
                 with safe_open(str(file), framework="pt") as stored:  # mapped a part at a time: the file's pages
@@ -164,7 +216,7 @@ def _aliases(model: nn.Module) -> dict[str, list[str]]:
 def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict, read: set[str],
                file: Path, defer: bool = False) -> None:
     """Copy into ``part``'s tensors (``prefix``: its name in the model) not read yet their stored values; with
-    ``defer``, a matrix over ``SLICE_BYTES`` is left unread, its :class:`StoredRows` set as its ``stored_rows``."""
+    ``defer``, a matrix over ``SLICE_BYTES`` is left unread, its rows a :class:`StoredRows` (:func:`defer_rows`)."""
     import torch
 
     with torch.no_grad():
@@ -179,7 +231,7 @@ def _read_part(part: nn.Module, prefix: str, stored, names: set[str], tied: dict
                                  f"{shape}, the model {tuple(tensor.shape)}")
             large = tensor.dim() and tensor.numel() * tensor.element_size() > SLICE_BYTES
             if large and defer and tensor.dim() == 2:
-                tensor.stored_rows = StoredRows(file, name, shape)
+                defer_rows(tensor, StoredRows(file, name, shape))
             elif large:
                 _read_slices(tensor, name, file)
             else:
@@ -202,12 +254,12 @@ class StoredRows:
             return stored.get_slice(self.name)[rows].float()
 
 
-class StackedRows:
+class StackedRows(Blocks):
     """Row sources of matrices one under the other (a fused projection's parts, ``stack_linears``): ``rows[a:b]``
-    -> float32 rows from the parts that hold them; ``grid(bits, a, b)``: the parts' blocks stacked, where each part
-    has them (:class:`~aiayn.interop.gguf_rows.GGUFRows`), else None."""
+    -> float32 rows from the parts that hold them; ``grid(bits, a, b)``: the parts' blocks stacked, where every part
+    is :class:`Blocks` and has them, else None."""
 
-    def __init__(self, parts: list) -> None:
+    def __init__(self, parts: list[RowSource]) -> None:
         self.parts = parts
         self.shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
 
@@ -230,40 +282,22 @@ class StackedRows:
     def grid(self, bits: int, start: int, stop: int):
         import torch
 
-        grids = [getattr(part, "grid", lambda *_: None)(bits, a, b) for part, a, b in self._pieces(start, stop)]
+        pieces = self._pieces(start, stop)
+        grids = [part.grid(bits, a, b) if isinstance(part, Blocks) else None for part, a, b in pieces]
         if not grids or any(g is None for g in grids):
             return None
         return tuple(None if t[0] is None else torch.cat(t) for t in zip(*grids, strict=True))
 
 
-class ZeroRows:
-    """``rows`` rows of ``width`` zeros, as a row source (a padding row appended to an imported token table)."""
-
-    def __init__(self, rows: int, width: int) -> None:
-        self.shape = (rows, width)
-
-    def __getitem__(self, rows: slice):
-        import torch
-
-        return torch.zeros(len(range(*rows.indices(self.shape[0]))), self.shape[1])
-
-    def grid(self, bits: int, start: int, stop: int):
-        import torch
-
-        q = torch.zeros(stop - start, self.shape[1], dtype=torch.int8 if bits == 8 else torch.uint8)
-        d = torch.zeros(stop - start, self.shape[1] // 32)
-        return q, d, None if bits == 8 else d.clone()
-
-
 def read_deferred(module: nn.Module) -> None:
-    """Read into place each of ``module``'s tensors still left unread (its ``stored_rows``: a :class:`StoredRows`, a
+    """Read into place each of ``module``'s tensors still left unread (:func:`deferred_rows`: a :class:`StoredRows`, a
     GGUF file's rows), about ``SLICE_BYTES`` of rows at a time: what a converter that reads rows as it quantizes did
     not replace. Nothing is left unread whatever the converter made of it."""
     import torch
 
     with torch.no_grad():
         for tensor in module.state_dict(keep_vars=True).values():
-            source = getattr(tensor, "stored_rows", None)
+            source = deferred_rows(tensor)
             if source is None:
                 continue
             step = max(1, SLICE_BYTES * tensor.size(0) // (tensor.numel() * tensor.element_size()))
@@ -275,7 +309,7 @@ def read_deferred(module: nn.Module) -> None:
 def rows_of(weight):
     """A weight's rows as a converter reads them, a slice at a time: its :class:`StoredRows` where
     ``load_weights`` left it unread, else the tensor itself (detached)."""
-    return getattr(weight, "stored_rows", None) or weight.detach()
+    return deferred_rows(weight) or weight.detach()
 
 
 def _read_slices(tensor, name: str, file: Path) -> None:

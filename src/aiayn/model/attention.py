@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.cache import KVCache
+from aiayn.model.cache import LayerKV
 from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
 
@@ -27,7 +27,7 @@ class Segment(NamedTuple):
     rows: int
     columns: int
     mask: Tensor | None
-    cache: KVCache
+    cache: LayerKV
     offset: int | Tensor
 
 
@@ -204,7 +204,7 @@ class MultiHeadAttention(nn.Module):
         return (q if self.unscale == 1.0 else q * self.unscale), k, self.split_heads(v)
 
     def forward(self, query: Tensor, key_value: Tensor | None, mask: Tensor | None = None, *,
-                cache: KVCache | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
+                cache: LayerKV | None = None, static_kv: tuple[Tensor, Tensor] | None = None,
                 offset: int | Tensor = 0, need_weights: bool = False,
                 bias: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key_value``.
@@ -244,7 +244,7 @@ class MultiHeadAttention(nn.Module):
             start += n
         return self.out_proj(torch.cat(outs, dim=1))
 
-    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache | None,
+    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: LayerKV | None,
                        bias: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """The new keys/values appended to ``cache`` (if any) and every one attended: the output (B, H, T, D)
         and the weights when asked (mask bool, True = may attend)."""

@@ -5,8 +5,9 @@ The model reads and fills it; decoding code (``aiayn.decoding``) creates it and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -15,7 +16,21 @@ ROLLBACK = 16  # positions a sliding layer's ring keeps beyond its window: specu
 SLACK = 64  # padding columns before a row's first real one that an assembled cache keeps zero (see runs_of)
 
 
-class KVCache:
+class LayerKV(Protocol):
+    """What a layer's self-attention asks of its cache (``MultiHeadAttention._attend_cached``): the eager
+    :class:`KVCache` and the compiled step's ``model/static.py::StaticKV`` both declare it."""
+
+    runs: list[tuple[int, int, int]] | None  # rows attended apart, from their first real column (runs_of)
+    shared: Sequence[tuple[Tensor, Tensor]]  # read-only keys/values of positions 0.. (a prompt cache's blocks)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append (B, H, T, D) keys/values; return every key/value the T new queries attend over."""
+
+    def visible(self, mask: Tensor | None) -> Tensor | None:
+        """``mask`` cut to the keys :meth:`update` returned last."""
+
+
+class KVCache(LayerKV):
     """Keys and values of past positions for one self-attention layer, preallocated.
 
     Position p lives in slot p % capacity. Without a ``window`` the capacity is ``max_len`` and a position past it
@@ -83,6 +98,15 @@ class KVCache:
         slots = _slots(first, end, c, k.device)
         self.k[:, :, slots], self.v[:, :, slots] = k[:, :, first - start:], v[:, :, first - start:]
         self.length, self.first = end, max(self.first, end - c)
+
+    def written(self, end: int) -> None:
+        """Positions up to ``end`` are in their slots, written in place (the static step's ``index_copy_``, a
+        prompt cache's blocks): the counters follow."""
+        self.length, self.first, self.columns = end, max(self.first, end - self.capacity), None
+
+    def attend_apart(self, runs: list[tuple[int, int, int]] | None) -> None:
+        """Rows attended in ``runs`` (:func:`runs_of`) from their first real column; a ring is attended whole."""
+        self.runs = runs if self.window is None else None
 
     def zero_unwritten(self) -> None:
         """Zero the slots no position has reached yet, once (the static step, ``model/static.py``, attends every
@@ -233,7 +257,7 @@ class LayerCache:
     """What one decoder layer keeps between steps: its self-attention KV cache and, for an
     encoder-decoder, the cross-attention keys/values of the memory (computed once per source)."""
 
-    self_kv: KVCache
+    self_kv: LayerKV
     cross_kv: tuple[Tensor, Tensor] | None = None
 
     def reorder(self, index: Tensor, within_groups: bool = False) -> None:
@@ -280,7 +304,7 @@ class DecoderCache:
         rows with like padding apart, from their first real column (:func:`runs_of`); rings attend whole."""
         runs = None if left_pad is None else runs_of(left_pad.tolist())
         for layer in self.layers:
-            layer.self_kv.runs = runs if layer.self_kv.window is None else None
+            layer.self_kv.attend_apart(runs)
 
     @classmethod
     def assemble(cls, parts: list[tuple[DecoderCache, Tensor | None, int]], capacity: int,

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.io.checkpoint import StackedRows, rows_of
+from aiayn.io.checkpoint import StackedRows, defer_rows, deferred_rows, rows_of
 from aiayn.kernels import cpu_flags, load, simd_path
 
 FEW_ROWS = 8  # up to this many rows a call, a dense layer's aiayn::f32_mm; above, oneDNN's product (measured)
@@ -112,14 +112,14 @@ def stack_linears(*linears: nn.Linear) -> nn.Linear:
     """One frozen linear layer whose rows are those of ``linears`` in order (inputs shared: the fused Q, K, V or
     gate and up projections of an inference copy). Built without initialisation, which would draw from torch's
     random generator and so change a training whose validation decodes through such a copy. Parts whose rows were
-    left unread (``stored_rows``: a GGUF file's) stack unread."""
+    left unread (``io/checkpoint.py::defer_rows``: a GGUF file's) stack unread."""
     first = linears[0]
     fused = nn.utils.skip_init(nn.Linear, first.in_features, sum(lin.out_features for lin in linears),
                                bias=first.bias is not None, device=first.weight.device, dtype=first.weight.dtype)
-    sources = [getattr(lin.weight, "stored_rows", None) for lin in linears]
+    sources = [deferred_rows(lin.weight) for lin in linears]
     with torch.no_grad():
         if all(sources):  # each part's rows left unread for the converter (a GGUF file's): so are the fused ones
-            fused.weight.stored_rows = StackedRows(sources)
+            defer_rows(fused.weight, StackedRows(sources))
         else:
             fused.weight.copy_(torch.cat([rows_of(lin.weight)[:] for lin in linears]))  # (sum of N, K)
         if fused.bias is not None:

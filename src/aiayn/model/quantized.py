@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.io.checkpoint import rows_of
+from aiayn.io.checkpoint import Blocks, rows_of
 from aiayn.kernels import load, quant, simd_path
 from aiayn.model.int4_layout import LAYOUTS, layouts_of, unpack_int4
 from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
@@ -96,9 +96,9 @@ class Concatenated:
 def stored_grid(weight, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None:
     """Rows start:stop of a weight whose rows are read from a file that stores them as a grouped layer of ``bits``
     keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.interop.gguf_rows.GGUFRows`): (q, d, m),
-    w = q d + m per group of 32. None for any other weight: it is quantized from its float32 rows."""
-    grid = getattr(weight, "grid", None)
-    return None if grid is None else grid(bits, start, stop)
+    w = q d + m per group of 32 (:class:`~aiayn.io.checkpoint.Blocks`). None for any other weight: it is quantized
+    from its float32 rows."""
+    return weight.grid(bits, start, stop) if isinstance(weight, Blocks) else None
 
 
 def q8_grouped(weight) -> tuple[Tensor, Tensor]:

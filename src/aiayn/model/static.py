@@ -20,25 +20,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.model.cache import DecoderCache
+from aiayn.model.cache import DecoderCache, LayerCache, LayerKV
 from aiayn.model.state import DecodeState
 
 
-class StaticKV:
+class StaticKV(LayerKV):
     """One layer's keys and values (B, H_kv, capacity, D), written in place at ``slot`` (1,) and attended whole:
-    what ``MultiHeadAttention`` asks of a :class:`~aiayn.model.cache.KVCache`, and ``DecoderLayer`` of its
-    :class:`~aiayn.model.cache.LayerCache`, with no Python int that changes from token to token."""
+    the :class:`~aiayn.model.cache.LayerKV` that ``MultiHeadAttention`` asks of a cache, with no Python int that
+    changes from token to token."""
 
     runs = None  # rows are attended together (their padding is masked)
     shared = ()  # every position is in the layer's own slots
-    cross_kv = None  # a decoder-only layer's
 
     def __init__(self, k: Tensor, v: Tensor, slot: Tensor, span: int | None = None) -> None:
         self.k, self.v, self.slot, self.span = k, v, slot, span
-
-    @property
-    def self_kv(self) -> StaticKV:
-        return self
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """The new (B, H_kv, 1, D) keys and values written at the slot; the first ``span`` slots (every slot
@@ -53,13 +48,10 @@ class StaticKV:
         return mask  # made over every slot already
 
 
-class StaticCache:
-    """The layers' :class:`StaticKV`, as ``Decoder.forward`` reads a :class:`DecoderCache`."""
+class StaticCache(DecoderCache):
+    """The layers' :class:`StaticKV` in a :class:`DecoderCache`, as ``Decoder.forward`` reads one."""
 
     position = None  # no relative position bias reads it (such models step eagerly)
-
-    def __init__(self, layers: list[StaticKV]) -> None:
-        self.layers = layers
 
 
 def slot_mask(column: Tensor, left_pad: Tensor, capacity: int, window: int | None) -> Tensor:
@@ -105,7 +97,7 @@ def static_step(model, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: lis
         attended = span.size(0) if span is not None and window is None else None  # a ring: every slot
         if window not in masks:  # one mask per kind of layer (their rings, and their full caches, one capacity)
             masks[window] = slot_mask(column, left_pad, capacity if attended is None else attended, window)
-        layers.append(StaticKV(k, v, column % capacity, attended))
+        layers.append(LayerCache(StaticKV(k, v, column % capacity, attended)))
     local = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if layer.local]
     full = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if not layer.local]
     x = model.embed(tokens, positions)  # (B, 1, D)
@@ -138,6 +130,4 @@ def static_inputs(model, tokens: Tensor, state: DecodeState) -> tuple[Tensor, Te
 def advance(cache: DecoderCache) -> None:
     """Each layer's cache told that one position was written in place (what ``KVCache.update`` counts)."""
     for layer in cache.layers:
-        kv = layer.self_kv
-        kv.length += 1
-        kv.first, kv.columns = max(kv.first, kv.length - kv.capacity), None
+        layer.self_kv.written(layer.self_kv.length + 1)
