@@ -53,7 +53,7 @@ def cpu_paths() -> None:
     import torch
     from torch import nn
 
-    from aiayn.model.packed import native_bf16
+    from aiayn.model.cpu import native_bf16
     from aiayn.model.quantized import Int4Linear, Int8Linear
 
     emit("cpu", "name", torch.cpu.get_capabilities().get("cpu_name", "unknown"), "")

@@ -74,20 +74,20 @@ def aiayn_engine(checkpoint: Path, options: dict):
     from aiayn import generate
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import inference_copy
-    from aiayn.model import quantized
+    from aiayn.model import cpu
 
     model, _ = load_checkpoint(checkpoint)
     options = dict(options)
     w8a8, ours = options.pop("w8a8", None), options.pop("kernels", None)
-    choices = quantized.native_bf16, quantized.kernels_available
+    choices = cpu.native_bf16, cpu.kernels_available
     if w8a8 is not None:
-        quantized.native_bf16 = lambda: not w8a8  # Int8Linear's activations, whatever this CPU has
+        cpu.native_bf16 = lambda: not w8a8  # Int8Linear's activations, whatever this CPU has
     if ours is not None:
-        quantized.kernels_available = lambda: ours  # aiayn's kernels or PyTorch's
+        cpu.kernels_available = lambda: ours  # aiayn's kernels or PyTorch's
     try:
         model = inference_copy(model.eval(), **options)
     finally:
-        quantized.native_bf16, quantized.kernels_available = choices
+        cpu.native_bf16, cpu.kernels_available = choices
 
     def logits_of(ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids]))[0]  # (T, V)
@@ -149,9 +149,9 @@ def main() -> None:
     parser.add_argument("--aiayn-only", action="store_true", help="leave llama.cpp out")
     args = parser.parse_args()
     if args.through_kernels:
-        from aiayn.model import quantized
+        from aiayn.model import cpu
 
-        quantized.FEW_ROWS = 1 << 30
+        cpu.MATVEC_ROWS = 1 << 30
     from aiayn.tokenizers import load_tokenizers
 
     with tempfile.TemporaryDirectory() as tmp:

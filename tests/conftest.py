@@ -119,12 +119,12 @@ def bf16_kernels(request, monkeypatch) -> bool:
     where this CPU has no exact int8 dots; int4 with float32 ones; fp32 training), whatever this CPU has. Forced
     where the modules choose; not in ``packing_available``: oneDNN packs bfloat16 weights only on a CPU with AVX512
     at least (it refuses elsewhere, with no fallback)."""
-    from aiayn.model import quantized
+    from aiayn.model import cpu
     from aiayn.training import build
 
-    for module, name in ((quantized, "bf16_kernels_available"), (build, "native_bf16")):
-        monkeypatch.setattr(module, name, lambda: request.param)
-    monkeypatch.setattr(quantized, "int8_activations", lambda: not request.param)
+    monkeypatch.setattr(cpu, "kernel_dtype", lambda: torch.bfloat16 if request.param else torch.float32)
+    monkeypatch.setattr(build, "native_bf16", lambda: request.param)
+    monkeypatch.setattr(cpu, "int8_activations", lambda: not request.param)
     return request.param
 
 

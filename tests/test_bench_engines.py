@@ -17,7 +17,7 @@ import engines_translation  # noqa: E402
 def test_a_worker_runs_in_its_own_process_and_times_every_case_and_precision():
     """Every case of every precision timed, and each precision is the path it names: int8 through int8 layers,
     float32 packed for oneDNN or plain, bfloat16 logits."""
-    from aiayn.model.packed import packing_available
+    from aiayn.model.cpu import packing_available
 
     lines, error = common.run_worker(str(BENCHMARKS / "bench_engines.py"), "translation", "aiayn", "tiny",
                                      "--min-seconds", "0")
@@ -53,8 +53,8 @@ def test_the_cpu_decode_benchmark_names_the_cpu_and_the_paths_aiayn_chose_on_it(
 
     import bench_cpu_decode
 
-    from aiayn.model.packed import native_bf16
-    from aiayn.model.quantized import int8_activations, kernels_available
+    from aiayn.model.cpu import native_bf16
+    from aiayn.model.cpu import int8_activations, kernels_available
 
     bench_cpu_decode.cpu_paths()
     found = {r["metric"]: r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}

@@ -10,6 +10,7 @@ from aiayn import DecoderOnly, EncoderDecoder
 from aiayn.decoding.generation import generate
 from aiayn.inference import compiled, precision
 from aiayn.inference.precision import inference_copy
+from aiayn.model import cpu
 
 from conftest import SMOLLM2, chat_checkpoint, greedy_steps, run_main, tiny
 
@@ -36,9 +37,9 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert compiled.why_eager(dense, "auto") is None
     monkeypatch.setattr(compiled, "AUTO_PARAMETERS", 0)
     assert not compiled.frozen(dense)  # float32 dense (aiayn::f32_mm): its graph kept
-    monkeypatch.setattr(precision, "packing_pays", lambda: True)  # float32 packed by oneDNN: a frozen graph, not kept
+    monkeypatch.setattr(cpu, "packing_pays", lambda: True)  # float32 packed by oneDNN: a frozen graph, not kept
     assert "--int8 and --int4" in compiled.why_eager(inference_copy(lm), "auto")
-    monkeypatch.setattr(precision, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too
+    monkeypatch.setattr(cpu, "packing_pays", lambda: False)  # float32 kept unpacked: its graph is kept too
     assert compiled.why_eager(inference_copy(lm), "auto") is None
     assert compiled.why_eager(inference_copy(lm, int4=True), "auto") is None  # a session: chat, a server
     quantized = inference_copy(lm, int4=True)
@@ -235,7 +236,7 @@ def test_a_step_under_inference_mode_after_the_warm_up_decodes_alike(tmp_path, m
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
     options = dict(options)
     frozen = not options.pop("dense", True)
-    monkeypatch.setattr(precision, "packing_pays", lambda: True)  # float32 packed (frozen) where not dense
+    monkeypatch.setattr(cpu, "packing_pays", lambda: True)  # float32 packed (frozen) where not dense
     lm = inference_copy(_lm(n_decoder_layers=1), few_rows=not frozen, **options)
     assert compiled.frozen(lm) is frozen
     ids = torch.tensor([[5, 6, 7, 8]])

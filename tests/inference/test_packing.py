@@ -8,7 +8,9 @@ from torch import nn
 
 from aiayn import build_model, generate, pack, quantize
 from aiayn.inference.precision import fuse, inference_copy
-from aiayn.model.packed import FEW_ROWS, PackedLinear, dense_available, packing_available
+from aiayn.model import cpu
+from aiayn.model.cpu import F32_MM_ROWS, dense_available, packing_available
+from aiayn.model.packed import PackedLinear
 
 from conftest import kernels_expected, random_ids, require_kernels, tiny
 
@@ -37,7 +39,7 @@ def test_packing_copies_and_leaves_the_model_alone():
 
 @pytest.mark.parametrize("dense", [True, False])
 def test_packed_linear_takes_any_leading_shape_and_no_bias(dense):
-    """Dense (aiayn::f32_mm up to FEW_ROWS rows, then oneDNN on the dense weight) or oneDNN-packed: nn.Linear's
+    """Dense (aiayn::f32_mm up to F32_MM_ROWS rows, then oneDNN on the dense weight) or oneDNN-packed: nn.Linear's
     results for one row, a few, and a prompt's many."""
     if dense:
         require_kernels()
@@ -46,12 +48,12 @@ def test_packed_linear_takes_any_leading_shape_and_no_bias(dense):
         linear = nn.Linear(40, 24, bias=bias)
         packed = PackedLinear(linear, dense=dense)
         assert packed.dense is dense and (packed.weight is not None) is dense
-        for shape in [(1, 40), (5, 40), (2, 3, 40), (FEW_ROWS + 1, 40), (3, 7, 40)]:
+        for shape in [(1, 40), (5, 40), (2, 3, 40), (F32_MM_ROWS + 1, 40), (3, 7, 40)]:
             x = torch.randn(*shape)
             with torch.no_grad():
                 got = packed(x)
             torch.testing.assert_close(got, linear(x), atol=1e-5, rtol=1e-5)
-            if dense and x.numel() // 40 <= FEW_ROWS:  # a few rows: aiayn::f32_mm's own result, bit for bit
+            if dense and x.numel() // 40 <= F32_MM_ROWS:  # a few rows: aiayn::f32_mm's own result, bit for bit
                 own = torch.ops.aiayn.f32_mm(x.reshape(-1, 40), linear.weight.detach()).view(*shape[:-1], 24)
                 assert torch.equal(got, own if linear.bias is None else own + linear.bias.detach())
 
@@ -97,9 +99,6 @@ def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_
     weights dense for aiayn::f32_mm where aiayn's kernels build; otherwise (a translator's batches, or no kernels)
     it packs where oneDNN's prepacked matmul measured faster (``packing_pays``), else keeps PyTorch's layers,
     fused: the same logits every way. ``$AIAYN_PACK`` decides instead of the measure."""
-    from aiayn.inference import precision
-    from aiayn.model import packed as packed_module
-
     model = build_model(tiny(dropout=0.0)).eval()
     src, tgt = random_ids(2, 7), random_ids(2, 5)
     if kernels_expected() and dense_available():
@@ -110,10 +109,10 @@ def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_
         with torch.no_grad():
             torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
         assert not any(getattr(m, "dense", False) for m in inference_copy(model).modules())  # many rows: packed
-    for module in (precision, packed_module):
-        monkeypatch.setattr(module, "dense_available", lambda: False)
+    monkeypatch.setattr(cpu, "dense_available", lambda: False)
+    measured = cpu.packing_pays  # the probe itself, forced below
     for pays in (True, False):
-        monkeypatch.setattr(precision, "packing_pays", lambda pays=pays: pays)
+        monkeypatch.setattr(cpu, "packing_pays", lambda pays=pays: pays)
         for few_rows in (False, True):  # without aiayn's kernels, few rows or many
             low = inference_copy(model, few_rows=few_rows)
             kinds = {type(m) for m in low.modules()}
@@ -124,9 +123,9 @@ def test_float32_is_packed_only_where_packing_pays_and_otherwise_fused_with_the_
                 torch.testing.assert_close(low(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
     for value, want in (("1", True), ("0", False)):
         monkeypatch.setenv("AIAYN_PACK", value)
-        packed_module.packing_pays.cache_clear()
-        assert packed_module.packing_pays() is want
+        measured.cache_clear()
+        assert measured() is want
     monkeypatch.delenv("AIAYN_PACK")
-    packed_module.packing_pays.cache_clear()
-    assert packed_module.packing_pays() in (True, False)  # measured here
-    packed_module.packing_pays.cache_clear()
+    measured.cache_clear()
+    assert measured() in (True, False)  # measured here
+    measured.cache_clear()

@@ -10,8 +10,9 @@ import torch
 from aiayn import generate, quantize
 from aiayn.cli.common import note_emulated_bf16
 from aiayn.inference.translator import Translator
-from aiayn.model import packed
-from aiayn.model.packed import FEW_ROWS, PackedLinear, dense_available, native_bf16, packing_available
+from aiayn.model import cpu
+from aiayn.model.cpu import dense_available, native_bf16, packing_available
+from aiayn.model.packed import PackedLinear
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
 from conftest import kernels_expected, run_main
@@ -121,7 +122,7 @@ def test_bf16_is_noted_where_the_cpu_would_emulate_it(monkeypatch, capsys):
     """translate, evaluate and serve say so when --bf16 would decode slower than float32; nowhere else."""
     for kernels, bf16, device, noted in ((False, True, "cpu", True), (True, True, "cpu", False),
                                          (False, False, "cpu", False), (False, True, "cuda", False)):
-        monkeypatch.setattr(packed, "native_bf16", lambda kernels=kernels: kernels)
+        monkeypatch.setattr(cpu, "native_bf16", lambda kernels=kernels: kernels)
         note_emulated_bf16(argparse.Namespace(bf16=bf16, int8=False, int4=False, device=device))
         err = capsys.readouterr().err
         assert ("leave out --bf16 for speed" in err) == noted and len(err.splitlines()) == noted
@@ -139,7 +140,6 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import inference_copy, kernels
     from aiayn.kernels import simd_path
-    from aiayn.model import quantized
 
     model = load_checkpoint(lm_run)[0].eval()
     n = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
@@ -150,7 +150,7 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
         int8 = f"int8 weights x int8 activations, groups of 32 (aiayn::q8a8_mm, its {simd_path()} path; a prompt in "
         assert list(kernels(inference_copy(model, int4=True))) == [TIED, f"{ours}{prompt})", f"{int8}{prompt})"]
         assert list(kernels(inference_copy(model, int8=True))) == [TIED, f"{int8}{prompt})"]
-    monkeypatch.setattr(quantized, "kernels_available", lambda: False)  # no compiler: PyTorch's kernels
+    monkeypatch.setattr(cpu, "kernels_available", lambda: False)  # no compiler: PyTorch's kernels
     activations = "bfloat16" if bf16_kernels else "float32"
     theirs = ("int8 weights x bfloat16 activations (aten._weight_int8pack_mm)" if bf16_kernels
               else "int8 weights x int8 activations, integer products (torch._int_mm)")
@@ -159,7 +159,8 @@ def test_kernels_name_the_path_each_precision_takes_on_either_kind_of_cpu(lm_run
                           "(aten._weight_int4pack_mm_for_cpu)", theirs]  # the output projection in int8
     assert list(kernels(inference_copy(model, int8=True))) == [OWN, theirs]
     if kernels_expected() and dense_available():  # a language model's float32 decoding through aiayn's own product
-        words = f"float32 weights, aiayn::f32_mm (its {simd_path()} path) for up to {FEW_ROWS} rows, oneDNN's matmul"
+        words = (f"float32 weights, aiayn::f32_mm (its {simd_path()} path) for up to {cpu.F32_MM_ROWS} rows, "
+                 "oneDNN's matmul")
         assert list(kernels(inference_copy(model, few_rows=True))) == [f"{words} for a prompt"]
     if packing_available():
         assert [path.split(",")[1] for path in kernels(inference_copy(model))] == [" oneDNN's packed matmul"]

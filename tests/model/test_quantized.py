@@ -14,9 +14,10 @@ from torch import nn
 
 from aiayn import build_model, generate, quantize
 from aiayn.inference.precision import fuse
-from aiayn.model import quantized
+from aiayn.model import cpu
+from aiayn.model.cpu import MATVEC_ROWS
 from aiayn.model.lora import apply_lora
-from aiayn.model.quantized import FEW_ROWS, Int4Linear, Int8Linear
+from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.quantized_embedding import QuantizedEmbedding
 
 from conftest import assert_runs_its_kernel, random_ids, require_kernels, tiny
@@ -54,12 +55,12 @@ def test_a_packed_layer_equals_its_dequantised_reference(make, bias, bf16_kernel
     assert ours == (make in (Int8Linear, Int4Linear))
     if ours:
         assert_runs_its_kernel(layer)
-    for shape in [(1, 64), (3, 64), (2, 1, 64), (FEW_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
+    for shape in [(1, 64), (3, 64), (2, 1, 64), (MATVEC_ROWS + 5, 64)]:  # the kernel's rows and the dequantised path
         x = torch.randn(*shape)
         want = F.linear(x, weight, linear.bias).detach()
         got = layer(x)
         assert got.shape == want.shape and got.dtype == torch.float32
-        few = x.numel() // 64 <= FEW_ROWS
+        few = x.numel() // 64 <= MATVEC_ROWS
         bf16 = layer.dtype == torch.bfloat16 and not (few and ours)
         bound = _activation_rounding(x.view(-1, 64), weight, bf16, int8 or (few and ours))
         assert float((got - want).abs().max()) <= bound
@@ -187,7 +188,7 @@ def test_fusing_draws_nothing_from_torchs_random_generator():
 def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
     """oneDNN offers bfloat16 on any AVX512 CPU (by conversion); aiayn trains and runs its int8 layers in bfloat16
     only where the CPU has AVX512-BF16, AMX-BF16, AVX-NE-CONVERT or AArch64's BF16 (decided from its flags)."""
-    from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
+    from aiayn.model.cpu import bf16_kernels_available, exact_int8_dot, native_bf16
 
     if not bf16_kernels_available():
         assert not native_bf16({"avx512_bf16"})  # no oneDNN bfloat16 at all: nothing is native
@@ -203,7 +204,7 @@ def test_bfloat16_is_native_only_with_the_instructions_that_compute_in_it():
 def test_int8_activations_without_exact_int8_dots_take_two_products_with_the_same_result(monkeypatch):
     """Without VNNI or AMX oneDNN sums pairs of int8 products in 16 bits, which saturate for full-range weights:
     there q = 2 h + l goes as two products with small weights, equal to the one product where dots are exact."""
-    from aiayn.model import quantized
+    from aiayn.model import cpu
 
     torch.manual_seed(6)
     linear, x = nn.Linear(96, 40), torch.randn(5, 96) * 3
@@ -211,7 +212,7 @@ def test_int8_activations_without_exact_int8_dots_take_two_products_with_the_sam
     step = x.abs().amax(1, keepdim=True) / 127
     p = (x / step).round().to(torch.int8)
     exact = (p.int() @ layer.q.int().t()).float() * step * layer.scale + linear.bias  # the integer product, exactly
-    monkeypatch.setattr(quantized, "exact_int8_dot", lambda: False)
+    monkeypatch.setattr(cpu, "exact_int8_dot", lambda: False)
     split = Int8Linear(linear, w8a8=True)
     high, low = split.halves
     assert int(high.max()) <= 63 and int(high.min()) >= -64 and set(low.unique().tolist()) <= {0, 1}
@@ -239,7 +240,7 @@ def test_a_quantized_copy_looks_its_tokens_up_in_8_bits_and_keeps_no_float_table
     is quantized alone, Q8_0: within half a step of each group of the float table."""
     if ours:
         require_kernels()
-    monkeypatch.setattr(quantized, "kernels_available", lambda: ours)
+    monkeypatch.setattr(cpu, "kernels_available", lambda: ours)
     torch.manual_seed(5)
     model = build_model(tiny(**LLAMA_LIKE, vocab_size=203)).eval()  # 203 rows: the packing pads to 204
     low = quantize(model, bits)

@@ -122,7 +122,7 @@ def note_emulated_bf16(args: argparse.Namespace) -> None:
     layers around the quantized ones are in bfloat16: no note."""
     import torch
 
-    from aiayn.model.packed import native_bf16
+    from aiayn.model.cpu import native_bf16
 
     quantized = args.int8 or args.int4
     if args.bf16 and not quantized and torch.device(args.device).type == "cpu" and not native_bf16():

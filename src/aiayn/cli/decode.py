@@ -195,7 +195,7 @@ def generate(args: argparse.Namespace) -> int:
 def say_kernels(model) -> None:
     """--verbose: the path the precision flags chose on this CPU, on standard error."""
     from aiayn.inference.precision import kernels
-    from aiayn.model.packed import exact_int8_dot, native_bf16
+    from aiayn.model.cpu import exact_int8_dot, native_bf16
 
     yes = {True: "yes", False: "no"}
     print(f"aiayn: this CPU: native bfloat16 {yes[native_bf16()]}, exact int8 dot products {yes[exact_int8_dot()]}",

@@ -12,7 +12,7 @@ llama.cpp's files keep it), and each token table a
 llama.cpp reads ``token_embd``; else in 8 bits): no float32 table is kept.
 ``inference_copy`` picks one of them for a product. In float32, a language model's copy (``few_rows``: one text
 decoded token by token) keeps its weights dense for aiayn's own product (``aiayn::f32_mm``, where aiayn's kernels
-build); otherwise it packs only where packing pays on this CPU (:func:`~aiayn.model.packed.packing_pays`,
+build); otherwise it packs only where packing pays on this CPU (:func:`~aiayn.model.cpu.packing_pays`,
 measured), else keeps the fused model's own layers."""
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ import torch
 from torch import nn
 
 from aiayn.io.checkpoint import Converter
+from aiayn.model import cpu
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.experts import MixtureOfExperts
 from aiayn.model.layers import SwiGLUFeedForward
-from aiayn.model.packed import PackedLinear, check_unpacked, dense_available, packing_available, packing_pays
+from aiayn.model.packed import PackedLinear, check_unpacked
 from aiayn.model.quantized import Int4Linear, Int8Linear
 from aiayn.model.quantized_embedding import QuantizedEmbedding
 from aiayn.model.transformer import TransformerModel
@@ -144,9 +145,9 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = 
     """An inference copy of ``model`` on the CPU (optionally cast to ``dtype``, e.g. torch.bfloat16) whose
     linear layers are :class:`PackedLinear`; ``generate`` and ``Translator`` take it, training cannot. ``own``:
     packed in place (the caller gives its model up)."""
-    if not packing_available():
+    if not cpu.packing_available():
         raise RuntimeError("pack: this PyTorch build has no oneDNN (mkldnn); use the model as it is")
-    if not packing_available(dtype):
+    if not cpu.packing_available(dtype):
         raise RuntimeError("pack: this CPU has no oneDNN bfloat16 kernels (AVX512 or AVX-NE-CONVERT); pack in "
                            "float32, or decode the plain model in bfloat16 (inference_copy does)")
     return _convert(_owned(model, "pack", own), _packed(), dtype)
@@ -194,8 +195,8 @@ def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool
         bits = 8 if int8 else 4
         return Converter(lambda part: _convert(part, _quantized(bits), dtype, tables=True), reads_rows=True,
                          dtype=dtype)
-    dense = few_rows and dtype is None and dense_available()
-    if packed and packing_available(dtype) and (dtype is not None or dense or packing_pays()):
+    dense = few_rows and dtype is None and cpu.dense_available()
+    if packed and cpu.packing_available(dtype) and (dtype is not None or dense or cpu.packing_pays()):
         return Converter(lambda part: _convert(part, _packed(dense), dtype), dtype=dtype)
     if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
         return Converter(lambda part: _convert(part, _plain))

@@ -23,35 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.io.checkpoint import Blocks, rows_of
-from aiayn.kernels import load, quant, simd_path
+from aiayn.kernels import quant, simd_path
+from aiayn.model import cpu
 from aiayn.model.int4_layout import LAYOUTS, layouts_of, unpack_int4
-from aiayn.model.packed import bf16_kernels_available, exact_int8_dot, native_bf16
-
-FEW_ROWS = 16  # up to this many rows a call, the matrix-vector kernels; above, dequantized weights (measured)
-
-
-def kernel_dtype() -> torch.dtype:
-    """The activations' dtype for the int4 kernel: bfloat16 where oneDNN has bfloat16 kernels, native or converted
-    (in float32 the kernel is a scalar loop, 10-15x slower on an AVX512 EPYC), else float32."""
-    return torch.bfloat16 if bf16_kernels_available() else torch.float32
-
-
-def int8_activations() -> bool:
-    """Whether :class:`Int8Linear` quantizes its activations on this CPU: where it has no native bfloat16
-    (:func:`native_bf16`) but exact int8 dot products (:func:`exact_int8_dot`); elsewhere bfloat16 activations."""
-    return not native_bf16() and exact_int8_dot()
-
-
-def kernels_available() -> bool:
-    """aiayn's int8-activation kernels (int4 and int8 weights) are built and loaded on this machine
-    (:func:`aiayn.kernels.load`)."""
-    return load() is None
-
-
-def prompt_dtype() -> torch.dtype:
-    """The dense product's dtype for a prompt's rows through aiayn's kernels' layers: bfloat16 where the CPU computes
-    in it (:func:`native_bf16`), else float32."""
-    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def _ours(bits: int, layer: nn.Module) -> str:
@@ -127,10 +101,10 @@ def q8_grouped(weight) -> tuple[Tensor, Tensor]:
 class Int8Linear(nn.Module):
     """y = x (q s)^T + b with q int8 per output row, s = max|w_row| / 127 (symmetric, weight-only).
 
-    Where aiayn's kernels build (``grouped``, default :func:`kernels_available` unless ``w8a8`` is given), one
+    Where aiayn's kernels build (``grouped``, default :func:`cpu.kernels_available` unless ``w8a8`` is given), one
     scale per group of 32 weights of a row instead (llama.cpp's Q8_0) and the activations quantized alike, a few rows
     through ``aiayn::q8a8_mm``. Elsewhere two kernels, chosen by the CPU (``w8a8``, default
-    :func:`int8_activations`): bfloat16 activations through the
+    :func:`cpu.int8_activations`): bfloat16 activations through the
     weight-only kernel (a prompt's many rows through the weight dequantized to bfloat16), or the activations
     quantized too, one scale a row (x = p t, p int8), and integer products (``torch._int_mm``, oneDNN's int8
     kernels: y = (p q^T) t s), as llama.cpp's Q8_0 x Q8_0 and vLLM's W8A8 do. On a CPU without exact int8 dots
@@ -145,7 +119,7 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.bias = None if linear.bias is None else linear.bias.detach().float().clone()
         if grouped is None:
-            grouped = w8a8 is None and kernels_available() and self.in_features % quant.GROUP == 0
+            grouped = w8a8 is None and cpu.kernels_available() and self.in_features % quant.GROUP == 0
         self.grouped = grouped
         weight = rows_of(linear.weight)  # read a block of rows at a time: no float32 copy of a big layer at once
         if grouped:
@@ -157,9 +131,9 @@ class Int8Linear(nn.Module):
             s = rows.abs().amax(dim=1).clamp_min(1e-12) / 127  # (r,)
             blocks.add(rows.size(0), (s, (rows / s[:, None]).round_().clamp_(-127, 127).to(torch.int8)))
         scale, self.q = blocks.parts  # (N,), (N, K)
-        self.w8a8 = int8_activations() if w8a8 is None else w8a8
+        self.w8a8 = cpu.int8_activations() if w8a8 is None else w8a8
         self.halves = None  # (h, l) with q = 2 h + l, where the CPU's int8 dot products are not exact
-        if self.w8a8 and not exact_int8_dot():
+        if self.w8a8 and not cpu.exact_int8_dot():
             high = torch.div(self.q, 2, rounding_mode="floor")  # (N, K) in [-64, 63]
             self.halves = (high, self.q - 2 * high)  # l in {0, 1}
         self.scale, self.dtype = scale, torch.float32 if self.w8a8 else torch.bfloat16
@@ -168,7 +142,7 @@ class Int8Linear(nn.Module):
     def _grouped(self, weight) -> None:
         """q d per group of 32 of a row, packed for ``aiayn::q8a8_mm`` (:func:`q8_grouped`)."""
         self.packed, self.scales = q8_grouped(weight)  # (N'/4, G, 128), (N'/4, G, 4)
-        self.w8a8, self.halves, self.dtype = True, None, prompt_dtype()
+        self.w8a8, self.halves, self.dtype = True, None, cpu.prompt_dtype()
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The weight the layer multiplies by, (N, K), in ``dtype``."""
@@ -188,7 +162,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features)  # (rows, K)
         if self.grouped:
-            if rows.size(0) > FEW_ROWS:
+            if rows.size(0) > cpu.MATVEC_ROWS:
                 return _dequantized_product(self, x)
             y = torch.ops.aiayn.q8a8_mm(rows.float(), self.packed, self.scales)  # (rows, N')
             return _output(y, x, self.out_features, self.bias)
@@ -202,7 +176,7 @@ class Int8Linear(nn.Module):
                 y = torch._int_mm(p, self.halves[0].t()) * 2 + torch._int_mm(p, self.halves[1].t())
             y = y.float().mul_(step).mul_(self.scale)  # (rows, N)
             return _output(y, x, self.out_features, self.bias)
-        if rows.size(0) > FEW_ROWS:
+        if rows.size(0) > cpu.MATVEC_ROWS:
             return _dequantized_product(self, x)
         rows = rows.to(self.dtype).contiguous()  # the kernels read it densely
         y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.kernel_scale)  # (rows, N)
@@ -218,7 +192,7 @@ class Int4Linear(nn.Module):
     row, from the group's min and max (asymmetric, weight-only).
 
     Two kernels for a few rows (decoding), chosen by ``w4a8`` (default: wherever aiayn's kernel builds on this
-    machine, :func:`kernels_available`): the activations quantized to int8 per group of 32 and integer dot products
+    machine, :func:`cpu.kernels_available`): the activations quantized to int8 per group of 32 and integer dot products
     (``aiayn::q4a8_mm``, as llama.cpp's Q4_1 x Q8_1: 2-4x PyTorch's kernel on 2 cores, docs/decoding.md); or
     PyTorch's weight-only kernel with bfloat16 activations (``_weight_int4pack_mm_for_cpu``). A prompt's many rows
     go through the weights dequantized.
@@ -233,7 +207,7 @@ class Int4Linear(nn.Module):
         if k % group_size:
             raise ValueError(f"int4: in_features {k} is not a multiple of the group size {group_size}")
         self.in_features, self.out_features, self.group_size = k, n, group_size
-        self.w4a8 = kernels_available() and group_size == quant.GROUP if w4a8 is None else w4a8
+        self.w4a8 = cpu.kernels_available() and group_size == quant.GROUP if w4a8 is None else w4a8
         padded = -(-n // 16) * 16
         weight, blocks = rows_of(linear.weight), Concatenated(padded)  # (rows read a block at a time: rows_of)
         fits = set(LAYOUTS)  # the layouts every block's packing fits so far
@@ -256,10 +230,10 @@ class Int4Linear(nn.Module):
         self.layout = self.nibbles = None
         if self.w4a8:
             self.packed, self.scales = parts  # (N'/4, K/32, 64) uint8, (N'/4, K/32, 8) float16
-            self.dtype = prompt_dtype()
+            self.dtype = cpu.prompt_dtype()
             return
         q_packed, nibbles, scale, low = parts
-        self.dtype = kernel_dtype()
+        self.dtype = cpu.kernel_dtype()
         scale_zero = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1)  # (K/G, N', 2)
         self.scale_zero = scale_zero.to(self.dtype).contiguous()  # in the activations' dtype, as the kernel wants
         self.packed = q_packed  # (N', K/2), the kernel's layout
@@ -296,7 +270,7 @@ class Int4Linear(nn.Module):
                 "(aten._weight_int4pack_mm_for_cpu)")
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.numel() // self.in_features > FEW_ROWS:
+        if x.numel() // self.in_features > cpu.MATVEC_ROWS:
             return _dequantized_product(self, x)
         rows = x.reshape(-1, self.in_features)  # (rows, K)
         if self.w4a8:

@@ -10,7 +10,7 @@ from aiayn.data.corpus import Parallel, both_directions, clean, read_lines, read
 from aiayn.data.datasets import Splits, load_splits, text_corpus
 from aiayn.data.shards import is_shards, read_manifest
 from aiayn.model.config import ModelConfig
-from aiayn.model.packed import native_bf16
+from aiayn.model.cpu import native_bf16
 from aiayn.tokenizers import SentencePiecePair, SentencePieceTokenizer, TokenizerPair, load_tokenizers
 from aiayn.training.chat import ChatTask, read_conversations
 from aiayn.training.config import TrainConfig
