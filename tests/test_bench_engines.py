@@ -53,8 +53,7 @@ def test_the_cpu_decode_benchmark_names_the_cpu_and_the_paths_aiayn_chose_on_it(
 
     import bench_cpu_decode
 
-    from aiayn.model.cpu import native_bf16
-    from aiayn.model.cpu import int8_activations, kernels_available
+    from aiayn.model.cpu import int8_activations, kernels_available, native_bf16
 
     bench_cpu_decode.cpu_paths()
     found = {r["metric"]: r["value"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
