@@ -33,7 +33,7 @@ def gemma(gguf: Path):
     """The real Gemma 3 270M, or a random model of its shape."""
     from aiayn.interop.gemma import gemma_config
     from aiayn.interop.gguf import read_gguf
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
 
     if gguf.exists():
         return read_gguf(gguf)[0], "gemma3-270m"

@@ -62,7 +62,7 @@ def load_model(checkpoint: str | None):
     from aiayn.inference.load import load_checkpoint
     from aiayn.inference.precision import inference_copy
     from aiayn.model.config import ModelConfig
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
 
     if checkpoint:
         model, _ = load_checkpoint(checkpoint, "decoder-only")

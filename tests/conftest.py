@@ -205,7 +205,7 @@ def chat_checkpoint(folder: Path, max_len: int = 256, seed: int = 0, template: b
     from tokenizers import ByteLevelBPETokenizer
 
     from aiayn.io.checkpoint import write_checkpoint
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
     from aiayn.tokenizers.hf import HFTokenizers
 
     bpe = ByteLevelBPETokenizer()
@@ -246,7 +246,7 @@ def qwen_checkpoint(folder: Path) -> Path:
 
     from aiayn.io.checkpoint import write_checkpoint
     from aiayn.model.config import ModelConfig
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
     from aiayn.tokenizers.hf import HFTokenizers
 
     tok_folder = folder.parent / "qwen-tokenizer"

@@ -79,7 +79,7 @@ def test_every_public_name_still_imports_from_the_top():
 
 
 SERVER_ROUTES = ("translate", "generate", "openai", "openai_text", "encode", "inspect", "tokens")
-ENGINE_ROOM = ("scheduler", "jobs", "mirror", "limits", "threads")
+ENGINE_ROOM = ("scheduler", "admission", "jobs", "mirror", "limits", "threads")
 
 
 def _serve_edges(graph: dict) -> list[tuple[str, str]]:
@@ -145,3 +145,28 @@ def test_the_architecture_doc_draws_the_layers_as_they_are():
             if package != "aiayn":  # the top level's other modules are layers of their own
                 missing = [p.stem for p in folder.glob("*.py") if p.stem != "__init__" and p.stem not in words]
                 assert missing == [], f"docs/architecture.md: {package} does not name {missing}"
+
+
+LONG_FUNCTIONS = {"cli/decode.py::_add_family"}  # argparse flags declared one after another, read as a list
+
+
+def test_a_reading_budget_no_file_over_300_lines_no_function_over_40():
+    """nanoGPT's reading budget, kept: every source file at most 300 lines, every function's body (after its
+    docstring) at most 40, but for the listed ones a reader follows as a list."""
+    import ast
+
+    root = ROOT / "src" / "aiayn"
+    long_files, long_functions = [], []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > 300:
+            long_files.append(f"{path.relative_to(root)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = node.body[0]
+                documented = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+                start = first.end_lineno + 1 if documented and len(node.body) > 1 else first.lineno
+                name = f"{path.relative_to(root)}::{node.name}"
+                if node.end_lineno - start + 1 > 40 and name not in LONG_FUNCTIONS:
+                    long_functions.append(name)
+    assert long_files == [] and long_functions == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "DecoderOnly": "aiayn.model.transformer", "EncoderDecoder": "aiayn.model.transformer",
+    "DecoderOnly": "aiayn.model.decoder_only", "EncoderDecoder": "aiayn.model.transformer",
     "EncoderOnly": "aiayn.model.transformer", "TransformerModel": "aiayn.model.transformer",
     "build_model": "aiayn.model.build", "load_model": "aiayn.model.build", "ModelConfig": "aiayn.model.config",
     "count_parameters": "aiayn.model.params", "generate": "aiayn.decoding", "pack": "aiayn.inference.precision",

@@ -331,7 +331,7 @@ def test_a_long_prompt_joining_short_rows_never_reads_their_padding(lm):
     """Rows padded in front by far more than ``SLACK`` columns are attended apart from their first real column:
     the padding of an assembled cache is left unwritten (a long prompt joining short rows costs its own columns,
     not the batch's width), so it may hold anything, NaN included, and every row still decodes as alone."""
-    from aiayn.model.cache import SLACK
+    from aiayn.model.kv_cache import SLACK
 
     long_lm = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope", max_len=200)).double().eval()
     cfg = DecodingConfig(strategy="greedy", max_new_tokens=6, max_len_b=None)

@@ -9,7 +9,7 @@ from aiayn import DecoderOnly, generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import rows_for
-from aiayn.model.cache import ROLLBACK
+from aiayn.model.kv_cache import ROLLBACK
 
 from conftest import random_ids, tiny
 

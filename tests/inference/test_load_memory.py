@@ -11,7 +11,7 @@ from torch import nn
 
 from aiayn import DecoderOnly
 from aiayn.inference.precision import converter, inference_copy, pack, quantize
-from aiayn.io.checkpoint import deferred_rows
+from aiayn.io.rows import deferred_rows
 from aiayn.model.build import load_model
 
 from conftest import tiny
@@ -46,14 +46,15 @@ def test_a_quantized_load_reads_a_large_table_a_block_of_rows_at_a_time_and_equa
     are quantized from ``StoredRows`` a block of rows at a time: never read whole in float32, the same copy as
     quantizing after loading. A table quantize leaves as it is (a width that is not a multiple of 32) is read in
     full after all (``read_deferred``): nothing is left unread."""
-    from aiayn.io import checkpoint
+    from aiayn.io import checkpoint, rows
     from aiayn.model.quantized import PACK_ROWS
 
     lm_folder(tmp_path / "ckpt", vocab_size=2500, d_model=width, d_ff=128, n_heads=4, share_embeddings=share)
     after = quantize(load_model(tmp_path / "ckpt"), 4 if how == "int4" else 8)
-    blocks, getitem = [], checkpoint.StoredRows.__getitem__
-    monkeypatch.setattr(checkpoint, "SLICE_BYTES", 4096)  # the layers' matrices too: only the model's own deferred
-    monkeypatch.setattr(checkpoint.StoredRows, "__getitem__",
+    blocks, getitem = [], rows.StoredRows.__getitem__
+    for module in (checkpoint, rows):  # the layers' matrices too: only the model's own deferred
+        monkeypatch.setattr(module, "SLICE_BYTES", 4096)
+    monkeypatch.setattr(rows.StoredRows, "__getitem__",
                         lambda self, rows: blocks.append((self.name, rows)) or getitem(self, rows))
     read = load_model(tmp_path / "ckpt", convert=converter(**{how: True}))
     ids = torch.randint(4, 2500, (2, 9))

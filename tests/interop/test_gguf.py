@@ -18,7 +18,7 @@ from aiayn.inference.load import load_checkpoint, load_for_use
 from aiayn.inference.precision import converter, fuse
 from aiayn.interop.gguf import read_gguf
 from aiayn.interop.gguf_rows import GGUFRows, ZeroRows, blocks_grid
-from aiayn.io.checkpoint import StackedRows, defer_rows
+from aiayn.io.rows import StackedRows, defer_rows
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
 from conftest import GEMMA3, SMOLLM2, assert_runs_its_kernel, kernels_expected
@@ -155,7 +155,7 @@ def test_gpt2_shaped_and_aiayn_trained_models_export(tmp_path):
 
     from aiayn.io.checkpoint import write_checkpoint
     from aiayn.model.config import ModelConfig
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
     from aiayn.tokenizers import SentencePiecePair
 
     tok = byte_level()

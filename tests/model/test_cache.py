@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from aiayn.model.cache import ROLLBACK, DecoderCache, KVCache
+from aiayn.model.cache import DecoderCache
+from aiayn.model.kv_cache import ROLLBACK, KVCache
 from aiayn.model.masks import causal_mask
 from aiayn.model.state import DecodeState
 
@@ -113,7 +114,7 @@ def test_rings_assemble_rows_of_different_lengths_and_keep_their_latest_position
 
 
 def test_rows_run_together_while_their_padding_is_within_slack():
-    from aiayn.model.cache import SLACK, runs_of
+    from aiayn.model.kv_cache import SLACK, runs_of
 
     assert runs_of([0, 3, SLACK]) is None  # one run from column 0: nothing to skip
     assert runs_of([5, 5]) == [(0, 2, 5)]
@@ -122,7 +123,7 @@ def test_rows_run_together_while_their_padding_is_within_slack():
 
 
 def test_an_assembly_for_rows_attended_apart_zeroes_the_slack_before_each_row():
-    from aiayn.model.cache import SLACK
+    from aiayn.model.kv_cache import SLACK
 
     cache = DecoderCache.allocate(1, 1, 1, 8, 2)
     cache.layers[0].self_kv.update(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))

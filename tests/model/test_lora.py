@@ -75,7 +75,8 @@ def test_the_adapters_random_start_is_the_same_in_every_process():
     import subprocess
     import sys
 
-    code = ("import torch; from aiayn.model.transformer import DecoderOnly; from aiayn.model.config import ModelConfig;"
+    code = ("import torch; from aiayn.model.decoder_only import DecoderOnly; "
+            "from aiayn.model.config import ModelConfig;"
             "from aiayn.model.lora import apply_lora, adapter_state; torch.manual_seed(0);"
             "m = DecoderOnly(ModelConfig.preset('tiny', arch='decoder-only', vocab_size=40)); torch.manual_seed(1);"
             "apply_lora(m, 4, 8.0, 'q,k,v,o,ffn');"

@@ -8,9 +8,9 @@ import torch
 from aiayn import DecoderOnly
 from aiayn.inference.compiled import CompiledStep
 from aiayn.inference.precision import fuse
-from aiayn.model.cache import KVCache
+from aiayn.model.kv_cache import KVCache
 from aiayn.model.state import DecodeState
-from aiayn.model.static import SPAN, slot_mask, span_of, static_inputs, static_step
+from aiayn.model.static import SPAN, slot_mask, span_of, static_inputs
 
 from conftest import greedy_steps, random_ids, tiny
 
@@ -94,7 +94,7 @@ def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
 
 def test_rows_padded_in_front_step_statically_as_they_do_eagerly():
     """Two prompts of different lengths (the shorter left-padded, each row's positions its own): one static step
-    through ``static_step`` equals the eager step on both rows."""
+    through ``step_static`` equals the eager step on both rows."""
     model = _model("rope-gqa")
     prompts = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 0, 0, 0]])  # right-padded; start() left-aligns them
     tokens, state = model.start(prompts, 4)
@@ -105,7 +105,7 @@ def test_rows_padded_in_front_step_statically_as_they_do_eagerly():
         eager = model.step(tokens, state, last=True)
         new, left_pad, kv = static_inputs(model, tokens, twin)
         windows = [layer.self_kv.window for layer in twin.cache.layers]
-        static = static_step(model, new, torch.tensor([twin.position]), left_pad, kv, windows)
+        static = model.step_static(new, torch.tensor([twin.position]), left_pad, kv, windows)
     assert left_pad.tolist() == [0, 3] and torch.allclose(eager, static, atol=1e-9)
 
 

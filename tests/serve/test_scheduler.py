@@ -11,7 +11,7 @@ import torch
 
 from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Refused, Scheduler
 

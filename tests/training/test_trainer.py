@@ -227,7 +227,7 @@ class Killed(BaseException):
 
 
 def test_a_kill_while_saving_is_repaired_on_resume(tmp_path, monkeypatch):
-    import aiayn.training.trainer as trainer_module
+    import aiayn.training.state as trainer_module  # the one writer of a run's checkpoints
 
     cfg = TrainConfig.from_yaml(write_recipe(tmp_path, "k", max_steps=20, eval_every=10, bleu_sentences=0))
     real = trainer_module.save_checkpoint

@@ -46,7 +46,7 @@ def test_inside_rejects_positions_that_do_not_exist(translator):
 
 def test_inside_a_grouped_query_head_names_the_key_value_head_it_reads(lm_run):
     from aiayn.inference.load import load_checkpoint
-    from aiayn.model.transformer import DecoderOnly
+    from aiayn.model.decoder_only import DecoderOnly
     from aiayn.visual.attention import lm_attention_for
     from aiayn.visual.inside import lm_inside_for
 

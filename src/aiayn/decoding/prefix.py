@@ -28,7 +28,7 @@ from torch import Tensor
 
 from aiayn.decoding.block_runs import Block, consecutive, copy_runs, one_view, spans_of, tensors_of
 from aiayn.model.cache import DecoderCache
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 
 
 class PromptCache:

@@ -35,7 +35,7 @@ from aiayn.io.files import atomic_path, cache_dir
 from aiayn.kernels import compiler, cpu_flags
 from aiayn.model.packed import PackedLinear
 from aiayn.model.state import DecodeState
-from aiayn.model.static import advance, span_of, static_inputs, static_step
+from aiayn.model.static import advance, span_of, static_inputs
 
 MODES = ("auto", "on", "off")
 AUTO_PARAMETERS = 100_000_000  # below this auto decodes eagerly: a minute's first compile outweighs the gain
@@ -44,7 +44,7 @@ KEEP = 16  # compiled steps kept in the cache folder, the most recently used (3.
 
 
 class CompiledStep:
-    """``model``'s :func:`~aiayn.model.static.static_step` compiled (or as it is, ``compiled=False``: the reference
+    """``model``'s static step (``DecoderOnly.step_static``) compiled (or as it is, ``compiled=False``: the reference
     the tests hold it to), called by ``DecoderOnly.step`` for the steps it computes
     (:func:`~aiayn.model.static.static_inputs`): one graph for one row and, with ``batches``, one for any number of
     rows from 2 (the batch size marked dynamic: a server's running batch; a size of one is a graph's own).
@@ -60,7 +60,7 @@ class CompiledStep:
                  batches: bool = False) -> None:
         self.compiled, self.freezing, self.saved, self.batches = compiled, freezing, saved, batches
         self.compiled_here = False  # a graph was compiled in this process (not loaded from ``saved``)
-        self.step = functools.partial(static_step, model)  # the weights the graph's, not its inputs
+        self.step = functools.partial(type(model).step_static, model)  # the weights the graph's, not its inputs
         self.graphs: dict[bool, Callable] = {} if compiled else {False: self.step, True: self.step}  # by rows > 1
 
     @property

@@ -13,7 +13,7 @@ from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.load import load_for_use
 from aiayn.inference.precision import converter, inference_copy
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers import TokenizerPair
 
 

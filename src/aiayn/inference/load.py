@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.decoding.config import DecodingConfig, imported_defaults
-from aiayn.io.checkpoint import Converter, converted_parts, read_deferred, verify_checkpoint
+from aiayn.io.checkpoint import Converter, converted_parts, verify_checkpoint
 from aiayn.io.files import give_back_memory
+from aiayn.io.rows import read_deferred
 from aiayn.io.run import is_gguf, resolve_checkpoint
 from aiayn.model.build import load_model
 from aiayn.model.transformer import TransformerModel

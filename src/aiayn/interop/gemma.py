@@ -20,7 +20,7 @@ from torch import Tensor
 
 from aiayn.interop.llama import ACTIVATIONS, import_llama
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
 MODEL_TYPES = ("gemma3_text", "gemma3", "gemma2")  # gemma3: the text part of the multimodal folder

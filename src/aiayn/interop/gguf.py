@@ -247,7 +247,7 @@ def hf_tensors(f: GGUFFile, hf: dict, rows: bool = False) -> Iterator[tuple[str,
 def read_gguf(path: str | Path, rows: bool = False):
     """(model, tokenizers, decoding defaults or None) of a GGUF file; every mistake is a ValueError naming it.
     ``rows``: a llama, qwen or gemma file's matrices left unread, each its weight's deferred rows
-    (``io/checkpoint.py::defer_rows``: a :class:`GGUFRows`), for a converter that reads rows as it quantizes
+    (``io/rows.py::defer_rows``: a :class:`GGUFRows`), for a converter that reads rows as it quantizes
     (``aiayn.inference.load``), the model built uninitialised."""
     f = GGUFFile(path)
     tokenizers = _tokenizers(f)

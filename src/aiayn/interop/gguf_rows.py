@@ -7,7 +7,7 @@ Q4_0 (m = -8 d), Q4_1 and Q4_K (8 groups of 32 a block, d = d_block x scale, m =
 layers' groups. :class:`GGUFRows` hands them over (``grid``) so a layer is built from the file's own weights, with
 no float32 round trip: Q8_0, Q4_0 and Q4_1 exactly; Q4_K with each group's scale and minimum rounded to float16,
 as the layers keep them. It reads float32 rows too (the ``gguf`` package's dequantizer), for every other type and
-use: the :class:`~aiayn.io.checkpoint.StoredRows` protocol that ``rows_of`` serves.
+use: the :class:`~aiayn.io.rows.Blocks` protocol that ``rows_of`` serves.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.io.checkpoint import Blocks
+from aiayn.io.rows import Blocks
 
 QK_K = 256  # weights in a K-quant block
 Q4K_BYTES = 144  # d, dmin (float16), 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from aiayn.interop.hf_folder import load_mapped, take
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}

@@ -19,10 +19,10 @@ from torch import Tensor
 
 from aiayn.interop.gguf_rows import ZeroRows
 from aiayn.interop.hf_folder import iter_weights
-from aiayn.io.checkpoint import StackedRows, defer_rows
+from aiayn.io.rows import StackedRows, defer_rows
 from aiayn.model.checks import ROPE_SCALING
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")

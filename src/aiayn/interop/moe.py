@@ -16,7 +16,7 @@ from torch import Tensor
 
 from aiayn.interop.llama import import_llama, llama_config
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
 MODEL_TYPES = ("mixtral", "qwen3_moe")

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from aiayn.interop.llama import import_llama, llama_config, llama_hf_config, llama_problems, llama_tensors
 from aiayn.model.config import ModelConfig
-from aiayn.model.transformer import DecoderOnly
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
 
 MODEL_TYPES = ("phi3",)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.cache import LayerKV
+from aiayn.model.kv_cache import LayerKV
 from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
 

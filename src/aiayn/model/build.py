@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiayn.model.config import ModelConfig
+from aiayn.model.decoder_only import DecoderOnly
 from aiayn.model.nonautoregressive import CMLM, CTC
-from aiayn.model.transformer import DecoderOnly, EncoderDecoder, EncoderOnly, TransformerModel
+from aiayn.model.transformer import EncoderDecoder, EncoderOnly, TransformerModel
 
 MEMBERS = {("encoder-decoder", "autoregressive"): EncoderDecoder, ("encoder-decoder", "cmlm"): CMLM,
            ("encoder-decoder", "ctc"): CTC, ("decoder-only", "autoregressive"): DecoderOnly,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from aiayn.io.checkpoint import StackedRows, defer_rows, deferred_rows, rows_of
+from aiayn.io.rows import StackedRows, defer_rows, deferred_rows, rows_of
 from aiayn.kernels import simd_path
 from aiayn.model import cpu
 
@@ -66,7 +66,7 @@ def stack_linears(*linears: nn.Linear) -> nn.Linear:
     """One frozen linear layer whose rows are those of ``linears`` in order (inputs shared: the fused Q, K, V or
     gate and up projections of an inference copy). Built without initialisation, which would draw from torch's
     random generator and so change a training whose validation decodes through such a copy. Parts whose rows were
-    left unread (``io/checkpoint.py::defer_rows``: a GGUF file's) stack unread."""
+    left unread (``io/rows.py::defer_rows``: a GGUF file's) stack unread."""
     first = linears[0]
     fused = nn.utils.skip_init(nn.Linear, first.in_features, sum(lin.out_features for lin in linears),
                                bias=first.bias is not None, device=first.weight.device, dtype=first.weight.dtype)

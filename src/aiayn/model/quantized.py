@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.io.checkpoint import Blocks, rows_of
+from aiayn.io.rows import Blocks, rows_of
 from aiayn.kernels import quant, simd_path
 from aiayn.model import cpu
 from aiayn.model.int4_layout import LAYOUTS, layouts_of, unpack_int4
@@ -70,13 +70,13 @@ class Concatenated:
 def stored_grid(weight, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None:
     """Rows start:stop of a weight whose rows are read from a file that stores them as a grouped layer of ``bits``
     keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.interop.gguf_rows.GGUFRows`): (q, d, m),
-    w = q d + m per group of 32 (:class:`~aiayn.io.checkpoint.Blocks`). None for any other weight: it is quantized
+    w = q d + m per group of 32 (:class:`~aiayn.io.rows.Blocks`). None for any other weight: it is quantized
     from its float32 rows."""
     return weight.grid(bits, start, stop) if isinstance(weight, Blocks) else None
 
 
 def q8_grouped(weight) -> tuple[Tensor, Tensor]:
-    """A weight (N, K) (a tensor, or rows read a slice at a time: :class:`~aiayn.io.checkpoint.StoredRows`) as
+    """A weight (N, K) (a tensor, or rows read a slice at a time: :class:`~aiayn.io.rows.StoredRows`) as
     llama.cpp's Q8_0, q d per group of 32 of a row (d = max|w| / 127 in float16), in
     :func:`aiayn.kernels.quant.pack_q8`'s packing: (packed (N'/4, G, 128) int8, scales (N'/4, G, 4) float16), the
     rows padded to a multiple of 4 with zeros."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from aiayn.io.checkpoint import rows_of
+from aiayn.io.rows import rows_of
 from aiayn.kernels import quant
 from aiayn.model.embeddings import check_ids
 from aiayn.model.quantized import Int8Linear, q8_grouped

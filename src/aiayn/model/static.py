@@ -1,8 +1,9 @@
 """The decoding step with shapes that do not change (gpt-fast's static cache, as SGLang's CPU backend compiles it).
 
 The eager step (``DecoderOnly.step``) asks its caches where the new keys go, how many positions to attend and which
-rotary rows to read, in Python ints: each token is a new set of shapes. :func:`static_step` asks the same of
-tensors instead. The cache column ``column`` (1,) is a tensor; each layer's keys and values are written at slot
+rotary rows to read, in Python ints: each token is a new set of shapes. The static step
+(``DecoderOnly.step_static``, the decoder's second way to run) asks the same of tensors instead, through this module's
+cache and masks. The cache column ``column`` (1,) is a tensor; each layer's keys and values are written at slot
 ``column % capacity`` (``index_copy_``), the slots are attended under a mask made from ``column`` (causal,
 sliding window, left padding: bool, True = may attend) and the rotary angles are computed from the positions
 tensor. One token a row, the same shapes at every position: one compiled graph serves a whole generation
@@ -20,13 +21,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from aiayn.model.cache import DecoderCache, LayerCache, LayerKV
+from aiayn.model.cache import DecoderCache
+from aiayn.model.kv_cache import LayerKV
 from aiayn.model.state import DecodeState
 
 
 class StaticKV(LayerKV):
     """One layer's keys and values (B, H_kv, capacity, D), written in place at ``slot`` (1,) and attended whole:
-    the :class:`~aiayn.model.cache.LayerKV` that ``MultiHeadAttention`` asks of a cache, with no Python int that
+    the :class:`~aiayn.model.kv_cache.LayerKV` that ``MultiHeadAttention`` asks of a cache, with no Python int that
     changes from token to token."""
 
     runs = None  # rows are attended together (their padding is masked)
@@ -76,38 +78,8 @@ def span_of(column: int, capacity: int) -> int:
     return min(capacity - 1, (column // SPAN + 1) * SPAN)
 
 
-def static_step(model, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: list[Tensor],
-                windows: list[int | None], span: Tensor | None = None) -> Tensor:
-    """Logits (B, 1, V) of one new token a row, ``tokens`` (B, 1), at cache column ``column`` (1,).
-
-    Args:
-        model: a ``DecoderOnly`` (no relative position bias).
-        left_pad: (B,) padding columns in front of each row (its positions are column - left_pad).
-        kv: every layer's keys and values, k0, v0, k1, v1, ... (B, H_kv, capacity_i, D), written in place.
-        windows: each layer's sliding window (its cache a ring) or None.
-        span: a tensor whose length is how many slots each full layer attends (:func:`span_of`; past the column,
-            at most its capacity); None: every slot.
-    """
-    positions = column - left_pad  # (B,) each row's position at this column
-    masks: dict[int | None, Tensor] = {}
-    layers = []
-    for i, window in enumerate(windows):
-        k, v = kv[2 * i], kv[2 * i + 1]
-        capacity = k.size(2)
-        attended = span.size(0) if span is not None and window is None else None  # a ring: every slot
-        if window not in masks:  # one mask per kind of layer (their rings, and their full caches, one capacity)
-            masks[window] = slot_mask(column, left_pad, capacity if attended is None else attended, window)
-        layers.append(LayerCache(StaticKV(k, v, column % capacity, attended)))
-    local = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if layer.local]
-    full = [w for w, layer in zip(windows, model.decoder.layers, strict=True) if not layer.local]
-    x = model.embed(tokens, positions)  # (B, 1, D)
-    hidden, _ = model.decoder(x, None, masks[full[0]] if full else None, None, StaticCache(layers), positions,
-                              local_mask=masks[local[0]] if local else None)
-    return model._project(hidden, None)  # (B, 1, V)
-
-
 def static_inputs(model, tokens: Tensor, state: DecodeState) -> tuple[Tensor, Tensor, list[Tensor]] | None:
-    """What :func:`static_step` takes for the eager ``model.step(tokens, state)``: the new column (B, 1), the
+    """What ``DecoderOnly.step_static`` takes for the eager ``model.step(tokens, state)``: the new column (B, 1), the
     left padding (B,) and the caches' tensors; None where the step is not one it computes (several new columns,
     a shortlist's or an adapter's rows, a position bias, rows attended apart, no cache)."""
     cache = state.cache

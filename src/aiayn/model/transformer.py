@@ -1,8 +1,8 @@
-"""The three members of the Transformer family, assembled from the same parts by builder functions.
+"""The Transformer family's common base and two of its members, assembled from the same parts by builder functions.
 
 - EncoderDecoder: the paper's model (Figure 1).
-- DecoderOnly: GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention).
 - EncoderOnly: BERT-style bidirectional encoder with a token-level output head.
+- DecoderOnly, the GPT-style language model, lives in ``model/decoder_only.py``.
 
 The non-autoregressive encoder-decoders (CMLM, CTC) share ``EncoderDecoderBody`` and live in
 ``model/nonautoregressive.py``; ``model/build.py`` builds and loads whichever a config names.
@@ -15,7 +15,6 @@ Shape legend: B batch, S source length, T target length, V vocabulary, D d_model
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -27,7 +26,7 @@ from aiayn.model.cache import DecoderCache
 from aiayn.model.config import ModelConfig
 from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.init import init_weights, uninitialised
-from aiayn.model.masks import decoder_inputs, key_mask, left_align, padding_mask
+from aiayn.model.masks import decoder_inputs, key_mask, padding_mask
 from aiayn.model.state import DecodeState
 
 
@@ -147,7 +146,7 @@ class EncoderDecoderBody(TransformerModel):
         d_model ** -0.5 with ``rescale_output`` (T5 v1.0: its output weight is the unscaled embedding)."""
         if self.config.rescale_output:
             hidden = hidden * self.config.d_model ** -0.5
-        return _capped((self.output if output is None else output)(hidden), self.config)
+        return capped((self.output if output is None else output)(hidden), self.config)
 
 
 class EncoderDecoder(EncoderDecoderBody):
@@ -173,8 +172,8 @@ class EncoderDecoder(EncoderDecoderBody):
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache | None,
                 need_weights: bool, left_pad: Tensor | None = None) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        self_mask, local, positions = decoder_inputs(tgt_ids, self.config.pad_id, _offset(cache), left_pad,
-                                                     first_is_real=True, **_windows(self.config))
+        self_mask, local, positions = decoder_inputs(tgt_ids, self.config.pad_id, offset_of(cache), left_pad,
+                                                     first_is_real=True, **windows_of(self.config))
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         if cache is not None:
             cache.mark_padding(left_pad)
@@ -222,96 +221,6 @@ class EncoderDecoder(EncoderDecoderBody):
                 "cross": [w["cross"] for w in dec_w]}
 
 
-class DecoderOnly(TransformerModel):
-    """GPT-style language model: ``forward(ids (B, T)) -> next-token logits (B, T, V)``."""
-
-    arch = "decoder-only"
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config)
-        tokens = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings, config.pad_id)
-        self.embed = build_embedding(config, tokens)
-        self.decoder = build_decoder(config, cross_attention=False)
-        self.output = build_output(config, config.vocab_size, tokens)
-        init_weights(self)
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.decode(ids)
-
-    def decode(self, ids: Tensor, cache: DecoderCache | None = None, left_pad: Tensor | None = None,
-               output: Callable[[Tensor], Tensor] | None = None, last: bool = False) -> Tensor:
-        """Logits (B, T, V) for ids (B, T); with a cache, ids are the new positions only; with ``last``, the
-        last column's alone (B, 1, V).
-
-        ``left_pad`` (B,): the first ``left_pad[b]`` columns of row b are padding (never attended to) and
-        its real tokens start at position 0. Without it, nothing is padding by its value (causal attention keeps
-        right padding from every real token; a pad id inside a text is a token, as in transformers). ``output``:
-        another output projection (a shortlist's rows: logits (B, T, C)); default the model's.
-        """
-        x, mask, local, positions = self._inputs(ids, cache, left_pad)
-        hidden, _ = self.decoder(x, None, mask, None, cache, positions, local_mask=local)
-        return self._project(hidden[:, -1:] if last else hidden, output)
-
-    def start(self, inputs: Tensor, max_new_tokens: int, use_cache: bool = True,
-              beams: int = 1) -> tuple[Tensor, DecodeState]:
-        """Prompts (B, T), right-padded with pad_id (``masks.prompt_lengths``: a lone prompt is all real), are
-        left-aligned so that all rows continue in the same column; each row keeps its own positions and never
-        attends to the padding."""
-        tokens, left_pad = left_align(inputs, self.config.pad_id)  # (B, T0), (B,) or None
-        tokens = tokens.repeat_interleave(beams, dim=0)  # (B*beams, T0)
-        left_pad = None if left_pad is None else left_pad.repeat_interleave(beams, dim=0)
-        like = next(self.parameters())  # the cache takes the model's device and dtype
-        cache = self.new_cache(tokens.size(0), tokens.size(1) + max_new_tokens, like) if use_cache else None
-        return tokens, DecodeState(cache, left_pad=left_pad)
-
-    def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
-        if self.static is not None and (logits := self.static(self, tokens, state)) is not None:
-            return logits  # one new token through the compiled graph (model/static.py)
-        rows = nullcontext() if self.adapter_rows is None else self.adapter_rows.rows(state.adapters)
-        with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
-            return self.decode(tokens[:, state.position:], cache=state.cache, left_pad=state.left_pad,
-                               output=state.output, last=last)
-
-    def step_together(self, parts: list[tuple[Tensor, DecodeState]]) -> list[Tensor]:
-        """:meth:`step` with ``last`` of several cached batches in one pass (a long prompt's chunk inside the
-        running rows' step): their new positions side by side, (1, N, D), through the norms, projections and FFN
-        at once, each batch attending its own cache. Equal, to rounding, to stepping each alone."""
-        if len(parts) == 1 or self.adapter_rows is not None or self.decoder.position_bias is not None:
-            return super().step_together(parts)
-        xs, segments = [], []
-        for tokens, state in parts:
-            ids = tokens[:, state.position:]  # (b, t): the columns not yet in the cache
-            x, mask, local, positions = self._inputs(ids, state.cache, state.left_pad)
-            xs.append(x.flatten(0, 1))  # (b*t, D)
-            segments.append((*ids.shape, mask, local, state.cache, positions))
-        hidden = self.decoder.forward_segments(torch.cat(xs)[None], segments)[0]  # (N, D)
-        lasts = [h.view(rows, columns, -1)[:, -1]  # (b, D): each row's last column
-                 for h, (rows, columns, *_) in zip(hidden.split([len(x) for x in xs]), segments, strict=True)]
-        if len({id(state.output) for _, state in parts}) == 1:  # one output projection for every part's rows
-            logits = self._project(torch.cat(lasts)[:, None], parts[0][1].output)  # (sum b, 1, V)
-            return list(logits.split([len(h) for h in lasts]))
-        return [self._project(h[:, None], state.output) for h, (_, state) in zip(lasts, parts, strict=True)]
-
-    def _inputs(self, ids: Tensor, cache: DecoderCache | None, left_pad: Tensor | None
-                ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | int]:
-        """The embedded ids (B, T, D), the self-attention and sliding masks (bool, True = may attend; (B|1, 1, T,
-        offset+T) or None) and the positions of ids coming after ``cache``'s, rows padded by ``left_pad``."""
-        mask, local, positions = decoder_inputs(ids, None, _offset(cache), left_pad, **_windows(self.config))
-        if cache is not None:
-            cache.mark_padding(left_pad)
-        return self.embed(ids, positions), mask, local, positions
-
-    def _project(self, hidden: Tensor, output: Callable[[Tensor], Tensor] | None) -> Tensor:
-        """Logits (.., V) of hidden states (.., D) through ``output`` (None: the model's own), capped."""
-        return _capped((self.output if output is None else output)(hidden), self.config)
-
-    def attention_maps(self, ids: Tensor) -> dict[str, list[Tensor]]:
-        """Per-layer, per-head causal self-attention weights: decoder_self (B, H, T, T)."""
-        mask, local, _ = decoder_inputs(ids, None, None, **_windows(self.config))
-        _, weights = self.decoder(self.embed(ids), None, mask, None, None, 0, need_weights=True, local_mask=local)
-        return {"decoder_self": [w["self"] for w in weights]}
-
-
 class EncoderOnly(TransformerModel):
     """BERT-style encoder: ``forward(ids (B, S)) -> per-token logits (B, S, V)`` (e.g. masked tokens)."""
 
@@ -340,19 +249,19 @@ class EncoderOnly(TransformerModel):
         return hidden
 
 
-def _offset(cache: DecoderCache | None) -> int | None:
+def offset_of(cache: DecoderCache | None) -> int | None:
     """The cache's position (the new ids come after it); None without a cache."""
     return None if cache is None else cache.position
 
 
-def _windows(cfg: ModelConfig) -> dict[str, int | None]:
+def windows_of(cfg: ModelConfig) -> dict[str, int | None]:
     """``decoder_inputs``' windows: a Mistral-style window holds for every layer; with ``layer_types`` it holds for
     the sliding layers alone."""
     local = cfg.sliding_window if "sliding" in cfg.layer_types else None
     return {"window": None if cfg.layer_types else cfg.sliding_window, "local_window": local}
 
 
-def _capped(logits: Tensor, cfg: ModelConfig) -> Tensor:
+def capped(logits: Tensor, cfg: ModelConfig) -> Tensor:
     """The logits squashed as cap * tanh(logits / cap) with ``logit_softcap`` (Gemma 2); else as they are."""
     cap = cfg.logit_softcap
     return logits if cap is None else cap * torch.tanh(logits / cap)

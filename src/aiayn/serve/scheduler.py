@@ -27,6 +27,7 @@ from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.source_cache import SourceCache
 from aiayn.model.transformer import TransformerModel
+from aiayn.serve import admission
 from aiayn.serve.jobs import Chore, DecodeJob, EncoderWork, Refusal, Refused
 from aiayn.serve.limits import Limits
 
@@ -105,49 +106,15 @@ class Scheduler:
         self.thread.join(timeout=10)
 
     def admission(self, *jobs: Job) -> Refusal | None:
-        """The one admission check, for jobs that come together (one request's): each job's decoding
-        (:meth:`decoding_for`, set on the job), the cache its input and limit need, and, for a language model, no
-        more than ``limits.max_streams`` requests open (``busy``). None: all may be submitted."""
-        for job in jobs:
-            decoding = self.decoding_for(job.decoding)
-            if isinstance(decoding, Refusal):
-                return decoding
-            job.decoding = decoding
-            start = self.engine.start_width(torch.tensor([job.inputs]))
-            if self.model.config.arch == "decoder-only" and len(job.inputs) >= self.capacity:
-                return Refusal("too_long", "prompt", f"prompt: {len(job.inputs)} tokens; the server's context is "
-                                                     f"{self.capacity} tokens of prompt and continuation (aiayn serve "
-                                                     "--max-model-len, up to the model's own)")
-            if start + decoding.max_new_tokens > self.capacity:
-                return Refusal("too_long", "max_new_tokens", f"prompt and max_new_tokens: {len(job.inputs)} + "
-                                                             f"{decoding.max_new_tokens} tokens exceed the model's "
-                                                             f"{self.capacity}")
-        if self.model.config.arch == "decoder-only" and self.open_requests + len(jobs) > self.limits.max_streams:
-            return Refusal("busy", "n", f"busy: {self.open_requests} generations running or waiting (the server's "
-                                        f"limit is {self.limits.max_streams}); try again shortly")
-        return None
+        """The one admission check (``serve/admission.py``), for jobs that come together (one request's): each job's
+        decoding (set on the job), the cache its input and limit need, and, for a language model, no more than
+        ``limits.max_streams`` requests open (``busy``). None: all may be submitted."""
+        return admission.check(jobs, self.model, self.limits, self.capacity, self.open_requests,
+                               lambda job: self.engine.start_width(torch.tensor([job.inputs])))
 
     def decoding_for(self, decoding: DecodingConfig) -> DecodingConfig | Refusal:
-        """A request's decoding resolved against the model (:meth:`DecodingConfig.resolve`: a strategy the model
-        cannot run is ``invalid``) with its length limit set (unset: the default, cut to the server's limit),
-        or the refusal: one output per job, a beam or a length over the server's limits (``too_long``)."""
-        limits, given = self.limits, decoding.max_new_tokens is not None
-        try:
-            cfg = decoding.resolve(self.model.config)
-        except ValueError as err:
-            return Refusal("invalid", str(err).split(":")[0], str(err))
-        if cfg.strategy in PARALLEL and getattr(self.model, "tensor_parallel", 1) > 1:  # outside the engine
-            return Refusal("invalid", "strategy", f"strategy: {cfg.strategy} is not served with --tensor-parallel")
-        if cfg.num_return_sequences != 1:
-            return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one "
-                           "sequence here (the OpenAI routes take n)")
-        if cfg.beam_size > limits.max_beam_size:
-            return Refusal("too_long", "beam_size", f"beam_size: {cfg.beam_size} > the server's limit "
-                                                    f"{limits.max_beam_size}")
-        if given and cfg.max_new_tokens > limits.max_new_tokens:
-            return Refusal("too_long", "max_new_tokens", f"max_new_tokens: {cfg.max_new_tokens} > the server's "
-                                                         f"limit {limits.max_new_tokens}")
-        return cfg.replace(max_new_tokens=min(cfg.max_new_tokens or limits.max_new_tokens, limits.max_new_tokens))
+        """A request's decoding resolved against the served model and limits (``admission.decoding_for``)."""
+        return admission.decoding_for(decoding, self.model, self.limits)
 
     def submit(self, *jobs: Job) -> None:
         """Queue decode jobs that come together (one request's): all, or none with :class:`Refused` (the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tqdm import tqdm
+
 from aiayn.io.files import atomic_write_text
 from aiayn.io.run import RunFolder
 
@@ -26,6 +28,16 @@ class RunLog:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step":
                     self.board.add_scalar(key, value, record["step"])
+
+    def start(self, dropped: dict, malloc: str, precision: str, emulated: bool) -> None:
+        """A run's first record (step 0): what the data cleaning ``dropped``, the allocator and the precision; the
+        main process also prints them, and that bf16 was asked where this CPU would ``emulated`` it."""
+        self.write({"step": 0, "data": dropped, "malloc": malloc, "precision": precision})
+        if self.writes:
+            tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {malloc}")
+            if emulated:
+                tqdm.write("precision: bf16 was asked for, but this CPU has no bfloat16 instructions (AVX512-BF16, "
+                           "AMX or AVX-NE-CONVERT) and would convert or emulate it, slower: training in fp32")
 
     def truncate(self, step: int) -> None:
         """Drop the records after ``step`` (a resumed run logs those steps again)."""

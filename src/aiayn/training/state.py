@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from aiayn.interop.peft import save_adapter
 from aiayn.io.checkpoint import write_checkpoint
 from aiayn.io.files import atomic_write_text, read_json
-from aiayn.io.run import TRAINER_JSON, TRAINER_TENSORS
+from aiayn.io.run import TRAINER_JSON, TRAINER_TENSORS, RunFolder
 from aiayn.model.transformer import TransformerModel
 from aiayn.tokenizers import TokenizerPair
 
@@ -92,3 +92,16 @@ def load_trainer_state(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         return meta, load_file(str(tensor_file))
     except SafetensorError as err:
         raise ValueError(f"{tensor_file}: damaged or truncated ({err})") from None
+
+
+def save_evaluated(run: RunFolder, model: TransformerModel, tokenizers: TokenizerPair, optimizer: dict, state: dict,
+                   generation, keep_last: int, improved: bool, **adapter) -> None:
+    """A run's checkpoints at one evaluation, in the order a kill in between resumes from: ``checkpoints/step_N/``
+    (the last ``keep_last`` kept), ``best/`` when the score ``improved``, then ``last/`` with the trainer's
+    ``state`` and ``optimizer`` (what ``--resume`` reads). ``adapter``: a LoRA run's (:func:`save_checkpoint`)."""
+    if keep_last > 0:
+        save_checkpoint(run.step(state["step"]), model, tokenizers, generation=generation, **adapter)
+        run.prune(keep_last)
+    if improved:
+        save_checkpoint(run.best, model, tokenizers, generation=generation, **adapter)
+    save_checkpoint(run.last, model, tokenizers, optimizer, state, generation, **adapter)

@@ -35,7 +35,7 @@ from aiayn.training.config import TrainConfig
 from aiayn.training.objective import make_optimizer
 from aiayn.training.pace import AutoSteps, pace_window, steps_held
 from aiayn.training.runlog import RunLog
-from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_checkpoint
+from aiayn.training.state import load_trainer_state, optimizer_state, restore_rng, save_evaluated
 from aiayn.training.validation import to_device, validate
 
 
@@ -123,13 +123,8 @@ class Trainer:
         """Report what the data cleaning dropped, the allocator and the precision (metrics.jsonl, console)."""
         dropped = {"train_pairs": len(self.task), "empty_skipped": self.splits.train.dropped.get("empty", 0),
                    "too_long_filtered": self.task.too_long, "max_len": self.cfg.max_len}
-        malloc, precision = memory.allocator(), PRECISION_NAMES[self.amp]
-        self.runlog.write({"step": 0, "data": dropped, "malloc": malloc, "precision": precision})
-        if self.dist.main:
-            tqdm.write("data: " + ", ".join(f"{k}={v}" for k, v in dropped.items()) + f"; malloc: {malloc}")
-            if self.cfg.precision == "bf16" and self.amp is None:
-                tqdm.write("precision: bf16 was asked for, but this CPU has no bfloat16 instructions (AVX512-BF16, "
-                           "AMX or AVX-NE-CONVERT) and would convert or emulate it, slower: training in fp32")
+        self.runlog.start(dropped, memory.allocator(), PRECISION_NAMES[self.amp],
+                          emulated=self.cfg.precision == "bf16" and self.amp is None)
 
     def lr(self, step: int) -> float:
         return learning_rate(self.cfg, self.model.config.d_model, step, self.max_steps)
@@ -219,12 +214,7 @@ class Trainer:
                           "lr": self.lr(self.step), "tokens_per_s": round(rate, 1), "rss_mb": memory.resident_mb()})
                 window_tokens, window_start = 0, time.perf_counter()
             if self._told_to_stop(sigterm):
-                optimizer = self._gather()
-                if self.dist.main:
-                    self._save(False, optimizer)
-                self.stopped_by_signal = True
-                bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
-                return {"step": self.step, "stopped_by": "SIGTERM"}
+                return self._stop_on_signal(bar)
             if self.step % cfg.eval_every == 0:
                 last_eval = self.evaluate_and_save()
                 if cfg.patience and self.bad_evals >= cfg.patience:
@@ -233,6 +223,15 @@ class Trainer:
         if self.step % cfg.eval_every:
             last_eval = self.evaluate_and_save()
         return last_eval
+
+    def _stop_on_signal(self, bar: tqdm) -> dict:
+        """SIGTERM: last/ saved after the current step, ``stopped_by_signal`` set."""
+        optimizer = self._gather()
+        if self.dist.main:
+            self._save(False, optimizer)
+        self.stopped_by_signal = True
+        bar.write(f"SIGTERM: saved {self.run.last} at step {self.step}; continue with --resume")
+        return {"step": self.step, "stopped_by": "SIGTERM"}
 
     def _told_to_stop(self, sigterm: threading.Event) -> bool:
         """Whether any process got SIGTERM (all of them then stop after the same step)."""
@@ -281,8 +280,12 @@ class Trainer:
         the previous last/ and writes this step's folders again. A failed write (a full disk) leaves every
         previous folder whole and stops training with a message. FSDP: rank 0's plain model then gives its
         storage back until the next evaluation."""
+        state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
+                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "max_steps": self.max_steps,
+                 "recipe": self.cfg.to_dict()}
         try:
-            self._write_checkpoints(improved, optimizer)
+            save_evaluated(self.run, self.plain, self.tokenizers, optimizer, state, self.generation,
+                           self.cfg.keep_last, improved, **self._adapter)
         except (OSError, SafetensorError) as err:  # safetensors reports its own I/O errors
             reason = getattr(err, "strerror", None) or str(err).split(": ")[-1]
             raise ValueError(f"{self.out}: could not write the step {self.step} checkpoint ({reason}); "
@@ -290,19 +293,6 @@ class Trainer:
                              "--resume") from None
         finally:
             self.strategy.saved()
-
-    def _write_checkpoints(self, improved: bool, optimizer: dict) -> None:
-        if self.cfg.keep_last > 0:
-            save_checkpoint(self.run.step(self.step), self.plain, self.tokenizers, generation=self.generation,
-                            **self._adapter)
-            self.run.prune(self.cfg.keep_last)
-        if improved:
-            save_checkpoint(self.run.best, self.plain, self.tokenizers, generation=self.generation, **self._adapter)
-        state = {"step": self.step, "epoch": self.epoch, "batch_pos": self.batch_pos, "best": self.best,
-                 "bad_evals": self.bad_evals, "train_seconds": self.train_seconds, "max_steps": self.max_steps,
-                 "recipe": self.cfg.to_dict()}
-        save_checkpoint(self.run.last, self.plain, self.tokenizers, optimizer, state, self.generation,
-                        **self._adapter)
 
     def validate(self) -> dict:
         """The validation metrics of the plain (unsharded) model: ``training/validation.py``."""
