@@ -4,7 +4,7 @@ far their weights are from the file's own.
 For each file and precision, three ways to a decoding model, each in a fresh process (its peak resident memory is
 that process's):
 - ``file``: ``TextGenerator.from_checkpoint(FILE.gguf, int4=True)``: the matrices read a block of rows at a time,
-  Q8_0 / Q4_0 / Q4_1 / Q4_K blocks kept as they are (``interop/gguf_rows.py``);
+  Q8_0 / Q4_0 / Q4_1 / Q4_K blocks kept as they are (``formats/gguf_rows.py``);
 - ``folder``: the same from the folder ``aiayn import`` wrote (float32 on disk, quantized again at each load);
 - ``import``: ``aiayn import`` itself, the one-off step the folder needs.
 Then ``weight_error``: sum |w - w_file| / sum |w_file| over the decoding layers' weights, for the file's and the
@@ -37,10 +37,9 @@ def load_once(checkpoint: str, precision: str) -> dict:
     import time
 
     from aiayn.inference.generator import TextGenerator
-    from aiayn.interop.gguf import read_gguf
 
     start = time.perf_counter()
-    TextGenerator.from_checkpoint(checkpoint, read_file=read_gguf, **{precision: True})
+    TextGenerator.from_checkpoint(checkpoint, **{precision: True})
     seconds = time.perf_counter() - start
     with open("/proc/self/status") as f:  # VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec)
         peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
@@ -58,7 +57,6 @@ def errors(path: Path, folder: Path, precision: str) -> dict:
 
     from aiayn.inference.load import load_checkpoint, load_for_use
     from aiayn.inference.precision import converter, fuse
-    from aiayn.interop.gguf import read_gguf
     from aiayn.model.quantized import Int4Linear, Int8Linear
 
     reference, tokenizers = load_checkpoint(folder)
@@ -69,7 +67,7 @@ def errors(path: Path, folder: Path, precision: str) -> dict:
     theirs = llama_cpp_logits(path, ids[0].tolist())
     found = {}
     for way, source in (("file", path), ("folder", folder)):
-        model = load_for_use(source, convert=converter(**{precision: True}), read_file=read_gguf)[0]
+        model = load_for_use(source, convert=converter(**{precision: True}))[0]
         error = size = 0.0
         for name, layer in model.named_modules():
             if isinstance(layer, Int4Linear | Int8Linear):

@@ -31,8 +31,8 @@ STEPS = 16
 
 def gemma(gguf: Path):
     """The real Gemma 3 270M, or a random model of its shape."""
-    from aiayn.interop.gemma import gemma_config
-    from aiayn.interop.gguf import read_gguf
+    from aiayn.formats.gemma import gemma_config
+    from aiayn.formats.gguf import read_gguf
     from aiayn.model.decoder_only import DecoderOnly
 
     if gguf.exists():

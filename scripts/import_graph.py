@@ -22,6 +22,7 @@ LAYERS = (
     ("aiayn.model",),  # the paper's parts and the family built from them
     ("aiayn.tokenizers",),
     ("aiayn.data", "aiayn.decoding"),
+    ("aiayn.formats",),  # other tools' files read in (a Hugging Face folder, a GGUF file): what loading for use reads
     ("aiayn.inference", "aiayn.evaluation"),  # using a checkpoint; scoring
     ("aiayn.visual",),
     ("aiayn.interop",),  # pretrained models in and out, adapters in PEFT's format

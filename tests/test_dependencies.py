@@ -10,8 +10,8 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = {  # exporting to Hugging Face / CTranslate2; the paper's tokenized BLEU: (where imported, the hint)
-    "transformers": ({"interop/hf_export.py", "interop/gpt2.py", "interop/llama.py", "interop/gemma.py",
-                      "interop/phi3.py"},
+    "transformers": ({"interop/hf_export.py", "formats/gpt2.py", "formats/llama.py", "formats/gemma.py",
+                      "formats/phi3.py"},
                      "pip install transformers"),
     "ctranslate2": ({"interop/ctranslate2.py"}, "pip install ctranslate2"),
     "sacremoses": ({"evaluation.py"}, "pip install 'aiayn[wmt]'"),

@@ -14,10 +14,9 @@ from torch import nn
 
 from aiayn import generate
 from aiayn.cli import main
+from aiayn.formats.gguf_rows import GGUFRows, ZeroRows, blocks_grid
 from aiayn.inference.load import load_checkpoint, load_for_use
 from aiayn.inference.precision import converter, fuse
-from aiayn.interop.gguf import read_gguf
-from aiayn.interop.gguf_rows import GGUFRows, ZeroRows, blocks_grid
 from aiayn.io.rows import StackedRows, defer_rows
 from aiayn.model.quantized import Int4Linear, Int8Linear
 
@@ -337,7 +336,7 @@ def test_the_word_split_is_named_to_llama_cpp_and_read_back_or_refused(steps, na
 
     from tokenizers import Regex, pre_tokenizers
 
-    from aiayn.interop.gguf_vocab import gguf_tokenizer_fields, tokenizer_from_gguf
+    from aiayn.formats.gguf_vocab import gguf_tokenizer_fields, tokenizer_from_gguf
     from aiayn.tokenizers.hf import HFTokenizers
 
     tok = byte_level().backend_tokenizer
@@ -375,7 +374,7 @@ def test_a_mistral_shaped_model_exports_as_llama_with_a_warning(tmp_path, make_l
 @pytest.mark.parametrize("add_bos, add_eos, ids", [(False, False, [2, 0]), (True, False, [3, 2, 0]),
                                                    (False, True, [2, 0, 4]), (True, True, [3, 2, 0, 4])])
 def test_bos_and_eos_are_added_as_the_file_says(add_bos, add_eos, ids):
-    from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+    from aiayn.formats.gguf_vocab import tokenizer_from_gguf
     from aiayn.tokenizers.hf import HFTokenizer
 
     meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab", "<s>", "</s>"],
@@ -554,6 +553,7 @@ def test_sampling_defaults_go_out_as_general_sampling_and_come_back(tmp_path, ch
         assert back == (ours if decoding else {"temperature": 0.0})
 
 
+@pytest.mark.kernels  # the layers' packing read back through aiayn's ops (loaded by the mark, not by another test)
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q4_0"])
 def test_q4_1_and_q8_0_blocks_come_through_float32_into_the_int4_and_int8_layers_byte_for_byte(kind):
     """A file's Q4_1 (Q8_0) matrix, dequantized as ``aiayn import`` reads it, is quantized by ``--int4``
@@ -606,7 +606,7 @@ def test_q4_0_files_keep_the_output_projection_in_q8_0(checkpoint_of, tmp_path):
     matrices = ("attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_up.weight")  # (ffn_down: 48 wide, F32)
     assert {kind for name, kind in types.items() if name.endswith(matrices)} == {"Q4_0"}
 
-# A GGUF file run as it is (``interop/gguf_rows.py``, ``inference/load.py``): its Q8_0, Q4_0, Q4_1 and Q4_K blocks
+# A GGUF file run as it is (``formats/gguf_rows.py``, ``inference/load.py``): its Q8_0, Q4_0, Q4_1 and Q4_K blocks
 # read as the gguf package dequantizes them, handed to the int8 and int4 layers with no float32 round trip (the
 # file's values exactly; Q4_K's scales to float16), a .gguf path taken by ``generate`` and ``serve`` like a
 # checkpoint folder, and the real SmolLM2 and Gemma 3 files (where fetched) loaded so.
@@ -723,7 +723,7 @@ def test_a_gguf_file_loads_into_the_layers_with_its_own_values(q4_0_file, bits):
     Q8_0 projection exactly. Nothing else changes: the loaded model's other tensors are the imported ones."""
     path, back = q4_0_file
     convert = converter(int4=bits == 4, int8=bits == 8)
-    model = load_for_use(path, "decoder-only", convert=convert, read_file=read_gguf)[0]
+    model = load_for_use(path, "decoder-only", convert=convert)[0]
     reference = fuse(load_checkpoint(back)[0])  # the file's values in float32, its projections fused as the copy's
     layers = {name: m for name, m in model.named_modules() if isinstance(m, Int4Linear | Int8Linear)}
     assert {type(m) for m in layers.values()} == ({Int4Linear, Int8Linear} if bits == 4 else {Int8Linear})
@@ -764,8 +764,9 @@ def test_a_damaged_gguf_checkpoint_is_one_line(tmp_path, q4_0_file, capsys):
     assert main(["generate", "--checkpoint", str(cut), "--prompt", "x", "--int4"]) == 2
     err = capsys.readouterr().err.strip()
     assert str(cut) in err and len(err.splitlines()) == 1 and "Traceback" not in err
-    with pytest.raises(ValueError, match="a GGUF file; run it with aiayn generate, chat or serve"):
-        load_checkpoint(path)  # (a product below interop/, which reads GGUF files, is not handed the reader)
+    assert load_checkpoint(path)[0].config.arch == "decoder-only"  # the reader is below inference/: read as it is
+    with pytest.raises(ValueError, match="is a decoder-only checkpoint; use aiayn generate"):
+        load_checkpoint(path, "encoder-decoder")  # a translator's product names the command for it
 
 
 @pytest.mark.long
@@ -779,15 +780,15 @@ def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
 
     from aiayn.inference.generator import TextGenerator
 
-    generator = TextGenerator.from_checkpoint(SMOLLM2, read_file=read_gguf, int4=True)
+    generator = TextGenerator.from_checkpoint(SMOLLM2, int4=True)
     assert "Paris" in generator.generate("The capital of France is", 8, temperature=0.0)[0]
     ours = {"attn_output": "self_attn.out_proj", "ffn_down": "ffn.down_proj"}  # unfused: one tensor of the file each
     for path in (SMOLLM2, GEMMA3):
         types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
         kept = {f"decoder.layers.{name.split('.')[1]}.{ours[name.split('.')[2]]}": kind for name, kind in types.items()
                 if name.split(".")[2:3] and name.split(".")[2] in ours and kind in ("Q4_0", "Q4_1", "Q4_K")}
-        model = load_for_use(path, "decoder-only", convert=converter(int4=True), read_file=read_gguf)[0]
-        reference = fuse(load_for_use(path, "decoder-only", read_file=read_gguf)[0])
+        model = load_for_use(path, "decoder-only", convert=converter(int4=True))[0]
+        reference = fuse(load_for_use(path, "decoder-only")[0])
         assert len(kept) >= 18 and isinstance(model.output, Int8Linear) and types["token_embd.weight"] == "Q8_0"
         for name, kind in [*kept.items(), ("output", "Q8_0")]:
             file_values = reference.get_submodule(name).weight[: model.config.target_vocab - 1]

@@ -200,7 +200,7 @@ def test_bad_folders_are_one_line(tmp_path, capsys, damage, message, make_t5):
 
 
 def test_a_model_t5_cannot_express_is_refused_by_name(tmp_path, capsys):
-    from aiayn.interop.t5 import t5_problems
+    from aiayn.formats.t5 import t5_problems
     from aiayn.model.config import ModelConfig
 
     cfg = ModelConfig.preset("tiny", vocab_size=50, positions="relative", norm="pre", norm_type="rmsnorm",
@@ -225,7 +225,7 @@ def _config(folder, **changes):
 def test_the_spiece_converter_refuses_what_is_not_a_unigram_model(tmp_path):
     import sentencepiece as spm
 
-    from aiayn.interop.t5 import spiece_tokenizer_json
+    from aiayn.formats.t5 import spiece_tokenizer_json
 
     with pytest.raises(ValueError, match="not a SentencePiece model"):
         spiece_tokenizer_json(b"\x00junk\xff" * 5, 0, tmp_path / "spiece.model")

@@ -89,12 +89,11 @@ def chat(args: argparse.Namespace) -> int:
     from aiayn.decoding.config import DecodingConfig
     from aiayn.inference.chat import Chat
     from aiayn.inference.generator import TextGenerator
-    from aiayn.interop.gguf import read_gguf
 
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
-                                              read_file=read_gguf, **precision_options(args))
+                                              **precision_options(args))
     compile_step(generator.model, args)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()

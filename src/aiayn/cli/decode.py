@@ -161,7 +161,6 @@ def evaluate(args: argparse.Namespace) -> int:
 def generate(args: argparse.Namespace) -> int:
     from aiayn.decoding.config import DecodingConfig
     from aiayn.inference.generator import TextGenerator
-    from aiayn.interop.gguf import read_gguf
 
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
@@ -169,7 +168,7 @@ def generate(args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(
         args.prompt_file)))
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
-                                              read_file=read_gguf, **precision_options(args))
+                                              **precision_options(args))
     if args.verbose:
         say_kernels(generator.model)
     decoding = generator.decoding.replace(**options).resolve(generator.model.config)

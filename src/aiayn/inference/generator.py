@@ -84,13 +84,12 @@ class TextGenerator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
-                        read_file=None, **options) -> TextGenerator:
-        """``path``: a checkpoint or run folder, or a GGUF file read by ``read_file``
-        (``aiayn.interop.gguf.read_gguf``); ``prepare`` as in ``load_checkpoint`` (a LoRA adapter); decoding: the
-        checkpoint's defaults (``load_for_use``)."""
+                        **options) -> TextGenerator:
+        """``path``: a checkpoint or run folder, or a GGUF file; ``prepare`` as in ``load_checkpoint`` (a LoRA
+        adapter); decoding: the checkpoint's defaults (``load_for_use``)."""
         convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")},
                             few_rows=True)
-        model, tokenizers, decoding = load_for_use(path, "decoder-only", prepare, convert, read_file)
+        model, tokenizers, decoding = load_for_use(path, "decoder-only", prepare, convert)
         return cls(model, tokenizers, device, decoding=decoding, own=True, **options)
 
     def prompt_ids(self, prompt: str) -> list[int]:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.decoding.config import DecodingConfig, imported_defaults
+from aiayn.formats.gguf import read_gguf
 from aiayn.io.checkpoint import Converter, converted_parts, verify_checkpoint
 from aiayn.io.files import give_back_memory
 from aiayn.io.rows import read_deferred
@@ -23,9 +24,8 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
 def load_checkpoint(path: str | Path, arch: str | None = None,
                     prepare: Callable[[TransformerModel], object] | None = None,
                     convert: Converter | None = None) -> tuple[TransformerModel, TokenizerPair]:
-    """The model and tokenizers of a checkpoint folder or run folder (its best/; a GGUF file: :func:`load_for_use`
-    with its reader); with ``arch``, a checkpoint of another family member is a ValueError that names the command
-    for it.
+    """The model and tokenizers of a checkpoint folder or run folder (its best/), or of a GGUF file; with ``arch``,
+    a checkpoint of another family member is a ValueError that names the command for it.
     ``prepare(model)`` runs on the loaded model before anything uses it (``--adapter``: a LoRA adapter put on it,
     ``aiayn.interop.peft``). ``convert``: the inference copy made layer by layer as the weights are read
     (``aiayn.inference.precision.converter``; not with ``prepare``, which needs the plain layers)."""
@@ -35,17 +35,13 @@ def load_checkpoint(path: str | Path, arch: str | None = None,
 
 def load_for_use(path: str | Path, arch: str | None = None,
                  prepare: Callable[[TransformerModel], object] | None = None,
-                 convert: Converter | None = None, read_file: Callable | None = None
-                 ) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
+                 convert: Converter | None = None) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
     """:func:`load_checkpoint`'s model and tokenizers, and the checkpoint's decoding defaults: its
-    ``generation.json``, or a GGUF file's sampling metadata as ``aiayn import`` would write them. ``read_file``:
-    what reads a GGUF file (``aiayn.interop.gguf.read_gguf``, passed by the products above it: ``generate``,
-    ``chat``, ``serve``); without it a GGUF file is refused."""
+    ``generation.json``, or a GGUF file's sampling metadata as ``aiayn import`` would write them (the file read by
+    ``aiayn.formats.gguf``, a layer below: every product runs one as it is)."""
     folder = resolve_checkpoint(path)
     if is_gguf(folder):
-        if read_file is None:
-            raise ValueError(f"{folder}: a GGUF file; run it with aiayn generate, chat or serve, or aiayn import it")
-        model, tokenizers, decoding = _load_gguf(folder, prepare, convert, read_file)
+        model, tokenizers, decoding = _load_gguf(folder, prepare, convert)
     else:
         verify_checkpoint(folder)
         tokenizers = load_tokenizers(folder)  # first, and its parse's memory given back: a 262,144-piece BPE
@@ -59,10 +55,11 @@ def load_for_use(path: str | Path, arch: str | None = None,
     return model, tokenizers, decoding
 
 
-def _load_gguf(path: Path, prepare, convert, read_gguf) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
+def _load_gguf(path: Path, prepare, convert: Converter | None
+               ) -> tuple[TransformerModel, TokenizerPair, DecodingConfig]:
     """A GGUF file's model, made the inference copy ``convert`` makes layer by layer. A quantizing converter reads
     each matrix from the file a block of rows at a time, and keeps the blocks of the types its layers hold as they
-    are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``interop/gguf_rows.py``): no float32 copy."""
+    are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``formats/gguf_rows.py``): no float32 copy."""
     convert = convert if prepare is None else None
     rows = convert is not None and convert.reads_rows and convert.dtype is None
     model, tokenizers, sampling = read_gguf(path, rows=rows)  # (nothing left unread without a converter)

@@ -1,18 +1,18 @@
 """Pretrained models in and out: a local Hugging Face model folder (Marian, T5, GPT-2, BERT, a sentence-transformers
-BERT, Llama, Qwen2, Qwen3, Mistral) becomes an ordinary aiayn checkpoint (``import_pretrained``); an aiayn model
-becomes a Hugging Face folder (Marian, T5, GPT-2, Llama) or a CTranslate2 model (``hf_export``, ``ctranslate2``).
-The folder's reading is ``hf_folder``; each family member maps its own tensors (``marian``, ``t5``, ``gpt2``,
-``bert``, ``llama``).
-"""
+BERT, Llama, Qwen2, Qwen3, Mistral, Gemma, Phi-3, mixtures) or a GGUF file becomes an ordinary aiayn checkpoint
+(``import_pretrained``: read by ``aiayn.formats``, a layer below); an aiayn model becomes a Hugging Face folder, a GGUF
+file or a CTranslate2 model (``hf_export``, ``gguf_export``, ``ctranslate2``); LoRA adapters in PEFT's format
+(``peft``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from aiayn.decoding.config import imported_defaults
-from aiayn.interop import bert, gemma, gpt2, llama, marian, moe, phi3, sentence, t5
-from aiayn.interop.gguf import read_gguf
-from aiayn.interop.hf_folder import SUPPORTED, read_config, read_generation, read_weights
+from aiayn.formats import bert, gemma, gpt2, llama, marian, moe, phi3, t5
+from aiayn.formats.gguf import read_gguf
+from aiayn.formats.hf_folder import SUPPORTED, read_config, read_generation, read_weights
+from aiayn.interop import sentence
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
 

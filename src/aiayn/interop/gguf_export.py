@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from aiayn.interop import gemma, gpt2, llama, phi3
-from aiayn.interop.gguf import CONV1D, GEMMA_LOCAL_BASE, GEMMA_PATTERN, gguf_name, gguf_package, permute
-from aiayn.interop.gguf_vocab import UNUSED, gguf_tokenizer_fields
+from aiayn.formats import gemma, gpt2, llama, phi3
+from aiayn.formats.gguf import CONV1D, GEMMA_LOCAL_BASE, GEMMA_PATTERN, gguf_name, gguf_package, permute
+from aiayn.formats.gguf_vocab import UNUSED, gguf_tokenizer_fields
 from aiayn.model.positions import rope_frequencies
 
 QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0", "q4_0")

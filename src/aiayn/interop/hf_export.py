@@ -1,5 +1,5 @@
 """aiayn translators out to Hugging Face: a Marian folder that ``MarianMTModel.from_pretrained`` loads, with
-the same logits, or a T5 folder for a T5-shaped model (``interop/t5.py``; CTranslate2 export:
+the same logits, or a T5 folder for a T5-shaped model (``formats/t5.py``; CTranslate2 export:
 ``interop/ctranslate2.py``).
 
 Marian's Transformer is the paper's post-norm encoder-decoder with sinusoidal positions laid out in halves
@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.config import DecodingConfig
-from aiayn.interop.hf_folder import write_generation
-from aiayn.interop.marian import layer_names
+from aiayn.formats.hf_folder import write_generation
+from aiayn.formats.marian import layer_names
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderDecoder
 from aiayn.tokenizers.marian import MarianTokenizers
@@ -107,7 +107,7 @@ def export_hf(checkpoint: str | Path, output: str | Path, overwrite: bool = Fals
 
 
 def _export_t5(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
-    from aiayn.interop.t5 import export_t5, t5_problems
+    from aiayn.formats.t5 import export_t5, t5_problems
     from aiayn.io.files import atomic_directory
     from aiayn.io.run import resolve_checkpoint
 
@@ -127,10 +127,10 @@ def _export_t5(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
 
 
 def _export_language_model(model, tokenizers, checkpoint, output, overwrite: bool) -> Path:
-    from aiayn.interop.gemma import export_gemma, gemma2_problems, gemma_problems
-    from aiayn.interop.gpt2 import export_gpt2, gpt2_problems
-    from aiayn.interop.llama import export_llama, llama_problems
-    from aiayn.interop.phi3 import export_phi3, phi3_problems
+    from aiayn.formats.gemma import export_gemma, gemma2_problems, gemma_problems
+    from aiayn.formats.gpt2 import export_gpt2, gpt2_problems
+    from aiayn.formats.llama import export_llama, llama_problems
+    from aiayn.formats.phi3 import export_phi3, phi3_problems
     from aiayn.io.files import atomic_directory
     from aiayn.io.run import resolve_checkpoint
 

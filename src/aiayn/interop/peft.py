@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop import t5
+from aiayn.formats import t5
+from aiayn.formats.llama import llama_problems, tensor_names
+from aiayn.formats.marian import layer_names
+from aiayn.formats.t5 import t5_problems
 from aiayn.interop.hf_export import marian_problems
-from aiayn.interop.llama import llama_problems, tensor_names
-from aiayn.interop.marian import layer_names
-from aiayn.interop.t5 import t5_problems
 from aiayn.io.checkpoint import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_tensors
 from aiayn.model.config import ModelConfig
 from aiayn.model.lora import LoRALinear, adapter_state, lora_layers

@@ -16,7 +16,7 @@ SLICE_BYTES = 16 * 2**20  # a stored tensor larger than this is read a slice of 
 class RowSource(Protocol):
     """A matrix (N, K) read a slice of rows at a time, never whole: ``rows[a:b]`` -> those rows, float32. What a
     weight left unread points to (:func:`defer_rows`): a safetensors file's (:class:`StoredRows`), a GGUF file's
-    (``interop/gguf_rows.py::GGUFRows``), several stacked (:class:`StackedRows`)."""
+    (``formats/gguf_rows.py::GGUFRows``), several stacked (:class:`StackedRows`)."""
 
     shape: tuple[int, ...]
 

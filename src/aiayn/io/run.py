@@ -27,7 +27,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def is_gguf(path: str | Path) -> bool:
-    """A file that starts as GGUF files do (llama.cpp's format: ``aiayn.interop.gguf``)."""
+    """A file that starts as GGUF files do (llama.cpp's format: ``aiayn.formats.gguf``)."""
     path = Path(path)
     if not path.is_file():
         return False

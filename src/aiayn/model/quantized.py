@@ -69,7 +69,7 @@ class Concatenated:
 
 def stored_grid(weight, bits: int, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor | None] | None:
     """Rows start:stop of a weight whose rows are read from a file that stores them as a grouped layer of ``bits``
-    keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.interop.gguf_rows.GGUFRows`): (q, d, m),
+    keeps them (a GGUF file's Q8_0; Q4_0, Q4_1, Q4_K: :class:`~aiayn.formats.gguf_rows.GGUFRows`): (q, d, m),
     w = q d + m per group of 32 (:class:`~aiayn.io.rows.Blocks`). None for any other weight: it is quantized
     from its float32 rows."""
     return weight.grid(bits, start, stop) if isinstance(weight, Blocks) else None

@@ -104,7 +104,6 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     embedder or None)."""
     from aiayn.inference.load import load_for_use
     from aiayn.inference.precision import converter
-    from aiayn.interop.gguf import read_gguf
     from aiayn.io.checkpoint import CONFIG
     from aiayn.io.run import is_gguf, resolve_checkpoint
     from aiayn.model.config import ModelConfig
@@ -112,7 +111,7 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     folder = resolve_checkpoint(checkpoint)  # (a GGUF file: a language model)
     lm = is_gguf(folder) or ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # its layers converted as read
     convert = converter(device, int8=int8, bf16=bf16, int4=int4, few_rows=True) if lm and not loras else None
-    model, tokenizers, defaults = load_for_use(folder, prepare=prepare, convert=convert, read_file=read_gguf)
+    model, tokenizers, defaults = load_for_use(folder, prepare=prepare, convert=convert)
     if loras:
         _attach_loras(model, loras)
     defaults = defaults.replace(**(decoding or {}))

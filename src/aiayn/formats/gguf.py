@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop import gemma, gpt2, llama, moe, phi3
-from aiayn.interop.gguf_rows import GGUFRows, gguf_package
-from aiayn.interop.gguf_vocab import tokenizer_from_gguf
+from aiayn.formats import gemma, gpt2, llama, moe, phi3
+from aiayn.formats.gguf_rows import GGUFRows, gguf_package
+from aiayn.formats.gguf_vocab import tokenizer_from_gguf
 from aiayn.io.files import give_back_memory
 from aiayn.model.init import uninitialised
 from aiayn.tokenizers.hf import HFTokenizers

@@ -1,7 +1,7 @@
 """Gemma 3 (``Gemma3ForCausalLM``, model_type ``gemma3_text``) and Gemma 2 (``gemma2``: no q/k norms, one rotary
 base, a query scale of its own and soft-capped attention scores and logits) -> aiayn's decoder-only model: the
 LLaMA branch
-(``interop/llama.py``'s tensor table) with Gemma's options: sandwich norms (``norm="sandwich"``), q/k norms,
+(``formats/llama.py``'s tensor table) with Gemma's options: sandwich norms (``norm="sandwich"``), q/k norms,
 a GeLU-tanh gated feed-forward, embeddings times sqrt(d_model), and layers of two kinds (five sliding-window
 layers to a full one, ``layer_types``), the sliding ones with a rotary base of their own (``local_position_base``).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.interop.llama import ACTIVATIONS, import_llama
+from aiayn.formats.llama import ACTIVATIONS, import_llama
 from aiayn.model.config import ModelConfig
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
@@ -190,7 +190,7 @@ def export_gemma(model: DecoderOnly, vocab: int, folder: Path) -> None:
     ``folder``: the LLaMA branch's tensors (``llama_tensors``), each norm's gain g written as Gemma's g - 1."""
     import transformers
 
-    from aiayn.interop.llama import llama_tensors
+    from aiayn.formats.llama import llama_tensors
 
     if model.config.qk_norm:
         hf = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma_hf_config(model.config, vocab)))

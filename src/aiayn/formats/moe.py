@@ -1,5 +1,5 @@
 """Mixtures of experts (``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``) -> aiayn's decoder-only model: the LLaMA
-branch (``interop/llama.py``; Qwen3-MoE with Qwen3's q/k norms) with ``n_experts`` SwiGLU experts in place of each
+branch (``formats/llama.py``; Qwen3-MoE with Qwen3's q/k norms) with ``n_experts`` SwiGLU experts in place of each
 feed-forward network (``model/experts.py``). A checkpoint keeps each expert's matrices apart
 (``experts.J.gate_proj`` or Mixtral's ``w1``/``w3``/``w2``); they are read layer by layer and stacked into the
 model's batched ``gate_up`` (E, 2F, D) and ``down`` (E, D, F).
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.llama import import_llama, llama_config
+from aiayn.formats.llama import import_llama, llama_config
 from aiayn.model.config import ModelConfig
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers

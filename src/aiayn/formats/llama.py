@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.gguf_rows import ZeroRows
-from aiayn.interop.hf_folder import iter_weights
+from aiayn.formats.gguf_rows import ZeroRows
+from aiayn.formats.hf_folder import iter_weights
 from aiayn.io.rows import StackedRows, defer_rows
 from aiayn.model.checks import ROPE_SCALING
 from aiayn.model.config import ModelConfig
@@ -115,7 +115,7 @@ def tensor_names(cfg: ModelConfig) -> dict[str, str]:
     biased = {"q_proj": cfg.qkv_bias, "k_proj": cfg.qkv_bias, "v_proj": cfg.qkv_bias, "o_proj": cfg.out_bias,
               "gate_proj": cfg.ffn_bias, "up_proj": cfg.ffn_bias, "down_proj": cfg.ffn_bias}
     parts = {**LAYER_PARTS, **(QK_NORMS if cfg.qk_norm else {})}
-    if cfg.n_experts:  # the router; the experts' stacked tensors are named below (interop/moe.py stacks them)
+    if cfg.n_experts:  # the router; the experts' stacked tensors are named below (formats/moe.py stacks them)
         parts = {**{k: v for k, v in parts.items() if not k.startswith("mlp.")}, "mlp.gate": "ffn.router"}
     if cfg.norm == "sandwich":
         parts = {**{k: v for k, v in parts.items() if not k.endswith("layernorm")}, **SANDWICH}
@@ -152,7 +152,7 @@ def load_llama_weights(model: DecoderOnly, tensors: Iterable[tuple[str, Tensor]]
                                  f"{tuple(rows.shape)}")
             if isinstance(tensor, Tensor):
                 rows.copy_(tensor)
-            else:  # rows read a slice at a time (a GGUF file's: interop/gguf_rows.py), left for the converter
+            else:  # rows read a slice at a time (a GGUF file's: formats/gguf_rows.py), left for the converter
                 padding = rows.size(0) < target.size(0)  # (and the padding row under them)
                 defer_rows(target, StackedRows([tensor, ZeroRows(1, target.size(1))]) if padding else tensor)
             filled.add(names[theirs])

@@ -1,9 +1,9 @@
 """Phi-3 and Phi-4-mini (``Phi3ForCausalLM``, model_type ``phi3``) -> aiayn's decoder-only model: the LLaMA branch
-(``interop/llama.py``) with Phi's fused projections, read apart (``qkv_proj`` into q, k, v; ``gate_up_proj`` into
+(``formats/llama.py``) with Phi's fused projections, read apart (``qkv_proj`` into q, k, v; ``gate_up_proj`` into
 gate and up: aiayn fuses them again for inference), and partial rotary positions (``partial_rotary_factor``:
 ``rotary_dim``). LongRoPE (the 128k models' ``longrope``/``su`` short and long factors) is refused by name.
 Exported back as ``Phi3ForCausalLM`` (the projections fused again) when the model has partial rotary positions
-(without, it is a Llama: ``interop/llama.py`` writes it).
+(without, it is a Llama: ``formats/llama.py`` writes it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.llama import import_llama, llama_config, llama_hf_config, llama_problems, llama_tensors
+from aiayn.formats.llama import import_llama, llama_config, llama_hf_config, llama_problems, llama_tensors
 from aiayn.model.config import ModelConfig
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers

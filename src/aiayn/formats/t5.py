@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import load_mapped, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderDecoder
 from aiayn.tokenizers.hf import HFTokenizers

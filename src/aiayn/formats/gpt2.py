@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.interop.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import load_mapped, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
