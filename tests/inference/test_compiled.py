@@ -50,7 +50,7 @@ def test_the_compile_mode_decides_and_says_why_a_model_decodes_eagerly(tmp_path,
     assert compiled.why_eager(quantized, "auto", tokens=400) is None
     assert compiled.why_eager(lm, "on", tokens=1) is None
     assert "CPU" in compiled.why_eager(lm, "on", "cuda")
-    monkeypatch.setattr(lm, "tensor_parallel", 2, raising=False)
+    monkeypatch.setattr(lm.runtime, "world", 2)
     assert "split over processes" in compiled.why_eager(lm, "on")
     monkeypatch.setattr(compiled, "compiler", lambda: None)
     assert "no C++ compiler" in compiled.why_eager(_lm(), "on")
@@ -82,7 +82,7 @@ def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
                         lambda model, batches: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
     said = []
     assert compiled.attach(lm, "on", say=said.append) is False
-    assert lm.static is None and said[-1] == "decoding eagerly: it did not compile (RuntimeError: no kernel)"
+    assert lm.runtime.static is None and said[-1] == "decoding eagerly: it did not compile (RuntimeError: no kernel)"
     assert generate(lm, ids, "greedy", max_new_tokens=6, min_new_tokens=6) == before
 
 
@@ -165,16 +165,16 @@ def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_whe
     lm = start(first)
     saved = [compiled.saved_path(lm, rows=several) for several in (False, True)]
     assert first[0].startswith("compiling the decoding step") and all(path.is_file() for path in saved)
-    assert not lm.static.loaded and texts(lm) == eager and set(lm.static.graphs) == {False, True}
+    assert not lm.runtime.static.loaded and texts(lm) == eager and set(lm.runtime.static.graphs) == {False, True}
     monkeypatch.setattr(torch, "compile", None)  # a later start must not compile
     lm = start(later)
-    assert len(later) == 1 and later[0].startswith("loaded the compiled decoding step in") and lm.static.loaded
+    assert len(later) == 1 and later[0].startswith("loaded the compiled decoding step in") and lm.runtime.static.loaded
     assert texts(lm) == eager
     monkeypatch.undo()
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
     saved[1].write_bytes(b"not a compiled step")
     lm = start(broken)
-    assert broken[-1].startswith("compiled the decoding step in") and not lm.static.loaded
+    assert broken[-1].startswith("compiled the decoding step in") and not lm.runtime.static.loaded
     assert saved[1].read_bytes() != b"not a compiled step"
     assert texts(lm) == eager
 

@@ -107,7 +107,7 @@ def test_a_split_model_decodes_in_float32_only(trained_run):
     from aiayn.inference.precision import inference_copy
 
     model, _ = load_checkpoint(trained_run)
-    model.tensor_parallel = 2  # as parallelize leaves it
+    model.runtime.world = 2  # as parallelize leaves it
     assert inference_copy(model) is model  # no copy, no packing, no fusing of the split projections
     for flag in ("int8", "int4", "bf16"):
         with pytest.raises(ValueError, match="--tensor-parallel decodes the float32 weights it split"):
@@ -211,6 +211,6 @@ def test_a_split_server_refuses_mask_predict_by_name(cmlm_run):
 
     model, _ = load_checkpoint(cmlm_run)
     assert not isinstance(Scheduler(model).decoding_for(DecodingConfig(strategy="mask-predict")), Refusal)
-    model.tensor_parallel = 2  # as parallelize leaves it: the mirrored engine cannot run mask-predict's loop
+    model.runtime.world = 2  # as parallelize leaves it: the mirrored engine cannot run mask-predict's loop
     refusal = Scheduler(model).decoding_for(DecodingConfig(strategy="mask-predict"))
     assert isinstance(refusal, Refusal) and refusal.field == "strategy" and "--tensor-parallel" in refusal.message

@@ -37,7 +37,7 @@ def static_counted(model: DecoderOnly, batches: bool = False) -> list[int]:
     static = CompiledStep(model, compiled=False, batches=batches)
     taken, step = [], static.step
     static.graphs = {rows: (lambda *args: taken.append(args[0].size(0)) or step(*args)) for rows in (False, True)}
-    model.static = static
+    model.runtime.static = static
     return taken
 
 

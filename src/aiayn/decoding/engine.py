@@ -121,7 +121,7 @@ class Engine:
         if self.columns.candidates is not None:
             state.output = output_rows(self.model.output, self.columns.candidates)
         if adapter:
-            if self.model.adapter_rows is None:
+            if self.model.runtime.adapter_rows is None:
                 raise ValueError("adapter: this model has no adapters attached")
             state.adapters = torch.full((tokens.size(0),), adapter, dtype=torch.long, device=tokens.device)
         cacheable = (not adapter and isinstance(self.prompt_cache, PromptCache) and state.cache is not None

@@ -214,7 +214,7 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
         return "--compile off"
     if model.config.arch != "decoder-only" or model.decoder.position_bias is not None:
         return "only a decoder-only model without a relative position bias has a compiled step"
-    if getattr(model, "tensor_parallel", 1) > 1 or model.adapter_rows is not None:
+    if model.runtime.world > 1 or model.runtime.adapter_rows is not None:
         return "a model split over processes or serving LoRA adapters steps eagerly"
     if torch.device(device).type != "cpu":
         return f"the compiled step is built for the CPU, not {torch.device(device).type}"
@@ -239,8 +239,8 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
            say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False) -> bool:
-    """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.static``), compiling at
-    once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
+    """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.runtime.static``), compiling
+    at once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
     and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why, under ``on`` or after a
     compile that failed (``tokens`` as :func:`why_eager` takes it). ``batches``: a graph for batches of 2 rows or
     more too (a server's). Returns whether it is compiled."""
@@ -258,17 +258,17 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
             say(f"compiling the decoding step (kept in {kept}: about a minute a graph the first time on this "
                 "machine) ...")
         start = time.perf_counter()
-        model.static = CompiledStep(model, freezing=packed, saved=saved, batches=batches)
+        model.runtime.static = CompiledStep(model, freezing=packed, saved=saved, batches=batches)
         try:
             warm_up(model, batches)
         except Exception as error:  # any failure to compile leaves the eager step, said in one line
-            model.static = None
+            model.runtime.static = None
             reason = f"it did not compile ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
         else:
-            done = "loaded the compiled" if model.static.loaded else "compiled the"
+            done = "loaded the compiled" if model.runtime.static.loaded else "compiled the"
             say(f"{done} decoding step in {time.perf_counter() - start:.1f} s")
             return True
-    model.static = None
+    model.runtime.static = None
     if mode == "on" or reason.startswith("it did not compile"):  # auto's own choice of eager is not news
         say(f"decoding eagerly: {reason}")
     return False

@@ -164,7 +164,7 @@ def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", 
     convert = converter(device, int8, bf16, packed, int4, few_rows)  # checks --int8 with --int4
     if own and is_inference_copy(model):
         return model
-    if getattr(model, "tensor_parallel", 1) > 1:  # split over processes (inference/tensor_parallel.py): as it is
+    if model.runtime.world > 1:  # split over processes (inference/tensor_parallel.py): as it is
         if int8 or int4 or bf16:
             raise ValueError("--tensor-parallel decodes the float32 weights it split; leave out --int8, --int4, --bf16")
         return model.eval()

@@ -145,13 +145,13 @@ def parallelize(model: TransformerModel, mesh) -> TransformerModel:
             table = stack.position_bias.table
             per = table.weight.size(1) // world
             table.weight = nn.Parameter(table.weight.detach()[:, rank * per:(rank + 1) * per].clone())
-    model.tensor_parallel = world
+    model.runtime.world = world
     return model.eval()
 
 
 def is_parallel(model: nn.Module) -> bool:
     """Whether ``model`` was split by :func:`parallelize`."""
-    return getattr(model, "tensor_parallel", 1) > 1
+    return model.runtime.world > 1
 
 
 def local_bytes(model: nn.Module) -> int:

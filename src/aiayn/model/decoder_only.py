@@ -70,9 +70,10 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
-        if self.static is not None and (logits := self.static(self, tokens, state)) is not None:
+        if self.runtime.static is not None and (logits := self.runtime.static(self, tokens, state)) is not None:
             return logits  # one new token through the compiled static step (inference/compiled.py)
-        rows = nullcontext() if self.adapter_rows is None else self.adapter_rows.rows(state.adapters)
+        adapters = self.runtime.adapter_rows
+        rows = nullcontext() if adapters is None else adapters.rows(state.adapters)
         with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
             return self.decode(tokens[:, state.position:], cache=state.cache, left_pad=state.left_pad,
                                output=state.output, last=last)
@@ -108,7 +109,7 @@ class DecoderOnly(TransformerModel):
         """:meth:`step` with ``last`` of several cached batches in one pass (a long prompt's chunk inside the
         running rows' step): their new positions side by side, (1, N, D), through the norms, projections and FFN
         at once, each batch attending its own cache. Equal, to rounding, to stepping each alone."""
-        if len(parts) == 1 or self.adapter_rows is not None or self.decoder.position_bias is not None:
+        if len(parts) == 1 or self.runtime.adapter_rows is not None or self.decoder.position_bias is not None:
             return super().step_together(parts)
         xs, segments = [], []
         for tokens, state in parts:

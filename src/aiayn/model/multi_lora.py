@@ -79,7 +79,7 @@ class MultiLoRALinear(WrappedLinear):
 def attach_adapters(model: nn.Module, adapters: dict[str, dict[str, tuple[Tensor, Tensor, float]]]) -> AdapterRows:
     """Put ``adapters`` (name -> layer path -> (A, B, scaling), as :func:`aiayn.interop.peft.read_adapter` gives
     them) on ``model``, in place: every layer one of them adapts becomes a :class:`MultiLoRALinear`; the model's
-    ``adapter_rows`` says which adapter each row runs. Returns it."""
+    ``runtime.adapter_rows`` says which adapter each row runs. Returns it."""
     rows = AdapterRows(list(adapters))
     paths = sorted({path for layers in adapters.values() for path in layers})
     for path in paths:
@@ -87,5 +87,5 @@ def attach_adapters(model: nn.Module, adapters: dict[str, dict[str, tuple[Tensor
         parent = model.get_submodule(parent_path) if parent_path else model
         updates = [layers.get(path) for layers in adapters.values()]
         setattr(parent, attr, MultiLoRALinear(getattr(parent, attr), rows, updates))
-    model.adapter_rows = rows
+    model.runtime.adapter_rows = rows
     return rows

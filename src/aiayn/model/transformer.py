@@ -15,6 +15,7 @@ Shape legend: B batch, S source length, T target length, V vocabulary, D d_model
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,6 +31,21 @@ from aiayn.model.masks import decoder_inputs, key_mask, padding_mask
 from aiayn.model.state import DecodeState
 
 
+@dataclass
+class Runtime:
+    """What a loaded model is given at run time, in one declared record (none of it saved with the weights).
+
+    Attributes:
+        static: the compiled static step (``inference/compiled.py``'s ``CompiledStep``), once attached; None eager.
+        adapter_rows: many LoRA adapters in one batch (``model/multi_lora.py``'s ``AdapterRows``), once attached.
+        world: the processes the model is split over (``inference/tensor_parallel.py``); 1, whole.
+    """
+
+    static: Callable | None = None
+    adapter_rows: object | None = None
+    world: int = 1
+
+
 class TransformerModel(nn.Module):
     """What every family member shares: its config, save/load, and the step interface decoding drives.
 
@@ -40,8 +56,6 @@ class TransformerModel(nn.Module):
 
     arch = ""
     kind = "autoregressive"  # how the decoder fills the target (``ModelConfig.kind``)
-    adapter_rows = None  # many LoRA adapters in one batch: model/multi_lora.py's AdapterRows, once attached
-    static = None  # the compiled decoding step (inference/compiled.py's CompiledStep), once attached
 
     def __init__(self, config: ModelConfig) -> None:
         """A preset's config (arch encoder-decoder, the default) is taken by every member: its sizes are
@@ -55,6 +69,7 @@ class TransformerModel(nn.Module):
             raise ValueError(f"kind: {type(self).__name__} needs kind={self.kind!r}, got {config.kind!r} "
                              "(aiayn.model.build.build_model builds the member a config names)")
         self.config = config
+        self.runtime = Runtime()  # what using it attaches (never saved)
 
     def save(self, folder: str | Path) -> None:
         """Write ``config.json`` + ``model.safetensors`` into ``folder`` atomically."""

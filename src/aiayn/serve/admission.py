@@ -46,7 +46,7 @@ def decoding_for(decoding: DecodingConfig, model: TransformerModel, limits: Limi
         cfg = decoding.resolve(model.config)
     except ValueError as err:
         return Refusal("invalid", str(err).split(":")[0], str(err))
-    if cfg.strategy in PARALLEL and getattr(model, "tensor_parallel", 1) > 1:  # outside the engine
+    if cfg.strategy in PARALLEL and model.runtime.world > 1:  # outside the engine
         return Refusal("invalid", "strategy", f"strategy: {cfg.strategy} is not served with --tensor-parallel")
     if cfg.num_return_sequences != 1:
         return Refusal("invalid", "num_return_sequences", "num_return_sequences: a request decodes one sequence "

@@ -87,7 +87,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
 def _declare_bounds(app: FastAPI, generator: TextGenerator, limits: Limits) -> None:
     """What /openapi.json can bound for this model: its layers and heads, its vocabulary, its adapters, the
     server's length limit."""
-    cfg, rows = generator.model.config, generator.model.adapter_rows
+    cfg, rows = generator.model.config, generator.model.runtime.adapter_rows
     adapters = [{"enum": rows.names}] if rows is not None else []
     ids = {"items": vocabulary(generator.tokenizer)}
     declare_fields(app, {"TextHeadRequest": {"layer": {"maximum": cfg.n_decoder_layers - 1},
@@ -137,10 +137,10 @@ def _adapter(generator: TextGenerator, name: str | None) -> int:
     """The index of the adapter a request names (0: none, the base model); one not served is 422."""
     if name is None:
         return 0
-    if generator.model.adapter_rows is None:
+    if generator.model.runtime.adapter_rows is None:
         raise HTTPException(422, "adapter: this server serves no adapters (aiayn serve --lora NAME=FOLDER)")
     try:
-        return generator.model.adapter_rows.number(name)
+        return generator.model.runtime.adapter_rows.number(name)
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
 

@@ -38,8 +38,8 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
                   "/v1/responses": ResponsesRequest, "/v1/embeddings": EmbeddingRequest,
                   "/v1/messages": MessagesRequest, "/v1/messages/count_tokens": Conversation})
 
-    names = [name, *(() if generator is None or generator.model.adapter_rows is None else
-                     generator.model.adapter_rows.names)]
+    names = [name, *(() if generator is None or generator.model.runtime.adapter_rows is None else
+                     generator.model.runtime.adapter_rows.names)]
     text = {"model": {"enum": names}, "max_tokens": {"maximum": limits.max_new_tokens}}  # another model is a 404
     declare_fields(app, {"CompletionRequest": text, "EmbeddingRequest": {"model": {"enum": [name]}},
                          "ChatRequest": {**text, "max_completion_tokens": {"maximum": limits.max_new_tokens}},

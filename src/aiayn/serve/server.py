@@ -82,7 +82,7 @@ def build_app(served: Served, api_key: str | None = None, ready: Future | None =
     add_metrics(app, scheduler)
     room = ROOMS[served.product.model.config.arch]
     room.routes(app, served)
-    if room.pictures is not None and getattr(served.product.model, "tensor_parallel", 1) == 1:
+    if room.pictures is not None and served.product.model.runtime.world == 1:
         room.pictures(app, served)
     return app
 
