@@ -12,7 +12,8 @@ import pytest
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
-from aiayn.serve.tools import parse_calls, template_messages
+from aiayn.serve.tools import HERMES as HERMES_CALLS
+from aiayn.serve.tools import template_messages
 from aiayn.serve.toolstream import ToolStream
 
 from conftest import chat_checkpoint, qwen_checkpoint, serving
@@ -118,9 +119,9 @@ def test_tools_are_refused_for_a_template_without_them_and_bad_requests_are_400(
 
 def test_parsing_calls_and_streaming_a_call_name_first_then_its_arguments():
     text = 'Sure.<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
-    content, calls = parse_calls(text, {"get_time"})
+    content, calls = HERMES_CALLS.parse(text, {"get_time"})
     assert content == "Sure." and calls[0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
-    assert parse_calls(text, {"other"}) == (text, [])  # a function not offered stays text
+    assert HERMES_CALLS.parse(text, {"other"}) == (text, [])  # a function not offered stays text
     for step in (1, 5, len(text)):  # character by character, in pieces, whole
         stream, sent, deltas = ToolStream({"get_time"}), "", []
         for at in range(0, len(text + " done"), step):
@@ -265,8 +266,8 @@ def test_each_call_format_is_forced_and_read_back_as_its_template_teaches(tmp_pa
             taken = row.stopped
         except RuntimeError:
             taken = False
-        assert taken == (text == written), (calls.format.name, text)
-    stream = ToolStream(calls.names, calls.format)
+        assert taken == (text == written), (calls.parser.name, text)
+    stream = calls.parser.stream(calls.names)
     pieces = [stream.add(written[at:at + 4]) for at in range(0, len(written), 4)] + [stream.flush()]
     assert "".join(text for text, _ in pieces) == "" and stream.calls[0]["function"]["name"] == "get_weather"
     assert json.loads(stream.calls[0]["function"]["arguments"]) == {"city": "Tokyo", "days": 3}

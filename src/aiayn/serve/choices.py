@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.jobs import DecodeJob
-from aiayn.serve.tools import call_format, call_grammar, held_back
-from aiayn.serve.toolstream import ToolStream
+from aiayn.serve.tools import held_back, parser_for
 
 
 class StopText:
@@ -40,18 +39,18 @@ class StopText:
 class Calls:
     """A chat request's tools: the functions offered, the ``tool_choice``, and the grammar that enforces a
     ``required`` or named choice, or with a ``response_format`` lets ``auto`` answer with a call or that JSON
-    (``serve/tools.py``)."""
+    (``serve/tools.py``: the parser of the format the template teaches)."""
 
     def __init__(self, tools: list[dict], choice: str | dict, tokenizer=None, template: str | None = None) -> None:
-        """``template``: the chat template's text, which says the call format (``serve/tools.call_format``)."""
+        """``template``: the chat template's text, which says the call format (``serve/tools.parser_for``)."""
         self.tools, self.choice, self.names = tools, choice, {t["function"]["name"] for t in tools}
-        self.format = call_format(template)
+        self.parser = parser_for(template)
         token_id = getattr(tokenizer, "token_id", lambda _: None)  # a tokenizer.json's added tokens, if any
-        self.marker_ids = {m: token_id(m) for m in (self.format.open, self.format.close) if m}
+        self.marker_ids = {m: token_id(m) for m in (self.parser.open, self.parser.close) if m}
 
     def grammar(self, answer: dict | None = None) -> str | None:
-        """The grammar of the choice (``serve/tools.call_grammar``); ``answer``: the ``response_format`` schema."""
-        return call_grammar(self.tools, self.choice, self.marker_ids, answer, self.format)
+        """The grammar of the choice (its parser's); ``answer``: the ``response_format`` schema."""
+        return self.parser.grammar(self.tools, self.choice, self.marker_ids, answer)
 
 
 class Thinking:
@@ -105,7 +104,7 @@ class Choice:
         """``think``: None, no reasoning part is looked for; else whether the prompt opened one."""
         self.index, self.job, self.generator = index, job, generator
         self.stream, self.stop = TextStream(generator.tokenizer), StopText(stops)
-        self.tools = None if calls is None else ToolStream(calls.names, calls.format)
+        self.tools = None if calls is None else calls.parser.stream(calls.names)
         self.thinking = None if think is None else Thinking(think)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
         self.ids: list[int] | None = None  # with return_token_ids: the ids not sent yet

@@ -6,14 +6,15 @@ from __future__ import annotations
 import re
 import uuid
 
-from aiayn.serve.tools import BARE, HERMES, CallFormat, bare_calls, held_back, parse_calls
+from aiayn.serve.tools import BARE, HERMES, ToolParser, held_back
 
-# the start of a Hermes call's object, up to where its arguments begin
+# the start of a tagged call's object (Hermes'), up to where its arguments begin
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
 
 class ToolStream:
-    """Text outside calls passes as content. Hermes (``<tool_call>`` ... ``</tool_call>``): once a call's name is
+    """Text outside calls passes as content. A tagged format (Hermes' ``<tool_call>`` ... ``</tool_call>``,
+    ``parser.tagged``): once a call's name is
     read (an offered function), its delta goes out (``delta.tool_calls[i]`` with its id and name), then each piece
     of its arguments as the model writes them (the object's closing brace held back until the call closes); text
     that could still become ``<tool_call>`` is held until it cannot. A call written otherwise (its arguments before
@@ -21,10 +22,10 @@ class ToolStream:
     reply that starts as a bare, fenced or marked JSON call (Llama 3's and Mistral's formats) is held whole until
     the end (``flush``). ``calls``: the calls made, whole (their arguments: the fragments joined)."""
 
-    def __init__(self, names: set[str], fmt: CallFormat = HERMES) -> None:
-        self.names, self.fmt, self.held = names, fmt, ""
+    def __init__(self, names: set[str], parser: ToolParser = HERMES) -> None:
+        self.names, self.parser, self.held = names, parser, ""
         self.bare = True  # nothing sent yet: the whole reply may still be a bare or fenced JSON call
-        self.inside = False  # between <tool_call> and </tool_call>; ``held`` is the text after <tool_call>
+        self.inside = False  # between the format's two markers; ``held`` is the text after the first
         self.streamed: dict | None = None  # the call whose arguments are being streamed
         self.sent = 0  # of its arguments' text, what went out
         self.calls: list[dict] = []
@@ -36,25 +37,29 @@ class ToolStream:
         if self.bare and (not self.held.strip() or self.held.lstrip().startswith(BARE)):
             return "", []  # held whole until the end: a reply that is one JSON call (flush decides)
         self.bare = False
+        if not self.parser.tagged:  # the reply is text (a call would have been held whole, above)
+            content, self.held = self.held, ""
+            return content, []
+        opening, closing = self.parser.open, self.parser.close
         content, deltas = "", []
         while True:
             if not self.inside:
-                start = self.held.find(HERMES.open) if self.fmt is HERMES else -1
+                start = self.held.find(opening)
                 if start < 0:
-                    cut = len(self.held) - (held_back(self.held, HERMES.open) if self.fmt is HERMES else 0)
+                    cut = len(self.held) - held_back(self.held, opening)
                     content, self.held = content + self.held[:cut], self.held[cut:]
                     return content, deltas
-                content, self.held = content + self.held[:start], self.held[start + len(HERMES.open):]
+                content, self.held = content + self.held[:start], self.held[start + len(opening):]
                 self.inside = True
-            end = self.held.find(HERMES.close)
-            written = self.held[:end] if end >= 0 else self.held[:len(self.held) - held_back(self.held, HERMES.close)]
+            end = self.held.find(closing)
+            written = self.held[:end] if end >= 0 else self.held[:len(self.held) - held_back(self.held, closing)]
             deltas += self._name() + self._arguments(written)
             if end < 0:
                 return content, deltas
-            body, self.held, self.inside = self.held[:end], self.held[end + len(HERMES.close):], False
+            body, self.held, self.inside = self.held[:end], self.held[end + len(closing):], False
             if self.streamed is None:  # not streamed: whole, or text
-                text, calls = parse_calls(HERMES.open + body + HERMES.close, self.names)
-                content += text or ""
+                text, calls = self.parser.block_calls(opening + body + closing, self.names)
+                content += text
                 deltas += [self._new(call) for call in calls]
             self.streamed = None
 
@@ -87,11 +92,11 @@ class ToolStream:
         those calls; anything else held (an unfinished call, other JSON) goes out as content."""
         rest, self.held = self.held, ""
         if self.inside:
-            rest = HERMES.open + rest
+            rest = self.parser.open + rest
         if self.streamed is not None:  # a call cut short (max_tokens): it stays the call it started as
             self.cut = True
             return "", []
-        calls = bare_calls(rest, self.names) if self.bare else []
+        calls = self.parser.bare(rest, self.names) if self.bare else []
         return ("", [self._new(call) for call in calls]) if calls else (rest, [])
 
     def _new(self, call: dict) -> dict:
