@@ -14,7 +14,6 @@ from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
 from aiayn.serve.tools import HERMES as HERMES_CALLS
 from aiayn.serve.tools import template_messages
-from aiayn.serve.toolstream import ToolStream
 
 from conftest import chat_checkpoint, qwen_checkpoint, serving
 
@@ -123,7 +122,7 @@ def test_parsing_calls_and_streaming_a_call_name_first_then_its_arguments():
     assert content == "Sure." and calls[0]["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'}
     assert HERMES_CALLS.parse(text, {"other"}) == (text, [])  # a function not offered stays text
     for step in (1, 5, len(text)):  # character by character, in pieces, whole
-        stream, sent, deltas = ToolStream({"get_time"}), "", []
+        stream, sent, deltas = HERMES_CALLS.stream({"get_time"}), "", []
         for at in range(0, len(text + " done"), step):
             text_now, found = stream.add((text + " done")[at:at + step])
             sent, deltas = sent + text_now, deltas + found
@@ -136,11 +135,11 @@ def test_parsing_calls_and_streaming_a_call_name_first_then_its_arguments():
 
 def test_a_call_written_otherwise_goes_out_whole_and_a_call_cut_short_says_so():
     swapped = '<tool_call>{"arguments": {"zone": "UTC"}, "name": "get_time"}</tool_call>'
-    stream = ToolStream({"get_time"})
+    stream = HERMES_CALLS.stream({"get_time"})
     deltas = [d for c in swapped for d in stream.add(c)[1]]
     (call,) = deltas
     assert call["function"] == {"name": "get_time", "arguments": '{"zone": "UTC"}'} and not stream.cut
-    stream = ToolStream({"get_time"})
+    stream = HERMES_CALLS.stream({"get_time"})
     stream.add('<tool_call>{"name": "get_time", "arguments": {"zone": "U')
     assert stream.flush() == ("", []) and stream.cut and stream.calls[0]["function"]["arguments"] == '{"zone": "U'
 
@@ -158,7 +157,7 @@ def test_a_call_written_otherwise_goes_out_whole_and_a_call_cut_short_says_so():
 def test_a_bare_or_fenced_json_call_is_a_call_and_anything_else_stays_text(reply, names):
     """``tool_choice: auto``: a model that writes its call as the whole reply's JSON (bare, or in a Markdown fence)
     made a call; streamed in pieces, the reply is held until the end decides."""
-    stream, sent, deltas = ToolStream({"get_time", "get_weather"}), "", []
+    stream, sent, deltas = HERMES_CALLS.stream({"get_time", "get_weather"}), "", []
     for at in range(0, len(reply), 7):
         text_now, found = stream.add(reply[at:at + 7])
         sent, deltas = sent + text_now, deltas + found

@@ -18,6 +18,7 @@ measured), else keeps the fused model's own layers."""
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -153,60 +154,91 @@ def pack(model: TransformerModel, dtype: torch.dtype | None = None, own: bool = 
     return _convert(_owned(model, "pack", own), _packed(), dtype)
 
 
+@dataclass(frozen=True)
+class Precision:
+    """How a product's model computes, decided once from its flags (``--int8``, ``--int4``, ``--bf16``, the device;
+    ``packed``: oneDNN's packing on the CPU; ``few_rows``: one text decoded token by token, a language model's).
+    The copy it makes records it (``model.runtime.precision``): a model made for it, layer by layer as its weights
+    were read (:meth:`converter`, ``inference.load.load_for_use``) or whole (:meth:`apply`), is used as it is by the
+    product, never converted a second time."""
+
+    device: str = "cpu"
+    int8: bool = False
+    bf16: bool = False
+    packed: bool = True
+    int4: bool = False
+    few_rows: bool = False
+
+    def __post_init__(self) -> None:
+        if self.int8 and self.int4:
+            raise ValueError("--int8 and --int4: choose one")
+        object.__setattr__(self, "device", str(torch.device(self.device)))  # "cpu" and torch.device("cpu") alike
+
+    def converter(self) -> Converter | None:
+        """What :meth:`apply` does on the CPU, as a conversion of one part of a model in place: for
+        ``load_model(..., convert=)``, which converts each layer as soon as its weights are read, so that the float32
+        weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU,
+        or nothing to convert). ``few_rows``: in float32 the weights stay dense for aiayn::f32_mm where the kernels
+        build; else (a translator's batches and beams, an encoder's) oneDNN's packing, faster for many rows (1.7x at
+        a translator's greedy batch of 16, docs/decoding.md)."""
+        dtype = torch.bfloat16 if self.bf16 else None
+        if torch.device(self.device).type != "cpu":
+            return None
+        if self.int8 or self.int4:  # its layers and tables quantize a block of rows at a time, as load_weights reads
+            bits = 8 if self.int8 else 4
+            return Converter(self._recorded(lambda part: _convert(part, _quantized(bits), dtype, tables=True)),
+                             reads_rows=True, dtype=dtype)
+        dense = self.few_rows and dtype is None and cpu.dense_available()
+        if self.packed and cpu.packing_available(dtype) and (dtype is not None or dense or cpu.packing_pays()):
+            return Converter(self._recorded(lambda part: _convert(part, _packed(dense), dtype)), dtype=dtype)
+        if self.packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
+            return Converter(self._recorded(lambda part: _convert(part, _plain)))
+        return None
+
+    def _recorded(self, convert):
+        """``convert``, the whole model's conversion (the last part) recording this precision on it."""
+        def made(part: nn.Module) -> nn.Module:
+            part = convert(part)
+            if isinstance(part, TransformerModel):
+                part.runtime.precision = self
+            return part
+        return made
+
+    def apply(self, model: TransformerModel, own: bool = False) -> TransformerModel:
+        """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
+        oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
+        its dtype). ``own``: the caller hands ``model`` over (a product that loaded it, a server): it becomes the
+        copy in place, so the weights are held once; one made for this precision already is used as it is."""
+        if own and model.runtime.precision == self:
+            return model
+        quantized = self.int8 or self.int4
+        if model.runtime.world > 1:  # split over processes (inference/tensor_parallel.py): as it is
+            if quantized or self.bf16:
+                raise ValueError("--tensor-parallel decodes the float32 weights it split; leave out --int8, --int4, "
+                                 "--bf16")
+            return model.eval()
+        if quantized and torch.device(self.device).type != "cpu":
+            raise ValueError(f"--int{8 if self.int8 else 4}: the weight-only kernels run on the CPU only; use "
+                             "--device cpu")
+        if (convert := self.converter()) is not None:  # quantized or packed, on the CPU (the record set)
+            return convert(_owned(model, "quantize" if quantized else "pack", own))
+        model = model if own or not self.bf16 else copy.deepcopy(model)
+        model = model.eval().to(self.device, torch.bfloat16 if self.bf16 else None)
+        model.runtime.precision = self
+        return model
+
+
 def inference_copy(model: TransformerModel, device: torch.device | str = "cpu", int8: bool = False,
                    bf16: bool = False, packed: bool = True, int4: bool = False, own: bool = False,
                    few_rows: bool = False) -> TransformerModel:
-    """The model as it will decode: weight-only int8 or int4 (CPU; with ``bf16`` the rest in bfloat16),
-    oneDNN-packed (CPU, float32 or bfloat16), or moved (and cast to bfloat16 in a copy: the caller's model keeps
-    its dtype). ``own``: the caller hands ``model`` over (a product that loaded it, a server): it becomes the
-    inference copy in place, so the weights are held once; a model that already is one is used as it is.
-    ``few_rows``: as :func:`converter` takes it."""
-    convert = converter(device, int8, bf16, packed, int4, few_rows)  # checks --int8 with --int4
-    if own and is_inference_copy(model):
-        return model
-    if model.runtime.world > 1:  # split over processes (inference/tensor_parallel.py): as it is
-        if int8 or int4 or bf16:
-            raise ValueError("--tensor-parallel decodes the float32 weights it split; leave out --int8, --int4, --bf16")
-        return model.eval()
-    if (int8 or int4) and torch.device(device).type != "cpu":
-        raise ValueError(f"--int{8 if int8 else 4}: the weight-only kernels run on the CPU only; use --device cpu")
-    if convert is not None:  # quantized or packed, on the CPU
-        return convert(_owned(model, "quantize" if int8 or int4 else "pack", own))
-    if bf16 and not own:
-        model = copy.deepcopy(model)
-    return model.eval().to(device, torch.bfloat16 if bf16 else None)
+    """:meth:`Precision.apply` of these flags: the model as it will decode (``own``: made in place)."""
+    return Precision(str(device), int8, bf16, packed, int4, few_rows).apply(model, own)
 
 
 def converter(device: torch.device | str = "cpu", int8: bool = False, bf16: bool = False, packed: bool = True,
               int4: bool = False, few_rows: bool = False) -> Converter | None:
-    """What :func:`inference_copy` does on the CPU, as a conversion of one part of a model in place: for
-    ``load_model(..., convert=)``, which converts each layer as soon as its weights are read, so that the float32
-    weights are never all held beside the converted ones. None where the copy is not made part by part (a GPU, or
-    nothing to convert). ``few_rows``: the copy multiplies a few rows at a time (one text decoded token by token: a
-    language model's generator, chat or server), so in float32 its weights stay dense for aiayn::f32_mm where the
-    kernels build; else (a translator's batches and beams, an encoder's) oneDNN's packing, faster for many rows
-    (1.7x at a translator's greedy batch of 16, docs/decoding.md)."""
-    if int8 and int4:
-        raise ValueError("--int8 and --int4: choose one")
-    dtype = torch.bfloat16 if bf16 else None
-    if torch.device(device).type != "cpu":
-        return None
-    if int8 or int4:  # its layers and tables quantize a block of rows at a time, as load_weights reads them
-        bits = 8 if int8 else 4
-        return Converter(lambda part: _convert(part, _quantized(bits), dtype, tables=True), reads_rows=True,
-                         dtype=dtype)
-    dense = few_rows and dtype is None and cpu.dense_available()
-    if packed and cpu.packing_available(dtype) and (dtype is not None or dense or cpu.packing_pays()):
-        return Converter(lambda part: _convert(part, _packed(dense), dtype), dtype=dtype)
-    if packed and dtype is None:  # float32 where packing does not pay: fused, PyTorch's own matmul
-        return Converter(lambda part: _convert(part, _plain))
-    return None
-
-
-def is_inference_copy(model: nn.Module) -> bool:
-    """Whether ``model``'s linear layers were already packed or quantized (``pack``, ``quantize``)."""
-    return any(isinstance(m, (PackedLinear, Int8Linear, Int4Linear))
-               for m in model.modules())
+    """:meth:`Precision.converter` of these flags: the copy made part by part as the weights are read."""
+    return Precision(str(device), int8, bf16, packed, int4, few_rows).converter()
 
 
 def weight_count(model: nn.Module) -> int:

@@ -39,11 +39,13 @@ class Runtime:
         static: the compiled static step (``inference/compiled.py``'s ``CompiledStep``), once attached; None eager.
         adapter_rows: many LoRA adapters in one batch (``model/multi_lora.py``'s ``AdapterRows``), once attached.
         world: the processes the model is split over (``inference/tensor_parallel.py``); 1, whole.
+        precision: the ``inference/precision.py::Precision`` its layers were made for; None, as built or loaded.
     """
 
     static: Callable | None = None
     adapter_rows: object | None = None
     world: int = 1
+    precision: object | None = None
 
 
 class TransformerModel(nn.Module):

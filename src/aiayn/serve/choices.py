@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
 from aiayn.serve.jobs import DecodeJob
-from aiayn.serve.tools import held_back, parser_for
+from aiayn.serve.tools import parser_for
+from aiayn.serve.toolstream import held_back
 
 
 class StopText:

@@ -24,10 +24,9 @@ import uuid
 from dataclasses import dataclass
 
 from aiayn.decoding.constraint import styled
+from aiayn.serve.toolstream import LEADS, ToolStream
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)  # one Markdown code block, the whole reply
-LEADS = ("<|python_tag|>", "[TOOL_CALLS]")  # markers a whole-reply call may start with (Llama 3's, Mistral's)
-BARE = ("{", "[", "`", *LEADS)  # how a reply that is a bare, fenced or marked JSON call starts
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,8 @@ class ToolParser:
             return f"start: {rules}"
         return f"start: answer | {rules}\nanswer: %json {json.dumps(styled(answer))}"
 
-    def stream(self, names: set[str]):
+    def stream(self, names: set[str]) -> ToolStream:
         """A :class:`~aiayn.serve.toolstream.ToolStream` taking this format's calls to ``names`` out of a reply."""
-        from aiayn.serve.toolstream import ToolStream  # (it reads this module's parsers)
-
         return ToolStream(names, self)
 
     def parse(self, text: str, names: set[str]) -> tuple[str | None, list[dict]]:
@@ -120,11 +117,6 @@ class ToolParser:
 HERMES = ToolParser("hermes", "<tool_call>", "</tool_call>")
 LLAMA3 = ToolParser("llama3", key="parameters")
 MISTRAL = ToolParser("mistral", "[TOOL_CALLS]", listed=True)
-
-
-def held_back(text: str, marker: str) -> int:
-    """How many of ``text``'s last characters may be the start of ``marker`` (held until the next piece says)."""
-    return max((k for k in range(1, len(marker)) if text.endswith(marker[:k])), default=0)
 
 
 def parser_for(template: str | None) -> ToolParser:

@@ -5,8 +5,29 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Protocol
 
-from aiayn.serve.tools import BARE, HERMES, ToolParser, held_back
+LEADS = ("<|python_tag|>", "[TOOL_CALLS]")  # markers a whole-reply call may start with (Llama 3's, Mistral's)
+BARE = ("{", "[", "`", *LEADS)  # how a reply that is a bare, fenced or marked JSON call starts
+
+
+class Parser(Protocol):
+    """What the stream reads of its format (``serve/tools.py::ToolParser``)."""
+
+    open: str | None
+    close: str | None
+
+    @property
+    def tagged(self) -> bool: ...
+
+    def block_calls(self, block: str, names: set[str]) -> tuple[str, list[dict]]: ...
+
+    def bare(self, text: str, names: set[str]) -> list[dict]: ...
+
+
+def held_back(text: str, marker: str) -> int:
+    """How many of ``text``'s last characters may be the start of ``marker`` (held until the next piece says)."""
+    return max((k for k in range(1, len(marker)) if text.endswith(marker[:k])), default=0)
 
 # the start of a tagged call's object (Hermes'), up to where its arguments begin
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
@@ -22,7 +43,7 @@ class ToolStream:
     reply that starts as a bare, fenced or marked JSON call (Llama 3's and Mistral's formats) is held whole until
     the end (``flush``). ``calls``: the calls made, whole (their arguments: the fragments joined)."""
 
-    def __init__(self, names: set[str], parser: ToolParser = HERMES) -> None:
+    def __init__(self, names: set[str], parser: Parser) -> None:
         self.names, self.parser, self.held = names, parser, ""
         self.bare = True  # nothing sent yet: the whole reply may still be a bare or fenced JSON call
         self.inside = False  # between the format's two markers; ``held`` is the text after the first
