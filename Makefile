@@ -53,7 +53,8 @@ smollm2: $(STAMP)
 
 # Two test workers on the two cores, one compute thread each (tests/conftest.py): no OpenMP oversubscription.
 # make test: everything but the tests marked `long` (minutes: run it before every commit);
-# make test-long: those (soak runs, recipe statistics, real model files, learning bars that need long training).
+# make test-long: those (soak runs, recipe statistics, real model files, torchrun's several processes, learning bars
+# that need long training).
 test: $(STAMP) browser compiler jemalloc smollm2
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(PY) -m pytest -q -n 2 -m "not long"

@@ -42,6 +42,7 @@ def check(figures: dict, bench) -> None:
     assert figures["translator_exit_code"] == 0, summary
 
 
+@pytest.mark.long  # a soak: two servers under mixed load
 def test_seconds_of_mixed_load_lose_nothing_and_sigterm_drains(trained_run, tmp_path):
     """The soak's checks in seconds: 9 s of load at 8 requests a second, counted at rest 5.5 s after it."""
     bench = _bench()

@@ -50,6 +50,7 @@ def test_the_readme_is_short_and_every_command_in_it_parses():
 
 
 
+@pytest.mark.long  # a real model's answers (make test-long, which fetches the file)
 @pytest.mark.real_files(SMOLLM2)
 def test_the_real_model_block_runs_as_written_and_says_what_a_reader_accepts(tmp_path, monkeypatch):
     """README's "Run a real pretrained model": SmolLM2's import, chat and generate lines, as written (the wheel's

@@ -121,6 +121,7 @@ def _one_process(*args: str, stdin: str = "") -> str:
     return result.stdout
 
 
+@pytest.mark.long  # torchrun: two processes per command (make test-long)
 def test_translate_generate_and_embed_print_what_one_process_prints(trained_run, lm_run, mlm_run, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("a b c d\ne f g\nh i j k l\n")
@@ -157,6 +158,7 @@ def _rank_zero(pid: int) -> int:
     raise AssertionError("no rank 0 among torchrun's workers")
 
 
+@pytest.mark.long  # torchrun: a split server (make test-long)
 def test_a_split_server_answers_as_the_library_and_drains_on_sigterm(lm_run):
     from aiayn.inference.generator import TextGenerator
 
@@ -203,6 +205,7 @@ def _stream_through_sigterm(url: str, rank_zero: int) -> list[dict]:
     return events
 
 
+@pytest.mark.long  # torchrun: a split server (make test-long)
 def test_a_split_server_refuses_mask_predict_by_name(cmlm_run):
     from aiayn.decoding.config import DecodingConfig
     from aiayn.inference.load import load_checkpoint

@@ -83,8 +83,9 @@ print(simd_path())
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("flags, path", [("", None), pytest.param("-mno-avx512f", "avx2", marks=x86_only),
-                                         pytest.param("-mno-avx2 -mno-avx512f", "c++", marks=x86_only)])
+@pytest.mark.parametrize("flags, path", [  # the other paths built again, each about 20 s: make test-long
+    ("", None), pytest.param("-mno-avx512f", "avx2", marks=[x86_only, pytest.mark.long]),
+    pytest.param("-mno-avx2 -mno-avx512f", "c++", marks=[x86_only, pytest.mark.long])])
 def test_the_kernel_equals_its_reference_on_each_simd_path(flags, path, tmp_path):
     """Each path compiled in a process of its own ($AIAYN_KERNEL_FLAGS; the default: this CPU's best), its
     results within float rounding of the reference: the integer dots exact, the activations quantized alike."""

@@ -105,6 +105,7 @@ def test_resuming_a_fine_tuning_run_continues_it(lm_run, tmp_path):
     assert not torch.equal(before["decoder.layers.1.ffn.linear1.weight"], after["decoder.layers.1.ffn.linear1.weight"])
 
 
+@pytest.mark.long  # torchrun: two processes (make test-long)
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_fine_tuning_under_torchrun_with_accumulation_bf16_and_averaging(lm_run, tmp_path, sharding):
     """Two processes (DDP, or FSDP with --fsdp), accumulation 2, bf16 autocast, frozen embeddings; then

@@ -43,6 +43,7 @@ def runs(tmp_path_factory):
     return trained_once(tmp_path_factory, "fsdp", make)
 
 
+@pytest.mark.long  # torchrun: reads the FSDP and DDP runs (make test-long)
 def test_fsdp_gives_the_losses_of_ddp(runs):
     ddp, sharded = losses(runs / "ddp"), losses(runs / "fsdp")
     assert len(ddp) == len(sharded) == 6
@@ -50,6 +51,7 @@ def test_fsdp_gives_the_losses_of_ddp(runs):
     assert sharded[-1] < sharded[0]
 
 
+@pytest.mark.long  # torchrun: reads the FSDP and DDP runs (make test-long)
 def test_each_rank_holds_its_share_and_the_weights_equal_ddps(runs):
     """Sharded, not DDP under another name: rank 0 holds about half the parameters and half of Adam's moments
     (two processes); the trained weights equal DDP's by value."""
@@ -66,6 +68,7 @@ def test_each_rank_holds_its_share_and_the_weights_equal_ddps(runs):
             assert torch.allclose(ddp[name], sharded[name], rtol=0, atol=1e-5), name
 
 
+@pytest.mark.long  # torchrun: reads the FSDP and DDP runs (make test-long)
 def test_an_fsdp_checkpoint_is_an_ordinary_one(runs):
     """The full weights and the full optimizer state, in the layout DDP and one process write."""
     ddp, sharded = runs / "ddp" / "last", runs / "fsdp" / "last"
@@ -80,6 +83,7 @@ def test_an_fsdp_checkpoint_is_an_ordinary_one(runs):
     assert state["step"] == 6 and state["recipe"]["fsdp"] is True
 
 
+@pytest.mark.long  # torchrun: reads the FSDP and DDP runs (make test-long)
 def test_a_resumed_fsdp_run_ends_bit_for_bit_where_an_uninterrupted_one_does(runs):
     whole, resumed = (load_file(str(runs / r / "last" / "model.safetensors")) for r in ("fsdp", "halted"))
     assert whole.keys() == resumed.keys() and all((whole[k] == resumed[k]).all() for k in whole)
@@ -119,6 +123,7 @@ def test_each_process_trains_on_its_local_rank_gpu():
     assert rank_device(torch.device("cuda", 0), third) == torch.device("cuda", 0)
 
 
+@pytest.mark.long  # torchrun: reads the FSDP and DDP runs (make test-long)
 def test_a_sharded_run_resumes_without_sharding(runs, tmp_path):
     """Its checkpoint has DDP's layout, so DDP continues it (--no-fsdp on --resume) from the very weights."""
     import shutil

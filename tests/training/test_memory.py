@@ -116,6 +116,7 @@ def test_aiayn_train_runs_under_jemalloc_where_the_system_has_it_and_says_so(tmp
     assert malloc == "glibc" and "restarting" not in console  # the user's LD_PRELOAD: never restarted
 
 
+@pytest.mark.long  # torchrun: restarts
 def test_every_torchrun_worker_restarts_under_jemalloc_and_the_console_says_it_once(tmp_path):
     found = ctypes.util.find_library("jemalloc") is not None  # ldconfig's answer (.ci/run installs it)
     recipe = write_recipe(tmp_path, "ddp", max_steps=400, eval_every=4, bleu_sentences=0, keep_last=0)

@@ -74,6 +74,7 @@ def test_an_rdrop_run_trains_and_resumes_only_with_its_alpha(tmp_path):
     assert other.returncode != 0 and "--rdrop (field rdrop): run has 1.0, asked 0.0" in other.stderr
 
 
+@pytest.mark.long  # torchrun: two processes
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     common = {"max_steps": 6, "eval_every": 6, "model": {"dropout": 0.0}, "bleu_sentences": 0, "keep_last": 0}
     one = write_recipe(tmp_path, "one", accum=2, **common)
