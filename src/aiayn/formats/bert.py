@@ -14,10 +14,12 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.formats.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import folder_tokenizers, load_mapped, read_weights, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
+
+MODEL_TYPES = ("bert",)  # config.json's model_type (formats/families.py)
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu", "silu": "silu"}
 SPECIALS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "bos_id": "[CLS]", "eos_id": "[SEP]", "mask_id": "[MASK]"}
@@ -73,11 +75,8 @@ def bert_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]
     return out
 
 
-def import_bert(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[EncoderOnly, HFTokenizers]:
-    tokenizers = HFTokenizers.load(folder)
-    if len(tokenizers.src) != hf["vocab_size"]:
-        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
-                         f"vocab_size {hf['vocab_size']}")
+def import_bert(folder: Path, hf: dict) -> tuple[EncoderOnly, HFTokenizers]:
+    weights, tokenizers = read_weights(folder), folder_tokenizers(folder, hf)
     cfg = bert_config(hf, tokenizers, head=has_mlm_head(weights))
     model = EncoderOnly(cfg)
     load_mapped(model, bert_state_dict(weights, cfg))

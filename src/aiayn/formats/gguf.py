@@ -18,14 +18,13 @@ import torch
 from torch import Tensor
 
 from aiayn.formats import gemma, gpt2, llama, moe, phi3
+from aiayn.formats.families import ARCHITECTURES
 from aiayn.formats.gguf_rows import GGUFRows, gguf_package
 from aiayn.formats.gguf_vocab import tokenizer_from_gguf
 from aiayn.io.files import give_back_memory
 from aiayn.model.init import uninitialised
 from aiayn.tokenizers.hf import HFTokenizers
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma2", "phi3",
-                 "gpt2")  # general.architecture values aiayn reads
 MAGIC = b"GGUF"
 LLAMA_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",

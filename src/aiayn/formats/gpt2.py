@@ -12,10 +12,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.formats.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import folder_tokenizers, load_mapped, read_weights, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers.hf import HFTokenizers
+
+MODEL_TYPES = ("gpt2",)  # config.json's model_type (formats/families.py)
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 
@@ -71,11 +73,8 @@ def gpt2_model(cfg: ModelConfig, weights: dict[str, Tensor]) -> DecoderOnly:
     return model.eval()
 
 
-def import_gpt2(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[DecoderOnly, HFTokenizers]:
-    tokenizers = HFTokenizers.load(folder)
-    if len(tokenizers.src) != hf["vocab_size"]:
-        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
-                         f"vocab_size {hf['vocab_size']}")
+def import_gpt2(folder: Path, hf: dict) -> tuple[DecoderOnly, HFTokenizers]:
+    weights, tokenizers = read_weights(folder), folder_tokenizers(folder, hf)
     return gpt2_model(gpt2_config(hf), weights), tokenizers
 
 

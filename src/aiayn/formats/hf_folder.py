@@ -10,11 +10,9 @@ from pathlib import Path
 
 from torch import Tensor
 
-# model_type values of config.json
-SUPPORTED = ("marian", "gpt2", "bert", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "gemma3", "phi3",
-             "mixtral",
-             "qwen3_moe", "t5", "mt5")
+from aiayn.tokenizers.hf import HFTokenizers
 
+# model_type values of config.json
 
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
@@ -25,9 +23,8 @@ def read_config(folder: Path) -> dict:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from None
-    kind = config.get("model_type") if isinstance(config, dict) else None
-    if kind not in SUPPORTED:
-        raise ValueError(f"{path}: model_type {kind!r} is not supported; aiayn imports {', '.join(SUPPORTED)}")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object of the model's settings")
     return config
 
 
@@ -88,6 +85,15 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
             raise ValueError(f"{folder / 'pytorch_model.bin'}: not a plain tensor file ({err.__class__.__name__}); "
                              "convert it to model.safetensors with transformers' save_pretrained") from None
     raise FileNotFoundError(f"{folder}: no model.safetensors (nor {INDEX}, nor pytorch_model.bin) in this folder")
+
+
+def folder_tokenizers(folder: Path, hf: dict) -> HFTokenizers:
+    """The folder's ``tokenizer.json`` tokenizers, exactly as many tokens as ``config.json``'s ``vocab_size``."""
+    tokenizers = HFTokenizers.load(folder)
+    if len(tokenizers.src) != hf["vocab_size"]:
+        raise ValueError(f"{folder / 'tokenizer.json'}: {len(tokenizers.src)} tokens, config.json says "
+                         f"vocab_size {hf['vocab_size']}")
+    return tokenizers
 
 
 def take(weights: dict[str, Tensor], name: str, *fallbacks: str) -> Tensor:

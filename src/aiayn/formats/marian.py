@@ -11,10 +11,12 @@ from pathlib import Path
 
 from torch import Tensor
 
-from aiayn.formats.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import load_mapped, read_weights, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderDecoder
 from aiayn.tokenizers.marian import MarianTokenizers
+
+MODEL_TYPES = ("marian",)  # config.json's model_type (formats/families.py)
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 LAYER_PARTS = {"self_attn": "self_attn", "encoder_attn": "cross_attn", "fc1": "ffn.linear1", "fc2": "ffn.linear2"}
@@ -77,7 +79,8 @@ def marian_state_dict(w: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tenso
     return out | {ours: take(w, theirs) for ours, theirs in layer_names(cfg)}
 
 
-def import_marian(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[EncoderDecoder, MarianTokenizers]:
+def import_marian(folder: Path, hf: dict) -> tuple[EncoderDecoder, MarianTokenizers]:
+    weights = read_weights(folder)
     tokenizers = MarianTokenizers.load(folder)
     cfg = marian_config(hf, tokenizers.src.unk_id)
     if len(tokenizers.src) != cfg.vocab_size:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.formats.hf_folder import load_mapped, take
+from aiayn.formats.hf_folder import load_mapped, read_weights, take
 from aiayn.model.config import ModelConfig
 from aiayn.model.transformer import EncoderDecoder
 from aiayn.tokenizers.hf import HFTokenizers
@@ -151,7 +151,8 @@ def spiece_tokenizer_json(spiece: bytes, extra_ids: int, source: Path) -> str:
     return tok.to_str()
 
 
-def import_t5(folder: Path, hf: dict, weights: dict[str, Tensor]) -> tuple[EncoderDecoder, HFTokenizers]:
+def import_t5(folder: Path, hf: dict) -> tuple[EncoderDecoder, HFTokenizers]:
+    weights = read_weights(folder)
     tokenizers = t5_tokenizers(folder, hf)
     if len(tokenizers.src) > hf["vocab_size"]:
         raise ValueError(f"{folder}: the tokenizer has {len(tokenizers.src)} tokens, config.json's vocab_size is "

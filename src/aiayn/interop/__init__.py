@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiayn.decoding.config import imported_defaults
-from aiayn.formats import bert, gemma, gpt2, llama, marian, moe, phi3, t5
+from aiayn.formats.families import SUPPORTED, family_of
 from aiayn.formats.gguf import read_gguf
-from aiayn.formats.hf_folder import SUPPORTED, read_config, read_generation, read_weights
+from aiayn.formats.hf_folder import read_config, read_generation
 from aiayn.interop import sentence
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
@@ -33,23 +33,13 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such file or folder; give a Hugging Face model folder or a .gguf file")
     config = read_config(folder)
+    family = family_of(config, folder / "config.json")
     kind = config["model_type"]
     pooling = sentence.read_pooling(folder) if sentence.is_sentence_transformers(folder) else None
     if pooling is not None and kind != "bert":
         raise ValueError(f"{folder / 'config.json'}: sentence-transformers folders of {kind} models are not "
                          "supported; aiayn imports BERT ones")
-    if kind in llama.MODEL_TYPES:  # large: read tensor by tensor, never the whole folder at once
-        model, tokenizers = llama.import_llama(folder, config)
-    elif kind in gemma.MODEL_TYPES:
-        model, tokenizers = gemma.import_gemma(folder, config)
-    elif kind in phi3.MODEL_TYPES:
-        model, tokenizers = phi3.import_phi3(folder, config)
-    elif kind in moe.MODEL_TYPES:
-        model, tokenizers = moe.import_moe(folder, config)
-    else:
-        importers = {"marian": marian.import_marian, "gpt2": gpt2.import_gpt2, "bert": bert.import_bert,
-                     "t5": t5.import_t5, "mt5": t5.import_t5}
-        model, tokenizers = importers[kind](folder, config, read_weights(folder))
+    model, tokenizers = family.read(folder, config)  # (a large one tensor by tensor, never the whole folder)
     generation = imported_defaults(model.config, read_generation(folder))
     write_checkpoint(output, model, tokenizers, generation=generation, by="import", overwrite=overwrite,
                      write_extra=None if pooling is None else pooling.save)
