@@ -27,6 +27,7 @@ from common import emit
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache
 from aiayn.inference.generator import TextGenerator
+from aiayn.serve.jobs import Event, Finished
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.threads import single_threaded_main
@@ -37,10 +38,10 @@ def run_one(batcher: Scheduler, prompt: list[int], new: int, seed: int) -> tuple
     done, first = threading.Event(), []
     started = time.perf_counter()
 
-    def on_event(event: dict) -> None:
+    def on_event(event: Event) -> None:
         if not first:
             first.append(time.perf_counter() - started)
-        if "finish_reason" in event:
+        if isinstance(event, Finished):
             done.set()
 
     job = DecodeJob(prompt, DecodingConfig(strategy="sample", temperature=1.0, seed=seed, max_new_tokens=new), on_event)

@@ -36,6 +36,7 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.interop.peft import read_adapter, save_adapter
 from aiayn.model.lora import apply_lora, lora_layers, merge_lora
 from aiayn.model.multi_lora import attach_adapters
+from aiayn.serve.jobs import Finished
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.threads import single_threaded_main
 
@@ -73,7 +74,7 @@ def timed(generator: TextGenerator, jobs_of) -> tuple[float, int]:
 
 
 def _counting(done: threading.Semaphore):
-    return lambda event: "finish_reason" in event and done.release()
+    return lambda event: isinstance(event, Finished) and done.release()
 
 
 def structured(generator: TextGenerator) -> None:

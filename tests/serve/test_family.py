@@ -13,6 +13,7 @@ from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.fill_mask import MaskFiller
 from aiayn.inference.generator import TextGenerator
+from aiayn.serve.jobs import Finished
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.server import create_app
@@ -45,7 +46,7 @@ def test_continuous_batching_equals_each_request_alone(generator):
     jobs = []
     for i, prompt in enumerate(PROMPTS):
         def emit(event, i=i):
-            if "finish_reason" in event:
+            if isinstance(event, Finished):
                 results[i] = event
                 if len(results) == len(PROMPTS):
                     done.set()
@@ -63,7 +64,7 @@ def test_continuous_batching_equals_each_request_alone(generator):
     for i, job in enumerate(jobs):
         expected = alone(generator, PROMPTS[i], 8 + 7 * i, job.decoding.temperature, i)
         assert job.generated == expected, i
-        assert results[i]["completion_tokens"] == len(expected)
+        assert results[i].completion_tokens == len(expected)
     assert batcher.largest_batch == 4 and batcher.joined == 8
     assert batcher.steps < sum(len(j.generated) for j in jobs)  # rows were decoded together
 
@@ -150,7 +151,7 @@ def _run(batcher, jobs):
     finished = threading.Semaphore(0)
     for job in jobs:
         emit = job.emit
-        job.emit = lambda event, emit=emit: (emit(event), "finish_reason" in event and finished.release())
+        job.emit = lambda event, emit=emit: (emit(event), isinstance(event, Finished) and finished.release())
     for job in jobs:
         batcher.submit(job)
         assert finished.acquire(timeout=60)  # one after the other: the second finds the first's blocks
@@ -200,11 +201,11 @@ def test_a_cancelled_request_leaves_the_batch(generator):
             time.sleep(0.01)
         job.cancelled = True
         at_cancel, tokens_then = batcher.steps, len(events)
-        while "finish_reason" not in events[-1] and time.monotonic() < deadline:
+        while not isinstance(events[-1], Finished) and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         batcher.stop()
-    assert events[-1]["finish_reason"] == "cancelled" and not batcher.rows and batcher.engine.tokens is None
+    assert events[-1].finish_reason == "cancelled" and not batcher.rows and batcher.engine.tokens is None
     assert batcher.steps - at_cancel <= 2 and len(events) - 1 - tokens_then <= 2  # gone at the next step, not at 100
 
 

@@ -16,6 +16,7 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.interop.peft import load_adapter, read_adapter, save_adapter
 from aiayn.model.lora import apply_lora, lora_layers
 from aiayn.model.multi_lora import attach_adapters
+from aiayn.serve.jobs import Finished
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.server import create_app
@@ -60,7 +61,7 @@ def test_rows_of_every_adapter_and_the_base_share_a_batch_and_equal_each_alone(s
     for prompt in PROMPTS:
         for adapter in (None, *folders):
             job = DecodeJob(generator.prompt_ids(prompt), DecodingConfig(strategy="greedy", max_new_tokens=12),
-                            lambda e: "finish_reason" in e and finished.release(),
+                            lambda e: isinstance(e, Finished) and finished.release(),
                             adapter=0 if adapter is None else rows.number(adapter))
             jobs.append((prompt, adapter, job))
     batcher = Scheduler(generator.model, max_batch=16, capacity=64)
@@ -127,7 +128,7 @@ def test_adapter_rows_skip_the_prompt_cache_and_translation_models_are_refused(s
     try:
         for adapter in (rows.number("fr"), 0):
             batcher.submit(DecodeJob(prompt, DecodingConfig(strategy="greedy", max_new_tokens=3),
-                                     lambda e: "finish_reason" in e and finished.release(), adapter=adapter))
+                                     lambda e: isinstance(e, Finished) and finished.release(), adapter=adapter))
             assert finished.acquire(timeout=60)
     finally:
         batcher.stop()

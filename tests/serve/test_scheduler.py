@@ -12,6 +12,7 @@ import torch
 from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.model.decoder_only import DecoderOnly
+from aiayn.serve.jobs import Finished
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Refused, Scheduler
 
@@ -26,13 +27,13 @@ OPTIONS = [DecodingConfig(strategy="greedy", max_new_tokens=12, max_len_b=None),
 def job_of(inputs: list[int], decoding: DecodingConfig) -> DecodeJob:
     """A job whose ``ended`` future gets its final event."""
     ended = Future()
-    job = DecodeJob(inputs, decoding, lambda e: "finish_reason" in e and not ended.done() and ended.set_result(e))
+    job = DecodeJob(inputs, decoding, lambda e: isinstance(e, Finished) and not ended.done() and ended.set_result(e))
     job.ended = ended
     return job
 
 
 def wait_all(jobs, timeout: float = 60) -> list[list[int]]:
-    return [job.ended.result(timeout=timeout)["ids"] for job in jobs]
+    return [job.ended.result(timeout=timeout).ids for job in jobs]
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -75,7 +76,7 @@ def test_a_cancelled_beam_request_frees_its_rows_and_the_others_finish_as_alone(
         outputs = wait_all(others)
     finally:
         scheduler.stop()
-    assert doomed.ended.result(timeout=30)["finish_reason"] == "cancelled" and scheduler.cancelled == 1
+    assert doomed.ended.result(timeout=30).finish_reason == "cancelled" and scheduler.cancelled == 1
     assert scheduler.engine.rows == 0 and scheduler.open_requests == 0
     for job, out in zip(others, outputs, strict=True):
         assert out == generate(model, torch.tensor([job.inputs]), config=short)[0]
@@ -98,7 +99,7 @@ def test_the_admission_check_refuses_with_a_typed_reason_and_takes_the_rest(mode
     try:
         scheduler.submit(good)
         assert wait_all([good]) == [generate(model, torch.tensor([[5, 6, 7]]), config=OPTIONS[0])[0]]
-        assert good.ended.result()["finish_reason"] in ("stop", "length")
+        assert good.ended.result().finish_reason in ("stop", "length")
     finally:
         scheduler.stop()
     lm = DecoderOnly(tiny(arch="decoder-only")).eval()
@@ -122,9 +123,9 @@ def test_finish_reasons_come_from_the_rows_group(model):
         first, second = (job.ended.result(timeout=30) for job in (short, free))
     finally:
         scheduler.stop()
-    assert first["finish_reason"] == "length" and len(first["ids"]) == 1
+    assert first.finish_reason == "length" and len(first.ids) == 1
     alone = generate(model, torch.tensor([[5, 6, 7]]), "greedy", max_new_tokens=40, max_len_b=None)[0]
-    assert second["ids"] == alone and second["finish_reason"] == ("length" if len(alone) == 40 else "stop")
+    assert second.ids == alone and second.finish_reason == ("length" if len(alone) == 40 else "stop")
 
 
 def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(model):
@@ -137,7 +138,7 @@ def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(m
             return group, inputs, beams
 
     failing, ended = Failing([5, 6, 7], OPTIONS[0], lambda e: None), Future()
-    failing.emit = lambda e: "finish_reason" in e and not ended.done() and ended.set_result(e)
+    failing.emit = lambda e: isinstance(e, Finished) and not ended.done() and ended.set_result(e)
     fine = job_of([5, 6, 7, 8], OPTIONS[0])
     scheduler = Scheduler(model, max_batch=4, capacity=40)
     scheduler.start()
@@ -147,7 +148,7 @@ def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(m
         event, out = ended.result(timeout=60), wait_all([fine])[0]
     finally:
         scheduler.stop()
-    assert event["finish_reason"] == "error" and "a grammar error" in event["detail"]
+    assert event.finish_reason == "error" and "a grammar error" in event.detail
     assert out == generate(model, torch.tensor([[5, 6, 7, 8]]), config=OPTIONS[0])[0]
 
 

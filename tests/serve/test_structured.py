@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from aiayn import generate
 from aiayn.decoding.config import DecodingConfig
 from aiayn.inference.generator import TextGenerator
+from aiayn.serve.jobs import Finished
 from aiayn.serve.limits import Limits
 from aiayn.serve.scheduler import DecodeJob, Scheduler
 from aiayn.serve.server import create_app
@@ -60,7 +61,7 @@ def test_json_object_is_any_object_and_free_rows_are_unchanged_in_a_shared_batch
 
     def job(i: int, constrained: bool) -> DecodeJob:
         def emit(event):
-            if "finish_reason" in event:
+            if isinstance(event, Finished):
                 events[i] = event
                 if len(events) == 3:
                     done.set()
@@ -75,9 +76,9 @@ def test_json_object_is_any_object_and_free_rows_are_unchanged_in_a_shared_batch
     finally:
         batcher.stop()
     alone = generate(model, torch.tensor([prompt]), "greedy", max_new_tokens=40)[0]
-    assert events[0]["ids"] == alone == events[2]["ids"]  # free rows: token for token as without the schema
-    assert isinstance(json.loads(generator.tokenizer.decode(events[1]["ids"])), dict)
-    assert events[1]["finish_reason"] == "stop" and batcher.largest_batch == 3
+    assert events[0].ids == alone == events[2].ids  # free rows: token for token as without the schema
+    assert isinstance(json.loads(generator.tokenizer.decode(events[1].ids)), dict)
+    assert events[1].finish_reason == "stop" and batcher.largest_batch == 3
 
 
 def test_a_grammar_is_compiled_once_and_a_bad_schema_is_refused_naming_the_problem(generator):

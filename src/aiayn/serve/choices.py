@@ -4,7 +4,7 @@ out of the text (``serve/tools.py``) and its tokens' log-probabilities."""
 from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator, TextStream
-from aiayn.serve.jobs import DecodeJob
+from aiayn.serve.jobs import DecodeJob, Finished, Token
 from aiayn.serve.tools import parser_for
 from aiayn.serve.toolstream import held_back
 
@@ -111,14 +111,14 @@ class Choice:
         self.ids: list[int] | None = None  # with return_token_ids: the ids not sent yet
         self.reasoning, self.thought = "", ""  # the reasoning part: all of it, and what is not sent yet
 
-    def take(self, event: dict) -> tuple[str, list[dict]]:
+    def take(self, event: Token) -> tuple[str, list[dict]]:
         """A token event -> the text it adds (after stop strings) and the tool calls it completes."""
-        piece = self.stream.add(event["id"])
+        piece = self.stream.add(event.id)
         if self.ids is not None and not self.stop.stopped:
-            self.ids.append(event["id"])
-        if "logprob" in event and not self.stop.stopped:
-            self.tokens.append({"id": event["id"], "text": self.generator.tokenizer.decode([event["id"]]),
-                                "logprob": event["logprob"], "top": event["top"]})
+            self.ids.append(event.id)
+        if event.logprob is not None and not self.stop.stopped:
+            self.tokens.append({"id": event.id, "text": self.generator.tokenizer.decode([event.id]),
+                                "logprob": event.logprob, "top": event.top})
         text = "" if self.stop.stopped else self.stop.add(piece)
         if self.stop.stopped:
             self.job.cancelled = True  # its row leaves at the next step
@@ -129,7 +129,7 @@ class Choice:
         """The tool calls made, whole (OpenAI's ``tool_calls``)."""
         return [] if self.tools is None else self.tools.calls
 
-    def end(self, event: dict) -> tuple[str, list[dict], str]:
+    def end(self, event: Finished) -> tuple[str, list[dict], str]:
         """The final event -> the text still held, the calls it completes, the finish reason (``tool_calls``
         when the choice made any, unless it ended inside one: ``length``)."""
         text = self._think(self.stop.flush())
@@ -140,7 +140,7 @@ class Choice:
         if self.tools is not None:
             rest, more = self.tools.flush()
             text, deltas = text + rest, deltas + more
-        stopped = self.stop.stopped or event["finish_reason"] == "stop"
+        stopped = self.stop.stopped or event.finish_reason == "stop"
         cut = self.tools is not None and self.tools.cut
         return text, deltas, "tool_calls" if self.calls and not cut else "stop" if stopped else "length"
 

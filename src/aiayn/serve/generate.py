@@ -25,7 +25,7 @@ from aiayn.serve.http import (
     native_refusal,
     request_decoding,
 )
-from aiayn.serve.jobs import DecodeJob, Refused
+from aiayn.serve.jobs import DecodeJob, Finished, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
@@ -120,9 +120,9 @@ def _add_generate(app: FastAPI, generator: TextGenerator, batcher: Scheduler, li
             final, _ = await _collect(events)
         finally:
             job.cancelled = True  # a client that went away frees its row at the next step
-        if final["finish_reason"] == "error":
-            raise HTTPException(500, final["detail"])
-        return {"text": generator.tokenizer.decode(final["ids"]), **_counts(final)}
+        if final.finish_reason == "error":
+            raise HTTPException(500, final.detail)
+        return {"text": generator.tokenizer.decode(final.ids), **final.counts()}
 
 
 def _grammar(generator: TextGenerator, decoding: DecodingConfig):
@@ -145,11 +145,6 @@ def _adapter(generator: TextGenerator, name: str | None) -> int:
         raise HTTPException(422, str(err)) from None
 
 
-def _counts(final: dict) -> dict:
-    """A final event as the native routes answer it: the finish reason and the token counts."""
-    return {k: final[k] for k in ("finish_reason", "prompt_tokens", "completion_tokens") if k in final}
-
-
 def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list[int]:
     """The prompt's ids, or 422 for an empty text (lengths, in tokens: the scheduler's check)."""
     if not text:
@@ -157,10 +152,10 @@ def _checked_prompt(text: str, limits: Limits, generator: TextGenerator) -> list
     return generator.prompt_ids(text)
 
 
-async def _collect(events: asyncio.Queue) -> tuple[dict, list[int]]:
+async def _collect(events: asyncio.Queue) -> tuple[Finished, list[int]]:
     ids = []
-    while "finish_reason" not in (event := await events.get()):
-        ids.append(event["id"])
+    while not isinstance(event := await events.get(), Finished):
+        ids.append(event.id)
     return event, ids
 
 
@@ -170,16 +165,14 @@ async def _sse(job: DecodeJob, events: asyncio.Queue, generator: TextGenerator, 
     try:
         while True:
             event = await events.get()
-            if "finish_reason" in event:
-                text_of = generator.tokenizer.decode(event["ids"])
-                yield f"data: {json.dumps({**_counts(event), 'text': text_of, **_detail(event)})}\n\n"
+            if isinstance(event, Finished):
+                text_of = generator.tokenizer.decode(event.ids)
+                detail = {} if event.detail is None else {"detail": event.detail}
+                yield f"data: {json.dumps({**event.counts(), 'text': text_of, **detail})}\n\n"
                 return
-            yield f"data: {json.dumps({'text': text.add(event['id']), 'id': event['id']}, ensure_ascii=False)}\n\n"
+            yield f"data: {json.dumps({'text': text.add(event.id), 'id': event.id}, ensure_ascii=False)}\n\n"
             if await request.is_disconnected():
                 return
     finally:
         job.cancelled = True
 
-
-def _detail(event: dict) -> dict:
-    return {"detail": event["detail"]} if "detail" in event else {}

@@ -40,7 +40,37 @@ class Refused(Exception):
         self.refusal = refusal
 
 
-def _ignore(_event: dict) -> None:
+@dataclass(frozen=True)
+class Token:
+    """An engine event: one token of a greedy or sampled row; with ``logprobs`` asked, its log-probability under the
+    model (before temperature and filtering) and the ``top`` likeliest ``(id, logprob)``."""
+
+    id: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An engine event: a job's end, why (``stop`` | ``length`` | ``cancelled`` | ``error``, the row group's), its
+    output ids and counts; ``detail``: what went wrong, for an ``error``."""
+
+    finish_reason: str
+    ids: list[int]
+    prompt_tokens: int
+    completion_tokens: int
+    detail: str | None = None
+
+    def counts(self) -> dict:
+        """The finish reason and the token counts, as the native routes answer them."""
+        return {"finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens}
+
+
+Event = Token | Finished
+
+
+def _ignore(_event: Event) -> None:
     pass
 
 
@@ -48,17 +78,15 @@ def _ignore(_event: dict) -> None:
 class DecodeJob:
     """One input to decode, translation and generation alike: ``inputs`` (a source's or a prompt's ids) with
     ``decoding`` (resolved against the model when the scheduler admits the job) and where results go:
-    ``emit(event)``, called on the decoding thread with ``{"id": token}`` per token of a greedy or sampled row
-    (with ``logprobs``, a number of alternatives, also ``"logprob"``, the model's log-probability of the token
-    before temperature and filtering, and ``"top"``, the likeliest ``(id, logprob)``), then once
-    ``{"finish_reason": "stop" | "length" | "cancelled" | "error", "ids", "prompt_tokens",
-    "completion_tokens"}``: the reason is the rows group's (the row that ended it). ``grammar``: a compiled
+    ``emit(event)``, called on the decoding thread with a :class:`Token` per token of a greedy or sampled row
+    (with ``logprobs``, a number of alternatives, its log-probability and the likeliest), then once a
+    :class:`Finished`: the reason is the rows group's (the row that ended it). ``grammar``: a compiled
     grammar the output follows (``decoding/constraint.py``); ``adapter``: the LoRA adapter its rows run (0: the
     base model; ``model/multi_lora.py``)."""
 
     inputs: list[int]
     decoding: DecodingConfig
-    emit: Callable[[dict], None] = _ignore
+    emit: Callable[[Event], None] = _ignore
     logprobs: int | None = None
     grammar: Grammar | None = None
     adapter: int = 0
@@ -86,29 +114,28 @@ class DecodeJob:
             return
         self.generated.append(token)
         self.token_times.append(time.perf_counter())
-        event = {"id": token}
-        if self.logprobs is not None:
-            event.update(_logprobs(group.last_scores[0], token, self.logprobs))
-        self.emit(event)
+        if self.logprobs is None:
+            self.emit(Token(token))
+        else:
+            self.emit(Token(token, *_logprobs(group.last_scores[0], token, self.logprobs)))
 
     def finish(self, ids: list[int], reason: str) -> None:
         """The job's end: its output ids and why it ended."""
         self.generated, self.finish_reason = list(ids), reason
-        self.emit({"finish_reason": reason, "ids": self.generated, "prompt_tokens": len(self.inputs),
-                   "completion_tokens": len(self.generated)})
+        self.emit(Finished(reason, self.generated, len(self.inputs), len(self.generated)))
 
     def fail(self, err: Exception) -> None:
         self.finish_reason = "error"
-        self.emit({"finish_reason": "error", "detail": f"{type(err).__name__}: {err}", "ids": self.generated,
-                   "prompt_tokens": len(self.inputs), "completion_tokens": len(self.generated)})
+        self.emit(Finished("error", self.generated, len(self.inputs), len(self.generated),
+                           f"{type(err).__name__}: {err}"))
 
 
-def _logprobs(scores: Tensor, token: int, top: int) -> dict:
+def _logprobs(scores: Tensor, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
     """The token's log-probability under ``scores`` (V,) and the ``top`` likeliest (id, logprob)."""
     logp = scores.log_softmax(dim=-1)  # (V,)
     best = logp.topk(top) if top else None
-    return {"logprob": float(logp[token]),
-            "top": [] if best is None else list(zip(best.indices.tolist(), best.values.tolist(), strict=True))}
+    return float(logp[token]), [] if best is None else list(zip(best.indices.tolist(), best.values.tolist(),
+                                                                 strict=True))
 
 
 @dataclass

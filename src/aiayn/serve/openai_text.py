@@ -15,7 +15,7 @@ from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammar
 from aiayn.inference.generator import TextGenerator
 from aiayn.serve.choices import Calls, Choice
-from aiayn.serve.jobs import DecodeJob, Refused
+from aiayn.serve.jobs import DecodeJob, Finished, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.logprobs import chat_logprobs, completion_logprobs, echoed
 from aiayn.serve.openai_schema import OpenAIError, openai_refusal
@@ -189,7 +189,7 @@ class TextRoutes:
                     return JSONResponse({"detail": "client disconnected"}, status_code=499)
                 index, event = found
                 choice = choices[index]
-                if "finish_reason" in event:
+                if isinstance(event, Finished):
                     text, _, reasons[index] = choice.end(event)
                 else:
                     text, _ = choice.take(event)
@@ -248,7 +248,7 @@ class TextRoutes:
             while len(done) < len(choices):
                 index, event = await events.get()
                 choice = choices[index]
-                if "finish_reason" in event:
+                if isinstance(event, Finished):
                     text, calls, reason = choice.end(event)
                     done.add(index)
                 else:

@@ -20,7 +20,7 @@ from aiayn.serve.http import (
     native_refusal,
     request_decoding,
 )
-from aiayn.serve.jobs import DecodeJob, Refusal, Refused
+from aiayn.serve.jobs import DecodeJob, Event, Finished, Refusal, Refused
 from aiayn.serve.limits import Limits
 from aiayn.serve.openai import add_openai_routes
 from aiayn.serve.scheduler import Scheduler
@@ -109,16 +109,16 @@ async def _translate(batcher: Scheduler, translator: Translator, texts: list[str
         for job in jobs:
             job.cancelled = True  # a client that went away frees its rows at the next step
     for event in ended:
-        if event is not None and event["finish_reason"] == "error":
-            raise HTTPException(500, event["detail"])
-    return ["" if event is None else translator.tokenizers.tgt.decode(event["ids"]) for event in ended]
+        if event is not None and event.finish_reason == "error":
+            raise HTTPException(500, event.detail)
+    return ["" if event is None else translator.tokenizers.tgt.decode(event.ids) for event in ended]
 
 
 def final_event(loop: asyncio.AbstractEventLoop, future: asyncio.Future):
     """An ``emit`` for a job whose tokens are not streamed: ``future`` gets its final event."""
 
-    def emit(event: dict) -> None:
-        if "finish_reason" in event:
+    def emit(event: Event) -> None:
+        if isinstance(event, Finished):
             loop.call_soon_threadsafe(lambda: future.done() or future.set_result(event))
 
     return emit
