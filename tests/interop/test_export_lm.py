@@ -103,3 +103,22 @@ def test_a_shape_neither_can_express_is_refused_by_name(tmp_path, tokenizers, ca
     err = capsys.readouterr().err
     assert "none of Llama (norm_type layernorm; feed_forward standard" in err and "GPT-2 (positions rope" in err
     assert not (tmp_path / "hf").exists()
+
+
+def test_export_pretrained_is_the_one_door_out_beside_import(tmp_path, make_llama):
+    """``aiayn.export_pretrained(checkpoint, output, format)``, the library's way back of ``import_pretrained``: a
+    Hugging Face folder of an imported Llama, imported again to the same logits; ``gguf`` reaches the GGUF writer
+    (which refuses this word-level tokenizer by name); a format it does not write is refused by name."""
+    import aiayn
+
+    folder = make_llama(tmp_path / "hf", "llama")
+    checkpoint = aiayn.import_pretrained(folder, tmp_path / "ckpt")
+    ids = torch.randint(3, 100, (1, 9))
+    written = aiayn.export_pretrained(checkpoint, tmp_path / "out-hf", "hf")
+    back = aiayn.import_pretrained(written, tmp_path / "back")
+    with torch.no_grad():
+        assert (load_checkpoint(back)[0].eval()(ids) - load_checkpoint(checkpoint)[0].eval()(ids)).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="GGUF keeps byte-level BPE and SentencePiece BPE tokenizers"):
+        aiayn.export_pretrained(checkpoint, tmp_path / "out.gguf", "gguf")
+    with pytest.raises(ValueError, match="format: 'onnx'; choose one of hf, ctranslate2, gguf"):
+        aiayn.export_pretrained(checkpoint, tmp_path / "x", "onnx")

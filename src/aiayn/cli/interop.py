@@ -59,21 +59,9 @@ def export(args: argparse.Namespace) -> int:
         raise ValueError(f"--quantization {args.quantization}: not for --format {args.format}"
                          + (f"; choose {', '.join(kinds)}" if kinds else ""))
     claim(args.output, "export", args, folder=args.format != "gguf")
-    if args.format == "gguf":
-        from aiayn.interop.gguf_export import export_gguf
+    from aiayn.interop import export_pretrained
 
-        print(export_gguf(args.checkpoint, args.output, args.quantization or "f32"))
-    elif args.format == "hf":
-        from aiayn.interop.hf_export import export_hf
-
-        print(export_hf(args.checkpoint, args.output, args.overwrite))
-    else:
-        try:
-            from aiayn.interop.ctranslate2 import export_ctranslate2
-        except ImportError:
-            raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") \
-                from None
-        print(export_ctranslate2(args.checkpoint, args.output, args.quantization, args.overwrite))
+    print(export_pretrained(args.checkpoint, args.output, args.format, args.quantization, args.overwrite))
     return 0
 
 

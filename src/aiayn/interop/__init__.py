@@ -16,7 +16,9 @@ from aiayn.interop import sentence
 from aiayn.io.checkpoint import CHECKSUMS, write_checkpoint
 from aiayn.io.files import claim_output
 
-__all__ = ["SUPPORTED", "import_pretrained"]
+__all__ = ["FORMATS", "SUPPORTED", "export_pretrained", "import_pretrained"]
+
+FORMATS = ("hf", "ctranslate2", "gguf")  # what export_pretrained writes
 
 
 def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = False) -> Path:
@@ -44,3 +46,27 @@ def import_pretrained(folder: str | Path, output: str | Path, overwrite: bool = 
     write_checkpoint(output, model, tokenizers, generation=generation, by="import", overwrite=overwrite,
                      write_extra=None if pooling is None else pooling.save)
     return Path(output)
+
+
+def export_pretrained(checkpoint: str | Path, output: str | Path, format: str = "hf", quantization: str | None = None,
+                      overwrite: bool = False) -> Path:
+    """Write the aiayn checkpoint ``checkpoint`` as another tool's files at ``output``, the way back of
+    :func:`import_pretrained`: ``hf``, a Hugging Face folder (Marian, Llama / Qwen2 / Mistral / Gemma / Phi-3, GPT-2:
+    whichever has the model's shape; ``hf_export``); ``ctranslate2``, a CTranslate2 model through its converters
+    (``quantization``: CTranslate2's, default float32); ``gguf``, one GGUF file for llama.cpp (``quantization``: f32,
+    f16, bf16, q8_0, q4_0; default f32). What the target cannot express is a ValueError naming it."""
+    if format == "gguf":
+        from aiayn.interop.gguf_export import export_gguf
+
+        return Path(export_gguf(checkpoint, output, quantization or "f32"))
+    if format == "hf":
+        from aiayn.interop.hf_export import export_hf
+
+        return Path(export_hf(checkpoint, output, overwrite))
+    if format != "ctranslate2":
+        raise ValueError(f"format: {format!r}; choose one of {', '.join(FORMATS)}")
+    try:
+        from aiayn.interop.ctranslate2 import export_ctranslate2
+    except ImportError:
+        raise ValueError("export --format ctranslate2 needs the ctranslate2 package: pip install ctranslate2") from None
+    return Path(export_ctranslate2(checkpoint, output, quantization, overwrite))
