@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.decoding.config import DecodingConfig, imported_defaults
-from aiayn.formats.gguf import read_gguf
 from aiayn.io.checkpoint import Converter, converted_parts, verify_checkpoint
 from aiayn.io.files import give_back_memory
 from aiayn.io.rows import read_deferred
@@ -60,6 +59,8 @@ def _load_gguf(path: Path, prepare, convert: Converter | None
     """A GGUF file's model, made the inference copy ``convert`` makes layer by layer. A quantizing converter reads
     each matrix from the file a block of rows at a time, and keeps the blocks of the types its layers hold as they
     are (Q8_0 for ``--int8``, Q4_0, Q4_1 and Q4_K for ``--int4``: ``formats/gguf_rows.py``): no float32 copy."""
+    from aiayn.formats.gguf import read_gguf  # (here: a checkpoint folder's products start 40 ms sooner)
+
     convert = convert if prepare is None else None
     rows = convert is not None and convert.reads_rows and convert.dtype is None
     model, tokenizers, sampling = read_gguf(path, rows=rows)  # (nothing left unread without a converter)
