@@ -798,3 +798,21 @@ def test_the_real_files_load_their_blocks_as_they_are(tmp_path):
             else:
                 assert torch.equal(layer_values, file_values), (path.name, name)
             assert_runs_its_kernel(model.get_submodule(name), rows=1)
+
+
+def test_every_architecture_is_one_record_whose_names_go_there_and_back():
+    """Each llama.cpp architecture is one record of one family (formats/gguf_arch.py), and every tensor name it
+    knows goes from GGUF to Hugging Face's name and back."""
+    from aiayn.formats.families import FAMILIES, GGUF_ARCHITECTURES
+    from aiayn.formats.gguf_arch import gguf_name, hf_name
+
+    named = [arch.name for family in FAMILIES for arch in family.gguf]
+    assert sorted(named) == sorted(set(named)) == sorted(GGUF_ARCHITECTURES)
+    assert {"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "qwen3moe", "gpt2"} <= set(named)
+    for arch in GGUF_ARCHITECTURES.values():
+        names = [f"{top}.weight" for top in arch.top] + [f"blk.7.{part}.weight" for part in arch.layer]
+        for name in names:
+            assert gguf_name(hf_name(name, arch), arch) == name, (arch.name, name)
+        assert hf_name("blk.7.no_such_part.weight", arch) is None
+    assert hf_name("blk.3.attn_q.weight", GGUF_ARCHITECTURES["llama"]) == "model.layers.3.self_attn.q_proj.weight"
+    assert hf_name("blk.3.attn_qkv.weight", GGUF_ARCHITECTURES["gpt2"]) == "transformer.h.3.attn.c_attn.weight"

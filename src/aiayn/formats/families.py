@@ -11,32 +11,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.formats import bert, gemma, gpt2, llama, marian, moe, phi3, t5
+from aiayn.formats.gguf_arch import GEMMA2, GEMMA3, GPT2, LLAMA, PHI3, QWEN2, QWEN3, QWEN3MOE, GGUFArch
 
 
 @dataclass(frozen=True)
 class Family:
     """A family: ``name``; ``model_types``, the ``config.json`` values it reads; ``read(folder, config)`` -> (model,
     tokenizers), the folder read into aiayn's member (a large one tensor by tensor); ``gguf``, the
-    ``general.architecture`` values of its GGUF files (none: llama.cpp writes no such file aiayn reads)."""
+    llama.cpp architectures of its GGUF files (``formats/gguf_arch.py``; none: llama.cpp writes no such file aiayn
+    reads)."""
 
     name: str
     model_types: tuple[str, ...]
     read: Callable[[Path, dict], tuple]
-    gguf: tuple[str, ...] = ()
+    gguf: tuple[GGUFArch, ...] = ()
 
 
 FAMILIES = (
     Family("marian", marian.MODEL_TYPES, marian.import_marian),
     Family("t5", t5.MODEL_TYPES, t5.import_t5),
-    Family("gpt2", gpt2.MODEL_TYPES, gpt2.import_gpt2, gguf=("gpt2",)),
+    Family("gpt2", gpt2.MODEL_TYPES, gpt2.import_gpt2, gguf=(GPT2,)),
     Family("bert", bert.MODEL_TYPES, bert.import_bert),
-    Family("llama", llama.MODEL_TYPES, llama.import_llama, gguf=("llama", "qwen2", "qwen3")),
-    Family("gemma", gemma.MODEL_TYPES, gemma.import_gemma, gguf=("gemma3", "gemma2")),
-    Family("phi3", phi3.MODEL_TYPES, phi3.import_phi3, gguf=("phi3",)),
-    Family("moe", moe.MODEL_TYPES, moe.import_moe, gguf=("qwen3moe",)),  # a llama file with experts: Mixtral's
+    Family("llama", llama.MODEL_TYPES, llama.import_llama, gguf=(LLAMA, QWEN2, QWEN3)),
+    Family("gemma", gemma.MODEL_TYPES, gemma.import_gemma, gguf=(GEMMA3, GEMMA2)),
+    Family("phi3", phi3.MODEL_TYPES, phi3.import_phi3, gguf=(PHI3,)),
+    Family("moe", moe.MODEL_TYPES, moe.import_moe, gguf=(QWEN3MOE,)),  # (a llama file with experts: Mixtral's)
 )
 SUPPORTED = tuple(kind for family in FAMILIES for kind in family.model_types)  # config.json's model_type values
-ARCHITECTURES = tuple(arch for family in FAMILIES for arch in family.gguf)  # general.architecture values
+GGUF_ARCHITECTURES = {arch.name: arch for family in FAMILIES for arch in family.gguf}  # by general.architecture
+ARCHITECTURES = tuple(GGUF_ARCHITECTURES)
 
 
 def family_of(config: dict, source: Path | str) -> Family:

@@ -17,7 +17,9 @@ import numpy as np
 from torch import Tensor
 
 from aiayn.formats import gemma, gpt2, llama, phi3
-from aiayn.formats.gguf import CONV1D, GEMMA_LOCAL_BASE, GEMMA_PATTERN, gguf_name, gguf_package, permute
+from aiayn.formats.families import GGUF_ARCHITECTURES
+from aiayn.formats.gguf import gguf_package, permute
+from aiayn.formats.gguf_arch import GEMMA_LOCAL_BASE, GEMMA_PATTERN, GGUFArch, gguf_name
 from aiayn.formats.gguf_vocab import UNUSED, gguf_tokenizer_fields
 from aiayn.model.positions import rope_frequencies
 
@@ -26,9 +28,14 @@ FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_
               "q4_0": "MOSTLY_Q4_0"}  # general.file_type (gguf.LlamaFileType)
 
 
-def gguf_architecture(cfg, source: str) -> str:
+def gguf_architecture(cfg, source: str) -> GGUFArch:
     """The llama.cpp architecture with this model's shape (gemma3, gemma2, qwen3moe, phi3, llama, qwen2, qwen3,
     gpt2); anything else is refused with what each lacks."""
+    return GGUF_ARCHITECTURES[_architecture(cfg, source)]
+
+
+def _architecture(cfg, source: str) -> str:
+    """The name of ``gguf_architecture``'s choice."""
     if cfg.arch != "decoder-only":
         raise ValueError(f"{source}: export --format gguf takes language models (decoder-only), not {cfg.arch}")
     as_gemma = gemma.gemma_problems(cfg) + _gemma_fixed(cfg)
@@ -74,16 +81,17 @@ def _gemma2_fixed(cfg) -> list[str]:
     return problems + ([] if cfg.query_scale in (None, cfg.d_head) else ["a query scale other than the head size"])
 
 
-def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
+def gguf_tensors(model, arch: GGUFArch, vocab: int) -> dict[str, Tensor]:
     """GGUF name -> float32 tensor of ``model`` (its first ``vocab`` token rows)."""
     cfg = model.config
-    if arch == "gpt2":
+    if not arch.rotary:  # GPT-2's
         hf = gpt2.gpt2_tensors(model, vocab)
-        out = {gguf_name(k, arch): (v.t() if k.endswith(CONV1D) else v) for k, v in hf.items()}
-        out["output.weight"] = out["token_embd.weight"]  # llama.cpp's converter writes GPT-2's tied output too
+        out = {gguf_name(k, arch): (v.t() if k.endswith(arch.transposed) else v) for k, v in hf.items()}
+        if arch.output_copy:
+            out["output.weight"] = out["token_embd.weight"]  # llama.cpp's converter writes GPT-2's tied output too
         return out
     # norm gains as they are: gemma files keep Gemma's 1 + w too; phi3's projections fused
-    hf = phi3.phi3_tensors(model, vocab) if arch == "phi3" else llama.llama_tensors(model, vocab)
+    hf = phi3.phi3_tensors(model, vocab) if arch.fused else llama.llama_tensors(model, vocab)
     if cfg.share_embeddings != "none":
         del hf["lm_head.weight"]  # tied: llama.cpp falls back to token_embd
     out = {}
@@ -95,7 +103,7 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
             else:
                 out[f"{block}.ffn_down_exps.weight"] = t
             continue
-        if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+        if arch.interleaved and (".q_proj." in name or ".k_proj." in name):
             t = permute(t, cfg.n_heads if ".q_proj." in name else cfg.kv_heads)
         out[gguf_name(name, arch)] = t
     if cfg.rope_scaling is not None and cfg.rope_scaling["type"] != "linear":  # llama3, factors: llama.cpp's way
@@ -104,25 +112,26 @@ def gguf_tensors(model, arch: str, vocab: int) -> dict[str, Tensor]:
     return out
 
 
-def _add_hyperparameters(writer, cfg, arch: str, vocab: int) -> None:
+def _add_hyperparameters(writer, cfg, arch: GGUFArch, vocab: int) -> None:
+    """The architecture's hyper-parameters (``{arch}.*``), those its record says it carries."""
     writer.add_context_length(cfg.max_len)
     writer.add_embedding_length(cfg.d_model)
     writer.add_block_count(cfg.n_decoder_layers)
     writer.add_feed_forward_length(cfg.d_ff)
     writer.add_head_count(cfg.n_heads)
     writer.add_vocab_size(vocab)
-    if arch == "gpt2":
+    if not arch.rotary:
         writer.add_layer_norm_eps(cfg.layer_norm_eps)
         return
     writer.add_head_count_kv(cfg.kv_heads)
     if cfg.n_experts:  # qwen3moe, or llama's Mixtral (its experts of feed_forward_length)
         writer.add_expert_count(cfg.n_experts)
         writer.add_expert_used_count(cfg.experts_per_token)
-    if arch == "qwen3moe":
+    if arch.expert_ff:
         writer.add_expert_feed_forward_length(cfg.expert_d_ff or cfg.d_ff)
-    if arch in ("gemma3", "gemma2") or (arch == "phi3" and cfg.sliding_window):
+    if arch.sliding and cfg.sliding_window:
         writer.add_sliding_window(cfg.sliding_window)
-    if arch == "gemma2":
+    if arch.softcaps:
         writer.add_attn_logit_softcapping(cfg.attention_softcap or 0.0)  # llama.cpp: 0, none
         writer.add_final_logit_softcapping(cfg.logit_softcap or 0.0)
     writer.add_layer_norm_rms_eps(cfg.layer_norm_eps)
@@ -194,11 +203,11 @@ def write_gguf(model, tokenizers, decoding, path: Path, quantization: str = "f32
     cfg = model.config
     arch = gguf_architecture(cfg, name)
     vocab = cfg.vocab_size - 1 if cfg.padding_row else cfg.vocab_size  # the appended padding row stays home
-    writer = gguf.GGUFWriter(str(path), arch)
+    writer = gguf.GGUFWriter(str(path), arch.name)
     writer.add_name(name)
     writer.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[quantization]))
     _add_hyperparameters(writer, cfg, arch, vocab)
-    ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch.startswith("gemma") else None
+    ids = {"bos": cfg.bos_id, "eos": cfg.eos_id, "padding": cfg.pad_id} if arch.special_ids else None
     _add_tokenizer(writer, tokenizers, vocab, decoding, ids)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     tensors = gguf_tensors(model, arch, vocab)
@@ -224,7 +233,7 @@ def export_gguf(checkpoint: str | Path, output: str | Path, quantization: str = 
 
     model, tokenizers = load_checkpoint(checkpoint)
     arch = gguf_architecture(model.config, str(checkpoint))  # refuse before writing anything
-    if arch == "llama" and model.config.sliding_window is not None:  # as llama.cpp's own converter writes Mistral
+    if not arch.sliding and model.config.sliding_window is not None:  # as llama.cpp's own converter writes Mistral
         print(f"aiayn: warning: llama.cpp's llama attends to the whole context: the same model up to the sliding "
               f"window of {model.config.sliding_window} tokens, not beyond", file=sys.stderr)
     decoding = DecodingConfig.load(resolve_checkpoint(checkpoint))
