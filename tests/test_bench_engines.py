@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -14,6 +15,7 @@ import common  # noqa: E402
 import engines_translation  # noqa: E402
 
 
+@pytest.mark.long  # a benchmark's worker process over every case: 15 s
 def test_a_worker_runs_in_its_own_process_and_times_every_case_and_precision():
     """Every case of every precision timed, and each precision is the path it names: int8 through int8 layers,
     float32 packed for oneDNN or plain, bfloat16 logits."""

@@ -26,6 +26,7 @@ def test_the_prompt_cache_benchmark_times_cold_and_warm_and_finds_the_answers_eq
     assert found[("all", "answers_equal")] is True
 
 
+@pytest.mark.long  # a server and a benchmark's client: 9 s
 def test_the_completions_mode_asks_a_base_model_through_v1_completions(tmp_path):
     folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
     done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--questions", "2",
@@ -46,6 +47,7 @@ def test_the_chat_mode_times_each_turn_with_and_without_the_cache_and_compares_t
     assert found[("chat", "replies_equal")] is True
 
 
+@pytest.mark.long  # a server, streams and a long prompt: 14 s
 def test_the_joining_mode_times_running_streams_while_a_long_prompt_is_computed(tmp_path):
     folder = chat_checkpoint(tmp_path / "ckpt", max_len=1024)
     done = subprocess.run([sys.executable, str(BENCH), "--checkpoint", str(folder), "--join-tokens", "100",

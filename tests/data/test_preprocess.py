@@ -108,6 +108,7 @@ def test_preprocess_command_and_its_errors(tmp_path):
     assert bad.returncode == 2 and "nope.tsv" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.long  # a training process killed and resumed (the trainer's own kill test stays in make test)
 def test_training_on_shards_resumes_exactly_after_sigkill(shards, tmp_path):
     source, _ = shards
     killed_at, whole, resumed = kill_and_resume(tmp_path, data=str(source / "data"), max_steps=40, eval_every=10,

@@ -71,6 +71,7 @@ MEMBERS = {
 }
 
 
+@pytest.mark.long  # two processes under torchrun
 def test_the_split_model_equals_the_whole(tmp_path):
     script = tmp_path / "check.py"
     script.write_text(CHECK)

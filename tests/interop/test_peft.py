@@ -149,6 +149,8 @@ def test_bad_adapter_folders_are_one_line(llama, tmp_path, capsys, how, words):
     assert not (tmp_path / "m").exists()
     done = run_main("generate", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--prompt", "w5")
     assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    if how not in ("rank", "truncated"):
+        return  # the server reads an adapter with generate's reader: a mistake in its config and one in its file
     for command in (["serve", "--checkpoint", str(ckpt), "--adapter", str(adapter), "--port", "0"],
                     ["serve", "--checkpoint", str(ckpt), "--lora", f"bad={adapter}", "--port", "0"]):
         # the server refuses to start (a timeout here would mean it served the base model instead)

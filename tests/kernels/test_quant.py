@@ -120,7 +120,9 @@ def test_without_a_compiler_the_kernel_says_why_and_int4_keeps_pytorchs(tmp_path
 
 
 @pytest.mark.skipif(compiler() is None, reason="no C++ compiler on PATH to fail with")
-@pytest.mark.parametrize("flags, named", [("-fno-such-flag-at-all", "no-such-flag"), ("-Wl,--no-such-option", "ld")])
+@pytest.mark.parametrize("flags, named", [("-fno-such-flag-at-all", "no-such-flag"),
+                                          pytest.param("-Wl,--no-such-option", "ld", marks=pytest.mark.long)])
+# (the linker's refusal comes after every object is compiled: 18 s, make test-long)
 def test_a_build_that_fails_says_why_in_one_line_and_leaves_no_library_or_objects(flags, named, tmp_path):
     """A compiler error (a flag it does not know) or a link error (the objects built, the linker refusing) is the
     caller's one-line reason to keep PyTorch's kernels; the cache's kernel folder is left empty (no half-linked

@@ -68,6 +68,7 @@ def test_unknown_targets_are_named():
         LoRALinear(nn.Linear(2, 2), r=0)
 
 
+@pytest.mark.long  # several processes
 def test_the_adapters_random_start_is_the_same_in_every_process():
     """Each A's random draw goes to the same layer whatever the process's string hashing (PYTHONHASHSEED): a run
     and its resumption after a kill start from the same adapter (it once followed a set's order)."""

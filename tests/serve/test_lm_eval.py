@@ -92,6 +92,7 @@ def compare(checkpoint: Path, tmp_path: Path, name: str) -> tuple[tuple[float, l
     return scores(served), scores(reference)
 
 
+@pytest.mark.long  # a served model, an export and lm-eval's harness over both: 24 s
 def test_lm_eval_scores_the_served_model_as_transformers_scores_its_export(tmp_path):
     assert main(["import", str(random_llama(tmp_path / "llama")), "--output", str(tmp_path / "ckpt")]) == 0
     (acc, logliks), (hf_acc, hf_logliks) = compare(tmp_path / "ckpt", tmp_path, "llama-tiny")

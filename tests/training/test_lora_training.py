@@ -4,6 +4,7 @@ with ``--adapter`` or merged."""
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -79,6 +80,7 @@ def test_a_lora_runs_step_adapters_average_into_an_adapter(lm_run, tmp_path, cap
     assert capsys.readouterr().out.strip()
 
 
+@pytest.mark.long  # a training process killed and resumed
 def test_a_lora_run_killed_mid_way_resumes_to_the_same_adapter(lm_run, tmp_path):
     """SIGKILL during a LoRA fine-tune, then --resume: the adapter tensors of a run never interrupted, bit for bit."""
     import signal

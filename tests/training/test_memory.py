@@ -103,6 +103,7 @@ def _libc() -> str:
     return next(word for word in maps if "/libc.so" in word or "/libc-" in word)
 
 
+@pytest.mark.long  # a training process restarted under jemalloc
 def test_aiayn_train_runs_under_jemalloc_where_the_system_has_it_and_says_so(tmp_path):
     # the system's answer, not the code's (make install / .ci/run install Debian's libjemalloc2): ldconfig's cache
     found = ctypes.util.find_library("jemalloc") is not None
