@@ -14,6 +14,7 @@ from aiayn.cli.common import (
     add_adapter,
     add_compile,
     add_decoding_options,
+    add_draft,
     add_precision,
     compile_step,
     decoding_options,
@@ -45,6 +46,7 @@ def add_parsers(sub) -> None:
     add_adapter(p)
     add_precision(p)
     add_compile(p)
+    add_draft(p)
 
 
 def _turns(interactive: bool):
@@ -92,9 +94,13 @@ def chat(args: argparse.Namespace) -> int:
 
     options = decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
+    if args.draft and "temperature" not in options and "strategy" not in options:
+        options["strategy"] = "greedy"  # speculative decoding is greedy
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
+                                              draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
-    compile_step(generator.model, args)
+    if generator.draft is None:  # (speculation verifies several tokens a pass: the eager step)
+        compile_step(generator.model, args)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []

@@ -139,7 +139,7 @@ def translator_from_args(args: argparse.Namespace):
     if args.draft and "beam_size" not in options:
         options["beam_size"] = 1  # speculative decoding is greedy
     return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, **precision_options(args),
-                                      draft=args.draft, shortlist=args.shortlist,
+                                      draft=args.draft, draft_tokens=args.draft_tokens, shortlist=args.shortlist,
                                       prepare=adapter_hook(args))
 
 
@@ -250,12 +250,24 @@ def add_decoding(p) -> None:
     add_decoding_options(p)
     add_adapter(p)
     add_precision(p)
-    p.add_argument("--draft", help="a smaller checkpoint with the same tokenizers: speculative greedy decoding "
-                   "(the same output as greedy; implies --beam-size 1)")
+    add_draft(p)
     p.add_argument("--shortlist", help="a lexical shortlist (aiayn shortlist): decode each batch over its candidate "
                    "target tokens only (faster; see docs/decoding.md)")
     p.add_argument("--batch-size", type=int, default=64, dest="batch_size")
     p.add_argument("--device", default="cpu")
+
+
+def add_draft(p) -> None:
+    """--draft and --draft-tokens: speculative greedy decoding (the same output, several tokens a pass)."""
+    p.add_argument("--draft", metavar="CHECKPOINT|ngram|int4|int8",
+                   help="speculative greedy decoding, the same output as greedy with fewer passes of the model, "
+                        "drafted by: ngram (the continuation of the latest repeat of the last tokens in the prompt or "
+                        "the output: no second model), int4 or int8 (the checkpoint's own quantized copy, loaded "
+                        "beside it), or a smaller checkpoint with the same tokenizer; implies greedy decoding "
+                        "(docs/decoding.md)")
+    p.add_argument("--draft-tokens", type=int, dest="draft_tokens", metavar="K",
+                   help="tokens drafted a pass (default: adapted to how many the model accepts, none while "
+                        "drafting does not pay)")
 
 
 def add_corpus(p) -> None:

@@ -14,6 +14,7 @@ from aiayn.cli.common import (
     add_compile,
     add_decoding,
     add_decoding_options,
+    add_draft,
     add_overwrite,
     add_precision,
     add_tensor_parallel,
@@ -82,6 +83,7 @@ def _add_family(sub) -> None:
     add_adapter(g)
     add_precision(g)
     add_compile(g)
+    add_draft(g)
     g.add_argument("--verbose", action="store_true", help="say on standard error which kernels the linear layers "
                    "run on this CPU (the path --int8, --int4 and --bf16 chose)")
     f = sub.add_parser("fill-mask", help="the most likely tokens for each <mask> (encoder-only checkpoint)",
@@ -167,12 +169,16 @@ def generate(args: argparse.Namespace) -> int:
     start_parallel(args)
     prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(
         args.prompt_file)))
+    if args.draft and "temperature" not in options and "strategy" not in options:
+        options["strategy"] = "greedy"  # speculative decoding is greedy
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
+                                              draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
     if args.verbose:
         say_kernels(generator.model)
     decoding = generator.decoding.replace(**options).resolve(generator.model.config)
-    compile_step(generator.model, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
+    if generator.draft is None:  # (speculation verifies several tokens a pass: the eager step)
+        compile_step(generator.model, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
         print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "
@@ -188,6 +194,8 @@ def generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
+    if generator.draft is not None:
+        print(generator.speculative.summary(), file=sys.stderr)
     return 0
 
 

@@ -19,6 +19,7 @@ from aiayn.decoding.config import PARALLEL, TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.constraint import Grammar, Grammars
 from aiayn.decoding.core import length_limits
 from aiayn.decoding.ctc import best_path
+from aiayn.decoding.drafts import Draft, NGramDraft
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
@@ -31,8 +32,9 @@ from aiayn.model.transformer import TransformerModel
 
 def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = None, *,
              config: DecodingConfig | None = None, max_new_tokens: Tensor | int | None = None,
-             use_cache: bool = True, draft_model: TransformerModel | None = None,
-             prompt_cache: PromptCache | SourceCache | None = None, draft_tokens: int = 4,
+             use_cache: bool = True, draft: Draft | TransformerModel | str | None = None,
+             draft_model: TransformerModel | None = None,
+             prompt_cache: PromptCache | SourceCache | None = None, draft_tokens: int | None = None,
              speculative_stats: SpeculativeStats | None = None,
              on_token: Callable[[Tensor, Tensor], None] | None = None, candidates: Tensor | None = None,
              grammars: Grammars | None = None, **options) -> list[list[int]]:
@@ -48,8 +50,11 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
         max_new_tokens: an int, or a (B,) tensor of per-row limits. An encoder-decoder's limit of a row is
             ``max_len_a * its source length + max_len_b`` (``max_len_b=None``: no such limit), capped by
             ``max_new_tokens``; a decoder-only model's is ``max_new_tokens`` (default 200).
-        draft_model: greedy only: speculative decoding with this draft (same output, fewer main passes),
-            proposing ``draft_tokens`` per main pass; counts are added to ``speculative_stats`` if given.
+        draft: greedy only: speculative decoding (the same output, fewer passes of ``model``) drafted by a model
+            with the same vocabulary (a smaller one, or ``model``'s own int4 copy:
+            ``aiayn.inference.precision.draft_copy``), ``"ngram"`` (prompt lookup), or any
+            :class:`~aiayn.decoding.drafts.Draft`; ``draft_tokens`` a pass (None: adapted to the acceptance);
+            counts are added to ``speculative_stats`` if given. ``draft_model``: the same, by its older name.
         prompt_cache: decoder-only, one prompt: reuse the stored keys/values of its longest cached prefix (a
             ``PromptCache``); encoder-decoder: a ``SourceCache``, whose sources seen before skip the encoder.
         on_token: greedy and sample: called with the next ids (B,) and which rows are still live (B,), after
@@ -67,19 +72,20 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
     cfg = (config or DecodingConfig()).replace(**{k: v for k, v in given.items() if v is not None}, **options)
     cfg = cfg.resolve(model.config)
     model.eval()
-    if candidates is not None and (draft_model is not None or cfg.strategy == "sample"):
+    draft = _draft(draft if draft is not None else draft_model)
+    if candidates is not None and (draft is not None or cfg.strategy == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
     if cfg.strategy in PARALLEL:
-        if candidates is not None or draft_model is not None:
+        if candidates is not None or draft is not None:
             raise ValueError(f"strategy {cfg.strategy}: one translation per input, without a shortlist or a draft")
         if cfg.strategy == "ctc":
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
-    if draft_model is not None:
+    if draft is not None:
         if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases():
-            raise ValueError("draft_model: speculative decoding is greedy and unconstrained; use strategy='greedy'")
-        return speculative_greedy(model, draft_model, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
-                                  cfg.min_new_tokens, speculative_stats)[0]
+            raise ValueError("draft: speculative decoding is greedy and unconstrained; use strategy='greedy'")
+        return speculative_greedy(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
+                                  cfg.min_new_tokens, speculative_stats, on_token)[0]
     grammar = _grammar(cfg, grammars)
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
@@ -117,6 +123,15 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
     return generate(model, src_ids, "sample", max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_return_sequences=num_samples,
                     max_len_b=None, use_cache=use_cache, prompt_cache=prompt_cache, on_token=on_token)
+
+
+def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
+    """A draft as ``speculative_greedy`` takes it: ``"ngram"`` is prompt lookup."""
+    if isinstance(draft, str):
+        if draft != "ngram":
+            raise ValueError(f"draft: {draft!r} is not a way to draft; give a model, 'ngram' or a Draft")
+        return NGramDraft()
+    return draft
 
 
 def _grammar(cfg: DecodingConfig, grammars: Grammars | None) -> Grammar | None:

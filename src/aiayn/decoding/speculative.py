@@ -1,16 +1,19 @@
-"""Speculative decoding (greedy): a small draft model proposes k tokens, the main model checks them all in
-one parallel pass and keeps the longest run it agrees with, plus its own next token. The output is the
-main model's own greedy output, token for token; fewer main-model passes are needed when the draft is good.
+"""Speculative decoding (greedy): a draft proposes a few tokens (``drafts.py``: a smaller model, the model's own
+int4 / int8 copy, or prompt lookup), the main model checks them all in one pass and keeps the longest run it
+agrees with, plus its own next token (Leviathan et al. 2022, arXiv 2211.17192, §2.3). The output is the main
+model's own greedy output, token for token; fewer main-model passes are needed when the draft is good.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, as_eos, forbid, strip
+from aiayn.decoding.drafts import Draft, DraftLength, ModelDraft
 from aiayn.model.masks import prompt_lengths
 from aiayn.model.transformer import TransformerModel
 
@@ -39,60 +42,74 @@ class SpeculativeStats:
 
 
 @torch.no_grad()
-def speculative_greedy(model: TransformerModel, draft: TransformerModel, src_ids: Tensor,
-                       max_new_tokens: Tensor | int, k: int = 4, min_new_tokens: int = 0,
-                       stats: SpeculativeStats | None = None) -> tuple[list[list[int]], SpeculativeStats]:
-    """Greedy outputs of ``model`` for each row of ``src_ids`` (one row at a time), drafted by ``draft``.
+def speculative_greedy(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
+                       max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
+                       stats: SpeculativeStats | None = None,
+                       on_token: Callable[[Tensor, Tensor], None] | None = None
+                       ) -> tuple[list[list[int]], SpeculativeStats]:
+    """Greedy outputs of ``model`` for each row of ``src_ids`` (one row at a time), drafted by ``draft`` (a
+    :class:`~aiayn.decoding.drafts.Draft`, or a model with the same vocabulary: a
+    :class:`~aiayn.decoding.drafts.ModelDraft`), ``k`` tokens a pass (None: adapted to the acceptance,
+    :class:`~aiayn.decoding.drafts.DraftLength`).
 
-    ``max_new_tokens`` may be a (B,) tensor of per-row limits; ``stats`` (if given) is added to and returned.
+    ``max_new_tokens`` may be a (B,) tensor of per-row limits; ``stats`` (if given) is added to and returned;
+    ``on_token(ids (1,), live (1,))`` is called with each token as it is kept (streaming).
     """
-    if draft.config.target_vocab != model.config.target_vocab:
-        raise ValueError("draft model: its vocabulary must be the main model's")
+    if isinstance(draft, TransformerModel):
+        if draft.config.target_vocab != model.config.target_vocab:
+            raise ValueError("draft model: its vocabulary must be the main model's")
+        draft = ModelDraft(draft)
     stats, outputs = stats or SpeculativeStats(), []
     limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0)).tolist()
     lengths = prompt_lengths(src_ids, model.config.pad_id).tolist()  # (B,): a lone row is all real
     for row, limit, length in zip(src_ids.split(1), limits, lengths, strict=True):
         row = row[:, :length]  # (1, S'): its right padding dropped
-        outputs.append(_one(model, draft, row, int(limit), k, min_new_tokens, stats) if limit > 0 else [])
+        if limit > 0:
+            outputs.append(_one(model, draft, row, int(limit), DraftLength(k), min_new_tokens, stats, on_token))
+        else:
+            outputs.append([])
     return outputs, stats
 
 
-def _one(model, draft, src: Tensor, limit: int, k: int, min_new: int, stats: SpeculativeStats) -> list[int]:
+def _one(model, draft: Draft, src: Tensor, limit: int, length: DraftLength, min_new: int, stats: SpeculativeStats,
+         on_token) -> list[int]:
+    """One row: draft, verify in one pass, keep the agreed run and the main model's own next token, roll back."""
     cfg = model.config
-    main = Stepper(model, src, limit + k + 1)
-    small = Stepper(draft, src, limit + k + 1)
+    main = Stepper(model, src, limit + length.most + 1)
+    draft.begin(src, limit + length.most + 1)
     tokens = main.start_tokens  # (1, t0)
     start = tokens.size(1)
     while tokens.size(1) - start < limit:
-        proposal = _propose(small, tokens, min(k, limit - (tokens.size(1) - start)), start, min_new, cfg)
-        drafted = torch.cat([tokens, proposal], dim=1)  # (1, t + n)
-        n_new = drafted.size(1) - start
-        scores = main.score_new(drafted)[0, -(proposal.size(1) + 1):].float()  # (n + 1, V)
-        no_eos = torch.arange(tokens.size(1) - start, n_new + 1) < min_new
+        made = tokens.size(1) - start
+        proposal = tokens.new_tensor([draft.propose(tokens, min(length.next(), limit - made))])  # (1, n)
+        scores = main.score_new(torch.cat([tokens, proposal], dim=1))[0, -(proposal.size(1) + 1):].float()
+        no_eos = torch.arange(made, made + proposal.size(1) + 1) < min_new  # (n + 1,)
         for j in range(scores.size(0)):
             forbid(scores[j], cfg, bool(no_eos[j]))
-        best = as_eos(scores.argmax(dim=-1), cfg)  # main model's choice after each drafted prefix
+        best = as_eos(scores.argmax(dim=-1), cfg)  # (n + 1,): the main model's choice after each drafted prefix
         agree = int((best[:-1] == proposal[0]).long().cumprod(0).sum())
+        length.update(proposal.size(1), agree)
         stats.proposed, stats.accepted, stats.main_passes = (stats.proposed + proposal.size(1),
                                                              stats.accepted + agree, stats.main_passes + 1)
-        tokens = torch.cat([tokens, proposal[:, :agree], best[agree].view(1, 1)], dim=1)
+        kept = torch.cat([proposal[0, :agree], best[agree:agree + 1]])  # (agree + 1,)
+        tokens = torch.cat([tokens, kept[None]], dim=1)
         main.cache.truncate(tokens.size(1) - 1)
-        small.cache.truncate(tokens.size(1) - 1)
-        if cfg.eos_id in tokens[0, start:].tolist():
+        draft.rollback(tokens.size(1) - 1)
+        ended = _stream(kept, made, limit, cfg.eos_id, on_token)
+        if ended:
             break
     out = strip(tokens[0, start: start + limit].tolist(), cfg.eos_id)
     stats.generated += min(tokens.size(1) - start, limit)
     return out
 
 
-def _propose(small: Stepper, tokens: Tensor, n: int, start: int, min_new: int, cfg) -> Tensor:
-    """Up to ``n`` greedy draft tokens (1, n'), stopping after an EOS."""
-    proposal = tokens.new_empty(1, 0)
-    for _ in range(n):
-        position = tokens.size(1) + proposal.size(1) - start
-        logits = forbid(small(torch.cat([tokens, proposal], dim=1)).float(), cfg, position < min_new)
-        nxt = as_eos(logits.argmax(dim=-1, keepdim=True), cfg)  # (1, 1)
-        proposal = torch.cat([proposal, nxt], dim=1)
-        if int(nxt) == cfg.eos_id:
-            break
-    return proposal
+def _stream(kept: Tensor, made: int, limit: int, eos: int, on_token) -> bool:
+    """Hand each kept token to ``on_token`` up to the limit and an EOS; whether the row ended at an EOS."""
+    for i, token in enumerate(kept.tolist()):
+        if made + i >= limit:
+            return False
+        if on_token is not None:
+            on_token(torch.tensor([token]), torch.tensor([token != eos]))
+        if token == eos:
+            return True
+    return False

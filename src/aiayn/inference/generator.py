@@ -9,10 +9,13 @@ import torch
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammars
+from aiayn.decoding.drafts import Draft
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
+from aiayn.decoding.speculative import SpeculativeStats
+from aiayn.inference.draft import load_draft
 from aiayn.inference.load import load_for_use
-from aiayn.inference.precision import converter, inference_copy
+from aiayn.inference.precision import Precision, inference_copy
 from aiayn.model.decoder_only import DecoderOnly
 from aiayn.tokenizers import TokenizerPair
 
@@ -42,16 +45,19 @@ class TextGenerator:
 
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
-                 int4: bool = False, own: bool = False, prompt_cache: PromptCache | None = None) -> None:
+                 int4: bool = False, own: bool = False, prompt_cache: PromptCache | None = None,
+                 draft: Draft | None = None, draft_tokens: int | None = None) -> None:
         """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
         int4 linear layers (CPU; ``aiayn.inference.precision.quantize``); ``own``: ``model`` is handed over and
         made the inference copy in place (else it is copied and left as it was); ``prompt_cache``: a
         :class:`~aiayn.decoding.prefix.PromptCache` over the inference copy (``self.model``), set after
-        construction, reused by every :meth:`generate` of one sequence (the server's scheduler keeps its own)."""
+        construction, reused by every :meth:`generate` of one sequence (the server's scheduler keeps its own);
+        ``draft``: greedy decoding runs speculatively (the same text, fewer passes of the model:
+        ``decoding/drafts.py``), ``draft_tokens`` a pass (None: adapted); ``self.speculative`` counts them."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
         self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own, few_rows=True)
-        self.tokenizer, self.device = tokenizers.src, torch.device(device)
+        self.tokenizers, self.tokenizer, self.device = tokenizers, tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once
         # an imported model's template, if it has one
@@ -59,6 +65,7 @@ class TextGenerator:
         self.chat_template = tokenizers.apply_chat_template if self.template else None
         self.takes_tools = bool(self.chat_template and tokenizers.takes_tools)
         self.prompt_cache = prompt_cache
+        self.draft, self.draft_tokens, self.speculative = draft, draft_tokens, SpeculativeStats()
 
     def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None,
                     variables: dict | None = None) -> str:
@@ -84,13 +91,15 @@ class TextGenerator:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", prepare=None,
-                        **options) -> TextGenerator:
+                        draft: str | None = None, **options) -> TextGenerator:
         """``path``: a checkpoint or run folder, or a GGUF file; ``prepare`` as in ``load_checkpoint`` (a LoRA
-        adapter); decoding: the checkpoint's defaults (``load_for_use``)."""
-        convert = converter(device, **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")},
-                            few_rows=True)
-        model, tokenizers, decoding = load_for_use(path, "decoder-only", prepare, convert)
-        return cls(model, tokenizers, device, decoding=decoding, own=True, **options)
+        adapter); decoding: the checkpoint's defaults (``load_for_use``); ``draft``: ``ngram``, ``int4``,
+        ``int8`` or a checkpoint with the same tokenizer (``inference/draft.py``)."""
+        precision = Precision(str(device), **{k: v for k, v in options.items() if k in ("int8", "int4", "bf16")},
+                              few_rows=True)
+        model, tokenizers, decoding = load_for_use(path, "decoder-only", prepare, precision.converter())
+        chosen = load_draft(draft, path, tokenizers, "decoder-only", precision, prepare)
+        return cls(model, tokenizers, device, decoding=decoding, own=True, draft=chosen, **options)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document (EOS, which separates documents in
@@ -132,6 +141,9 @@ class TextGenerator:
                 if alive and tok != cfg.eos_id and (text := streams[i].add(tok)):
                     on_text(i, text)
 
+        if self.draft is not None and decoding.strategy != "greedy":
+            raise ValueError("--draft: speculative decoding is greedy for now; pass --temperature 0")
         out = generate(self.model, ids, config=decoding, max_new_tokens=min(wanted, room), grammars=self.grammars,
-                       on_token=on_token if on_text is not None else None, prompt_cache=self.prompt_cache)
+                       on_token=on_token if on_text is not None else None, prompt_cache=self.prompt_cache,
+                       draft=self.draft, draft_tokens=self.draft_tokens, speculative_stats=self.speculative)
         return [self.tokenizer.decode(row) for row in out]

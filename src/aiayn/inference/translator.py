@@ -9,16 +9,17 @@ import torch
 from aiayn.data.batching import pad_batch
 from aiayn.data.corpus import with_prefix
 from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.drafts import Draft, ModelDraft
 from aiayn.decoding.generation import generate
 from aiayn.decoding.source_cache import SourceCache
 from aiayn.decoding.speculative import SpeculativeStats
+from aiayn.inference.draft import load_draft
 from aiayn.inference.load import load_checkpoint
-from aiayn.inference.precision import inference_copy
+from aiayn.inference.precision import Precision, inference_copy
 from aiayn.inference.shortlist import Shortlist
 from aiayn.io.run import resolve_checkpoint
-from aiayn.model.build import load_model
-from aiayn.model.transformer import EncoderDecoderBody
-from aiayn.tokenizers import TokenizerPair, load_tokenizers
+from aiayn.model.transformer import EncoderDecoderBody, TransformerModel
+from aiayn.tokenizers import TokenizerPair
 
 
 class Translator:
@@ -35,17 +36,18 @@ class Translator:
 
     def __init__(self, model: EncoderDecoderBody, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  decoding: DecodingConfig | None = None, int8: bool = False, bf16: bool = False,
-                 packed: bool = True, draft: EncoderDecoderBody | None = None, draft_tokens: int = 4,
+                 packed: bool = True, draft: EncoderDecoderBody | Draft | None = None, draft_tokens: int | None = None,
                  shortlist: Shortlist | None = None, int4: bool = False, own: bool = False, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
         ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
         ``bf16``: weights, activations and the KV cache in bfloat16 (half the memory traffic of float32; logits
         are scored in float32). ``packed``: on the CPU, decode with oneDNN-prepacked linear layers
         (:func:`aiayn.pack`; same results, about 2x faster).
-        ``draft``: a smaller model with the same tokenizers; greedy decoding then runs speculatively (the
-        same output), proposing ``draft_tokens`` per main-model pass; ``self.speculative`` counts the drafted
-        and accepted tokens. ``shortlist``: each batch is decoded over its candidate target tokens only
-        (:mod:`aiayn.inference.shortlist`; faster, the output may differ). ``own``: ``model`` is handed over and
+        ``draft``: a smaller model with the same tokenizers, or any :class:`~aiayn.decoding.drafts.Draft`; greedy
+        decoding then runs speculatively (the same output), proposing ``draft_tokens`` per main-model pass (None:
+        adapted to the acceptance); ``self.speculative`` counts the drafted and accepted tokens. ``shortlist``: each
+        batch is decoded over its candidate target tokens only (:mod:`aiayn.inference.shortlist`; faster,
+        the output may differ). ``own``: ``model`` is handed over and
         made the inference copy in place, ``draft`` too (else each is copied and left as it was)."""
         if model.config.arch != "encoder-decoder":
             raise ValueError(f"translation needs an encoder-decoder checkpoint, not {model.config.arch}")
@@ -53,8 +55,9 @@ class Translator:
         if shortlist is not None and (int8 or int4 or draft is not None):
             raise ValueError("--shortlist: not with --int8, --int4 or --draft; choose one")
         self.model = inference_copy(model, device, int8, bf16, packed, int4, own)
-        self.draft = None if draft is None else inference_copy(draft, device, int8, bf16, packed, int4, own)
-        self.speculative, self.draft_tokens = SpeculativeStats(), draft_tokens
+        if isinstance(draft, TransformerModel):
+            draft = ModelDraft(inference_copy(draft, device, int8, bf16, packed, int4, own))
+        self.draft, self.speculative, self.draft_tokens = draft, SpeculativeStats(), draft_tokens
         self.tokenizers, self.device, self.shortlist = tokenizers, torch.device(device), shortlist
         self.truncated: list[int] = []
         self.prompt_cache: SourceCache | None = None  # set after construction: sources seen before skip the encoder
@@ -75,29 +78,27 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, device: torch.device | str = "cpu", draft: str | Path | None = None,
                         shortlist: str | Path | None = None, decoding: dict | None = None,
                         prepare=None, **options) -> Translator:
-        """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); so is ``draft``, which must
-        use the same tokenizers; ``shortlist`` is a file from ``aiayn shortlist``. Decoding: the checkpoint's
-        ``generation.json`` with ``decoding`` (field -> value) replaced; ``prepare`` as in ``load_checkpoint``;
+        """``path`` is a checkpoint folder or a run folder (meaning its ``best/``); ``draft`` one with the same
+        tokenizers, or ``ngram`` (prompt lookup: no second model), ``int4`` or ``int8`` (this checkpoint's own
+        quantized copy drafts for it: ``inference/draft.py``); ``shortlist`` is a file from ``aiayn shortlist``.
+        Decoding: the checkpoint's ``generation.json`` with ``decoding`` (field -> value) replaced;
+        ``prepare`` as in ``load_checkpoint``;
         other options as in __init__."""
         folder = resolve_checkpoint(path)
         model, tokenizers = load_checkpoint(folder, "encoder-decoder", prepare)
-        draft_model = None
-        if draft is not None:
-            draft_folder = resolve_checkpoint(draft)
-            theirs = load_tokenizers(draft_folder)
-            if (theirs.src.proto, theirs.tgt.proto) != (tokenizers.src.proto, tokenizers.tgt.proto):
-                raise ValueError(f"--draft: {draft_folder} has other tokenizers than {folder}; train the draft "
-                                 f"with --tokenizer pointing at the main run's tokenizer/ folder")
-            draft_model = load_model(draft_folder)
+        precision = Precision(str(device), options.get("int8", False), options.get("bf16", False),
+                              options.get("packed", True), options.get("int4", False))
+        chosen_draft = load_draft(None if draft is None else str(draft), folder, tokenizers, "encoder-decoder",
+                                  precision)
         table = None if shortlist is None else Shortlist.load(shortlist, model.config.target_vocab)
         chosen = DecodingConfig.load(folder).replace(**(decoding or {}))
-        return cls(model, tokenizers, device, chosen, draft=draft_model, shortlist=table, own=True, **options)
+        return cls(model, tokenizers, device, chosen, draft=chosen_draft, shortlist=table, own=True, **options)
 
     def _generate(self, src: torch.Tensor, decoding: DecodingConfig) -> list[list[int]]:
         """Best hypothesis per row."""
         cfg = self.model.config
         candidates = None if self.shortlist is None else self.shortlist.candidates(src, cfg.pad_id, cfg.eos_id)
-        return generate(self.model, src, config=decoding, draft_model=self.draft, draft_tokens=self.draft_tokens,
+        return generate(self.model, src, config=decoding, draft=self.draft, draft_tokens=self.draft_tokens,
                         speculative_stats=self.speculative, candidates=candidates, prompt_cache=self.prompt_cache)
 
     def source_text(self, text: str, decoding: DecodingConfig | None = None) -> str:

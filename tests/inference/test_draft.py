@@ -1,0 +1,66 @@
+"""``--draft`` (inference/draft.py): every way to draft gives the text greedy decoding gives, through ``aiayn
+generate`` and ``aiayn translate``; a draft that cannot serve is one line."""
+
+import pytest
+
+from conftest import SMOLLM2, run_main
+
+PROMPT = "the cat sat on the mat . a dog ran in the park 1 .\nthe cat sat"
+
+
+def test_generate_drafts_by_prompt_lookup_its_own_int8_copy_or_a_checkpoint_and_says_the_same(lm_run):
+    common = ["generate", "--checkpoint", str(lm_run), "--prompt", PROMPT, "--max-new-tokens", "60"]
+    plain = run_main(*common, "--temperature", "0")
+    assert plain.returncode == 0, plain.stderr
+    for draft in ("ngram", "int8", str(lm_run)):
+        got = run_main(*common, "--draft", draft)  # greedy implied
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == plain.stdout, draft
+        assert "speculative decoding:" in got.stderr and "drafted tokens accepted" in got.stderr
+    fixed = run_main(*common, "--draft", "ngram", "--draft-tokens", "2")
+    assert fixed.stdout == plain.stdout
+
+
+def test_a_draft_that_cannot_serve_is_one_line(lm_run, trained_run):
+    common = ["generate", "--checkpoint", str(lm_run), "--prompt", "the", "--max-new-tokens", "5"]
+    for flags, words in ((["--draft", "ngram", "--temperature", "0.8"], "speculative decoding is greedy"),
+                         (["--draft", str(trained_run)], "other tokenizers"),
+                         (["--draft", "ngram", "--draft-tokens", "0"], "draft_tokens")):
+        done = run_main(*common, *flags)
+        assert done.returncode == 2 and words in done.stderr, (flags, done.stderr)
+        assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+
+
+def test_translate_drafts_by_prompt_lookup_or_its_own_int8_copy_with_the_same_output(trained_run):
+    text = "a b c d e f\ng h a b\nc c d\n"
+    common = ["translate", "--checkpoint", str(trained_run), "--beam-size", "1"]
+    plain = run_main(*common, stdin=text)
+    assert plain.returncode == 0, plain.stderr
+    for draft in ("ngram", "int8"):
+        got = run_main(*common, "--draft", draft, stdin=text)
+        assert got.returncode == 0 and got.stdout == plain.stdout, (draft, got.stderr)
+
+
+@pytest.mark.long
+@pytest.mark.real_files(SMOLLM2)
+def test_the_real_smollm2_says_the_same_drafted_by_prompt_lookup_or_its_own_int4_copy():
+    """SmolLM2-135M-Instruct asked to repeat a list: greedy, then drafted by prompt lookup and by its own int4
+    copy (float32 verifying), the same text; prompt lookup drafts the repeated list several tokens a pass. A chat
+    turn drafted by prompt lookup is the greedy one too."""
+    items = ", ".join(f"item {i}: {w}" for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime"]))
+    common = ["generate", "--checkpoint", str(SMOLLM2), "--prompt", f"List: {items}.\nThe same list again: item 0:",
+              "--max-new-tokens", "48", "--compile", "off"]
+    plain = run_main(*common, "--temperature", "0")
+    assert plain.returncode == 0, plain.stderr
+    for draft in ("ngram", "int4"):
+        got = run_main(*common, "--draft", draft)
+        assert got.returncode == 0 and got.stdout == plain.stdout, (draft, got.stdout, plain.stdout)
+        if draft == "ngram":
+            passes = got.stderr.split("drafted tokens accepted")[1]
+            assert float(passes.split("tokens per main-model pass")[0].split(",")[-1]) > 1.5, got.stderr
+    question = "What is the capital of France?\n"
+    chat = ["chat", "--checkpoint", str(SMOLLM2), "--max-new-tokens", "24", "--compile", "off"]
+    plain = run_main(*chat, "--temperature", "0", stdin=question)
+    drafted = run_main(*chat, "--draft", "ngram", stdin=question)
+    assert plain.returncode == drafted.returncode == 0 and drafted.stdout == plain.stdout, drafted.stderr
+    assert "Paris" in plain.stdout
