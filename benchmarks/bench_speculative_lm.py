@@ -5,7 +5,9 @@ each way to draft (``decoding/drafts.py``): ``ngram`` (prompt lookup) and ``int4
 quantized copy). Workloads: ``edit`` (a source file of about 1,000 tokens returned with one change: what prompt
 lookup is for), ``chat`` (ten ordinary questions, short and long answers: where a draft must not cost). Prints
 JSON lines {"config", "metric", "value", "unit"}: new tokens/s plain and drafted, the speedup, the share of drafted
-tokens accepted, tokens per pass of the model, and whether every text was the plain one.
+tokens accepted, tokens per pass of the model, and whether every text was the plain one. ``none`` drafts nothing:
+the verifier's own loop (``decoding/speculative.py``) one token a pass, against the engine's plain steps, so that
+what the drafting itself gains is the ratio of a draft's figure to ``none``'s.
 
     python benchmarks/bench_speculative_lm.py --checkpoint ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
                                               [--workloads edit chat] [--drafts ngram int4] [--new-tokens 256]
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from common import emit
 
+from aiayn.decoding.drafts import NGramDraft
 from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.inference.draft import load_draft
 from aiayn.inference.generator import TextGenerator
@@ -29,6 +32,13 @@ CHAT = ["What is the capital of France?", "Write a short poem about the sea.", "
         "Explain what a neural network is in three sentences.", "Give me five names for a cat.",
         "What is 12 times 7?", "Write a story about a robot who learns to paint.",
         "Why is the sky blue?", "List the planets of the solar system.", "What should I pack for a beach trip?"]
+
+
+class Nothing(NGramDraft):
+    """A draft that proposes nothing: every pass of the verifier makes one token."""
+
+    def propose(self, tokens, n: int) -> list[int]:
+        return []
 
 
 def prompts(generator: TextGenerator, workload: str) -> list[list[int]]:
@@ -56,15 +66,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="a language model: a checkpoint folder or GGUF file")
     parser.add_argument("--workloads", nargs="+", default=["edit", "chat"], choices=("edit", "chat"))
-    parser.add_argument("--drafts", nargs="+", default=["ngram", "int4"], choices=("ngram", "int4", "int8"))
+    parser.add_argument("--drafts", nargs="+", default=["none", "ngram", "int4"],
+                        choices=("none", "ngram", "int4", "int8"))
     parser.add_argument("--new-tokens", type=int, default=256, help="at most this many new tokens a prompt (edit: "
                         "four times as many)")
     args = parser.parse_args()
     generator = TextGenerator.from_checkpoint(args.checkpoint)
     generator.generate(generator.chat_ids([{"role": "user", "content": "Hi"}]), 8, strategy="greedy")  # warm-up
     precision = Precision("cpu", few_rows=True)
-    drafts = {name: load_draft(name, args.checkpoint, generator.tokenizers, "decoder-only", precision)
-              for name in args.drafts}
+    drafts = {name: Nothing() if name == "none" else load_draft(name, args.checkpoint, generator.tokenizers,
+                                                                "decoder-only", precision) for name in args.drafts}
     for workload in args.workloads:
         ids, limit = prompts(generator, workload), args.new_tokens * (4 if workload == "edit" else 1)
         generator.draft = None
