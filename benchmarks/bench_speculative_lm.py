@@ -37,8 +37,8 @@ CHAT = ["What is the capital of France?", "Write a short poem about the sea.", "
 class Nothing(NGramDraft):
     """A draft that proposes nothing: every pass of the verifier makes one token."""
 
-    def propose(self, tokens, n: int) -> list[int]:
-        return []
+    def propose(self, tokens, n: int, sampler=None) -> tuple[list[int], None]:
+        return [], None
 
 
 def prompts(generator: TextGenerator, workload: str) -> list[list[int]]:

@@ -10,12 +10,12 @@ from aiayn.decoding.drafts import DraftLength, NGramDraft
 def test_prompt_lookup_drafts_what_followed_the_latest_earlier_repeat_of_the_longest_tail():
     draft = NGramDraft(max_ngram=3)
     row = torch.tensor([[7, 1, 2, 3, 9, 1, 2, 3, 5, 6, 1, 2, 3]])
-    assert draft.propose(row, 2) == [5, 6]  # (1, 2, 3) last seen before the tail at 5: then 5, 6 (not 9)
-    assert draft.propose(row, 10) == [5, 6, 1, 2, 3]  # up to the row's end
-    assert draft.propose(torch.tensor([[4, 8, 4, 2]]), 3) == []  # no earlier 2 (nor 4, 2 or 8, 4, 2)
-    assert draft.propose(torch.tensor([[4, 8, 5, 4]]), 3) == [8, 5, 4]  # a 1-gram when no longer one repeats
-    assert NGramDraft(min_ngram=2).propose(torch.tensor([[4, 8, 5, 4]]), 3) == []
-    assert draft.propose(row, 0) == [] and draft.propose(torch.tensor([[3]]), 4) == []
+    assert draft.propose(row, 2) == ([5, 6], None)  # (1, 2, 3) last seen before the tail at 5: then 5, 6 (not 9)
+    assert draft.propose(row, 10)[0] == [5, 6, 1, 2, 3]  # up to the row's end
+    assert draft.propose(torch.tensor([[4, 8, 4, 2]]), 3)[0] == []  # no earlier 2 (nor 4, 2 or 8, 4, 2)
+    assert draft.propose(torch.tensor([[4, 8, 5, 4]]), 3)[0] == [8, 5, 4]  # a 1-gram when no longer one repeats
+    assert NGramDraft(min_ngram=2).propose(torch.tensor([[4, 8, 5, 4]]), 3)[0] == []
+    assert draft.propose(row, 0)[0] == [] and draft.propose(torch.tensor([[3]]), 4)[0] == []
     with pytest.raises(ValueError, match="min_ngram"):
         NGramDraft(max_ngram=1, min_ngram=2)
 

@@ -55,9 +55,9 @@ def test_speculative_through_generate_honours_per_row_limits():
 
 def test_generate_option_errors(model):
     src = random_ids(2, 5, vocab=30)
-    with pytest.raises(ValueError, match="draft: speculative decoding is greedy"):
+    with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
         generate(model, src, "beam", draft_model=model)
-    with pytest.raises(ValueError, match="draft: speculative decoding is greedy"):
+    with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
         generate(model, src, "greedy", draft="ngram", repetition_penalty=1.2)
     with pytest.raises(ValueError, match="num_return_sequences"):
         generate(model, src, "greedy", num_return_sequences=2)

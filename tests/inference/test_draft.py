@@ -19,11 +19,13 @@ def test_generate_drafts_by_prompt_lookup_its_own_int8_copy_or_a_checkpoint_and_
         assert "speculative decoding:" in got.stderr and "drafted tokens accepted" in got.stderr
     fixed = run_main(*common, "--draft", "ngram", "--draft-tokens", "2")
     assert fixed.stdout == plain.stdout
+    sampled = run_main(*common, "--draft", "int8", "--temperature", "0.8", "--seed", "1")  # speculative sampling
+    assert sampled.returncode == 0 and sampled.stdout.strip() and "drafted tokens accepted" in sampled.stderr
 
 
 def test_a_draft_that_cannot_serve_is_one_line(lm_run, trained_run):
     common = ["generate", "--checkpoint", str(lm_run), "--prompt", "the", "--max-new-tokens", "5"]
-    for flags, words in ((["--draft", "ngram", "--temperature", "0.8"], "speculative decoding is greedy"),
+    for flags, words in ((["--draft", "ngram", "--repetition-penalty", "1.2"], "without penalties"),
                          (["--draft", str(trained_run)], "other tokenizers"),
                          (["--draft", "ngram", "--draft-tokens", "0"], "draft_tokens")):
         done = run_main(*common, *flags)

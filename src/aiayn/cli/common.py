@@ -263,8 +263,8 @@ def add_draft(p) -> None:
                    help="speculative greedy decoding, the same output as greedy with fewer passes of the model, "
                         "drafted by: ngram (the continuation of the latest repeat of the last tokens in the prompt or "
                         "the output: no second model), int4 or int8 (the checkpoint's own quantized copy, loaded "
-                        "beside it), or a smaller checkpoint with the same tokenizer; implies greedy decoding "
-                        "(docs/decoding.md)")
+                        "beside it), or a smaller checkpoint with the same tokenizer; greedy unless --temperature is "
+                        "given (then speculative sampling: the same distribution) (docs/decoding.md)")
     p.add_argument("--draft-tokens", type=int, dest="draft_tokens", metavar="K",
                    help="tokens drafted a pass (default: adapted to how many the model accepts, none while "
                         "drafting does not pay)")

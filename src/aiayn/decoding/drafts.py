@@ -11,22 +11,50 @@ checks them all in one pass (``speculative.py``), so what a draft proposes chang
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, as_eos, forbid
+from aiayn.decoding.sampling import filter_logits
 from aiayn.model.transformer import TransformerModel
 
 
+@dataclass
+class Sampler:
+    """Sampling as speculative sampling does it (Chen et al. 2023, arXiv 2302.01318): the filtered distribution of
+    scores (temperature, top-k, top-p, min-p: ``sampling.filter_logits``) and the draws, from one generator.
+    ``pad_last``: the last column is a padding row aiayn appended, never drawn."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    pad_last: bool = False
+    generator: torch.Generator = field(default_factory=torch.Generator)
+
+    def probs(self, scores: Tensor) -> Tensor:
+        """(n, V) scores -> (n, V) probabilities."""
+        if self.pad_last:
+            scores = scores.clone()
+            scores[:, -1] = float("-inf")
+        return filter_logits(scores, self.temperature, self.top_k, self.top_p, self.min_p).softmax(dim=-1)
+
+    def draw(self, probs: Tensor) -> int:
+        """One token of a (V,) distribution."""
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
 class Draft(Protocol):
-    """A way to draft: ``begin`` a row, ``propose`` up to ``n`` tokens after its tokens so far (1, t), and
-    ``rollback`` to a length when the main model rejected what came after."""
+    """A way to draft: ``begin`` a row, ``propose`` up to ``n`` tokens after its tokens so far (1, t): the ids and,
+    when the draft samples (``sampler``), the distribution each was drawn from, (n', V) (None: each a certainty,
+    as a lookup's are), and ``rollback`` to a length when the main model rejected what came after."""
 
     def begin(self, inputs: Tensor, room: int) -> None: ...  # a row's source or prompt (1, S); room: new tokens
 
-    def propose(self, tokens: Tensor, n: int) -> list[int]: ...
+    def propose(self, tokens: Tensor, n: int, sampler: Sampler | None = None) -> tuple[list[int], Tensor | None]: ...
 
     def rollback(self, length: int) -> None: ...
 
@@ -40,15 +68,19 @@ class ModelDraft:
     def begin(self, inputs: Tensor, room: int) -> None:
         self.stepper = Stepper(self.model, inputs, room)
 
-    def propose(self, tokens: Tensor, n: int) -> list[int]:
-        cfg, out = self.model.config, []
+    def propose(self, tokens: Tensor, n: int, sampler: Sampler | None = None) -> tuple[list[int], Tensor | None]:
+        cfg, out, dists = self.model.config, [], []
         for _ in range(n):
             ids = torch.cat([tokens, tokens.new_tensor([out])], dim=1) if out else tokens  # (1, t + drafted)
             logits = forbid(self.stepper(ids).float(), cfg, False)  # (1, V)
-            out.append(int(as_eos(logits.argmax(dim=-1), cfg)))
-            if out[-1] == cfg.eos_id:
+            if sampler is None:
+                out.append(int(as_eos(logits.argmax(dim=-1), cfg)))
+            else:  # the id as drawn (an end-of-turn id too), judged against its own probability
+                dists.append(sampler.probs(logits)[0])  # (V,)
+                out.append(sampler.draw(dists[-1]))
+            if out[-1] == cfg.eos_id or out[-1] in cfg.stop_ids:
                 break
-        return out
+        return out, torch.stack(dists) if dists else None
 
     def rollback(self, length: int) -> None:
         self.stepper.cache.truncate(length)
@@ -66,7 +98,7 @@ class NGramDraft:
     def begin(self, inputs: Tensor, room: int) -> None:
         pass
 
-    def propose(self, tokens: Tensor, n: int) -> list[int]:
+    def propose(self, tokens: Tensor, n: int, sampler: Sampler | None = None) -> tuple[list[int], None]:
         row = tokens[0]  # (t,)
         for size in range(self.max_ngram, self.min_ngram - 1, -1):
             if row.numel() <= size or n <= 0:
@@ -75,8 +107,8 @@ class NGramDraft:
             hits = (windows == row[-size:]).all(dim=1).nonzero()  # (h, 1)
             if hits.numel():
                 after = int(hits[-1]) + size  # the latest occurrence's next position
-                return row[after: after + n].tolist()
-        return []
+                return row[after: after + n].tolist(), None
+        return [], None
 
     def rollback(self, length: int) -> None:
         pass

@@ -19,14 +19,14 @@ from aiayn.decoding.config import PARALLEL, TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.constraint import Grammar, Grammars
 from aiayn.decoding.core import length_limits
 from aiayn.decoding.ctc import best_path
-from aiayn.decoding.drafts import Draft, NGramDraft
+from aiayn.decoding.drafts import Draft, NGramDraft, Sampler
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
 from aiayn.decoding.prefix import PromptCache
-from aiayn.decoding.sampling import penalties_for, sampled_rows
+from aiayn.decoding.sampling import pad_is_last, penalties_for, sampled_rows
 from aiayn.decoding.source_cache import SourceCache
-from aiayn.decoding.speculative import SpeculativeStats, speculative_greedy
+from aiayn.decoding.speculative import SpeculativeStats, speculative
 from aiayn.model.transformer import TransformerModel
 
 
@@ -50,7 +50,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
         max_new_tokens: an int, or a (B,) tensor of per-row limits. An encoder-decoder's limit of a row is
             ``max_len_a * its source length + max_len_b`` (``max_len_b=None``: no such limit), capped by
             ``max_new_tokens``; a decoder-only model's is ``max_new_tokens`` (default 200).
-        draft: greedy only: speculative decoding (the same output, fewer passes of ``model``) drafted by a model
+        draft: greedy or sampling: speculative decoding (the same output, or for sampling the same distribution,
+            fewer passes of ``model``) drafted by a model
             with the same vocabulary (a smaller one, or ``model``'s own int4 copy:
             ``aiayn.inference.precision.draft_copy``), ``"ngram"`` (prompt lookup), or any
             :class:`~aiayn.decoding.drafts.Draft`; ``draft_tokens`` a pass (None: adapted to the acceptance);
@@ -82,10 +83,8 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft is not None:
-        if cfg.strategy != "greedy" or cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases():
-            raise ValueError("draft: speculative decoding is greedy and unconstrained; use strategy='greedy'")
-        return speculative_greedy(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
-                                  cfg.min_new_tokens, speculative_stats, on_token)[0]
+        return speculative(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
+                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg))[0]
     grammar = _grammar(cfg, grammars)
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
@@ -123,6 +122,21 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
     return generate(model, src_ids, "sample", max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                     temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_return_sequences=num_samples,
                     max_len_b=None, use_cache=use_cache, prompt_cache=prompt_cache, on_token=on_token)
+
+
+def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
+    """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
+    if cfg.strategy not in ("greedy", "sample") or cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases():
+        raise ValueError("draft: speculative decoding is greedy or sampled, unconstrained, without penalties or "
+                         "biases; use strategy='greedy' or 'sample'")
+    if cfg.strategy == "greedy":
+        return None
+    if cfg.num_return_sequences != 1:
+        raise ValueError("draft: speculative sampling draws one sequence a prompt; num_return_sequences=1")
+    generator = torch.Generator()
+    generator.manual_seed(cfg.seed if cfg.seed is not None else int(torch.randint(2**62, ()).item()))
+    return Sampler(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
+                   pad_is_last(model.config, model.config.target_vocab), generator)
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:

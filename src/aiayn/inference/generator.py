@@ -141,8 +141,6 @@ class TextGenerator:
                 if alive and tok != cfg.eos_id and (text := streams[i].add(tok)):
                     on_text(i, text)
 
-        if self.draft is not None and decoding.strategy != "greedy":
-            raise ValueError("--draft: speculative decoding is greedy for now; pass --temperature 0")
         out = generate(self.model, ids, config=decoding, max_new_tokens=min(wanted, room), grammars=self.grammars,
                        on_token=on_token if on_text is not None else None, prompt_cache=self.prompt_cache,
                        draft=self.draft, draft_tokens=self.draft_tokens, speculative_stats=self.speculative)
