@@ -21,8 +21,9 @@ from pathlib import Path
 
 from common import emit
 
-from aiayn.decoding.drafts import NGramDraft
+from aiayn.decoding.drafts import ModelDraft, NGramDraft
 from aiayn.decoding.speculative import SpeculativeStats
+from aiayn.inference.compiled import attach
 from aiayn.inference.draft import load_draft
 from aiayn.inference.generator import TextGenerator
 from aiayn.inference.precision import Precision
@@ -52,11 +53,13 @@ def prompts(generator: TextGenerator, workload: str) -> list[list[int]]:
     return [generator.chat_ids([{"role": "user", "content": ask}]) for ask in asks]
 
 
-def timed(generator: TextGenerator, ids: list[list[int]], new_tokens: int) -> tuple[list[str], float, int]:
-    """(texts, seconds, new tokens) of greedy decoding every prompt."""
+def timed(generator: TextGenerator, ids: list[list[int]], new_tokens: int, sampling: dict
+          ) -> tuple[list[str], float, int]:
+    """(texts, seconds, new tokens) of decoding every prompt: greedy, or as ``sampling`` says."""
     texts, made, start = [], 0, time.perf_counter()
-    for row in ids:
-        text = generator.generate(row, new_tokens, strategy="greedy")[0]
+    for i, row in enumerate(ids):
+        options = {"strategy": "sample", "seed": i, **sampling} if sampling else {"strategy": "greedy"}
+        text = generator.generate(row, new_tokens, **options)[0]
         texts.append(text)
         made += len(generator.tokenizer.encode(text, add_special_tokens=False))
     return texts, time.perf_counter() - start, made
@@ -68,6 +71,11 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["edit", "chat"], choices=("edit", "chat"))
     parser.add_argument("--drafts", nargs="+", default=["none", "ngram", "int4"],
                         choices=("none", "ngram", "int4", "int8"))
+    parser.add_argument("--compile-draft", action="store_true", help="the int4/int8 draft's one-token steps through "
+                        "the compiled step (inference/compiled.py; compiled once, then kept)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="above 0: speculative sampling (with "
+                        "--top-p), timed against plain sampling; the texts then differ by design")
+    parser.add_argument("--top-p", type=float, default=1.0, dest="top_p")
     parser.add_argument("--new-tokens", type=int, default=256, help="at most this many new tokens a prompt (edit: "
                         "four times as many)")
     args = parser.parse_args()
@@ -76,14 +84,19 @@ def main() -> None:
     precision = Precision("cpu", few_rows=True)
     drafts = {name: Nothing() if name == "none" else load_draft(name, args.checkpoint, generator.tokenizers,
                                                                 "decoder-only", precision) for name in args.drafts}
+    if args.compile_draft:
+        for draft in drafts.values():
+            if isinstance(draft, ModelDraft):
+                attach(draft.model, "on")
+    sampling = {"temperature": args.temperature, "top_p": args.top_p} if args.temperature > 0 else {}
     for workload in args.workloads:
         ids, limit = prompts(generator, workload), args.new_tokens * (4 if workload == "edit" else 1)
         generator.draft = None
-        plain, seconds, made = timed(generator, ids, limit)
+        plain, seconds, made = timed(generator, ids, limit, sampling)
         emit(f"{workload}/plain", "new_tokens_per_s", made / seconds, "tokens/s")
         for name, draft in drafts.items():
             generator.draft, generator.speculative = draft, SpeculativeStats()
-            texts, fast, made = timed(generator, ids, limit)
+            texts, fast, made = timed(generator, ids, limit, sampling)
             config = f"{workload}/{name}"
             emit(config, "new_tokens_per_s", made / fast, "tokens/s")
             emit(config, "speedup_vs_plain", seconds / fast, "x")

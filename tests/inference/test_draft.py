@@ -47,15 +47,17 @@ def test_translate_drafts_by_prompt_lookup_or_its_own_int8_copy_with_the_same_ou
 @pytest.mark.real_files(SMOLLM2)
 def test_the_real_smollm2_says_the_same_drafted_by_prompt_lookup_or_its_own_int4_copy():
     """SmolLM2-135M-Instruct asked to repeat a list: greedy, then drafted by prompt lookup and by its own int4
-    copy (float32 verifying), the same text; prompt lookup drafts the repeated list several tokens a pass. A chat
+    copy (float32 verifying, the copy's one-token steps compiled), the same text; prompt lookup drafts the repeated
+    list several tokens a pass. A chat
     turn drafted by prompt lookup is the greedy one too."""
     items = ", ".join(f"item {i}: {w}" for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime"]))
     common = ["generate", "--checkpoint", str(SMOLLM2), "--prompt", f"List: {items}.\nThe same list again: item 0:",
-              "--max-new-tokens", "48", "--compile", "off"]
-    plain = run_main(*common, "--temperature", "0")
+              "--max-new-tokens", "48"]
+    plain = run_main(*common, "--temperature", "0", "--compile", "off")
     assert plain.returncode == 0, plain.stderr
-    for draft in ("ngram", "int4"):
-        got = run_main(*common, "--draft", draft)
+    for draft, compiled in (("ngram", "off"), ("int4", "on")):  # the int4 draft's steps compiled
+        got = run_main(*common, "--draft", draft, "--compile", compiled)
+        assert compiled == "off" or "decoding step in" in got.stderr, got.stderr
         assert got.returncode == 0 and got.stdout == plain.stdout, (draft, got.stdout, plain.stdout)
         if draft == "ngram":
             passes = got.stderr.split("drafted tokens accepted")[1]

@@ -16,7 +16,7 @@ from aiayn.cli.common import (
     add_decoding_options,
     add_draft,
     add_precision,
-    compile_step,
+    compile_generator,
     decoding_options,
     examples,
     precision_options,
@@ -99,8 +99,7 @@ def chat(args: argparse.Namespace) -> int:
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
-    if generator.draft is None:  # (speculation verifies several tokens a pass: the eager step)
-        compile_step(generator.model, args)
+    compile_generator(generator, args)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []

@@ -110,6 +110,14 @@ def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> 
     attach(model, args.compile, args.device, tokens=tokens)
 
 
+def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None) -> None:
+    """:func:`compile_step` for a text generator: its model's step, or with a draft model its draft's (speculation
+    verifies several tokens a pass, eagerly; the draft steps one token at a time, as the compiled step does)."""
+    draft = getattr(generator.draft, "model", None) if generator.draft is not None else generator.model
+    if draft is not None:
+        compile_step(draft, args, tokens=tokens)
+
+
 def precision_options(args: argparse.Namespace) -> dict:
     """The precision flags as the inference classes' keyword arguments."""
     return {"int8": args.int8, "int4": args.int4, "bf16": args.bf16}

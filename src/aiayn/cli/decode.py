@@ -19,7 +19,7 @@ from aiayn.cli.common import (
     add_precision,
     add_tensor_parallel,
     claim,
-    compile_step,
+    compile_generator,
     decoding_options,
     examples,
     leader_only,
@@ -177,8 +177,7 @@ def generate(args: argparse.Namespace) -> int:
     if args.verbose:
         say_kernels(generator.model)
     decoding = generator.decoding.replace(**options).resolve(generator.model.config)
-    if generator.draft is None:  # (speculation verifies several tokens a pass: the eager step)
-        compile_step(generator.model, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
+    compile_generator(generator, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
         print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "
