@@ -41,3 +41,18 @@ def test_the_draft_length_grows_on_acceptance_shrinks_on_rejection_and_rests_whe
     assert [fixed.next() for _ in range(6)] == [2] * 6  # a length asked for is kept
     with pytest.raises(ValueError, match="draft_tokens"):
         DraftLength(0)
+
+
+def test_a_prophecy_is_drafted_in_place_and_taken_up_again_after_the_output_leaves_it():
+    from aiayn.decoding.drafts import ProphetDraft
+
+    draft = ProphetDraft.__new__(ProphetDraft)  # (its model's translation set by hand)
+    draft.target, draft.start, draft.most_ngram = [10, 11, 12, 13, 11, 12, 14, 15], None, 3
+    bos = 1
+    assert draft.propose(torch.tensor([[bos]]), 3) == ([10, 11, 12], None)  # the start: the prophecy's first
+    assert draft.propose(torch.tensor([[bos, 10, 11]]), 2) == ([12, 13], None)  # still on it
+    # the output said 9 where the prophecy says 12, then 13: taken up after 13, not after the earlier 11, 12
+    assert draft.propose(torch.tensor([[bos, 10, 11, 9, 13]]), 2) == ([11, 12], None)
+    # only "12" is found, twice: the occurrence nearest the output's length (6) goes on with 14, not with 13
+    assert draft.propose(torch.tensor([[bos, 10, 11, 12, 13, 7, 12]]), 2) == ([14, 15], None)
+    assert draft.propose(torch.tensor([[bos, 10, 99]]), 2) == ([], None)  # nothing of it to follow

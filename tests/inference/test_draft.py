@@ -68,3 +68,21 @@ def test_the_real_smollm2_says_the_same_drafted_by_prompt_lookup_or_its_own_int4
     drafted = run_main(*chat, "--draft", "ngram", stdin=question)
     assert plain.returncode == drafted.returncode == 0 and drafted.stdout == plain.stdout, drafted.stderr
     assert "Paris" in plain.stdout
+
+
+def test_a_non_autoregressive_prophet_drafts_a_whole_translation_and_the_output_is_greedys(trained_run, ctc_run,
+                                                                                          cmlm_run):
+    """The CTC and the CMLM models, trained on the same task with the same tokenizer, draft each sentence's whole
+    translation in one pass; the autoregressive translator keeps what it agrees with: greedy's output, fewer
+    passes."""
+    from aiayn.decoding.drafts import ProphetDraft
+    from aiayn.inference.translator import Translator
+
+    texts = ["a b c d e f", "g h a b", "c c d", "e f g h a b c d"]
+    plain = Translator.from_checkpoint(trained_run, beam_size=1).translate(texts)
+    for prophet in (ctc_run, cmlm_run):
+        drafted = Translator.from_checkpoint(trained_run, beam_size=1, draft=prophet)
+        assert isinstance(drafted.draft, ProphetDraft)
+        assert drafted.translate(texts) == plain
+        stats = drafted.speculative
+        assert stats.accepted > 0 and stats.main_passes < stats.generated, stats.summary()

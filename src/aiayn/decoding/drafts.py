@@ -6,6 +6,8 @@ checks them all in one pass (``speculative.py``), so what a draft proposes chang
   tokenizer by construction, the copy's memory besides: ``aiayn.inference.precision.draft_copy``).
 - :class:`NGramDraft`: prompt lookup (Saxena 2023; llama.cpp's and vLLM's n-gram drafts): the tokens that followed
   the latest earlier occurrence of the row's last few tokens, in the prompt or the output: no second model.
+- :class:`ProphetDraft`: a non-autoregressive translator (CTC or CMLM) drafts the whole target in one pass, the
+  specification's "prophet" that guides the autoregressive model (Xia et al. 2023, arXiv 2203.16487).
 - :class:`DraftLength`: how many tokens to draft, from the acceptance measured so far (none while it does not pay).
 """
 
@@ -18,7 +20,10 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.core import Stepper, as_eos, forbid
+from aiayn.decoding.ctc import best_path
+from aiayn.decoding.mask_predict import mask_predict
 from aiayn.decoding.sampling import filter_logits
+from aiayn.model.nonautoregressive import CTC, NonAutoregressive
 from aiayn.model.transformer import TransformerModel
 
 
@@ -108,6 +113,43 @@ class NGramDraft:
             if hits.numel():
                 after = int(hits[-1]) + size  # the latest occurrence's next position
                 return row[after: after + n].tolist(), None
+        return [], None
+
+    def rollback(self, length: int) -> None:
+        pass
+
+
+class ProphetDraft:
+    """A non-autoregressive model's whole translation of the source, made in one pass (a CTC model's best path, a
+    CMLM's mask-predict) before the first token: the autoregressive model verifies it a few tokens at a time. Where
+    the output has left the prophecy (a rejection), the draft goes on after the place in it where the output's last
+    tokens occur nearest the output's own length (prompt lookup over the prophecy)."""
+
+    def __init__(self, model: NonAutoregressive, most_ngram: int = 3) -> None:
+        self.model, self.most_ngram = model.eval(), most_ngram
+        self.target: list[int] = []
+        self.start: int | None = None
+
+    def begin(self, inputs: Tensor, room: int) -> None:
+        limit = torch.tensor([room])
+        if isinstance(self.model, CTC):
+            self.target = best_path(self.model, inputs, limit)[0]
+        else:
+            self.target = mask_predict(self.model, inputs, max_new_tokens=limit)[0]
+        self.start = None
+
+    def propose(self, tokens: Tensor, n: int, sampler: Sampler | None = None) -> tuple[list[int], None]:
+        if self.start is None:
+            self.start = tokens.size(1)  # the start tokens (BOS): the output is what comes after
+        made, target = tokens[0, self.start:].tolist(), self.target
+        if target[: len(made)] == made:  # still on the prophecy
+            return target[len(made): len(made) + n], None
+        for size in range(min(self.most_ngram, len(made)), 0, -1):
+            tail = made[-size:]
+            hits = [i + size for i in range(len(target) - size + 1) if target[i: i + size] == tail]
+            if hits:
+                after = min(hits, key=lambda i: abs(i - len(made)))  # the occurrence nearest the output's place
+                return target[after: after + n], None
         return [], None
 
     def rollback(self, length: int) -> None:

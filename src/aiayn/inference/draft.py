@@ -1,16 +1,18 @@
 """``--draft``: the draft a product's speculative decoding uses (``decoding/drafts.py``), named on the command line
 as ``ngram`` (prompt lookup), ``int4`` or ``int8`` (the checkpoint's own quantized copy: self-speculation), or
-another checkpoint with the same tokenizers."""
+another checkpoint with the same tokenizers: a smaller model, or for a translator a CTC or CMLM model that drafts the
+whole translation in one pass (a "prophet")."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from aiayn.decoding.drafts import Draft, ModelDraft, NGramDraft
+from aiayn.decoding.drafts import Draft, ModelDraft, NGramDraft, ProphetDraft
 from aiayn.inference.load import load_for_use
 from aiayn.inference.precision import Precision
 from aiayn.io.run import is_gguf, resolve_checkpoint
+from aiayn.model.nonautoregressive import NonAutoregressive
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 
 WAYS = ("ngram", "int4", "int8")  # the ways to draft that name no checkpoint
@@ -41,7 +43,8 @@ def load_draft(spec: str | None, checkpoint: str | Path, tokenizers: TokenizerPa
         _same_ids(load_tokenizers(folder), tokenizers, spec, checkpoint)  # before its weights are read
     model, theirs, _ = load_for_use(folder, arch, None, precision.converter())
     _same_ids(theirs, tokenizers, spec, checkpoint)
-    return ModelDraft(precision.apply(model, own=True))
+    model = precision.apply(model, own=True)
+    return ProphetDraft(model) if isinstance(model, NonAutoregressive) else ModelDraft(model)
 
 
 def _same_ids(theirs: TokenizerPair, ours: TokenizerPair, spec: str, checkpoint) -> None:
