@@ -60,7 +60,7 @@ def test_a_language_model_drafted_by_prompt_lookup_or_its_own_int8_copy_decodes_
 @pytest.mark.parametrize("draft_kind", ["model", "lookup"])
 def test_speculative_sampling_draws_the_first_tokens_as_plain_sampling_does(draft_kind):
     """Chen et al.'s rule keeps the distribution: a random language model's first two tokens after a prompt,
-    drawn 3,000 times through speculative sampling (temperature 1.3, top-k 12), are distributed as the model's own
+    drawn 1,500 times through speculative sampling (temperature 1.3, top-k 12), are distributed as the model's own
     filtered softmax says, the second given the first (a chi-square test over the pairs). The draft is another
     random model, or prompt lookup over a prompt that repeats, each far from the main model: keeping every drafted
     token (the rule broken) fails the same test."""
@@ -81,13 +81,13 @@ def test_speculative_sampling_draws_the_first_tokens_as_plain_sampling_does(draf
         after = filter_logits(forbid(seconds, config, True), 1.3, 12).softmax(-1)  # the second given each first
     expected = first[:, None] * after  # (V, V) pairs
     draws = torch.zeros(16, 16)
-    for seed in range(3000):
+    for seed in range(1500):
         out = generate(main, prompt, "sample", max_new_tokens=2, temperature=1.3, top_k=12, seed=seed,
                        draft=draft, draft_tokens=2, min_new_tokens=2)[0]
         draws[out[0], out[1]] += 1
-    cells = expected * 3000 > 5  # the pairs with enough expected draws, the rest pooled
+    cells = expected * 1500 > 5  # the pairs with enough expected draws, the rest pooled
     observed = torch.cat([draws[cells], draws[~cells].sum()[None]])
-    wanted = torch.cat([expected[cells] * 3000, (expected[~cells] * 3000).sum()[None]])
+    wanted = torch.cat([expected[cells] * 1500, (expected[~cells] * 1500).sum()[None]])
     chi2 = float(((observed - wanted) ** 2 / wanted).sum())
     p_value = float(scipy.stats.chi2.sf(chi2, observed.numel() - 1))
-    assert p_value > 1e-4, (chi2, observed.numel(), p_value)  # a broken rule: p below 1e-30
+    assert p_value > 1e-4, (chi2, observed.numel(), p_value)  # a broken rule: p below 1e-11
