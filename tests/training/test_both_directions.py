@@ -74,6 +74,7 @@ def test_load_data_tags_training_both_ways_and_validation_one_way(tmp_path):
     assert splits.valid.targets == plain.valid.targets
 
 
+@pytest.mark.long  # a learning bar that needs 400 steps of training: 22 s
 def test_a_tiny_run_turns_each_way_as_its_tag_asks(tmp_path):
     cfg = TrainConfig(data=_rotation_data(tmp_path, 3000), src_lang="xx", tgt_lang="yy", both_directions=True,
                       preset="tiny", output=str(tmp_path / "run"), vocab_size=300, max_tokens=1024, max_steps=400,

@@ -24,6 +24,7 @@ def test_killed_run_resumes_to_bitwise_identical_weights(tmp_path):
     assert steps_logged == sorted(steps_logged)
 
 
+@pytest.mark.long  # two trainings and a resume: 14 s
 def test_a_bpe_dropout_run_trains_resumes_and_refuses_several_processes(tmp_path):
     recipe = write_recipe(tmp_path, "bd", max_steps=20, eval_every=10, subword_dropout=0.1)
     assert subprocess.run(train_command("--config", str(recipe)), capture_output=True, timeout=300).returncode == 0
