@@ -17,9 +17,9 @@ from aiayn.cli.common import (
     add_draft,
     add_precision,
     compile_generator,
-    decoding_options,
     examples,
     precision_options,
+    text_decoding_options,
 )
 
 HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /exit"
@@ -92,10 +92,8 @@ def chat(args: argparse.Namespace) -> int:
     from aiayn.inference.chat import Chat
     from aiayn.inference.generator import TextGenerator
 
-    options = decoding_options(args)
+    options = text_decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
-    if args.draft and "temperature" not in options and "strategy" not in options:
-        options["strategy"] = "greedy"  # speculative decoding is greedy
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))

@@ -113,9 +113,21 @@ def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> 
 def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None) -> None:
     """:func:`compile_step` for a text generator: its model's step, or with a draft model its draft's (speculation
     verifies several tokens a pass, eagerly; the draft steps one token at a time, as the compiled step does)."""
-    draft = getattr(generator.draft, "model", None) if generator.draft is not None else generator.model
-    if draft is not None:
-        compile_step(draft, args, tokens=tokens)
+    from aiayn.decoding.drafts import ModelDraft
+
+    if generator.draft is None:
+        compile_step(generator.model, args, tokens=tokens)
+    elif isinstance(generator.draft, ModelDraft):
+        compile_step(generator.draft.model, args, tokens=tokens)
+
+
+def text_decoding_options(args: argparse.Namespace) -> dict:
+    """:func:`decoding_options` of a command that continues text: with ``--draft`` and no ``--temperature`` or
+    ``--strategy``, greedy (speculative decoding's output is then greedy's; given a temperature it samples)."""
+    options = decoding_options(args)
+    if args.draft and "temperature" not in options and "strategy" not in options:
+        options["strategy"] = "greedy"
+    return options
 
 
 def precision_options(args: argparse.Namespace) -> dict:

@@ -20,13 +20,13 @@ from aiayn.cli.common import (
     add_tensor_parallel,
     claim,
     compile_generator,
-    decoding_options,
     examples,
     leader_only,
     leader_reads,
     precision_options,
     read_input,
     start_parallel,
+    text_decoding_options,
     translator_from_args,
     warn_truncated,
     write_output,
@@ -164,13 +164,11 @@ def generate(args: argparse.Namespace) -> int:
     from aiayn.decoding.config import DecodingConfig
     from aiayn.inference.generator import TextGenerator
 
-    options = decoding_options(args)
+    options = text_decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
     start_parallel(args)
     prompt = args.prompt if args.prompt is not None else leader_reads(args, lambda: "\n".join(read_input(
         args.prompt_file)))
-    if args.draft and "temperature" not in options and "strategy" not in options:
-        options["strategy"] = "greedy"  # speculative decoding is greedy
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))

@@ -140,7 +140,7 @@ def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
-    """A draft as ``speculative_greedy`` takes it: ``"ngram"`` is prompt lookup."""
+    """A draft as ``speculative`` takes it: ``"ngram"`` is prompt lookup."""
     if isinstance(draft, str):
         if draft != "ngram":
             raise ValueError(f"draft: {draft!r} is not a way to draft; give a model, 'ngram' or a Draft")
