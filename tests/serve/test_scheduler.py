@@ -132,8 +132,8 @@ def test_a_request_whose_first_token_fails_gets_the_error_and_the_others_go_on(m
     """The prompt pass picks the first token: an error there (a grammar that fails) fails that request alone."""
 
     class Failing(DecodeJob):
-        def group(self, model):
-            group, inputs, beams = super().group(model)
+        def group(self, model, *drafting):
+            group, inputs, beams = super().group(model, *drafting)
             group.choose = lambda scores: (_ for _ in ()).throw(ValueError("a grammar error"))
             return group, inputs, beams
 

@@ -11,6 +11,7 @@ from aiayn.cli.common import (
     add_adapter,
     add_compile,
     add_decoding_options,
+    add_draft,
     add_field_flags,
     add_precision,
     add_tensor_parallel,
@@ -28,6 +29,7 @@ def _add_serve(sub) -> None:
                        **examples("aiayn serve --checkpoint runs/m30k",
                                   "aiayn serve --checkpoint runs/smollm2 --api-key KEY --model-name smollm2",
                                   "aiayn serve --checkpoint runs/smollm2 --lora ft=runs/ft/best",
+                                  "aiayn serve --checkpoint runs/smollm2 --draft ngram",
                                   "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080",
                                   "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
     p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
@@ -52,6 +54,7 @@ def _add_serve(sub) -> None:
                    help="encoder-only: how long a request waits for others to batch with")
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
     add_adapter(p)
+    add_draft(p)
     p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER",
                    help="serve a LoRA adapter folder (PEFT's format) as model NAME beside the base model, unmerged: "
                         "rows of every adapter and of the base decode in one batch (repeat for more)")
@@ -92,7 +95,8 @@ def serve(args: argparse.Namespace) -> int:
     run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
                **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
                prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching,
-               loras=lora_options(args.lora, args.model_name), parallel=parallel, compile=args.compile)
+               loras=lora_options(args.lora, args.model_name), parallel=parallel, compile=args.compile,
+               draft=args.draft, draft_tokens=args.draft_tokens)
     return 0
 
 

@@ -11,7 +11,7 @@ import importlib
 _EXPORTS = {"Hypothesis": "beam", "beam_search": "generation", "generate": "generation",
             "greedy_search": "generation", "PromptCache": "prefix", "SourceCache": "source_cache",
             "filter_logits": "sampling", "sample": "generation", "SpeculativeStats": "speculative",
-            "speculative_greedy": "speculative", "DecodingConfig": "config"}
+            "speculative_greedy": "generation", "DecodingConfig": "config"}
 __all__ = sorted(_EXPORTS)
 
 

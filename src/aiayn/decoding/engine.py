@@ -1,16 +1,12 @@
 """The step-level decoding engine: groups of rows join a running batch, step together and leave.
 
-A decoding strategy is a group of rows (:class:`Rows`): greedy or sampled continuations
-(:class:`aiayn.decoding.greedy.TokenRows`), the beams of beam search (:class:`aiayn.decoding.beam.BeamRows`).
-``aiayn.generate`` admits one group and steps until it is done; the server's scheduler (``serve/scheduler.py``)
-admits a group per request between two steps and takes finished groups out, so a long request never holds up a
-short one (the continuous batching of Orca and vLLM, written small). Rows of every group are left-padded to one
-width; each keeps its own positions, its own source (encoder-decoder: its memory and cross-attention keys), and
-never attends to padding, so a group's tokens are the ones it would get alone.
-
-Between two steps, for the batch and for every group waiting to join: ``tokens`` (B, W) holds every row and the
-cache holds columns 0..W-2 (the last column is what the next step reads). A group's prompt pass picks its first
-tokens, so it joins with them.
+A decoding strategy is a group of rows (:class:`Rows`): greedy or sampled continuations (``greedy.py``), beams
+(``beam.py``), drafted rows (``drafted.py``: speculative decoding, a verifying pass a step). ``aiayn.generate``
+admits one group and steps until it is done; the server's scheduler admits a group per request between two steps
+and takes finished groups out (Orca's and vLLM's continuous batching, written small). Rows are left-padded to one
+width; each keeps its own positions, its own source (encoder-decoder), and never attends to padding, so a group's
+tokens are the ones it would get alone. Between two steps: ``tokens`` (B, W) holds every row and the cache holds
+columns 0..W-2 (the last column is what the next step reads). A group's prompt pass picks its first tokens.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ from torch import Tensor
 
 from aiayn.decoding.chunks import ALONE_CHUNK, ChunkSizer
 from aiayn.decoding.core import Columns
+from aiayn.decoding.drafted import drafted_tails, verify_pass
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.source_cache import SourceCache
 from aiayn.model.packed import output_rows
@@ -193,29 +190,38 @@ class Engine:
         the next step."""
         if self.joining:
             self.join()
+        tails = drafted_tails(self) if self.groups else None
+        if tails is not None:  # speculative decoding: a verifying pass (``drafted.py``)
+            verify_pass(self, tails)
         waiting = self.prefilling[0] if self.prefilling else None
-        if waiting is not None and self.groups and self.chunks.probe():
+        stepping = self.groups and tails is None  # a plain step of the running rows (else only a chunk, if any)
+        if waiting is not None and stepping and self.chunks.probe():
             waiting = None  # the running rows' step alone, measured again
         chunk = None if waiting is None else self._chunk()
-        parts = ([(self.tokens, self.state)] if self.groups else []) + ([chunk[:2]] if chunk else [])
+        parts = ([(self.tokens, self.state)] if stepping else []) + ([chunk[:2]] if chunk else [])
         if not parts:
             return
         position = 0 if chunk is None else chunk[1].position  # the chunk's first column
         started = self.clock()
         scores = ([self.model.step(*parts[0], last=True)] if len(parts) == 1
                   else self.model.step_together(parts))  # each part's last column: (b, 1, V), or (b, 1, C)
-        if self.groups:
+        if stepping:
             columns = 0 if chunk is None else chunk[0].size(1) - position
             self.chunks.measure(self.clock() - started, columns, position)
             chosen = self._choose(scores[0][:, -1].float(), self.groups)
             self.tokens = _extend(self.tokens, self.state, *chosen)  # (B, W+1)
             self.steps += 1
         if chunk is not None:
-            group, tokens, state, cacheable = waiting
-            if chunk[2]:
-                self._first(group, tokens, state, cacheable, scores[-1])
-            elif cacheable and position // STORE_EVERY != state.position // STORE_EVERY:  # no pause for all at the end
-                self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, state.position)
+            self._chunk_scored(waiting, chunk, position, scores[-1])
+
+    def _chunk_scored(self, waiting, chunk, position: int, scores: Tensor) -> None:
+        """A prompt's chunk from column ``position`` is computed (``scores``: its last column's): its last chunk
+        picks its first tokens; a long one's blocks go to the prompt cache as they are done."""
+        group, tokens, state, cacheable = waiting
+        if chunk[2]:
+            self._first(group, tokens, state, cacheable, scores)
+        elif cacheable and position // STORE_EVERY != state.position // STORE_EVERY:  # no pause for all at the end
+            self.prompt_cache.store(tokens[0].tolist(), state.cache, 0, state.position)
 
     def _choose(self, scores: Tensor, groups: list[Rows]) -> tuple[Tensor, Tensor | None]:
         """Each of ``groups`` (whose rows ``scores`` (B, V) holds, in order) picks its rows' next tokens: the
@@ -236,8 +242,7 @@ class Engine:
     def remove_done(self) -> list[Rows]:
         """Take the finished groups out (their rows leave the batch); return them."""
         done = [group for group in self.groups if group.done]
-        if done:
-            self.remove(done)
+        self.remove(done)
         return done
 
     def remove(self, leaving: list[Rows]) -> None:

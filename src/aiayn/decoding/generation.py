@@ -19,14 +19,15 @@ from aiayn.decoding.config import PARALLEL, TEXT_MAX_NEW_TOKENS, DecodingConfig
 from aiayn.decoding.constraint import Grammar, Grammars
 from aiayn.decoding.core import length_limits
 from aiayn.decoding.ctc import best_path
-from aiayn.decoding.drafts import Draft, NGramDraft, Sampler
+from aiayn.decoding.drafted import DraftedRows
+from aiayn.decoding.drafts import Draft, ModelDraft, NGramDraft, Sampler
 from aiayn.decoding.engine import Rows, run
 from aiayn.decoding.greedy import TokenRows, argmax
 from aiayn.decoding.mask_predict import mask_predict
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.sampling import pad_is_last, penalties_for, sampled_rows
 from aiayn.decoding.source_cache import SourceCache
-from aiayn.decoding.speculative import SpeculativeStats, speculative
+from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.model.transformer import TransformerModel
 
 
@@ -126,17 +127,21 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
 
 def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
     """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
-    if cfg.strategy not in ("greedy", "sample") or cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases():
-        raise ValueError("draft: speculative decoding is greedy or sampled, unconstrained, without penalties or "
-                         "biases; use strategy='greedy' or 'sample'")
+    if not draftable(cfg):
+        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt, unconstrained, "
+                         "without penalties or biases; use strategy='greedy' or 'sample'")
     if cfg.strategy == "greedy":
         return None
-    if cfg.num_return_sequences != 1:
-        raise ValueError("draft: speculative sampling draws one sequence a prompt; num_return_sequences=1")
     generator = torch.Generator()
     generator.manual_seed(cfg.seed if cfg.seed is not None else int(torch.randint(2**62, ()).item()))
     return Sampler(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
                    pad_is_last(model.config, model.config.target_vocab), generator)
+
+
+def draftable(cfg: DecodingConfig) -> bool:
+    """Whether a decoding can be drafted (greedy, or one sample a prompt, unconstrained, without penalties)."""
+    return (cfg.strategy == "greedy" or (cfg.strategy == "sample" and cfg.num_return_sequences == 1)) and not (
+        cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases())
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
@@ -156,14 +161,20 @@ def _grammar(cfg: DecodingConfig, grammars: Grammars | None) -> Grammar | None:
 
 def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None = None,
              on_token: Callable[[Tensor, Tensor], None] | None = None,
-             grammar: Grammar | None = None) -> tuple[Rows, Tensor, int]:
+             grammar: Grammar | None = None, draft: Draft | None = None, draft_tokens: int | None = None,
+             stats: SpeculativeStats | None = None) -> tuple[Rows, Tensor, int]:
     """The engine group that decodes ``src_ids`` (B, S) as ``cfg`` (resolved, :meth:`DecodingConfig.resolve`)
     says: ``(group, inputs, beams)`` to :meth:`Engine.admit <aiayn.decoding.engine.Engine.admit>` (sampling n per
     input repeats each input n times; beam search makes each input stand for ``beam_size`` rows). ``per_row``:
-    (B,) limits replacing ``cfg.max_new_tokens``; ``grammar``: every row's tokens follow it. The library's
+    (B,) limits replacing ``cfg.max_new_tokens``; ``grammar``: every row's tokens follow it; ``draft``: a decoding
+    that can be drafted (:func:`draftable`) is, ``draft_tokens`` a pass (None: adapted), its counts added to
+    ``stats``. The library's
     :func:`generate` and the server both build their groups here."""
     cfg = cfg.resolve(model.config)  # as it is when resolved already
     limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
+    if draft is not None and grammar is None and draftable(cfg):
+        return DraftedRows(limits, draft, src_ids, model.config, _sampler(model, cfg), draft_tokens, cfg.min_new_tokens,
+                           on_token, stats), src_ids, 1
     if cfg.strategy in PARALLEL:
         raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
                          "generate")
@@ -198,3 +209,34 @@ def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_r
     if model.config.arch == "encoder-decoder":
         return length_limits(src_ids, model.config.pad_id, cap, cfg.max_len_a, cfg.max_len_b)
     return length_limits(src_ids, model.config.pad_id, TEXT_MAX_NEW_TOKENS if cap is None else cap)
+
+
+def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
+                max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
+                stats: SpeculativeStats | None = None, on_token: Callable[[Tensor, Tensor], None] | None = None,
+                sampler: Sampler | None = None) -> tuple[list[list[int]], SpeculativeStats]:
+    """Outputs of ``model`` for each row of ``src_ids``, one row at a time (a draft model then guesses for every
+    row), drafted by ``draft`` (a :class:`~aiayn.decoding.drafts.Draft`, or a model with the same vocabulary: a
+    :class:`~aiayn.decoding.drafts.ModelDraft`), ``k`` tokens a pass (None: adapted): greedy, or drawn as
+    ``sampler`` says. ``max_new_tokens`` may be a (B,) tensor; ``stats`` (if given) is added to and returned;
+    ``on_token(ids (1,), live (1,))`` is called with each token as it is kept (streaming)."""
+    if isinstance(draft, TransformerModel):
+        if draft.config.target_vocab != model.config.target_vocab:
+            raise ValueError("draft model: its vocabulary must be the main model's")
+        draft = ModelDraft(draft)
+    stats = stats if stats is not None else SpeculativeStats()
+    limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0))
+    outputs = []
+    for row, limit in zip(src_ids.split(1), limits.split(1), strict=True):
+        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats)
+        outputs += run(model, group, row).results()
+    return outputs, stats
+
+
+def speculative_greedy(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
+                       max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
+                       stats: SpeculativeStats | None = None,
+                       on_token: Callable[[Tensor, Tensor], None] | None = None
+                       ) -> tuple[list[list[int]], SpeculativeStats]:
+    """Greedy outputs of ``model`` for each row of ``src_ids``, drafted by ``draft``: :func:`speculative`."""
+    return speculative(model, draft, src_ids, max_new_tokens, k, min_new_tokens, stats, on_token)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from aiayn.model.kv_cache import KVCache, LayerKV, runs_of
+from aiayn.model.kv_cache import ROLLBACK, KVCache, LayerKV, runs_of
 
 
 @dataclass
@@ -60,6 +60,11 @@ class DecoderCache:
     def truncate(self, length: int) -> None:
         for layer in self.layers:
             layer.self_kv.truncate(length)
+
+    def room(self) -> int:
+        """Positions a pass may still add and take back: a full layer's free slots, a ring's ``ROLLBACK``."""
+        return min((kv.capacity - kv.length if kv.window is None else ROLLBACK
+                    for kv in (layer.self_kv for layer in self.layers)), default=ROLLBACK)
 
     def mark_padding(self, left_pad: Tensor | None) -> None:
         """Rows padded in front by ``left_pad`` (B,) (None: none): each full layer's attention takes the runs of

@@ -61,7 +61,8 @@ def scheduler(generator: TextGenerator, limits: Limits, **options) -> Scheduler:
     capacity = min(capacity, limits.max_model_len or capacity)
     cap = limits.prefix_cache_bytes if limits.prefix_cache_bytes >= 0 else sized_for(generator.model, capacity)
     prefix = PromptCache(generator.model, max_bytes=cap)
-    return Scheduler(generator.model, capacity=capacity, prefix_cache=prefix, limits=limits, **options)
+    return Scheduler(generator.model, capacity=capacity, prefix_cache=prefix, limits=limits, draft=generator.draft,
+                     draft_tokens=generator.draft_tokens, **options)
 
 
 def add_routes(app: FastAPI, served: Served) -> None:

@@ -14,8 +14,11 @@ from torch import Tensor
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.constraint import Grammar
+from aiayn.decoding.drafted import DraftedRows
+from aiayn.decoding.drafts import Draft
 from aiayn.decoding.generation import rows_for
 from aiayn.decoding.greedy import TokenRows
+from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.model.transformer import TransformerModel
 
 
@@ -101,23 +104,34 @@ class DecodeJob:
     def prompt(self) -> list[int]:
         return self.inputs
 
-    def group(self, model: TransformerModel):
-        """The engine group, its inputs (1, T) and beams: as ``aiayn.generate`` decodes this input alone."""
-        return rows_for(model, torch.tensor([self.inputs]), self.decoding, grammar=self.grammar)
+    def group(self, model: TransformerModel, draft: Draft | None = None, draft_tokens: int | None = None,
+              stats: SpeculativeStats | None = None):
+        """The engine group, its inputs (1, T) and beams: as ``aiayn.generate`` decodes this input alone; with a
+        ``draft``, drafted (``decoding/drafted.py``) where the decoding can be and no log-probabilities are asked."""
+        draft = draft if self.logprobs is None else None
+        return rows_for(model, torch.tensor([self.inputs]), self.decoding, grammar=self.grammar, draft=draft,
+                        draft_tokens=draft_tokens, stats=stats)
 
     def after_step(self, group) -> None:
-        """Record and emit this step's token of a greedy or sampled row (its end id is no token of the output)."""
+        """Record and emit this step's tokens of a greedy or sampled row (its end id is no token of the output):
+        one, or a drafted row's several."""
+        if isinstance(group, DraftedRows):
+            for token in group.new_tokens(0):
+                self._took(token, None)
+            return
         if not isinstance(group, TokenRows) or not bool(group.live[0]):
             return
         token = int(group.generated[-1][0])
-        if token == group.eos_id:
-            return
+        if token != group.eos_id:
+            self._took(token, group.last_scores[0])
+
+    def _took(self, token: int, scores: Tensor | None) -> None:
         self.generated.append(token)
         self.token_times.append(time.perf_counter())
         if self.logprobs is None:
             self.emit(Token(token))
         else:
-            self.emit(Token(token, *_logprobs(group.last_scores[0], token, self.logprobs)))
+            self.emit(Token(token, *_logprobs(scores, token, self.logprobs)))
 
     def finish(self, ids: list[int], reason: str) -> None:
         """The job's end: its output ids and why it ended."""

@@ -42,6 +42,11 @@ class Metrics:
                 "aiayn_prefix_cache_misses": ("prompts that found no cached block", lambda: cache.misses),
                 "aiayn_prefix_cache_hit_tokens": ("prompt tokens read from the cache", lambda: cache.hit_tokens),
                 "aiayn_prefix_cache_bytes": ("bytes of keys/values held", lambda: cache.bytes)})
+        if batcher.draft is not None:
+            counts = batcher.speculative
+            gauges.update({
+                "aiayn_draft_tokens": ("tokens a draft proposed (speculative decoding)", lambda: counts.proposed),
+                "aiayn_draft_accepted_tokens": ("drafted tokens the model accepted", lambda: counts.accepted)})
         for name, (doc, read) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(read)
 

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 import torch
 
 from aiayn.decoding.config import PARALLEL, DecodingConfig
+from aiayn.decoding.drafts import Draft
 from aiayn.decoding.engine import Engine
 from aiayn.decoding.generation import generate
 from aiayn.decoding.prefix import PromptCache
 from aiayn.decoding.source_cache import SourceCache
+from aiayn.decoding.speculative import SpeculativeStats
 from aiayn.model.transformer import TransformerModel
 from aiayn.serve import admission
 from aiayn.serve.jobs import Chore, DecodeJob, EncoderWork, Refusal, Refused
@@ -64,14 +66,18 @@ class Scheduler:
         encode: encoder-only work, ``(texts, options) -> one result per text``; ``wait_ms``: how long the first
             such request waits for company.
         limits: what one request may ask (:meth:`admission` checks a job against them).
+        draft: greedy and sampled requests are decoded speculatively (``decoding/drafted.py``: rows with their own
+            drafts and acceptances verified in one pass), ``draft_tokens`` a pass (None: adapted);
+            ``self.speculative`` counts drafted and accepted tokens.
     """
 
     def __init__(self, model: TransformerModel, max_batch: int = 16, capacity: int | None = None,
                  prefix_cache: PromptCache | SourceCache | None = None, static: bool = False,
                  threads: int | None = None,
                  encode: Callable[[list[str], Hashable], list] | None = None, wait_ms: float = 5.0,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, draft: Draft | None = None, draft_tokens: int | None = None) -> None:
         self.model, self.max_batch, self.prefix_cache, self.static = model, max_batch, prefix_cache, static
+        self.draft, self.draft_tokens, self.speculative = draft, draft_tokens, SpeculativeStats()
         self.limits = limits or Limits()
         self.capacity, self.threads = capacity or model.config.max_len, threads
         self.encode, self.wait = encode, wait_ms / 1000
@@ -148,8 +154,10 @@ class Scheduler:
         """The counts /health reports: steps, joined / open / cancelled requests, largest batch, encoder
         batches, prefix cache."""
         prefix = {} if self.prefix_cache is None else self.prefix_cache.stats()
-        return {"steps": self.steps, "joined": self.joined, "open_requests": self.open_requests,
-                "cancelled": self.cancelled, "largest_batch": self.largest_batch, "batches": self.batches, **prefix}
+        drafted = {} if self.draft is None else {"drafted_tokens": self.speculative.proposed,
+                                                 "accepted_tokens": self.speculative.accepted}
+        return {"steps": self.steps, "joined": self.joined, "open_requests": self.open_requests, "cancelled":
+                self.cancelled, "largest_batch": self.largest_batch, "batches": self.batches, **prefix, **drafted}
 
     def _run(self) -> None:
         if self.threads is not None:
@@ -187,7 +195,7 @@ class Scheduler:
         if job.decoding.strategy in PARALLEL:  # every position at once, not step by step: alone, now
             return self._run_alone(job)
         try:
-            group, inputs, beams = job.group(self.model)
+            group, inputs, beams = job.group(self.model, self.draft, self.draft_tokens, self.speculative)
         except ValueError as err:  # a request the engine cannot decode: its own error
             job.fail(err)
             self._done(job, "error")

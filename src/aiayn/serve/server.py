@@ -98,10 +98,12 @@ def create_app(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms:
 
 
 def load_product(checkpoint: str, decoding: dict | None = None, device: str = "cpu", int8: bool = False,
-                 bf16: bool = False, int4: bool = False, prepare=None, loras: dict[str, str] | None = None):
+                 bf16: bool = False, int4: bool = False, prepare=None, loras: dict[str, str] | None = None,
+                 draft: str | None = None, draft_tokens: int | None = None):
     """The checkpoint read once and made the product that serves it (its room's ``product``), the loaded weights
-    handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy. Returns (product,
-    embedder or None)."""
+    handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy; ``draft``: what drafts
+    for its speculative decoding (``inference/draft.py``), ``draft_tokens`` a pass. Returns (product, embedder or
+    None)."""
     from aiayn.inference.load import load_for_use
     from aiayn.inference.precision import converter
     from aiayn.io.checkpoint import CONFIG
@@ -115,8 +117,18 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     if loras:
         _attach_loras(model, loras)
     defaults = defaults.replace(**(decoding or {}))
-    return ROOMS[model.config.arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16,
-                                            int4=int4)
+    arch = model.config.arch
+    if draft is not None and arch == "encoder-only":
+        raise ValueError("--draft: speculative decoding is for models that generate, not an encoder-only one")
+    product = ROOMS[arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16, int4=int4)
+    if draft is not None:
+        from aiayn.inference.draft import load_draft
+        from aiayn.inference.precision import Precision
+
+        precision = Precision(device, int8=int8, int4=int4, bf16=bf16, few_rows=True)
+        product[0].draft = load_draft(draft, folder, tokenizers, arch, precision, prepare)
+        product[0].draft_tokens = draft_tokens
+    return product
 
 
 def _attach_loras(model, loras: dict[str, str]) -> None:
@@ -133,18 +145,21 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                decoding: dict | None = None, int8: bool = False, device: str = "cpu", max_batch: int = 64,
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous", int4: bool = False,
-               loras: dict[str, str] | None = None, parallel=None, compile: str = "off") -> None:
+               loras: dict[str, str] | None = None, parallel=None, compile: str = "off", draft: str | None = None,
+               draft_tokens: int | None = None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
     folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
     (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
     process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``); ``compile``:
-    a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``: one row at a time)."""
+    a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``: one row at a time);
+    ``draft``, ``draft_tokens``: speculative decoding (``--draft``)."""
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
-    product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras)
+    product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
+                                     draft_tokens)
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
     compiling = compile_first(product.model, scheduler, compile, device)
     if parallel is not None and not parallel.leader:

@@ -47,7 +47,8 @@ def scheduler(translator: Translator, limits: Limits, **options) -> Scheduler:
     capacity = max(translator.model.config.max_len, limits.max_new_tokens) + 1
     cap = limits.prefix_cache_bytes if limits.prefix_cache_bytes >= 0 else SOURCE_CACHE_BYTES
     return Scheduler(translator.model, capacity=capacity, limits=limits,
-                     prefix_cache=SourceCache(translator.model, max_bytes=cap), **options)
+                     prefix_cache=SourceCache(translator.model, max_bytes=cap), draft=translator.draft,
+                     draft_tokens=translator.draft_tokens, **options)
 
 
 def add_routes(app: FastAPI, served: Served) -> None:

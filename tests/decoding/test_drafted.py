@@ -1,0 +1,104 @@
+"""Drafted rows in the engine's running batch: rows with their own drafts and acceptances, joining at different
+steps beside plain and beam rows, verified in one pass each step, decode exactly what each decodes alone; the
+tokens a row decided beyond what the batch kept wait as its pending and are never lost."""
+
+import pytest
+import torch
+
+from aiayn import DecoderOnly, generate
+from aiayn.decoding.config import DecodingConfig
+from aiayn.decoding.drafted import DraftedRows
+from aiayn.decoding.drafts import NGramDraft
+from aiayn.decoding.engine import Engine
+from aiayn.decoding.generation import rows_for
+from aiayn.decoding.speculative import SpeculativeStats
+
+from conftest import tiny
+
+GREEDY = DecodingConfig(strategy="greedy", max_new_tokens=14, max_len_b=None)
+
+
+class Oracle:
+    """Guesses the main model's own greedy continuation, but every ``wrong``-th guess of a pass is wrong: rows of
+    one batch then agree to different lengths."""
+
+    costly = False
+
+    def __init__(self, model, wrong: int) -> None:
+        self.model, self.wrong = model, wrong
+
+    def begin(self, inputs, room):
+        pass
+
+    def propose(self, tokens, n, sampler=None):
+        truth = generate(self.model, tokens, "greedy", max_new_tokens=n, max_len_b=None)[0]
+        return [(t + 1) % 29 + 1 if (j + 1) % self.wrong == 0 else t for j, t in enumerate(truth)], None
+
+    def rollback(self, length):
+        pass
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """A tiny model whose greedy text varies (weights scaled up: an untrained one repeats one token)."""
+    torch.manual_seed(1)
+    model = DecoderOnly(tiny(arch="decoder-only", vocab_size=30, positions="rope")).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(3)
+    return model
+
+
+def test_drafted_rows_beside_plain_and_beam_rows_decode_what_each_decodes_alone(lm, monkeypatch):
+    torch.manual_seed(3)
+    prompts = [torch.randint(3, 30, (1, n)) for n in (5, 9, 3, 7, 6)]
+    stats = SpeculativeStats()
+    drafts = [Oracle(lm, 3), Oracle(lm, 2), NGramDraft(), Oracle(lm, 5), None]
+    configs = [GREEDY] * 4 + [DecodingConfig(strategy="beam", beam_size=2, max_new_tokens=8, max_len_b=None)]
+    kept = []  # the columns each verifying pass kept for the batch, and the most any row decided in it
+    original = DraftedRows.commit
+
+    def commit(self, m):
+        kept.append((m, max(map(len, self._known))))
+        original(self, m)
+
+    monkeypatch.setattr(DraftedRows, "commit", commit)
+    engine, groups = Engine(lm, capacity=80), []
+    for prompt, draft, cfg in zip(prompts, drafts, configs, strict=True):
+        group, rows, beams = rows_for(lm, prompt, cfg, draft=draft, stats=stats)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+        engine.step()
+        engine.remove_done()
+    engine.run()
+    for prompt, group, cfg in zip(prompts, groups, configs, strict=True):
+        alone = generate(lm, prompt, config=cfg)
+        got = [h[0].tokens for h in group.nbest()] if cfg.strategy == "beam" else group.results()
+        assert got == alone
+    assert stats.accepted > 0 and stats.accepted < stats.proposed
+    assert any(m < most for m, most in kept)  # rows agreed to different lengths: some decided tokens waited
+
+
+def test_a_row_alone_takes_every_token_its_draft_got_right_in_one_pass(lm):
+    prompt = torch.randint(3, 30, (1, 6))
+    stats = SpeculativeStats()
+    got = generate(lm, prompt, "greedy", max_new_tokens=20, max_len_b=None, draft=Oracle(lm, 100),
+                   draft_tokens=4, speculative_stats=stats)
+    assert got == generate(lm, prompt, "greedy", max_new_tokens=20, max_len_b=None)
+    assert stats.accepted == stats.proposed and stats.main_passes <= 1 + -(-19 // 5)  # 5 tokens a pass
+
+
+def test_a_costly_draft_guesses_only_for_a_row_alone_in_its_batch(lm):
+    oracle = Oracle(lm, 100)
+    oracle.costly = True
+    prompts = [torch.randint(3, 30, (1, 6)) for _ in range(2)]
+    stats = SpeculativeStats()
+    engine, groups = Engine(lm, capacity=80), []
+    for prompt in prompts:
+        group, rows, beams = rows_for(lm, prompt, GREEDY, draft=oracle, stats=stats)
+        engine.admit(group, rows, beams)
+        groups.append(group)
+    engine.run()
+    assert [g.results() for g in groups] == [generate(lm, p, config=GREEDY) for p in prompts]
+    assert stats.proposed == 0  # two rows all along: a model pass a guess would not pay
