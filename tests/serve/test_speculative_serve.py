@@ -1,0 +1,63 @@
+"""``aiayn serve --draft``: speculative decoding inside the server's continuous batching. Requests running together
+through the official ``openai`` client, each drafted with its own acceptance, get the text each gets without a
+draft (greedy); sampled requests are drafted too; a request that asks for log-probabilities decodes plainly; /health
+and /metrics count the drafted and accepted tokens."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from aiayn.inference.generator import TextGenerator
+from aiayn.serve.limits import Limits
+from aiayn.serve.server import create_app
+
+from conftest import serving
+
+openai = pytest.importorskip("openai")
+PROMPTS = ["the cat ", "a dog a dog a dog ", "the the the ", "cat sat on the mat, cat sat on the ", "once "]
+
+
+@pytest.fixture(scope="module")
+def drafted(lm_run):
+    """The tiny language model served with prompt lookup drafting; yields (its URL, a plain generator)."""
+    generator = TextGenerator.from_checkpoint(lm_run, draft="ngram")
+    limits = Limits(max_new_tokens=64)
+    with serving(create_app(generator, limits, name="tiny-lm"), limits) as url:
+        yield url, TextGenerator.from_checkpoint(lm_run)
+
+
+def test_concurrent_drafted_requests_get_the_text_each_gets_without_a_draft(drafted):
+    url, plain = drafted
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+
+    def complete(prompt: str) -> str:
+        done = client.completions.create(model="tiny-lm", prompt=prompt, max_tokens=40, temperature=0)
+        return done.choices[0].text
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        texts = list(pool.map(complete, PROMPTS))
+    assert texts == [plain.generate(p, 40, temperature=0)[0] for p in PROMPTS]
+    health = httpx.get(f"{url}/health").json()
+    metrics = httpx.get(f"{url}/metrics").text
+    drafted_tokens = health["drafted_tokens"]
+    assert 0 < health["accepted_tokens"] <= drafted_tokens
+    assert f"aiayn_draft_tokens {float(drafted_tokens)}" in metrics and "aiayn_draft_accepted_tokens" in metrics
+
+
+def test_a_streamed_drafted_chat_of_several_tokens_a_pass_streams_them_all(drafted):
+    url, plain = drafted
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    pieces = [c.choices[0].text for c in client.completions.create(
+        model="tiny-lm", prompt=PROMPTS[1], max_tokens=30, temperature=0, stream=True)]
+    assert "".join(pieces) == plain.generate(PROMPTS[1], 30, temperature=0)[0]
+
+
+def test_sampled_and_logprobs_requests_are_served_beside_drafted_ones(drafted):
+    url, plain = drafted
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+    sampled = client.completions.create(model="tiny-lm", prompt="a dog", max_tokens=12, temperature=0.8, seed=4)
+    assert sampled.usage.completion_tokens > 0
+    scored = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=10, temperature=0, logprobs=2)
+    assert scored.choices[0].text == plain.generate("the cat ", 10, temperature=0)[0]
+    assert len(scored.choices[0].logprobs.token_logprobs) == scored.usage.completion_tokens
