@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from aiayn import DecoderOnly, generate
+from aiayn.decoding import drafted
+from aiayn.decoding import engine as engine_module
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.drafted import DraftedRows
 from aiayn.decoding.drafts import NGramDraft
@@ -21,8 +23,6 @@ GREEDY = DecodingConfig(strategy="greedy", max_new_tokens=14, max_len_b=None)
 class Oracle:
     """Guesses the main model's own greedy continuation, but every ``wrong``-th guess of a pass is wrong: rows of
     one batch then agree to different lengths."""
-
-    costly = False
 
     def __init__(self, model, wrong: int) -> None:
         self.model, self.wrong = model, wrong
@@ -51,6 +51,8 @@ def lm():
 
 
 def test_drafted_rows_beside_plain_and_beam_rows_decode_what_each_decodes_alone(lm, monkeypatch):
+    """Rows that guess in a batch of several (which the server turns down: ``GUESSING_ROWS``) stay exact."""
+    monkeypatch.setattr(drafted, "GUESSING_ROWS", 8)
     torch.manual_seed(3)
     prompts = [torch.randint(3, 30, (1, n)) for n in (5, 9, 3, 7, 6)]
     stats = SpeculativeStats()
@@ -89,16 +91,25 @@ def test_a_row_alone_takes_every_token_its_draft_got_right_in_one_pass(lm):
     assert stats.accepted == stats.proposed and stats.main_passes <= 1 + -(-19 // 5)  # 5 tokens a pass
 
 
-def test_a_costly_draft_guesses_only_for_a_row_alone_in_its_batch(lm):
-    oracle = Oracle(lm, 100)
-    oracle.costly = True
-    prompts = [torch.randint(3, 30, (1, 6)) for _ in range(2)]
+def test_rows_guess_only_while_the_batch_has_one_row(lm, monkeypatch):
+    seen = []  # (rows in the batch, tokens guessed) of each step
+
+    def tails(engine):
+        got = drafted.drafted_tails(engine)
+        seen.append((engine.tokens.size(0), sum(map(len, got or []))))
+        return got
+
+    monkeypatch.setattr(engine_module, "drafted_tails", tails)
+    prompts, limits = [torch.randint(3, 30, (1, 6)) for _ in range(2)], (4, 20)
     stats = SpeculativeStats()
     engine, groups = Engine(lm, capacity=80), []
-    for prompt in prompts:
-        group, rows, beams = rows_for(lm, prompt, GREEDY, draft=oracle, stats=stats)
+    for prompt, limit in zip(prompts, limits, strict=True):
+        cfg = GREEDY.replace(max_new_tokens=limit)
+        group, rows, beams = rows_for(lm, prompt, cfg, draft=Oracle(lm, 100), stats=stats)
         engine.admit(group, rows, beams)
-        groups.append(group)
+        groups.append((group, cfg))
     engine.run()
-    assert [g.results() for g in groups] == [generate(lm, p, config=GREEDY) for p in prompts]
-    assert stats.proposed == 0  # two rows all along: a model pass a guess would not pay
+    alone = [generate(lm, p, config=c) for p, (_, c) in zip(prompts, groups, strict=True)]
+    assert [g.results() for g, _ in groups] == alone
+    assert all(guessed == 0 for rows, guessed in seen if rows > 1) and seen[0][0] == 2
+    assert any(guessed > 0 for rows, guessed in seen if rows == 1)  # alone once the short one left

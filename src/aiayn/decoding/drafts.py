@@ -55,10 +55,7 @@ class Sampler:
 class Draft(Protocol):
     """A way to draft: ``begin`` a row, ``propose`` up to ``n`` tokens after its tokens so far (1, t): the ids and,
     when the draft samples (``sampler``), the distribution each was drawn from, (n', V) (None: each a certainty,
-    as a lookup's are), and ``rollback`` to a length when the main model rejected what came after. ``costly``: a
-    guess costs a model pass (drafted only for a row alone in its batch)."""
-
-    costly: bool
+    as a lookup's are), and ``rollback`` to a length when the main model rejected what came after."""
 
     def begin(self, inputs: Tensor, room: int) -> None: ...  # a row's source or prompt (1, S); room: new tokens
 
@@ -69,8 +66,6 @@ class Draft(Protocol):
 
 class ModelDraft:
     """A model with the main model's vocabulary, decoding greedily ahead with its own cache."""
-
-    costly = True  # a pass of a model a guess: worth it for a row alone in its batch (``drafted.py``)
 
     def __init__(self, model: TransformerModel) -> None:
         self.model, self.stepper = model.eval(), None
@@ -99,8 +94,6 @@ class ModelDraft:
 class NGramDraft:
     """Prompt lookup: for n from ``max_ngram`` down to ``min_ngram``, the row's last n tokens are looked for
     earlier in the row (prompt and output); the tokens after their latest earlier occurrence are the draft."""
-
-    costly = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -131,8 +124,6 @@ class ProphetDraft:
     CMLM's mask-predict) before the first token: the autoregressive model verifies it a few tokens at a time. Where
     the output has left the prophecy (a rejection), the draft goes on after the place in it where the output's last
     tokens occur nearest the output's own length (prompt lookup over the prophecy)."""
-
-    costly = False  # one pass of its model a sentence, before the first token
 
     def __init__(self, model: NonAutoregressive, most_ngram: int = 3) -> None:
         self.model, self.most_ngram = model.eval(), most_ngram
