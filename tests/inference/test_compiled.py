@@ -213,7 +213,7 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
     scheduler = Scheduler(lm, max_batch=2, capacity=32)
     seen = []
     monkeypatch.setattr(compiled, "compiler", lambda: None)
-    future = compile_first(lm, scheduler, "on", "cpu", say=lambda line: seen.append(
+    future = compile_first(lm, True, scheduler, "on", "cpu", say=lambda line: seen.append(
         (threading.current_thread().name, line)))
     assert not seen  # queued: the thread has not started
     scheduler.start()
@@ -223,7 +223,7 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
         scheduler.stop()
     assert seen == [("aiayn-decode", "decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH: install one "
                                      "to compile")]
-    assert compile_first(EncoderDecoder(tiny()), scheduler, "on", "cpu") is None
+    assert compile_first(EncoderDecoder(tiny()), True, scheduler, "on", "cpu") is None
 
 
 @pytest.mark.long
@@ -273,7 +273,7 @@ def test_a_server_opens_its_port_only_once_its_step_is_compiled(tmp_path, monkey
     product, embedder = server.load_product(str(chat_checkpoint(tmp_path / "ckpt")), None, "cpu", False, False,
                                             False, None, None)
     scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
-    ready = server.compile_first(product.model, scheduler, "on", "cpu")
+    ready = server.compile_first(product.model, True, scheduler, "on", "cpu")
     add = ready.add_done_callback
     ready.add_done_callback = lambda fn: waited_on.set() or add(fn)  # the app's start awaits it (wrap_future)
     app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)

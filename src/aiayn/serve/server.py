@@ -153,15 +153,18 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     folder's); ``api_key``: every route but /health needs it; ``loras``: adapter folders served beside the base
     (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
     process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``); ``compile``:
-    a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``: one row at a time);
+    a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``), and a draft model's;
     ``draft``, ``draft_tokens``: speculative decoding (``--draft``)."""
+    from aiayn.decoding.drafts import ModelDraft
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
                                      draft_tokens)
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
-    compiling = compile_first(product.model, scheduler, compile, device)
+    compiling = compile_first(product.model, True, scheduler, compile, device)
+    if isinstance(getattr(product, "draft", None), ModelDraft):  # it steps one token at a time for one row
+        compiling = compile_first(product.draft.model, False, scheduler, compile, device)
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow
 
@@ -177,16 +180,16 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     _serve(server_config(app, host, port, limits), scheduler, parallel)
 
 
-def compile_first(model, scheduler: Scheduler, mode: str, device: str, say=None):
+def compile_first(model, batches: bool, scheduler: Scheduler, mode: str, device: str, say=None):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
-    stepped before; a graph for one row and one for a running batch of more. ``say`` gets its lines (default:
-    standard error). Returns the chore's future (None: not a language model, or ``off``)."""
+    stepped before; a graph for one row and, with ``batches``, one for a running batch of more. ``say`` gets its
+    lines (default: standard error). Returns the chore's future (None: not a language model, or ``off``)."""
     if model.config.arch != "decoder-only" or mode == "off":
         return None
     from aiayn.inference.compiled import attach
 
-    return scheduler.run_alone(functools.partial(attach, batches=True), model, mode, device, say)
+    return scheduler.run_alone(functools.partial(attach, batches=batches), model, mode, device, say)
 
 
 def startup_line(served: Served) -> str:
