@@ -113,3 +113,18 @@ def test_rows_guess_only_while_the_batch_has_one_row(lm, monkeypatch):
     assert [g.results() for g, _ in groups] == alone
     assert all(guessed == 0 for rows, guessed in seen if rows > 1) and seen[0][0] == 2
     assert any(guessed > 0 for rows, guessed in seen if rows == 1)  # alone once the short one left
+
+
+@pytest.mark.parametrize("options", [{"repetition_penalty": 1.8}, {"frequency_penalty": 1.5, "presence_penalty": 0.5},
+                                     {"logit_bias": {5: 4.0, 9: -100.0}}])
+def test_penalties_and_biases_judge_drafted_tokens_as_plain_decoding_would(lm, options):
+    """Each drafted position is scored as if the drafted tokens before it were kept (``Penalties.along``): the
+    text is plain greedy's under the same penalties, though the drafts guess the unpenalised text."""
+    prompts = torch.randint(3, 30, (3, 7))
+    plain = generate(lm, prompts, "greedy", max_new_tokens=16, max_len_b=None, **options)
+    assert plain != generate(lm, prompts, "greedy", max_new_tokens=16, max_len_b=None)
+    for draft in (Oracle(lm, 4), NGramDraft()):
+        stats = SpeculativeStats()
+        got = generate(lm, prompts, "greedy", max_new_tokens=16, max_len_b=None, draft=draft,
+                       speculative_stats=stats, **options)
+        assert got == plain and stats.proposed > 0

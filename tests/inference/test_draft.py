@@ -25,7 +25,7 @@ def test_generate_drafts_by_prompt_lookup_its_own_int8_copy_or_a_checkpoint_and_
 
 def test_a_draft_that_cannot_serve_is_one_line(lm_run, trained_run):
     common = ["generate", "--checkpoint", str(lm_run), "--prompt", "the", "--max-new-tokens", "5"]
-    for flags, words in ((["--draft", "ngram", "--repetition-penalty", "1.2"], "without penalties"),
+    for flags, words in ((["--draft", "ngram", "--strategy", "beam"], "greedy or sampled"),
                          (["--draft", str(trained_run)], "other tokenizers"),
                          (["--draft", "ngram", "--draft-tokens", "0"], "draft_tokens")):
         done = run_main(*common, *flags)
@@ -86,3 +86,24 @@ def test_a_non_autoregressive_prophet_drafts_a_whole_translation_and_the_output_
         assert drafted.translate(texts) == plain
         stats = drafted.speculative
         assert stats.accepted > 0 and stats.main_passes < stats.generated, stats.summary()
+
+
+def test_a_checkpoint_can_prefer_a_draft_in_its_generation_json(lm_run, tmp_path):
+    """``"draft"`` in generation.json: the draft used when ``--draft`` is not given; ``--draft none`` turns it off;
+    a draft that is not a name or a path is one line naming the file."""
+    import json
+    import shutil
+
+    from aiayn.io.run import resolve_checkpoint
+
+    folder = shutil.copytree(resolve_checkpoint(lm_run), tmp_path / "ckpt")
+    options = json.loads((folder / "generation.json").read_text()) if (folder / "generation.json").exists() else {}
+    (folder / "generation.json").write_text(json.dumps({**options, "temperature": 0, "draft": "ngram"}))
+    common = ["generate", "--checkpoint", str(folder), "--prompt", PROMPT, "--max-new-tokens", "40"]
+    drafted, plain = run_main(*common), run_main(*common, "--draft", "none")
+    assert drafted.returncode == plain.returncode == 0, drafted.stderr + plain.stderr
+    assert drafted.stdout == plain.stdout
+    assert "drafted tokens accepted" in drafted.stderr and "drafted tokens accepted" not in plain.stderr
+    (folder / "generation.json").write_text(json.dumps({"draft": 4}))
+    bad = run_main(*common)
+    assert bad.returncode == 2 and "generation.json: draft:" in bad.stderr and "Traceback" not in bad.stderr

@@ -35,9 +35,10 @@ def test_concurrent_drafted_requests_get_the_text_each_gets_without_a_draft(draf
         done = client.completions.create(model="tiny-lm", prompt=prompt, max_tokens=40, temperature=0)
         return done.choices[0].text
 
-    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:  # rows guess while alone in the batch (GUESSING_ROWS)
         texts = list(pool.map(complete, PROMPTS))
     assert texts == [plain.generate(p, 40, temperature=0)[0] for p in PROMPTS]
+    assert complete(PROMPTS[1]) == texts[1]  # alone: drafted
     health = httpx.get(f"{url}/health").json()
     metrics = httpx.get(f"{url}/metrics").text
     drafted_tokens = health["drafted_tokens"]

@@ -125,7 +125,7 @@ def text_decoding_options(args: argparse.Namespace) -> dict:
     """:func:`decoding_options` of a command that continues text: with ``--draft`` and no ``--temperature`` or
     ``--strategy``, greedy (speculative decoding's output is then greedy's; given a temperature it samples)."""
     options = decoding_options(args)
-    if args.draft and "temperature" not in options and "strategy" not in options:
+    if args.draft not in (None, "none") and "temperature" not in options and "strategy" not in options:
         options["strategy"] = "greedy"
     return options
 
@@ -156,7 +156,7 @@ def translator_from_args(args: argparse.Namespace):
 
     note_emulated_bf16(args)
     options = decoding_options(args)
-    if args.draft and "beam_size" not in options:
+    if args.draft not in (None, "none") and "beam_size" not in options:
         options["beam_size"] = 1  # speculative decoding is greedy
     return Translator.from_checkpoint(args.checkpoint, args.device, decoding=options, **precision_options(args),
                                       draft=args.draft, draft_tokens=args.draft_tokens, shortlist=args.shortlist,
@@ -279,12 +279,13 @@ def add_decoding(p) -> None:
 
 def add_draft(p) -> None:
     """--draft and --draft-tokens: speculative greedy decoding (the same output, several tokens a pass)."""
-    p.add_argument("--draft", metavar="CHECKPOINT|ngram|int4|int8",
+    p.add_argument("--draft", metavar="CHECKPOINT|ngram|int4|int8|none",
                    help="speculative greedy decoding, the same output as greedy with fewer passes of the model, "
                         "drafted by: ngram (the continuation of the latest repeat of the last tokens in the prompt or "
                         "the output: no second model), int4 or int8 (the checkpoint's own quantized copy, loaded "
                         "beside it), or a smaller checkpoint with the same tokenizer; greedy unless --temperature is "
-                        "given (then speculative sampling: the same distribution) (docs/decoding.md)")
+                        "given (then speculative sampling: the same distribution); default: the draft the "
+                        "checkpoint's generation.json names (\"draft\"), if any; none: no draft (docs/decoding.md)")
     p.add_argument("--draft-tokens", type=int, dest="draft_tokens", metavar="K",
                    help="tokens drafted a pass (default: adapted to how many the model accepts, none while "
                         "drafting does not pay)")

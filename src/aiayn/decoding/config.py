@@ -163,7 +163,7 @@ class DecodingConfig:
         path = Path(folder) / GENERATION
         if not path.is_file():
             return cls()
-        options = read_json(path)
+        options = {k: v for k, v in read_json(path).items() if k != "draft"}  # the draft: inference/draft.py's
         try:
             return cls().replace(**options)
         except ValueError as err:

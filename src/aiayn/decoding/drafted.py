@@ -19,6 +19,7 @@ from torch import Tensor
 from aiayn.decoding.core import Columns, as_eos, strip
 from aiayn.decoding.drafts import Draft, DraftLength, Sampler
 from aiayn.decoding.greedy import TokenRows
+from aiayn.decoding.sampling import Penalties
 from aiayn.decoding.speculative import SpeculativeStats, accept_greedy, accept_sampled
 from aiayn.model.config import ModelConfig
 from aiayn.model.masks import prompt_lengths
@@ -35,13 +36,16 @@ class DraftedRows:
         draft_tokens: guesses a pass (None: adapted to each row's acceptance, :class:`DraftLength`).
         on_token: ``on_token(ids (B,), live (B,))`` for each decided token (one row live at a time).
         stats: drafted and accepted tokens are added to it.
+        penalties: the rows' penalties and biases (``sampling.Penalties``), at each drafted position as if the
+            drafted tokens before it were kept: both acceptance rules judge the scores plain decoding would have.
     """
 
     def __init__(self, limits: Tensor, draft: Draft, inputs: Tensor, cfg: ModelConfig, sampler: Sampler | None = None,
                  draft_tokens: int | None = None, min_new_tokens: int = 0,
                  on_token: Callable[[Tensor, Tensor], None] | None = None,
-                 stats: SpeculativeStats | None = None) -> None:
+                 stats: SpeculativeStats | None = None, penalties: Penalties | None = None) -> None:
         self.cfg, self.sampler, self.min_new_tokens, self.on_token = cfg, sampler, min_new_tokens, on_token
+        self.penalties = penalties
         self.stats = stats if stats is not None else SpeculativeStats()
         self.limits = limits.tolist()
         self.size, self.longest, self.steps = len(self.limits), max(self.limits, default=0), 0
@@ -95,6 +99,8 @@ class DraftedRows:
             s = scores[i, p: p + len(guess) + 1]  # (n + 1, V): after the last pending token and each guess
             for j in range(s.size(0)):
                 columns.forbid(s[j], len(self.made[i]) + j < self.min_new_tokens)
+            if self.penalties is not None:
+                s = self.penalties.along(i, s, guess)
             proposal = torch.tensor(guess, dtype=torch.long)
             kept = (accept_greedy(s, proposal, self.cfg) if self.sampler is None
                     else accept_sampled(s, proposal, dists, self.sampler))
@@ -115,6 +121,9 @@ class DraftedRows:
             self.reasons[i] = "stop"
         self.made[i] += kept
         self.stats.generated += len(kept)
+        if self.penalties is not None:
+            for token in kept:
+                self.penalties.counts[i, token] += 1
         if self.reasons[i] is None and len(self.made[i]) >= self.limits[i]:
             self.reasons[i] = "length"
         for token in kept:

@@ -85,7 +85,7 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     if draft is not None:
         return speculative(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
-                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg))[0]
+                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg), cfg)[0]
     grammar = _grammar(cfg, grammars)
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
@@ -128,8 +128,8 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
 def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
     """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
     if not draftable(cfg):
-        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt, unconstrained, "
-                         "without penalties or biases; use strategy='greedy' or 'sample'")
+        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt, without a "
+                         "json_schema or grammar; use strategy='greedy' or 'sample'")
     if cfg.strategy == "greedy":
         return None
     generator = torch.Generator()
@@ -139,9 +139,9 @@ def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
 
 
 def draftable(cfg: DecodingConfig) -> bool:
-    """Whether a decoding can be drafted (greedy, or one sample a prompt, unconstrained, without penalties)."""
+    """Whether a decoding can be drafted (greedy, or one sample a prompt; penalties and biases apply; unconstrained)."""
     return (cfg.strategy == "greedy" or (cfg.strategy == "sample" and cfg.num_return_sequences == 1)) and not (
-        cfg.json_schema or cfg.grammar or cfg.penalized or cfg.biases())
+        cfg.json_schema or cfg.grammar)
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
@@ -172,13 +172,14 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     :func:`generate` and the server both build their groups here."""
     cfg = cfg.resolve(model.config)  # as it is when resolved already
     limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
+    vocab = model.config.target_vocab
     if draft is not None and grammar is None and draftable(cfg):
+        penalties = penalties_for(cfg, _decoded(model, src_ids), pad, vocab)
         return DraftedRows(limits, draft, src_ids, model.config, _sampler(model, cfg), draft_tokens, cfg.min_new_tokens,
-                           on_token, stats), src_ids, 1
+                           on_token, stats, penalties), src_ids, 1
     if cfg.strategy in PARALLEL:
         raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
                          "generate")
-    vocab = model.config.target_vocab
     if cfg.strategy == "greedy":
         constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
         penalties = penalties_for(cfg, _decoded(model, src_ids), pad, vocab)
@@ -214,12 +215,13 @@ def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_r
 def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
                 max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
                 stats: SpeculativeStats | None = None, on_token: Callable[[Tensor, Tensor], None] | None = None,
-                sampler: Sampler | None = None) -> tuple[list[list[int]], SpeculativeStats]:
+                sampler: Sampler | None = None, cfg: DecodingConfig | None = None
+                ) -> tuple[list[list[int]], SpeculativeStats]:
     """Outputs of ``model`` for each row of ``src_ids``, one row at a time (a draft model then guesses for every
     row), drafted by ``draft`` (a :class:`~aiayn.decoding.drafts.Draft`, or a model with the same vocabulary: a
     :class:`~aiayn.decoding.drafts.ModelDraft`), ``k`` tokens a pass (None: adapted): greedy, or drawn as
-    ``sampler`` says. ``max_new_tokens`` may be a (B,) tensor; ``stats`` (if given) is added to and returned;
-    ``on_token(ids (1,), live (1,))`` is called with each token as it is kept (streaming)."""
+    ``sampler`` says, with ``cfg``'s penalties and biases. ``max_new_tokens`` may be a (B,) tensor; ``stats`` (if
+    given) is added to and returned; ``on_token(ids (1,), live (1,))`` is called with each token as it is kept."""
     if isinstance(draft, TransformerModel):
         if draft.config.target_vocab != model.config.target_vocab:
             raise ValueError("draft model: its vocabulary must be the main model's")
@@ -228,7 +230,9 @@ def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_id
     limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0))
     outputs = []
     for row, limit in zip(src_ids.split(1), limits.split(1), strict=True):
-        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats)
+        penalties = None if cfg is None else penalties_for(cfg, _decoded(model, row), model.config.pad_id,
+                                                           model.config.target_vocab)
+        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats, penalties)
         outputs += run(model, group, row).results()
     return outputs, stats
 

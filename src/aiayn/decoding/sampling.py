@@ -135,6 +135,17 @@ class Penalties:
         if candidates is not None:
             seen, counts = seen[:, candidates], counts[:, candidates]  # (B, C)
             bias = None if bias is None else bias[candidates]  # (C,)
+        return self._penalised(scores, seen, counts, bias)
+
+    def along(self, row: int, scores: Tensor, tokens: list[int]) -> Tensor:
+        """Row ``row``'s scores (n + 1, V) after each token of a drafted run ``tokens`` (n) and before the first,
+        each penalised as if the row had taken the drafted tokens before it (speculative decoding: a position is
+        looked at only when those were kept)."""
+        steps = torch.zeros(len(tokens) + 1, self.counts.size(1), device=scores.device)  # (n + 1, V)
+        steps[torch.arange(1, len(tokens) + 1), torch.tensor(tokens, dtype=torch.long)] = 1
+        return self._penalised(scores, self.seen[row: row + 1], self.counts[row] + steps.cumsum(0), self.bias)
+
+    def _penalised(self, scores: Tensor, seen: Tensor, counts: Tensor, bias: Tensor | None) -> Tensor:
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
         if self.repetition != 1.0:

@@ -11,11 +11,13 @@ from pathlib import Path
 from aiayn.decoding.drafts import Draft, ModelDraft, NGramDraft, ProphetDraft
 from aiayn.inference.load import load_for_use
 from aiayn.inference.precision import Precision
+from aiayn.io.checkpoint import GENERATION
+from aiayn.io.files import read_json
 from aiayn.io.run import is_gguf, resolve_checkpoint
 from aiayn.model.nonautoregressive import NonAutoregressive
 from aiayn.tokenizers import TokenizerPair, load_tokenizers
 
-WAYS = ("ngram", "int4", "int8")  # the ways to draft that name no checkpoint
+WAYS = ("ngram", "int4", "int8")  # the ways to draft that name no checkpoint (and "none": no draft)
 
 
 def load_draft(spec: str | None, checkpoint: str | Path, tokenizers: TokenizerPair, arch: str,
@@ -23,14 +25,16 @@ def load_draft(spec: str | None, checkpoint: str | Path, tokenizers: TokenizerPa
     """The draft ``spec`` names for ``checkpoint`` (None: no speculation).
 
     Args:
-        spec: ``ngram``, ``int4``, ``int8`` or a checkpoint (folder, run folder or GGUF file).
+        spec: ``ngram``, ``int4``, ``int8`` or a checkpoint (folder, run folder or GGUF file); None: the one the
+            checkpoint prefers (:func:`preferred`), if any; ``none``: no draft, whatever it prefers.
         checkpoint: the main model's, which ``int4`` and ``int8`` load again, quantized.
         tokenizers: the main model's; a draft checkpoint's must give the same ids.
         arch: the main model's kind (a draft is of the same kind).
         precision: the main model's; a draft checkpoint is made the same way.
         prepare: what the main model was prepared with (a LoRA adapter), applied to its own quantized copy too.
     """
-    if spec is None:
+    spec = preferred(checkpoint) if spec is None else spec
+    if spec in (None, "none"):
         return None
     if spec == "ngram":
         return NGramDraft()
@@ -45,6 +49,21 @@ def load_draft(spec: str | None, checkpoint: str | Path, tokenizers: TokenizerPa
     _same_ids(theirs, tokenizers, spec, checkpoint)
     model = precision.apply(model, own=True)
     return ProphetDraft(model) if isinstance(model, NonAutoregressive) else ModelDraft(model)
+
+
+def preferred(checkpoint: str | Path) -> str | None:
+    """The draft a checkpoint prefers: ``"draft"`` in its ``generation.json`` (a way to draft, or a checkpoint, a
+    relative one beside the checkpoint's folder), as ``--draft`` takes it; None: none."""
+    folder = resolve_checkpoint(checkpoint)
+    path = folder / GENERATION
+    if is_gguf(folder) or not path.is_file():
+        return None
+    spec = read_json(path).get("draft")
+    if spec is not None and not isinstance(spec, str):
+        raise ValueError(f"{path}: draft: give ngram, int4, int8, none or a checkpoint's path, not {spec!r}")
+    if spec is None or spec in (*WAYS, "none") or Path(spec).is_absolute():
+        return spec
+    return str(folder / spec) if (folder / spec).exists() else spec
 
 
 def _same_ids(theirs: TokenizerPair, ours: TokenizerPair, spec: str, checkpoint) -> None:
