@@ -62,3 +62,21 @@ def test_sampled_and_logprobs_requests_are_served_beside_drafted_ones(drafted):
     scored = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=10, temperature=0, logprobs=2)
     assert scored.choices[0].text == plain.generate("the cat ", 10, temperature=0)[0]
     assert len(scored.choices[0].logprobs.token_logprobs) == scored.usage.completion_tokens
+
+
+def test_a_translator_served_with_a_prophet_translates_greedy_requests_as_without_it(trained_run, ctc_run):
+    """``aiayn serve --draft CTC_RUN`` of a translator: greedy requests are drafted by the CTC model's whole
+    translation and verified in the running batch (the text greedy gives); beam requests decode plainly."""
+    from fastapi.testclient import TestClient
+
+    from aiayn.inference.translator import Translator
+
+    plain = Translator.from_checkpoint(trained_run, beam_size=1)
+    texts = ["a b c d", "f g h i j", "k l m"]
+    app = create_app(Translator.from_checkpoint(trained_run, draft=str(ctc_run), beam_size=1), Limits())
+    with TestClient(app) as client:
+        got = [client.post("/translate", json={"text": t, "beam_size": 1}).json()["translation"] for t in texts]
+        beam = client.post("/translate", json={"text": texts[0], "beam_size": 3}).json()["translation"]
+        health = client.get("/health").json()
+    assert got == plain.translate(texts) and beam
+    assert health["accepted_tokens"] > 0
