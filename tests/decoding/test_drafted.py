@@ -128,3 +128,42 @@ def test_penalties_and_biases_judge_drafted_tokens_as_plain_decoding_would(lm, o
         got = generate(lm, prompts, "greedy", max_new_tokens=16, max_len_b=None, draft=draft,
                        speculative_stats=stats, **options)
         assert got == plain and stats.proposed > 0
+
+
+class Knowing:
+    """Guesses the continuation of a known text (the plain output), every ``wrong``-th guess of a pass another
+    token."""
+
+    def __init__(self, text: list[int], start: int, wrong: int) -> None:
+        self.text, self.start, self.wrong = text, start, wrong
+
+    def begin(self, inputs, room):
+        pass
+
+    def propose(self, tokens, n, sampler=None):
+        ahead = self.text[tokens.size(1) - self.start:][:n]
+        return [t + 1 if (j + 1) % self.wrong == 0 else t for j, t in enumerate(ahead)], None
+
+    def rollback(self, length):
+        pass
+
+
+def test_a_grammar_judges_each_drafted_position_as_after_the_guesses_before_it(tmp_path):
+    """A JSON schema with a draft: each position is masked as the matcher allows it after the guesses before it
+    (then rolled back); guesses it refuses are never kept; the text is plain constrained greedy's."""
+    from aiayn.inference.generator import TextGenerator
+
+    from conftest import chat_checkpoint
+
+    generator = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "ckpt"))
+    schema = '{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}'
+    ids = torch.tensor([generator.prompt_ids("Where? ")])
+    ask = dict(max_new_tokens=40, json_schema=schema, grammars=generator.grammars)
+    plain = generate(generator.model, ids, "greedy", **ask)
+    for wrong in (2, 3, 100):
+        stats = SpeculativeStats()
+        got = generate(generator.model, ids, "greedy", draft=Knowing(plain[0], ids.size(1), wrong),
+                       speculative_stats=stats, **ask)
+        assert got == plain and stats.accepted > 0
+    sampled = generate(generator.model, ids, "sample", seed=1, draft="ngram", temperature=1.5, **ask)
+    assert generator.tokenizer.decode(sampled[0]).startswith("{")

@@ -58,7 +58,7 @@ def test_generate_option_errors(model):
     with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
         generate(model, src, "beam", draft_model=model)
     with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
-        generate(model, src, "greedy", draft="ngram", json_schema="{}")
+        generate(model, src, "sample", draft="ngram", num_return_sequences=2)
     with pytest.raises(ValueError, match="num_return_sequences"):
         generate(model, src, "greedy", num_return_sequences=2)
     with pytest.raises(ValueError, match="max_new_tokens"):  # no limit at all: neither relative nor fixed

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from aiayn.decoding.constraint import allowed
 from aiayn.decoding.core import Columns, as_eos, strip
 from aiayn.decoding.drafts import Draft, DraftLength, Sampler
 from aiayn.decoding.greedy import TokenRows
@@ -38,14 +39,17 @@ class DraftedRows:
         stats: drafted and accepted tokens are added to it.
         penalties: the rows' penalties and biases (``sampling.Penalties``), at each drafted position as if the
             drafted tokens before it were kept: both acceptance rules judge the scores plain decoding would have.
+        constraints: per row, the grammar its tokens follow (``constraint.py``) or None: each drafted position
+            masked as the grammar allows it after the guesses before it.
     """
 
     def __init__(self, limits: Tensor, draft: Draft, inputs: Tensor, cfg: ModelConfig, sampler: Sampler | None = None,
                  draft_tokens: int | None = None, min_new_tokens: int = 0,
                  on_token: Callable[[Tensor, Tensor], None] | None = None,
-                 stats: SpeculativeStats | None = None, penalties: Penalties | None = None) -> None:
+                 stats: SpeculativeStats | None = None, penalties: Penalties | None = None,
+                 constraints: list | None = None) -> None:
         self.cfg, self.sampler, self.min_new_tokens, self.on_token = cfg, sampler, min_new_tokens, on_token
-        self.penalties = penalties
+        self.penalties, self.constraints = penalties, constraints
         self.stats = stats if stats is not None else SpeculativeStats()
         self.limits = limits.tolist()
         self.size, self.longest, self.steps = len(self.limits), max(self.limits, default=0), 0
@@ -96,12 +100,15 @@ class DraftedRows:
                 continue
             guess, dists, fed = self._guess[i]
             p = len(self.pending[i])
-            s = scores[i, p: p + len(guess) + 1]  # (n + 1, V): after the last pending token and each guess
-            for j in range(s.size(0)):
-                columns.forbid(s[j], len(self.made[i]) + j < self.min_new_tokens)
-            if self.penalties is not None:
-                s = self.penalties.along(i, s, guess)
-            proposal = torch.tensor(guess, dtype=torch.long)
+            if p >= scores.size(1):  # a plain step (a beam search shares the batch): it feeds a pending token
+                known.append(list(self.pending[i]))
+                continue
+            s, proposal = self._scored(i, scores[i, p: p + len(guess) + 1], guess, columns)
+            if s.size(0) == 0:  # its grammar allows no token the vocabulary has: the row ends
+                self.reasons[i] = "stop"
+                known.append(list(self.pending[i]))
+                continue
+            dists = None if dists is None else dists[: proposal.numel()]
             kept = (accept_greedy(s, proposal, self.cfg) if self.sampler is None
                     else accept_sampled(s, proposal, dists, self.sampler))
             if guess:
@@ -113,12 +120,44 @@ class DraftedRows:
         self._known = known
         return known
 
+    def _scored(self, i: int, s: Tensor, guess: list[int], columns: Columns) -> tuple[Tensor, Tensor]:
+        """Row ``i``'s scores (n + 1, V) after its last token and each guess, as plain decoding would judge them:
+        never-generated tokens and early ends forbidden, penalties, and its grammar's mask at each position (its
+        matcher fed the guesses, then rolled back). Returns the scores and the guesses (both cut where the grammar
+        rejects a guess or allows nothing; no rows: nothing allowed at all)."""
+        for j in range(s.size(0)):
+            columns.forbid(s[j], len(self.made[i]) + j < self.min_new_tokens)
+        if self.penalties is not None:
+            s = self.penalties.along(i, s, guess)
+        c = None if self.constraints is None else self.constraints[i]
+        if c is not None:
+            masks, fed = [], 0
+            for j in range(s.size(0)):
+                masks.append(allowed([c], s.size(1))[0].to(s.device))  # (V,) bool
+                if not masks[-1].any():  # a dead end: the guess that led here is not proposed
+                    guess, masks = guess[: max(0, j - 1)], masks[: max(0, j - 1) + 1] if j else []
+                    break
+                if j == len(guess) or not masks[-1][guess[j]]:
+                    guess = guess[:j]
+                    break
+                c.take(guess[j])
+                fed += 1
+            c.matcher.rollback(fed)
+            s = s[: len(masks)].masked_fill(~torch.stack(masks), float("-inf")) if masks else s[:0]
+        return s, torch.tensor(guess, dtype=torch.long)
+
     def _take(self, i: int, kept: list[int]) -> list[int]:
         """Row ``i`` decides ``kept`` (up to its limit and an end): recorded, streamed; returns those taken."""
         kept = kept[: self.limits[i] - len(self.made[i])]
         if self.cfg.eos_id in kept:
             kept = kept[: kept.index(self.cfg.eos_id) + 1]
             self.reasons[i] = "stop"
+        c = None if self.constraints is None else self.constraints[i]
+        for n, token in enumerate(kept if c is not None else []):
+            c.take(token)
+            if c.stopped:  # its grammar is complete: the row ends with this token
+                kept, self.reasons[i] = kept[: n + 1], "stop"
+                break
         self.made[i] += kept
         self.stats.generated += len(kept)
         if self.penalties is not None:

@@ -83,10 +83,10 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
         if cfg.strategy == "ctc":
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
+    grammar = _grammar(cfg, grammars)
     if draft is not None:
         return speculative(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
-                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg), cfg)[0]
-    grammar = _grammar(cfg, grammars)
+                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg), cfg, grammar)[0]
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
     if cfg.strategy == "beam":
@@ -128,8 +128,8 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
 def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
     """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
     if not draftable(cfg):
-        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt, without a "
-                         "json_schema or grammar; use strategy='greedy' or 'sample'")
+        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt; use "
+                         "strategy='greedy' or 'sample'")
     if cfg.strategy == "greedy":
         return None
     generator = torch.Generator()
@@ -139,9 +139,8 @@ def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
 
 
 def draftable(cfg: DecodingConfig) -> bool:
-    """Whether a decoding can be drafted (greedy, or one sample a prompt; penalties and biases apply; unconstrained)."""
-    return (cfg.strategy == "greedy" or (cfg.strategy == "sample" and cfg.num_return_sequences == 1)) and not (
-        cfg.json_schema or cfg.grammar)
+    """Whether a decoding can be drafted: greedy, or one sample a prompt (penalties, biases and grammars apply)."""
+    return cfg.strategy == "greedy" or (cfg.strategy == "sample" and cfg.num_return_sequences == 1)
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
@@ -173,10 +172,11 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     cfg = cfg.resolve(model.config)  # as it is when resolved already
     limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
     vocab = model.config.target_vocab
-    if draft is not None and grammar is None and draftable(cfg):
+    if draft is not None and draftable(cfg):
         penalties = penalties_for(cfg, _decoded(model, src_ids), pad, vocab)
+        constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
         return DraftedRows(limits, draft, src_ids, model.config, _sampler(model, cfg), draft_tokens, cfg.min_new_tokens,
-                           on_token, stats, penalties), src_ids, 1
+                           on_token, stats, penalties, constraints), src_ids, 1
     if cfg.strategy in PARALLEL:
         raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
                          "generate")
@@ -215,13 +215,13 @@ def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_r
 def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
                 max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
                 stats: SpeculativeStats | None = None, on_token: Callable[[Tensor, Tensor], None] | None = None,
-                sampler: Sampler | None = None, cfg: DecodingConfig | None = None
+                sampler: Sampler | None = None, cfg: DecodingConfig | None = None, grammar: Grammar | None = None
                 ) -> tuple[list[list[int]], SpeculativeStats]:
     """Outputs of ``model`` for each row of ``src_ids``, one row at a time (a draft model then guesses for every
     row), drafted by ``draft`` (a :class:`~aiayn.decoding.drafts.Draft`, or a model with the same vocabulary: a
     :class:`~aiayn.decoding.drafts.ModelDraft`), ``k`` tokens a pass (None: adapted): greedy, or drawn as
-    ``sampler`` says, with ``cfg``'s penalties and biases. ``max_new_tokens`` may be a (B,) tensor; ``stats`` (if
-    given) is added to and returned; ``on_token(ids (1,), live (1,))`` is called with each token as it is kept."""
+    ``sampler`` says, with ``cfg``'s penalties and biases, following ``grammar``. ``max_new_tokens`` may be a (B,)
+    tensor; ``stats`` (if given) is added to; ``on_token(ids (1,), live (1,))`` is called with each token kept."""
     if isinstance(draft, TransformerModel):
         if draft.config.target_vocab != model.config.target_vocab:
             raise ValueError("draft model: its vocabulary must be the main model's")
@@ -232,7 +232,8 @@ def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_id
     for row, limit in zip(src_ids.split(1), limits.split(1), strict=True):
         penalties = None if cfg is None else penalties_for(cfg, _decoded(model, row), model.config.pad_id,
                                                            model.config.target_vocab)
-        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats, penalties)
+        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats, penalties,
+                            None if grammar is None else [grammar.row()])
         outputs += run(model, group, row).results()
     return outputs, stats
 
