@@ -80,3 +80,13 @@ def test_a_translator_served_with_a_prophet_translates_greedy_requests_as_withou
         health = client.get("/health").json()
     assert got == plain.translate(texts) and beam
     assert health["accepted_tokens"] > 0
+
+
+def test_a_drafted_json_schema_request_gets_the_constrained_text(drafted):
+    """POST /generate with a JSON schema on the drafted server: each drafted position masked by the grammar, the
+    text plain constrained greedy's."""
+    url, plain = drafted
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
+    ask = {"prompt": PROMPTS[1], "max_new_tokens": 30, "temperature": 0, "json_schema": schema}
+    got = httpx.post(f"{url}/generate", json=ask, timeout=60).json()["text"]
+    assert got == plain.generate(PROMPTS[1], 30, temperature=0, json_schema=schema)[0]

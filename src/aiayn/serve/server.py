@@ -121,7 +121,7 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     if draft is not None and arch == "encoder-only":
         raise ValueError("--draft: speculative decoding is for models that generate, not an encoder-only one")
     product = ROOMS[arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16, int4=int4)
-    if draft is not None:
+    if arch != "encoder-only":  # --draft, or the draft the checkpoint's generation.json names
         from aiayn.inference.draft import load_draft
         from aiayn.inference.precision import Precision
 
