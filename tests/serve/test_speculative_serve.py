@@ -12,7 +12,7 @@ from aiayn.inference.generator import TextGenerator
 from aiayn.serve.limits import Limits
 from aiayn.serve.server import create_app
 
-from conftest import serving
+from conftest import GEMMA3, SMOLLM2, serving
 
 openai = pytest.importorskip("openai")
 PROMPTS = ["the cat ", "a dog a dog a dog ", "the the the ", "cat sat on the mat, cat sat on the ", "once "]
@@ -90,3 +90,25 @@ def test_a_drafted_json_schema_request_gets_the_constrained_text(drafted):
     ask = {"prompt": PROMPTS[1], "max_new_tokens": 30, "temperature": 0, "json_schema": schema}
     got = httpx.post(f"{url}/generate", json=ask, timeout=60).json()["text"]
     assert got == plain.generate(PROMPTS[1], 30, temperature=0, json_schema=schema)[0]
+
+
+@pytest.mark.long
+@pytest.mark.real_files(SMOLLM2, GEMMA3)
+def test_real_models_served_with_a_draft_answer_the_openai_client_as_without_one():
+    """SmolLM2-135M-Instruct and Gemma 3 270M (its sliding-window rings rolled back), each served with prompt lookup
+    and asked to go on repeating a list, through the official ``openai`` client: the plain library's greedy text,
+    drafted (accepted tokens counted)."""
+    from aiayn.serve.server import load_product
+
+    items = ", ".join(f"item {i}: {w}" for i, w in enumerate(["apple", "pear", "plum", "fig", "kiwi", "lime"]))
+    prompt = f"List: {items}.\nThe same list again: item 0:"
+    for path in (SMOLLM2, GEMMA3):
+        product, _ = load_product(str(path), draft="ngram")
+        want = TextGenerator.from_checkpoint(path).generate(prompt, 48, temperature=0)[0]
+        limits = Limits(max_new_tokens=64)
+        with serving(create_app(product, limits, name="m"), limits) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+            done = client.completions.create(model="m", prompt=prompt, max_tokens=48, temperature=0)
+            health = httpx.get(f"{url}/health").json()
+        assert done.choices[0].text == want, path
+        assert health["accepted_tokens"] > 0, path
