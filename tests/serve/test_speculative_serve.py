@@ -64,6 +64,7 @@ def test_sampled_and_logprobs_requests_are_served_beside_drafted_ones(drafted):
     assert len(scored.choices[0].logprobs.token_logprobs) == scored.usage.completion_tokens
 
 
+@pytest.mark.long
 def test_a_translator_served_with_a_prophet_translates_greedy_requests_as_without_it(trained_run, ctc_run):
     """``aiayn serve --draft CTC_RUN`` of a translator: greedy requests are drafted by the CTC model's whole
     translation and verified in the running batch (the text greedy gives); beam requests decode plainly."""
