@@ -167,3 +167,12 @@ def test_a_grammar_judges_each_drafted_position_as_after_the_guesses_before_it(t
         assert got == plain and stats.accepted > 0
     sampled = generate(generator.model, ids, "sample", seed=1, draft="ngram", temperature=1.5, **ask)
     assert generator.tokenizer.decode(sampled[0]).startswith("{")
+
+
+def test_several_samples_a_prompt_are_drafted_each_drawn_on(lm):
+    prompts = torch.randint(3, 30, (2, 6))
+    stats = SpeculativeStats()
+    got = generate(lm, prompts, "sample", temperature=1.5, seed=2, num_return_sequences=3, max_new_tokens=12,
+                   max_len_b=None, draft=Oracle(lm, 3), speculative_stats=stats)
+    assert len(got) == 6 and all(len(ids) <= 12 for ids in got) and stats.proposed > 0
+    assert len({tuple(ids) for ids in got[:3]}) > 1  # the first prompt's three samples are other draws

@@ -57,8 +57,6 @@ def test_generate_option_errors(model):
     src = random_ids(2, 5, vocab=30)
     with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
         generate(model, src, "beam", draft_model=model)
-    with pytest.raises(ValueError, match="draft: speculative decoding is greedy or sampled"):
-        generate(model, src, "sample", draft="ngram", num_return_sequences=2)
     with pytest.raises(ValueError, match="num_return_sequences"):
         generate(model, src, "greedy", num_return_sequences=2)
     with pytest.raises(ValueError, match="max_new_tokens"):  # no limit at all: neither relative nor fixed

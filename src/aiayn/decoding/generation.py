@@ -84,8 +84,10 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     grammar = _grammar(cfg, grammars)
-    if draft is not None:
-        return speculative(model, draft, src_ids, _limits(model, src_ids, cfg, per_row), draft_tokens,
+    if draft is not None:  # n samples a prompt: its row n times, each drawn on (one generator)
+        n = cfg.num_return_sequences if cfg.strategy == "sample" else 1
+        return speculative(model, draft, src_ids.repeat_interleave(n, dim=0),
+                           _limits(model, src_ids, cfg, per_row).repeat_interleave(n), draft_tokens,
                            cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg), cfg, grammar)[0]
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
@@ -128,8 +130,7 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
 def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
     """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
     if not draftable(cfg):
-        raise ValueError("draft: speculative decoding is greedy or sampled, one sequence a prompt; use "
-                         "strategy='greedy' or 'sample'")
+        raise ValueError("draft: speculative decoding is greedy or sampled; use strategy='greedy' or 'sample'")
     if cfg.strategy == "greedy":
         return None
     generator = torch.Generator()
@@ -139,8 +140,8 @@ def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
 
 
 def draftable(cfg: DecodingConfig) -> bool:
-    """Whether a decoding can be drafted: greedy, or one sample a prompt (penalties, biases and grammars apply)."""
-    return cfg.strategy == "greedy" or (cfg.strategy == "sample" and cfg.num_return_sequences == 1)
+    """Whether a decoding can be drafted: greedy or sampled (penalties, biases and grammars apply)."""
+    return cfg.strategy in ("greedy", "sample")
 
 
 def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
@@ -173,10 +174,12 @@ def rows_for(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_
     limits, eos, pad = _limits(model, src_ids, cfg, per_row), model.config.eos_id, model.config.pad_id
     vocab = model.config.target_vocab
     if draft is not None and draftable(cfg):
-        penalties = penalties_for(cfg, _decoded(model, src_ids), pad, vocab)
-        constraints = None if grammar is None else [grammar.row() for _ in range(src_ids.size(0))]
-        return DraftedRows(limits, draft, src_ids, model.config, _sampler(model, cfg), draft_tokens, cfg.min_new_tokens,
-                           on_token, stats, penalties, constraints), src_ids, 1
+        n = cfg.num_return_sequences if cfg.strategy == "sample" else 1
+        rows, limits = src_ids.repeat_interleave(n, dim=0), limits.repeat_interleave(n)  # (B*n, S), (B*n,)
+        penalties = penalties_for(cfg, _decoded(model, rows), pad, vocab)
+        constraints = None if grammar is None else [grammar.row() for _ in range(rows.size(0))]
+        return DraftedRows(limits, draft, rows, model.config, _sampler(model, cfg), draft_tokens, cfg.min_new_tokens,
+                           on_token, stats, penalties, constraints), rows, 1
     if cfg.strategy in PARALLEL:
         raise ValueError(f"strategy {cfg.strategy}: decodes every position at once, not token by token; use "
                          "generate")
