@@ -161,8 +161,7 @@ class DraftedRows:
         self.made[i] += kept
         self.stats.generated += len(kept)
         if self.penalties is not None:
-            for token in kept:
-                self.penalties.counts[i, token] += 1
+            self.penalties.take_run(i, kept)
         if self.reasons[i] is None and len(self.made[i]) >= self.limits[i]:
             self.reasons[i] = "length"
         for token in kept:
@@ -197,7 +196,6 @@ class DraftedRows:
         return [strip(m, self.cfg.eos_id) for m in self.made]
 
 
-
 VERIFY_COLUMNS = 32  # columns a verifying pass may feed in all (each row 1 + pending + guesses)
 GUESSING_ROWS = 1  # rows guess only while the running batch has at most this many (see drafted_tails)
 
@@ -211,11 +209,12 @@ def drafted_tails(engine) -> list[list[int]] | None:
     costs about its columns, and rows that each keep their own guesses rarely agree to many (measured: prompt
     lookup at 4 and 8 chat streams, 0.70x and 0.66x of plain). So rows guess only while the batch has at most
     :data:`GUESSING_ROWS`."""
-    groups = engine.groups
-    if not any(isinstance(g, DraftedRows) for g in groups) or not all(
-            isinstance(g, DraftedRows | TokenRows) for g in groups):
+    groups, rows = engine.groups, engine.tokens.size(0)
+    drafted = [g for g in groups if isinstance(g, DraftedRows)]
+    if not drafted or not all(isinstance(g, DraftedRows | TokenRows) for g in groups):
         return None
-    rows = engine.tokens.size(0)
+    if rows > GUESSING_ROWS and not any(p for g in drafted for p in g.pending):
+        return None  # no guess and nothing pending: a plain step, without looking at the rows
     room = min(engine.state.cache.room(), max(2, VERIFY_COLUMNS // rows) if rows <= GUESSING_ROWS else 1)
     left = engine.state.left_pad.tolist() if engine.state.left_pad is not None else [0] * rows
     tails, start = [], 0

@@ -74,7 +74,7 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
     cfg = (config or DecodingConfig()).replace(**{k: v for k, v in given.items() if v is not None}, **options)
     cfg = cfg.resolve(model.config)
     model.eval()
-    draft = _draft(draft if draft is not None else draft_model)
+    draft = _draft(draft if draft is not None else draft_model, model)
     if candidates is not None and (draft is not None or cfg.strategy == "sample"):
         raise ValueError("candidates: a shortlist is for greedy and beam search, without a draft model")
     if cfg.strategy in PARALLEL:
@@ -84,11 +84,9 @@ def generate(model: TransformerModel, src_ids: Tensor, strategy: str | None = No
             return best_path(model, src_ids, _limits(model, src_ids, cfg, per_row))
         return mask_predict(model, src_ids, cfg.iterations, cfg.length_beam, _limits(model, src_ids, cfg, per_row))
     grammar = _grammar(cfg, grammars)
-    if draft is not None:  # n samples a prompt: its row n times, each drawn on (one generator)
-        n = cfg.num_return_sequences if cfg.strategy == "sample" else 1
-        return speculative(model, draft, src_ids.repeat_interleave(n, dim=0),
-                           _limits(model, src_ids, cfg, per_row).repeat_interleave(n), draft_tokens,
-                           cfg.min_new_tokens, speculative_stats, on_token, _sampler(model, cfg), cfg, grammar)[0]
+    if draft is not None:
+        return _drafted(model, src_ids, cfg, per_row, on_token, grammar, draft, draft_tokens, speculative_stats,
+                        prompt_cache)
     group, inputs, beams = rows_for(model, src_ids, cfg, per_row, on_token, grammar)
     run(model, group, inputs, beams, use_cache, candidates, prompt_cache)
     if cfg.strategy == "beam":
@@ -127,10 +125,27 @@ def sample(model: TransformerModel, src_ids: Tensor, max_new_tokens: Tensor | in
                     max_len_b=None, use_cache=use_cache, prompt_cache=prompt_cache, on_token=on_token)
 
 
-def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
-    """How speculative decoding draws (None: greedy); what it cannot do with a draft is a ValueError."""
+def _drafted(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_row: Tensor | None, on_token,
+             grammar: Grammar | None, draft: Draft, draft_tokens: int | None, stats: SpeculativeStats | None,
+             prompt_cache) -> list[list[int]]:
+    """Speculative decoding of each input alone, and of each of its samples (seeds ``seed``, ``seed + 1``, ...):
+    rows guess only while alone in their batch. Each is the group :func:`rows_for` makes with ``draft``."""
     if not draftable(cfg):
         raise ValueError("draft: speculative decoding is greedy or sampled; use strategy='greedy' or 'sample'")
+    n = cfg.num_return_sequences if cfg.strategy == "sample" else 1
+    seeds = [None if cfg.seed is None else cfg.seed + k for k in range(n)]
+    limits, outputs = _limits(model, src_ids, cfg, per_row), []
+    for r in range(src_ids.size(0)):
+        for seed in seeds:
+            one = cfg.replace(num_return_sequences=1, seed=seed)
+            group, inputs, _ = rows_for(model, src_ids[r: r + 1], one, limits[r: r + 1], on_token, grammar, draft,
+                                        draft_tokens, stats)
+            outputs += run(model, group, inputs, prompt_cache=prompt_cache).results()
+    return outputs
+
+
+def _sampler(model: TransformerModel, cfg: DecodingConfig) -> Sampler | None:
+    """How speculative decoding draws: None for greedy."""
     if cfg.strategy == "greedy":
         return None
     generator = torch.Generator()
@@ -144,12 +159,17 @@ def draftable(cfg: DecodingConfig) -> bool:
     return cfg.strategy in ("greedy", "sample")
 
 
-def _draft(draft: Draft | TransformerModel | str | None) -> Draft | TransformerModel | None:
-    """A draft as ``speculative`` takes it: ``"ngram"`` is prompt lookup."""
+def _draft(draft: Draft | TransformerModel | str | None, model: TransformerModel) -> Draft | None:
+    """A draft as :class:`~aiayn.decoding.drafted.DraftedRows` takes it: ``"ngram"`` is prompt lookup; a model with
+    ``model``'s vocabulary drafts as a :class:`~aiayn.decoding.drafts.ModelDraft`."""
     if isinstance(draft, str):
         if draft != "ngram":
             raise ValueError(f"draft: {draft!r} is not a way to draft; give a model, 'ngram' or a Draft")
         return NGramDraft()
+    if isinstance(draft, TransformerModel):
+        if draft.config.target_vocab != model.config.target_vocab:
+            raise ValueError("draft model: its vocabulary must be the main model's")
+        return ModelDraft(draft)
     return draft
 
 
@@ -215,36 +235,14 @@ def _limits(model: TransformerModel, src_ids: Tensor, cfg: DecodingConfig, per_r
     return length_limits(src_ids, model.config.pad_id, TEXT_MAX_NEW_TOKENS if cap is None else cap)
 
 
-def speculative(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
-                max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
-                stats: SpeculativeStats | None = None, on_token: Callable[[Tensor, Tensor], None] | None = None,
-                sampler: Sampler | None = None, cfg: DecodingConfig | None = None, grammar: Grammar | None = None
-                ) -> tuple[list[list[int]], SpeculativeStats]:
-    """Outputs of ``model`` for each row of ``src_ids``, one row at a time (a draft model then guesses for every
-    row), drafted by ``draft`` (a :class:`~aiayn.decoding.drafts.Draft`, or a model with the same vocabulary: a
-    :class:`~aiayn.decoding.drafts.ModelDraft`), ``k`` tokens a pass (None: adapted): greedy, or drawn as
-    ``sampler`` says, with ``cfg``'s penalties and biases, following ``grammar``. ``max_new_tokens`` may be a (B,)
-    tensor; ``stats`` (if given) is added to; ``on_token(ids (1,), live (1,))`` is called with each token kept."""
-    if isinstance(draft, TransformerModel):
-        if draft.config.target_vocab != model.config.target_vocab:
-            raise ValueError("draft model: its vocabulary must be the main model's")
-        draft = ModelDraft(draft)
-    stats = stats if stats is not None else SpeculativeStats()
-    limits = torch.as_tensor(max_new_tokens).expand(src_ids.size(0))
-    outputs = []
-    for row, limit in zip(src_ids.split(1), limits.split(1), strict=True):
-        penalties = None if cfg is None else penalties_for(cfg, _decoded(model, row), model.config.pad_id,
-                                                           model.config.target_vocab)
-        group = DraftedRows(limit, draft, row, model.config, sampler, k, min_new_tokens, on_token, stats, penalties,
-                            None if grammar is None else [grammar.row()])
-        outputs += run(model, group, row).results()
-    return outputs, stats
-
-
 def speculative_greedy(model: TransformerModel, draft: Draft | TransformerModel, src_ids: Tensor,
                        max_new_tokens: Tensor | int, k: int | None = None, min_new_tokens: int = 0,
                        stats: SpeculativeStats | None = None,
                        on_token: Callable[[Tensor, Tensor], None] | None = None
                        ) -> tuple[list[list[int]], SpeculativeStats]:
-    """Greedy outputs of ``model`` for each row of ``src_ids``, drafted by ``draft``: :func:`speculative`."""
-    return speculative(model, draft, src_ids, max_new_tokens, k, min_new_tokens, stats, on_token)
+    """Greedy outputs of ``model`` for each row of ``src_ids``, drafted by ``draft`` (``k`` tokens a pass; None:
+    adapted), at most ``max_new_tokens`` (an int or (B,)): :func:`generate` with a draft; and the counts."""
+    stats = stats if stats is not None else SpeculativeStats()
+    outputs = generate(model, src_ids, "greedy", max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                       max_len_b=None, draft=draft, draft_tokens=k, speculative_stats=stats, on_token=on_token)
+    return outputs, stats

@@ -160,6 +160,11 @@ class Penalties:
         rows = live.nonzero().flatten()
         self.counts[rows, tokens[rows]] += 1
 
+    def take_run(self, row: int, tokens: list[int]) -> None:
+        """Count row ``row``'s new tokens, several at once (a drafted run kept)."""
+        for token in tokens:
+            self.counts[row, token] += 1
+
 
 def penalties_for(cfg, prompts: Tensor, pad_id: int, vocab: int) -> Penalties | None:
     """The :class:`Penalties` a decoding config (``DecodingConfig``) asks for (its penalties and ``logit_bias``),

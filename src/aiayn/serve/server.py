@@ -120,15 +120,16 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     arch = model.config.arch
     if draft is not None and arch == "encoder-only":
         raise ValueError("--draft: speculative decoding is for models that generate, not an encoder-only one")
-    product = ROOMS[arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16, int4=int4)
+    product, embedder = ROOMS[arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16,
+                                            int4=int4)
     if arch != "encoder-only":  # --draft, or the draft the checkpoint's generation.json names
         from aiayn.inference.draft import load_draft
         from aiayn.inference.precision import Precision
 
         precision = Precision(device, int8=int8, int4=int4, bf16=bf16, few_rows=True)
-        product[0].draft = load_draft(draft, folder, tokenizers, arch, precision, prepare)
-        product[0].draft_tokens = draft_tokens
-    return product
+        product.draft = load_draft(draft, folder, tokenizers, arch, precision, prepare)
+        product.draft_tokens = draft_tokens
+    return product, embedder
 
 
 def _attach_loras(model, loras: dict[str, str]) -> None:
