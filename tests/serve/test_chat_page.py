@@ -236,3 +236,36 @@ def test_a_phone_width_window_and_the_keyboard_alone(browser, chat_server):  # n
     settle(page, 1)
     assert page.locator(".msg.user .msg-body").inner_text() == "line one\nline two"
     page.close()
+
+
+def test_a_drafted_reply_marks_the_tokens_its_draft_guessed(browser, chat_server, tmp_path):  # noqa: F811
+    """A server with ``--draft`` (the model drafting for itself: every guess agreed to) streams the reply greedy
+    decoding gives, each token with its log-probabilities, and the page marks the tokens the draft guessed and counts
+    them; the plain server's reply marks none."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.server import create_app
+
+    plain_url, _ = chat_server
+    checkpoint = chat_checkpoint(tmp_path / "ckpt", max_len=512)  # the plain server's weights
+    generator = TextGenerator.from_checkpoint(checkpoint, draft=str(checkpoint))
+    generator.decoding = generator.decoding.replace(min_new_tokens=10_000)
+    limits = Limits(max_attention_tokens=CAP)
+    replies = []
+    with serving(create_app(generator, limits, name="tiny-chat", api_key=KEY), limits) as url:
+        for at in (url, plain_url):
+            page = opened(browser, at, temperature=0, max_tokens=24)
+            say(page, "what is inside", 1)
+            page.click(".msg.assistant button[aria-label='Show the tokens']")
+            info = stored(page)[0]["messages"][1]["info"]
+            replies.append((stored(page)[0]["messages"][1]["content"], info,
+                            page.locator(".msg.assistant .tok.drafted").count(),
+                            page.locator(".msg.assistant .stats").inner_text()))
+            page.close()
+    (drafted_text, info, marked, stats), (plain_text, plain_info, plain_marked, plain_stats) = replies
+    assert drafted_text == plain_text and len(info["ids"]) == 24 == len(info["tokens"]) == len(info["drafted"])
+    assert marked == sum(info["drafted"]) >= 12  # a pass of the draft's guesses, then the model's own token
+    assert f"{marked} of them guessed by the draft" in stats
+    assert [t["logprob"] for t in info["tokens"]] == pytest.approx([t["logprob"] for t in plain_info["tokens"]],
+                                                                   abs=1e-4)
+    assert plain_marked == 0 and plain_info["drafted"] == [] and "guessed" not in plain_stats

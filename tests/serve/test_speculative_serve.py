@@ -1,7 +1,8 @@
 """``aiayn serve --draft``: speculative decoding inside the server's continuous batching. Requests running together
 through the official ``openai`` client, each drafted with its own acceptance, get the text each gets without a
-draft (greedy); sampled requests are drafted too; a request that asks for log-probabilities decodes plainly; /health
-and /metrics count the drafted and accepted tokens."""
+draft (greedy); sampled requests are drafted too; a request that asks for log-probabilities gets those plain decoding
+gives, and with ``return_token_ids`` which tokens its draft guessed; /health and /metrics count the drafted and
+accepted tokens."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -62,6 +63,20 @@ def test_sampled_and_logprobs_requests_are_served_beside_drafted_ones(drafted):
     scored = client.completions.create(model="tiny-lm", prompt="the cat ", max_tokens=10, temperature=0, logprobs=2)
     assert scored.choices[0].text == plain.generate("the cat ", 10, temperature=0)[0]
     assert len(scored.choices[0].logprobs.token_logprobs) == scored.usage.completion_tokens
+
+
+def test_a_drafted_request_gets_plain_log_probabilities_and_the_tokens_its_draft_guessed(drafted, lm_run):
+    url, plain = drafted
+    body = {"model": "tiny-lm", "prompt": PROMPTS[1], "max_tokens": 30, "temperature": 0, "logprobs": 3,
+            "return_token_ids": True}
+    with serving(create_app(plain, Limits(max_new_tokens=64), name="tiny-lm"), Limits()) as plain_url:
+        want = httpx.post(f"{plain_url}/v1/completions", json=body, timeout=60).json()["choices"][0]
+    got = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert got["text"] == want["text"] and got["token_ids"] == want["token_ids"] and "drafted" not in want
+    assert got["logprobs"]["token_logprobs"] == pytest.approx(want["logprobs"]["token_logprobs"], abs=1e-4)
+    assert [sorted(top) for top in got["logprobs"]["top_logprobs"]] == [sorted(t) for t in
+                                                                         want["logprobs"]["top_logprobs"]]
+    assert len(got["drafted"]) == len(got["token_ids"]) and 0 < sum(got["drafted"]) < len(got["drafted"])
 
 
 @pytest.mark.long

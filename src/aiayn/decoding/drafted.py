@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,6 +25,16 @@ from aiayn.decoding.sampling import Penalties
 from aiayn.decoding.speculative import SpeculativeStats, accept_greedy, accept_sampled
 from aiayn.model.config import ModelConfig
 from aiayn.model.masks import prompt_lengths
+
+
+class Decided(NamedTuple):
+    """A token a drafted row decided: whether its draft guessed it (and the main model agreed), and with
+    ``keep_scores`` the scores (V,) it was judged by (forbidden tokens at -inf, penalties applied, as plain decoding's
+    ``last_scores``)."""
+
+    id: int
+    drafted: bool
+    scores: Tensor | None = None
 
 
 class DraftedRows:
@@ -56,7 +67,8 @@ class DraftedRows:
         self.reasons: list[str | None] = ["length" if n <= 0 else None for n in self.limits]
         self.made: list[list[int]] = [[] for _ in self.limits]  # decided tokens (an end id last if it ended)
         self.pending: list[list[int]] = [[] for _ in self.limits]  # decided, not yet in the batch's cache
-        self.outbox: list[list[int]] = [[] for _ in self.limits]  # decided, not yet taken by new_tokens
+        self.outbox: list[list[Decided]] = [[] for _ in self.limits]  # decided, not yet taken by new_tokens
+        self.keep_scores = False  # whether each decided token keeps its scores (V,) for new_tokens (log-probabilities)
         self.lengths = [DraftLength(draft_tokens) for _ in self.limits]
         self.drafts = [copy.copy(draft) for _ in self.limits]
         self._guess: list[tuple[list[int], Tensor | None, int]] = [([], None, 0)] * self.size
@@ -115,7 +127,7 @@ class DraftedRows:
                 self.lengths[i].update(len(guess), kept.numel() - 1)
                 self.stats.add(len(guess), kept.numel() - 1)
                 self.drafts[i].rollback(fed + kept.numel() - 1)
-            known.append(self.pending[i] + self._take(i, as_eos(kept, self.cfg).tolist()))
+            known.append(self.pending[i] + self._take(i, as_eos(kept, self.cfg).tolist(), s, kept.numel() - 1))
             self._guess[i] = ([], None, 0)
         self._known = known
         return known
@@ -146,8 +158,9 @@ class DraftedRows:
             s = s[: len(masks)].masked_fill(~torch.stack(masks), float("-inf")) if masks else s[:0]
         return s, torch.tensor(guess, dtype=torch.long)
 
-    def _take(self, i: int, kept: list[int]) -> list[int]:
-        """Row ``i`` decides ``kept`` (up to its limit and an end): recorded, streamed; returns those taken."""
+    def _take(self, i: int, kept: list[int], scores: Tensor, guessed: int) -> list[int]:
+        """Row ``i`` decides ``kept`` (up to its limit and an end): recorded, streamed; returns those taken. The first
+        ``guessed`` were its draft's guesses; ``scores`` (n, V): what each was judged by."""
         kept = kept[: self.limits[i] - len(self.made[i])]
         if self.cfg.eos_id in kept:
             kept = kept[: kept.index(self.cfg.eos_id) + 1]
@@ -164,9 +177,9 @@ class DraftedRows:
             self.penalties.take_run(i, kept)
         if self.reasons[i] is None and len(self.made[i]) >= self.limits[i]:
             self.reasons[i] = "length"
-        for token in kept:
+        for n, token in enumerate(kept):
             if token != self.cfg.eos_id:
-                self.outbox[i].append(token)
+                self.outbox[i].append(Decided(token, n < guessed, scores[n] if self.keep_scores else None))
             if self.on_token is not None:
                 ids, live = torch.full((self.size,), self.cfg.pad_id), torch.zeros(self.size, dtype=torch.bool)
                 ids[i], live[i] = token, token != self.cfg.eos_id
@@ -184,7 +197,7 @@ class DraftedRows:
         self.commit(1)
         return torch.tensor([k[0] if k else self.cfg.pad_id for k in known]), None
 
-    def new_tokens(self, row: int) -> list[int]:
+    def new_tokens(self, row: int) -> list[Decided]:
         """Row ``row``'s decided tokens since it was last asked (its end id is no token of the output)."""
         out, self.outbox[row] = self.outbox[row], []
         return out

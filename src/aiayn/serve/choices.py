@@ -109,6 +109,7 @@ class Choice:
         self.thinking = None if think is None else Thinking(think)
         self.tokens: list[dict] = []  # per token: id, its text, logprob, top alternatives
         self.ids: list[int] | None = None  # with return_token_ids: the ids not sent yet
+        self.drafted: list[bool] = []  # with return_token_ids: per id not sent yet, whether a draft guessed it
         self.reasoning, self.thought = "", ""  # the reasoning part: all of it, and what is not sent yet
 
     def take(self, event: Token) -> tuple[str, list[dict]]:
@@ -116,6 +117,7 @@ class Choice:
         piece = self.stream.add(event.id)
         if self.ids is not None and not self.stop.stopped:
             self.ids.append(event.id)
+            self.drafted.append(event.drafted)
         if event.logprob is not None and not self.stop.stopped:
             self.tokens.append({"id": event.id, "text": self.generator.tokenizer.decode([event.id]),
                                 "logprob": event.logprob, "top": event.top})

@@ -51,6 +51,7 @@ class Token:
     id: int
     logprob: float | None = None
     top: list[tuple[int, float]] | None = None
+    drafted: bool = False  # a draft guessed it and the model agreed (speculative decoding)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class DecodeJob:
     cancelled: bool = False
     finish_reason: str | None = None
     cached_tokens: int = 0  # prompt tokens the prefix cache served (set when the scheduler admits the job)
+    drafted: bool = False  # decoded speculatively (set when its group is made)
 
     @property
     def prompt(self) -> list[int]:
@@ -107,17 +109,19 @@ class DecodeJob:
     def group(self, model: TransformerModel, draft: Draft | None = None, draft_tokens: int | None = None,
               stats: SpeculativeStats | None = None):
         """The engine group, its inputs (1, T) and beams: as ``aiayn.generate`` decodes this input alone; with a
-        ``draft``, drafted (``decoding/drafted.py``) where the decoding can be and no log-probabilities are asked."""
-        draft = draft if self.logprobs is None else None
-        return rows_for(model, torch.tensor([self.inputs]), self.decoding, grammar=self.grammar, draft=draft,
+        ``draft``, drafted (``decoding/drafted.py``) where the decoding can be."""
+        made = rows_for(model, torch.tensor([self.inputs]), self.decoding, grammar=self.grammar, draft=draft,
                         draft_tokens=draft_tokens, stats=stats)
+        if isinstance(made[0], DraftedRows):
+            made[0].keep_scores, self.drafted = self.logprobs is not None, True
+        return made
 
     def after_step(self, group) -> None:
         """Record and emit this step's tokens of a greedy or sampled row (its end id is no token of the output):
         one, or a drafted row's several."""
         if isinstance(group, DraftedRows):
             for token in group.new_tokens(0):
-                self._took(token, None)
+                self._took(token.id, token.scores, token.drafted)
             return
         if not isinstance(group, TokenRows) or not bool(group.live[0]):
             return
@@ -125,13 +129,13 @@ class DecodeJob:
         if token != group.eos_id:
             self._took(token, group.last_scores[0])
 
-    def _took(self, token: int, scores: Tensor | None) -> None:
+    def _took(self, token: int, scores: Tensor | None, drafted: bool = False) -> None:
         self.generated.append(token)
         self.token_times.append(time.perf_counter())
         if self.logprobs is None:
-            self.emit(Token(token))
+            self.emit(Token(token, drafted=drafted))
         else:
-            self.emit(Token(token, *_logprobs(scores, token, self.logprobs)))
+            self.emit(Token(token, *_logprobs(scores, token, self.logprobs), drafted=drafted))
 
     def finish(self, ids: list[int], reason: str) -> None:
         """The job's end: its output ids and why it ended."""

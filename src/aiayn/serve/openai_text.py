@@ -220,8 +220,8 @@ class TextRoutes:
             out["text"] = text
         if choice.ids is not None:  # vLLM's return_token_ids: the prompt's once, then the ids each chunk adds
             out.update({"prompt_token_ids": list(choice.job.prompt)} if first or not delta else {},
-                       token_ids=choice.ids)
-            choice.ids = [] if delta else choice.ids
+                       token_ids=choice.ids, **({"drafted": choice.drafted} if choice.job.drafted else {}))
+            choice.ids, choice.drafted = ([], []) if delta else (choice.ids, choice.drafted)
         tokens, choice.tokens = choice.tokens, [] if delta else choice.tokens
         out["logprobs"] = None if logprobs is None else (chat_logprobs(tokens, self.generator) if chat
                                                          else completion_logprobs(tokens, self.generator))

@@ -1,6 +1,7 @@
 // The chat page of a language model with a chat template: conversations kept in this browser (localStorage),
 // each reply streamed by POST /v1/chat/completions (the server renders the template: one road with the API),
-// with its tokens' log-probabilities and ids, so that any token can be opened (inspect.js). The key of a server
+// with its tokens' log-probabilities and ids, so that any token can be opened (inspect.js), and from a server with
+// --draft which of them its draft guessed and the model accepted (marked in the tokens view). The key of a server
 // behind --api-key is asked once and kept in sessionStorage.
 "use strict";
 
@@ -151,6 +152,8 @@ function statsLine(info) {
   const parts = [t("stat_prompt", {n: usage.prompt_tokens ?? info.promptCount ?? "?"}),
                  t("stat_cached", {n: usage.prompt_tokens_details?.cached_tokens ?? 0}),
                  t("stat_completion", {n: usage.completion_tokens ?? info.ids?.length ?? 0})];
+  const drafted = (info.drafted || []).filter(Boolean).length;
+  if (drafted) parts.push(t("stat_drafted", {n: drafted}));
   if (info.rate) parts.push(t("stat_rate", {n: info.rate.toFixed(1)}));
   if (info.ttft !== undefined) parts.push(t("stat_ttft", {n: Math.round(info.ttft)}));
   if (info.stopped) parts.push(t("stopped"));
@@ -189,7 +192,7 @@ async function reply() {
   let body;
   try { body = requestBody(c); } catch (err) { setStatus(t("bad_schema", {msg: err.message}), true); return; }
   if (!c.title) c.title = (c.messages.find((m) => m.role === "user")?.content || "").slice(0, 40);
-  const m = {role: "assistant", content: "", info: {tokens: [], ids: [], promptTail: [], promptCount: 0}};
+  const m = {role: "assistant", content: "", info: {tokens: [], ids: [], drafted: [], promptTail: [], promptCount: 0}};
   c.messages.push(m);
   controller = new AbortController();
   busy(true);
@@ -233,6 +236,7 @@ function take(m, choice) {
     m.info.promptTail = choice.prompt_token_ids.slice(-server.cap);  // what /attention can take, at most
   }
   if (choice.token_ids) m.info.ids.push(...choice.token_ids);
+  if (choice.drafted) m.info.drafted.push(...choice.drafted);  // a server with --draft: per token id
   if (choice.logprobs?.content) m.info.tokens.push(...choice.logprobs.content);
   if (choice.delta?.content) m.content += choice.delta.content;
   if (choice.finish_reason) m.info.finish = choice.finish_reason;

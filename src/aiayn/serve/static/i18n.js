@@ -60,7 +60,8 @@ const STRINGS = {
     save_send: "Save and send", cancel: "Cancel", regenerate: "Regenerate", show_tokens: "Show the tokens", tokens_short: "tokens",
     answering: "Answering…", copy: "Copy", copied: "Copied",
     stat_prompt: "{n} prompt tokens", stat_cached: "{n} cached", stat_completion: "{n} generated",
-    stat_rate: "{n} tokens/s", stat_ttft: "first token after {n} ms", context_used: "context: {n} of {max} tokens",
+    stat_rate: "{n} tokens/s", stat_drafted: "{n} of them guessed by the draft and accepted",
+    drafted_title: "guessed by the draft, accepted by the model", stat_ttft: "first token after {n} ms", context_used: "context: {n} of {max} tokens",
     bad_schema: "The JSON schema is not valid JSON: {msg}", import_shape: "expected a list of messages (OpenAI's "
       + "role and content) or an object with one", imported: "Imported {name}", import_failed: "Cannot import {name}: {msg}",
     inspect_title: "Inside this token", token_at: "Token {k} “{token}”, chosen with p = {p}%",
@@ -122,7 +123,8 @@ const STRINGS = {
     save_send: "保存并发送", cancel: "取消", regenerate: "重新生成", show_tokens: "显示词元", tokens_short: "词元",
     answering: "正在回答…", copy: "复制", copied: "已复制",
     stat_prompt: "提示词 {n} 个词元", stat_cached: "缓存命中 {n}", stat_completion: "生成 {n}",
-    stat_rate: "{n} 词元/秒", stat_ttft: "首个词元用时 {n} 毫秒", context_used: "上下文：已用 {n} / {max} 个词元",
+    stat_rate: "{n} 词元/秒", stat_drafted: "其中 {n} 个由草稿猜出并被模型接受",
+    drafted_title: "由草稿猜出，被模型接受", stat_ttft: "首个词元用时 {n} 毫秒", context_used: "上下文：已用 {n} / {max} 个词元",
     bad_schema: "JSON Schema 不是有效的 JSON：{msg}", import_shape: "需要消息列表（OpenAI 的 role 与 content）或包含"
       + "它的对象", imported: "已导入 {name}", import_failed: "无法导入 {name}：{msg}",
     inspect_title: "这个词元的内部", token_at: "第 {k} 个词元“{token}”，被选中的概率 {p}%",

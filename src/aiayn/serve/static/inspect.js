@@ -20,6 +20,10 @@ function toggleTokens(item, m) {
     const button = Object.assign(document.createElement("button"), {type: "button", className: "tok",
                                                                     textContent: visible(entry.token)});
     button.title = `p = ${p.toFixed(3)}`;
+    if (m.info.drafted?.[k]) {  // speculative decoding: the draft guessed this token and the model agreed
+      button.classList.add("drafted");
+      button.title += ` · ${t("drafted_title")}`;
+    }
     button.style.background = `rgba(240, 180, 41, ${(0.6 * (1 - p)).toFixed(2)})`;  // the less sure, the deeper
     button.addEventListener("click", () => openToken(m, k, button));
     return button;
