@@ -47,8 +47,9 @@ def test_a_prophecy_is_drafted_in_place_and_taken_up_again_after_the_output_leav
     from aiayn.decoding.drafts import ProphetDraft
 
     draft = ProphetDraft.__new__(ProphetDraft)  # (its model's translation set by hand)
-    draft.target, draft.start, draft.most_ngram = [10, 11, 12, 13, 11, 12, 14, 15], None, 3
+    draft.target, draft.most_ngram = [10, 11, 12, 13, 11, 12, 14, 15], 3
     bos = 1
+    assert draft.propose(torch.tensor([[bos, 10]]), 3) == ([11, 12, 13], None)  # first asked after one token
     assert draft.propose(torch.tensor([[bos]]), 3) == ([10, 11, 12], None)  # the start: the prophecy's first
     assert draft.propose(torch.tensor([[bos, 10, 11]]), 2) == ([12, 13], None)  # still on it
     # the output said 9 where the prophecy says 12, then 13: taken up after 13, not after the earlier 11, 12

@@ -75,7 +75,23 @@ def _add_checkpoint_pictures(what) -> tuple:
     e.add_argument("--checkpoint", required=True, help="a language model checkpoint with n_experts (or its run)")
     e.add_argument("text", help="the text to route")
     e.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
-    return a, r, t, e
+    return a, r, t, e, _add_drafts(what)
+
+
+def _add_drafts(what):
+    """``show drafts``: speculative decoding pass by pass."""
+    d = what.add_parser("drafts", help="speculative decoding pass by pass: the guesses kept and refused",
+                        description="Decode TEXT greedily with a draft (a language model's continuation, or with "
+                                    "--chat its reply; a translator's translation) and print, per pass of the model, "
+                                    "the guesses it kept, the one it refused and its own token.")
+    d.add_argument("--checkpoint", required=True, help="a language model or translator (checkpoint, run or GGUF)")
+    d.add_argument("text", help="the prompt, the user's turn (--chat) or the source sentence")
+    d.add_argument("--draft", default="ngram", help="ngram, int4, int8 or a checkpoint with the same tokenizer (a "
+                                                    "translator's CTC or CMLM prophet) (default: ngram)")
+    d.add_argument("--chat", action="store_true", help="TEXT is a user's turn, rendered by the chat template")
+    d.add_argument("--max-new-tokens", type=int, default=60, dest="max_new_tokens")
+    d.add_argument("--output", help="also draw it to this PNG, SVG or PDF file")
+    return d
 
 
 def _add_math_pictures(what) -> tuple:
@@ -144,6 +160,8 @@ def show(args: argparse.Namespace) -> int:
         _show_saturation(args)
     elif args.what == "experts":
         _show_experts(args)
+    elif args.what == "drafts":
+        _show_drafts(args)
     else:
         _show_attention(args)
     return 0
@@ -161,6 +179,43 @@ def _show_experts(args: argparse.Namespace) -> None:
     sys.stdout.write(routes.format())
     if args.output:
         print(plot_routes(routes, args.output))
+
+
+def _show_drafts(args: argparse.Namespace) -> None:
+    """Greedy speculative decoding of the text, each pass of the main model noted (``visual/drafts.py``)."""
+    from aiayn.decoding.speculative import SpeculativeStats
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.inference.translator import Translator
+    from aiayn.io.checkpoint import CONFIG
+    from aiayn.io.run import is_gguf, resolve_checkpoint
+    from aiayn.model.config import ModelConfig
+    from aiayn.visual.drafts import drafted_passes, format_drafts, plot_drafts
+    from aiayn.visual.figures import check_output
+
+    if args.output:
+        check_output(args.output)
+    stats, folder = SpeculativeStats(passes=[]), resolve_checkpoint(args.checkpoint)
+    arch = "decoder-only" if is_gguf(folder) else ModelConfig.load(folder / CONFIG).arch
+    if arch == "encoder-only":
+        raise UserError(f"--checkpoint: {args.checkpoint} is encoder-only; drafts are for models that generate")
+    if arch == "encoder-decoder":
+        product = Translator.from_checkpoint(args.checkpoint, draft=args.draft, beam_size=1)
+        product.speculative = stats
+        text = product.translate([args.text], max_new_tokens=args.max_new_tokens)[0]
+        tokenizer = product.tokenizers.tgt
+    else:
+        product = TextGenerator.from_checkpoint(args.checkpoint, draft=args.draft)
+        product.speculative = stats
+        prompt = product.chat_ids([{"role": "user", "content": args.text}]) if args.chat else args.text
+        text = product.generate(prompt, args.max_new_tokens, strategy="greedy")[0]
+        tokenizer = product.tokenizer
+    found = drafted_passes(stats.passes, lambda t: tokenizer.token_text(t) or tokenizer.pieces([t])[0],
+                           product.model.config.end_ids)  # (a special token's text is its piece)
+    sys.stdout.write(format_drafts(found) + f"{stats.summary()}\noutput: {text}\n")
+    if args.output:
+        title = (f"--draft {args.draft}: {stats.accepted} of {stats.proposed} guesses kept; {stats.generated} tokens "
+                 f"in {stats.main_passes} passes of the model (plain greedy: one a token)")
+        print(plot_drafts(found, args.output, title))
 
 
 def _show_saturation(args: argparse.Namespace) -> None:

@@ -123,6 +123,7 @@ class DraftedRows:
             dists = None if dists is None else dists[: proposal.numel()]
             kept = (accept_greedy(s, proposal, self.cfg) if self.sampler is None
                     else accept_sampled(s, proposal, dists, self.sampler))
+            self.stats.note(guess, kept.tolist())
             if guess:
                 self.lengths[i].update(len(guess), kept.numel() - 1)
                 self.stats.add(len(guess), kept.numel() - 1)

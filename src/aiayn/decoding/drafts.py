@@ -128,7 +128,6 @@ class ProphetDraft:
     def __init__(self, model: NonAutoregressive, most_ngram: int = 3) -> None:
         self.model, self.most_ngram = model.eval(), most_ngram
         self.target: list[int] = []
-        self.start: int | None = None
 
     def begin(self, inputs: Tensor, room: int) -> None:
         limit = torch.tensor([room])
@@ -136,12 +135,9 @@ class ProphetDraft:
             self.target = best_path(self.model, inputs, limit)[0]
         else:
             self.target = mask_predict(self.model, inputs, max_new_tokens=limit)[0]
-        self.start = None
 
     def propose(self, tokens: Tensor, n: int, sampler: Sampler | None = None) -> tuple[list[int], None]:
-        if self.start is None:
-            self.start = tokens.size(1)  # the start tokens (BOS): the output is what comes after
-        made, target = tokens[0, self.start:].tolist(), self.target
+        made, target = tokens[0, 1:].tolist(), self.target  # after the decoder's one start token (BOS)
         if target[: len(made)] == made:  # still on the prophecy
             return target[len(made): len(made) + n], None
         for size in range(min(self.most_ngram, len(made)), 0, -1):

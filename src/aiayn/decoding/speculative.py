@@ -22,11 +22,15 @@ from aiayn.decoding.drafts import Sampler
 
 @dataclass
 class SpeculativeStats:
+    """Drafted (``proposed``) and ``accepted`` tokens, passes of the main model, tokens decided; with ``passes`` a
+    list, each row's pass is noted in it as (its guesses, what it kept: the agreed guesses, then the main model's own
+    token), e.g. for ``aiayn show drafts``."""
+
     proposed: int = 0
     accepted: int = 0
     main_passes: int = 0
-
     generated: int = 0
+    passes: list[tuple[list[int], list[int]]] | None = None
 
     @property
     def acceptance_rate(self) -> float:
@@ -41,6 +45,11 @@ class SpeculativeStats:
     def add(self, proposed: int, accepted: int) -> None:
         """One row's pass: ``proposed`` guesses, ``accepted`` of them kept."""
         self.proposed, self.accepted = self.proposed + proposed, self.accepted + accepted
+
+    def note(self, guess: list[int], kept: list[int]) -> None:
+        """One row's pass, kept in ``passes`` when it is a list."""
+        if self.passes is not None:
+            self.passes.append((list(guess), list(kept)))
 
     def summary(self) -> str:
         return (f"speculative decoding: {self.accepted:,} of {self.proposed:,} drafted tokens accepted "
