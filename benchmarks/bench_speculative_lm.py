@@ -127,7 +127,7 @@ def main() -> None:
                         "four times as many)")
     args = parser.parse_args()
     generator = TextGenerator.from_checkpoint(args.checkpoint)
-    generator.generate(generator.chat_ids([{"role": "user", "content": "Hi"}]), 8, strategy="greedy")  # warm-up
+    generator.generate(prompts(generator, "chat")[0], 8, strategy="greedy")  # warm-up
     precision = Precision("cpu", few_rows=True)
     drafts = {name: Nothing() if name == "none" else load_draft(name, args.checkpoint, generator.tokenizers,
                                                                 "decoder-only", precision) for name in args.drafts}

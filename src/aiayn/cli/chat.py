@@ -97,7 +97,14 @@ def chat(args: argparse.Namespace) -> int:
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
-    compile_generator(generator, args)
+    behind = compile_generator(generator, args)  # a step compiled behind the decoding takes over between two
+    # tokens once it is done
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+        if behind is not None and behind.state == "compiling" and behind.done:
+            behind.take_over()
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []
@@ -110,7 +117,7 @@ def chat(args: argparse.Namespace) -> int:
             continue
         dropped = conversation.dropped
         try:
-            conversation.reply(line, lambda piece: (sys.stdout.write(piece), sys.stdout.flush()), **options)
+            conversation.reply(line, write, **options)
         except KeyboardInterrupt:
             print(" [stopped]", end="")
         except ValueError as err:
@@ -120,4 +127,7 @@ def chat(args: argparse.Namespace) -> int:
         if conversation.dropped > dropped:
             print(f"(the conversation outgrew the {generator.model.config.max_len}-token context: the oldest "
                   f"{conversation.dropped - dropped} turn(s) were dropped)", file=sys.stderr)
+    if behind is not None and behind.state == "compiling":
+        print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
+              "loads its step", file=sys.stderr)
     return 0

@@ -100,25 +100,23 @@ def add_compile(p) -> None:
                         "docs/decoding.md")
 
 
-def compile_step(model, args: argparse.Namespace, tokens: int | None = None) -> None:
-    """Attach the compiled decoding step as ``--compile`` says, its lines on standard error (``tokens``: the new
-    tokens of a one-off run; None: a session)."""
-    if args.compile == "off":
-        return  # nothing to say, nor Inductor to import
-    from aiayn.inference.compiled import attach
-
-    attach(model, args.compile, args.device, tokens=tokens)
-
-
-def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None) -> None:
-    """:func:`compile_step` for a text generator: its model's step, or with a draft model its draft's (speculation
-    verifies several tokens a pass, eagerly; the draft steps one token at a time, as the compiled step does)."""
+def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None):
+    """The compiled decoding step attached as ``--compile`` says, its lines on standard error (``tokens``: the new
+    tokens of a one-off run; None: a session): the model's step, or with a draft model its draft's (speculation
+    verifies several tokens a pass, eagerly). A session's step not kept yet is compiled behind the decoding: the
+    :class:`~aiayn.inference.compile_behind.CompileBehind` returned, to take over when it is done."""
     from aiayn.decoding.drafts import ModelDraft
 
-    if generator.draft is None:
-        compile_step(generator.model, args, tokens=tokens)
-    elif isinstance(generator.draft, ModelDraft):
-        compile_step(generator.draft.model, args, tokens=tokens)
+    if args.compile == "off" or (generator.draft is not None and not isinstance(generator.draft, ModelDraft)):
+        return None  # nothing to say, nor Inductor to import
+    from aiayn.inference.compile_behind import compile_behind
+    from aiayn.inference.compiled import attach
+
+    if generator.draft is None and tokens is None:
+        return compile_behind(generator.model, args.compile, args.device, args.checkpoint, precision_options(args))
+    attach(generator.model if generator.draft is None else generator.draft.model, args.compile, args.device,
+           tokens=tokens)
+    return None
 
 
 def text_decoding_options(args: argparse.Namespace) -> dict:

@@ -222,7 +222,17 @@ def add_page_and_health(app: FastAPI, served: Served, page: str, **extra) -> Non
     @app.get("/health")
     async def health() -> dict:
         """Liveness, the model's dimensions, the limits and the scheduler's counts."""
-        return health_body(cfg, served.limits, **served.scheduler.stats(), **extra)
+        return health_body(cfg, served.limits, **served.scheduler.stats(), **step_state(served), **extra)
+
+
+def step_state(served: Served) -> dict:
+    """A language model's decoding step: ``compiled`` (in use), ``compiling`` (behind the decoding:
+    ``inference/compile_behind.py``) or ``eager``."""
+    model, behind = served.product.model, getattr(served.scheduler, "behind", None)
+    if model.config.arch != "decoder-only":
+        return {}
+    compiling = behind is not None and behind.state == "compiling"
+    return {"decoding_step": "compiled" if model.runtime.static is not None else "compiling" if compiling else "eager"}
 
 
 def health_body(cfg, limits: Limits, **counts) -> dict:

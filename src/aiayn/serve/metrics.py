@@ -47,6 +47,10 @@ class Metrics:
             gauges.update({
                 "aiayn_draft_tokens": ("tokens a draft proposed (speculative decoding)", lambda: counts.proposed),
                 "aiayn_draft_accepted_tokens": ("drafted tokens the model accepted", lambda: counts.accepted)})
+        model = getattr(batcher, "model", None)
+        if model is not None and model.config.arch == "decoder-only":
+            gauges["aiayn_compiled_step"] = ("1 while the compiled decoding step is in use, else 0",
+                                             lambda: float(model.runtime.static is not None))
         for name, (doc, read) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(read)
 

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import gc
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -163,7 +164,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
                                      draft_tokens)
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
-    compiling = compile_first(product.model, True, scheduler, compile, device)
+    compiling = compile_first(product.model, True, scheduler, compile, device,
+                              behind=None if loras else (checkpoint, {"int8": int8, "int4": int4, "bf16": bf16}))
     if isinstance(getattr(product, "draft", None), ModelDraft):  # it steps one token at a time for one row
         compiling = compile_first(product.draft.model, False, scheduler, compile, device)
     if parallel is not None and not parallel.leader:
@@ -178,19 +180,44 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     gc.collect()
     gc.freeze()  # what is loaded stays out of every later full collection (vLLM does the same): on SmolLM2 each
     # scanned it for 160-170 ms, a pause of every stream
-    _serve(server_config(app, host, port, limits), scheduler, parallel)
+    try:
+        _serve(server_config(app, host, port, limits), scheduler, parallel)
+    finally:
+        if getattr(scheduler, "behind", None) is not None:
+            scheduler.behind.stop()  # a compile not done by then is not left running
 
 
-def compile_first(model, batches: bool, scheduler: Scheduler, mode: str, device: str, say=None):
+def compile_first(model, batches: bool, scheduler: Scheduler, mode: str, device: str, say=None,
+                  behind: tuple[str, dict] | None = None):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
-    stepped before; a graph for one row and, with ``batches``, one for a running batch of more. ``say`` gets its
-    lines (default: standard error). Returns the chore's future (None: not a language model, or ``off``)."""
+    stepped before; a graph for one row and, with ``batches``, one for a running batch of more. With ``behind``
+    (the checkpoint and its precision flags), a step not kept yet is compiled by a child process while requests
+    decode eagerly, and taken over by a later chore (``inference/compile_behind.py``; ``scheduler.behind``).
+    ``say`` gets its lines (default: standard error). Returns the first chore's future (None: not a language
+    model, or ``off``)."""
     if model.config.arch != "decoder-only" or mode == "off":
         return None
     from aiayn.inference.compiled import attach
 
-    return scheduler.run_alone(functools.partial(attach, batches=batches), model, mode, device, say)
+    if behind is None:
+        return scheduler.run_alone(functools.partial(attach, batches=batches), model, mode, device, say)
+    from aiayn.inference.compile_behind import compile_behind
+
+    def start() -> bool:
+        scheduler.behind = compile_behind(model, mode, device, *behind, batches=batches, say=say)
+        if scheduler.behind is not None:  # its take-over waits in a thread of its own, then runs between steps
+            threading.Thread(target=_take_over_when_done, args=(scheduler,), name="aiayn-compile-behind",
+                             daemon=True).start()
+        return model.runtime.static is not None
+
+    return scheduler.run_alone(start)
+
+
+def _take_over_when_done(scheduler: Scheduler) -> None:
+    """Once the child compiling behind the decoding is done: its step taken over by a chore between two steps."""
+    scheduler.behind.process.wait()
+    scheduler.run_alone(scheduler.behind.take_over)
 
 
 def startup_line(served: Served) -> str:

@@ -1,0 +1,111 @@
+"""The decoding step compiled behind the decoding: where ``--compile`` would compile (``compiled.py``) and no
+compiled step is kept yet, a child process loads the same checkpoint, compiles its step and keeps it in aiayn's
+cache folder, while this process decodes eagerly at once; when the child is done, the kept step is loaded (seconds)
+and taken over between two steps, the tokens (greedy) those of either step alone. A child process and not a thread:
+compiling holds Python's lock for most of a minute, which the decoding beside it would wait on.
+
+    python -m aiayn.inference.compile_behind CHECKPOINT [--int8 | --int4 | --bf16] [--batches] --threads N
+                                             --expect PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from aiayn.inference.compiled import attach, frozen, saved_path, why_eager
+
+
+class CompileBehind:
+    """A child process compiling ``model``'s step (the model of ``checkpoint`` loaded with ``precision``: ``int8``,
+    ``int4``, ``bf16`` flags) for one row and, with ``batches``, a running batch. ``state``: ``compiling``, then
+    ``in use`` once :meth:`take_over` attached it, or ``eager`` (the child failed: said in one line)."""
+
+    def __init__(self, model, checkpoint: str, precision: dict, batches: bool, say: Callable[[str], None]) -> None:
+        self.model, self.batches, self.say, self.state = model, batches, say, "compiling"
+        command = self.command(model, checkpoint, precision, batches)
+        self.started, self.errors = time.perf_counter(), tempfile.TemporaryFile()  # noqa: SIM115 (read at its end; a pipe could fill up)
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=self.errors)
+        say("compiling the decoding step behind the decoding (a child process; about a minute a graph the first "
+            "time on this machine): decoding eagerly until it is ready")
+
+    @staticmethod
+    def command(model, checkpoint: str, precision: dict, batches: bool) -> list[str]:
+        """The child's command line (this module's :func:`main`)."""
+        flags = [f"--{name}" for name, on in precision.items() if on] + (["--batches"] if batches else [])
+        return [sys.executable, "-m", "aiayn.inference.compile_behind", str(checkpoint), *flags,
+                "--threads", str(torch.get_num_threads()), "--expect", str(saved_path(model))]
+
+    @property
+    def done(self) -> bool:
+        return self.process.poll() is not None
+
+    def take_over(self) -> bool:
+        """Between two steps, once :attr:`done`: the kept step loaded and attached (True), or the child's failure
+        said and the eager step kept (False)."""
+        took = time.perf_counter() - self.started
+        if self.process.wait() != 0:
+            self.errors.seek(0)
+            last = self.errors.read().decode(errors="replace").strip().splitlines()[-1:] or [
+                f"exit status {self.process.returncode}"]
+            self.state = "eager"
+            self.say(f"decoding eagerly: the compile behind the decoding failed ({last[0][:200]})")
+            return False
+        if not attach(self.model, "on", say=lambda _line: None, batches=self.batches):
+            self.state = "eager"
+            self.say("decoding eagerly: the compiled step the child kept did not load")
+            return False
+        self.state = "in use"
+        self.say(f"compiled the decoding step in {took:.1f} s behind the decoding: decoding with it from here")
+        return True
+
+    def stop(self) -> None:
+        if not self.done:
+            self.process.kill()
+            self.process.wait()
+
+
+def compile_behind(model, mode: str, device: str, checkpoint: str, precision: dict, batches: bool = False,
+                   say: Callable[[str], None] | None = None) -> CompileBehind | None:
+    """``--compile mode`` for a session (a chat, a server) without a wait: a compiled step already kept is loaded
+    now (:func:`~aiayn.inference.compiled.attach`, seconds), as is one that cannot be kept (a frozen graph); one
+    to compile is compiled behind the decoding (the :class:`CompileBehind` returned; None otherwise)."""
+    say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
+    kept = [saved_path(model, rows) for rows in ((False, True) if batches else (False,))]
+    if why_eager(model, mode, device) is not None or frozen(model) or all(path.is_file() for path in kept):
+        attach(model, mode, device, say, batches=batches)
+        return None
+    return CompileBehind(model, checkpoint, precision, batches, say)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: load the checkpoint as the parent did, check that its step is the parent's (``--expect``: the
+    file the parent will load), compile and keep it."""
+    parser = argparse.ArgumentParser(prog="python -m aiayn.inference.compile_behind", description=__doc__)
+    parser.add_argument("checkpoint")
+    for flag in ("int8", "int4", "bf16", "batches"):
+        parser.add_argument(f"--{flag}", action="store_true")
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--expect", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from aiayn.inference.generator import TextGenerator
+
+    model = TextGenerator.from_checkpoint(args.checkpoint, int8=args.int8, int4=args.int4, bf16=args.bf16).model
+    if saved_path(model) != Path(args.expect):
+        print(f"{args.checkpoint}: the step loaded here is not the parent's (another precision or layout)",
+              file=sys.stderr)
+        return 3
+    return 0 if attach(model, "on", batches=args.batches) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

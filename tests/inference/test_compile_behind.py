@@ -1,0 +1,163 @@
+"""The decoding step compiled behind the decoding (inference/compile_behind.py): a step taken over between two tokens
+gives the tokens of either step alone; a server answers at once, says on /health and /metrics that its step is
+compiling, takes the step over when the child is done, or says in one line why it stays eager; (long) the real child
+compiles a real checkpoint's step, the very one the server loads."""
+
+import sys
+import time
+
+import httpx
+import pytest
+import torch
+
+from aiayn import DecoderOnly
+from aiayn.decoding.generation import generate
+from aiayn.inference import compile_behind, compiled
+from aiayn.inference.compiled import CompiledStep
+
+from conftest import chat_checkpoint, serving, tiny
+
+WAIT_FOR = "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.02)\n" \
+           "print('the child says why', file=sys.stderr)\nsys.exit(int(sys.argv[2]))"
+
+
+def test_a_step_taken_over_between_two_tokens_gives_the_tokens_of_either_alone():
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", positions="rope", n_kv_heads=2, max_len=128)).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    eager = generate(lm, ids, "greedy", max_new_tokens=24, min_new_tokens=24)
+    step, taken = CompiledStep(lm, compiled=False), []  # the static step uncompiled: the graph's reference
+
+    def counted(*args):
+        logits = CompiledStep.__call__(step, *args)
+        taken.append(logits is not None)
+        return logits
+
+    def on_token(_ids, _live):
+        if len(taken) == 0 and on_token.seen == 8:  # between the 8th and the 9th token
+            lm.runtime.static = counted
+        on_token.seen += 1
+    on_token.seen = 0
+    try:
+        switched = generate(lm, ids, "greedy", max_new_tokens=24, min_new_tokens=24, on_token=on_token)
+        alone = generate(lm, ids, "greedy", max_new_tokens=24, min_new_tokens=24)
+    finally:
+        lm.runtime.static = None
+    assert switched == eager == alone
+    assert sum(taken) >= 15 + 23  # every step after the switch took the static step, then every step alone
+
+
+@pytest.fixture
+def behind_server(tmp_path, monkeypatch):
+    """A chat model served with ``--compile on`` whose step is compiled behind by a stand-in child (it exits with
+    the status written to the file ``go``); the kept step's load stands in by the reference static step. Yields
+    (URL, the file, the lines said, the scheduler)."""
+    from aiayn.serve import server
+    from aiayn.serve.limits import Limits
+
+    go, said = tmp_path / "go", []
+    monkeypatch.setattr(compiled, "compiler", lambda: "g++")
+    monkeypatch.setattr(compile_behind.CompileBehind, "command",
+                        staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
+
+    def loaded(model, *args, **kwargs):  # the kept step, loaded
+        model.runtime.static = CompiledStep(model, compiled=False)
+        return True
+    monkeypatch.setattr(compile_behind, "attach", loaded)
+    checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
+    product, embedder = server.load_product(checkpoint)
+    scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
+    ready = server.compile_first(product.model, True, scheduler, "on", "cpu", said.append, behind=(checkpoint, {}))
+    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
+    with serving(app, Limits()) as url:
+        yield url, go, said, scheduler
+    scheduler.behind.stop()
+
+
+def _health_until(url: str, state: str) -> dict:
+    for _ in range(600):
+        health = httpx.get(f"{url}/health").json()
+        if health["decoding_step"] == state:
+            return health
+        time.sleep(0.05)
+    raise AssertionError(f"/health never said {state}: {health['decoding_step']}")
+
+
+def _ask(url: str) -> str:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "temperature": 0}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]["content"]
+
+
+def test_a_server_answers_while_its_step_compiles_behind_and_takes_it_over(behind_server):
+    url, go, said, _ = behind_server
+    assert httpx.get(f"{url}/health").json()["decoding_step"] == "compiling"
+    assert "aiayn_compiled_step 0.0" in httpx.get(f"{url}/metrics").text
+    before = _ask(url)  # answered eagerly while the child compiles
+    go.write_text("")
+    _health_until(url, "compiled")
+    assert "aiayn_compiled_step 1.0" in httpx.get(f"{url}/metrics").text
+    assert _ask(url) == before
+    assert said[0].startswith("compiling the decoding step behind the decoding")
+    assert said[-1].startswith("compiled the decoding step in") and "behind the decoding" in said[-1]
+
+
+def test_a_compile_behind_that_fails_leaves_the_eager_step_with_the_childs_reason(behind_server):
+    url, _, said, scheduler = behind_server
+    scheduler.behind.process.kill()  # the child dies: its compile failed
+    _health_until(url, "eager")
+    assert said[-1].startswith("decoding eagerly: the compile behind the decoding failed (")
+
+
+def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_path, monkeypatch):
+    """``aiayn chat --compile on`` where no step is kept: the first reply decodes eagerly while the (stand-in) child
+    runs; once it is done the step is taken over between two tokens, said in one line; the replies are greedy's."""
+    from conftest import run_main
+
+    folder, go = chat_checkpoint(tmp_path / "lm"), tmp_path / "go"
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiled, "compiler", lambda: "g++")
+    monkeypatch.setattr(compile_behind.CompileBehind, "command",
+                        staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
+    taken = []
+
+    def loaded(model, *args, **kwargs):
+        model.runtime.static = CompiledStep(model, compiled=False)
+        taken.append(model)
+        return True
+    monkeypatch.setattr(compile_behind, "attach", loaded)
+    go.write_text("")  # the child is done at once: taken over during the first reply, whose steps take 20 ms more
+    step = DecoderOnly.step
+    monkeypatch.setattr(DecoderOnly, "step", lambda *args, **kwargs: time.sleep(0.02) or step(*args, **kwargs))
+    question = "what is inside\nand then?\n"
+    chat = run_main("chat", "--checkpoint", str(folder), "--compile", "on", "--temperature", "0",
+                    "--max-new-tokens", "40", stdin=question)
+    plain = run_main("chat", "--checkpoint", str(folder), "--compile", "off", "--temperature", "0",
+                     "--max-new-tokens", "40", stdin=question)
+    assert chat.returncode == 0 and chat.stdout == plain.stdout, chat.stderr
+    assert "compiling the decoding step behind the decoding" in chat.stderr
+    assert "behind the decoding: decoding with it from here" in chat.stderr and len(taken) == 1
+
+
+@pytest.mark.long
+def test_the_child_compiles_the_step_the_server_loads(tmp_path, monkeypatch):
+    """The real child (``python -m aiayn.inference.compile_behind``) on a fresh cache folder: the step it keeps is the
+    one the parent expects (the same digest) and loads; greedy text the same before and after."""
+    from aiayn.serve import server
+    from aiayn.serve.limits import Limits
+
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    said = []
+    checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
+    product, embedder = server.load_product(checkpoint)
+    scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
+    ready = server.compile_first(product.model, True, scheduler, "on", "cpu", said.append, behind=(checkpoint, {}))
+    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
+    with serving(app, Limits()) as url:
+        before = _ask(url)
+        for _ in range(3000):  # a tiny model's two graphs: a minute or two
+            if httpx.get(f"{url}/health").json()["decoding_step"] != "compiling":
+                break
+            time.sleep(0.1)
+        assert httpx.get(f"{url}/health").json()["decoding_step"] == "compiled", said
+        assert _ask(url) == before
+    assert said[-1].startswith("compiled the decoding step in"), said
