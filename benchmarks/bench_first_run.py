@@ -3,8 +3,9 @@
 - ``aiayn chat`` with one question piped in: seconds to its first printed byte and to its end;
 - ``aiayn serve``: seconds to ``/health`` answering, to the first chat answer (the openai client's request), and to
   ``/health`` saying the compiled step is in use (``decoding_step``);
-- with ``--llama-cpp``, llama-cpp-python's server (``python -m llama_cpp.server``) on the same GGUF file: seconds to
-  ``/v1/models`` answering and to its first chat answer.
+- with ``--llama-cpp``, llama-cpp-python's server (``python -m llama_cpp.server``, ``pip install
+  'llama-cpp-python[server]'``) on the same GGUF file: seconds to ``/v1/models`` answering and to its first chat
+  answer.
 
 Each command runs alone, one after the other; before the warm run the cold run's compile behind the decoding (a
 child process that may outlive a chat) is waited for. Prints JSON lines {"config", "metric", "value", "unit"}.
@@ -73,7 +74,7 @@ def serve(command: list[str], url: str, health: str, env: dict, compiled: bool) 
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        found = {"ready_s": until(lambda: httpx.get(f"{url}{health}").status_code == 200)}
+        found = {"ready_s": until(lambda: _alive(process) and httpx.get(f"{url}{health}").status_code == 200)}
         model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
         ask(url, model)
         found["first_answer_s"] = time.perf_counter() - start
@@ -85,6 +86,12 @@ def serve(command: list[str], url: str, health: str, env: dict, compiled: bool) 
     finally:
         process.terminate()
         process.wait()
+
+
+def _alive(process: subprocess.Popen) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"{process.args[2]} exited ({process.returncode}) before it answered")
+    return True
 
 
 def behind_done() -> None:

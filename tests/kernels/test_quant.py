@@ -135,3 +135,6 @@ def test_a_build_that_fails_says_why_in_one_line_and_leaves_no_library_or_object
     assert why.startswith("aiayn's int8-activation kernels did not build") and named in why, why
     assert "\n" not in why
     assert list((tmp_path / "kernels").iterdir()) == []
+    said = [line for line in done.stderr.splitlines() if line.startswith("aiayn: ")]  # the build, declared
+    assert said == ["aiayn: building aiayn's CPU kernels for this machine (once; about 20 s) ...",
+                    f"aiayn: {why}: PyTorch's kernels are used instead"], done.stderr[-2000:]

@@ -10,9 +10,10 @@ operations (the reference the tests check them against). On 2 cores of an Intel 
 kernel read SmolLM2's weights from memory at about 8 GB/s, q4a8_mm at about 20 (docs/decoding.md). The library
 is built with ``-march=native`` (its AVX512-VNNI, AVX2 or plain C++ path is the one this CPU has) into
 ``$AIAYN_CACHE/kernels/``, named by a digest of the source, PyTorch, the compiler, its flags and the CPU, so a
-second start loads it in milliseconds. Without a compiler, or where the build fails, :func:`load` says why and
-the caller keeps PyTorch's kernels. ``$AIAYN_KERNEL_FLAGS`` adds compiler flags (``-mno-avx512f``: the AVX2 path
-on an AVX512 CPU; the tests force each path so).
+second start loads it in milliseconds. :func:`load` is the one point where they are built (a line on standard error
+before and after, with the time it took); without a compiler, or where the build fails, it says why (in one line,
+on standard error, for a failed build) and the caller keeps PyTorch's kernels. ``$AIAYN_KERNEL_FLAGS`` adds
+compiler flags (``-mno-avx512f``: the AVX2 path on an AVX512 CPU; the tests force each path so).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -95,8 +98,11 @@ def load() -> str | None:
         return _STATE["why"]
     target = library_path(cxx)
     try:
-        if not target.is_file():
+        if not target.is_file():  # the one point where they are built: said, with the time it took
+            _say("building aiayn's CPU kernels for this machine (once; about 20 s) ...")
+            start = time.perf_counter()
             _build(cxx, target)
+            _say(f"built aiayn's CPU kernels in {time.perf_counter() - start:.1f} s")
         torch.ops.load_library(str(target))
         name = ctypes.CDLL(str(target)).aiayn_kernels_path
         name.restype = ctypes.c_char_p
@@ -105,7 +111,12 @@ def load() -> str | None:
         register_fake()
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         _STATE["why"] = f"aiayn's int8-activation kernels did not build or load ({error})"
+        _say(f"{_STATE['why']}: PyTorch's kernels are used instead")
     return _STATE["why"]
+
+
+def _say(line: str) -> None:
+    print(f"aiayn: {line}", file=sys.stderr, flush=True)
 
 
 def simd_path() -> str | None:
