@@ -97,14 +97,8 @@ def chat(args: argparse.Namespace) -> int:
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
-    behind = compile_generator(generator, args)  # a step compiled behind the decoding takes over between two
-    # tokens once it is done
-
-    def write(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-        if behind is not None and behind.state == "compiling" and behind.done:
-            behind.take_over()
+    behind = compile_generator(generator, args)
+    write = _writer(behind)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []
@@ -131,3 +125,14 @@ def chat(args: argparse.Namespace) -> int:
         print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
               "loads its step", file=sys.stderr)
     return 0
+
+
+def _writer(behind):
+    """Each piece of a reply printed as it comes; a step compiled behind the decoding taken over between two tokens
+    once it is done."""
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+        if behind is not None and behind.state == "compiling" and behind.done:
+            behind.take_over()
+    return write
