@@ -52,26 +52,42 @@ def behind_server(tmp_path, monkeypatch):
     """A chat model served with ``--compile on`` whose step is compiled behind by a stand-in child (it exits with
     the status written to the file ``go``); the kept step's load stands in by the reference static step. Yields
     (URL, the file, the lines said, the scheduler)."""
-    from aiayn.serve import server
     from aiayn.serve.limits import Limits
 
     go, said = tmp_path / "go", []
+    stand_in_child(monkeypatch, go)
+    app, scheduler = app_compiling_behind(tmp_path, said)
+    with serving(app, Limits()) as url:
+        yield url, go, said, scheduler
+    scheduler.behind.stop()
+
+
+def stand_in_child(monkeypatch, go) -> list:
+    """The child stood in for by one that exits when the file ``go`` is there; the kept step's load by the
+    reference static step (the models it was attached to: the list returned)."""
+    taken = []
     monkeypatch.setattr(compiled, "compiler", lambda: "g++")
     monkeypatch.setattr(compile_behind.CompileBehind, "command",
                         staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
 
-    def loaded(model, *args, **kwargs):  # the kept step, loaded
+    def loaded(model, *args, **kwargs):
         model.runtime.static = CompiledStep(model, compiled=False)
+        taken.append(model)
         return True
     monkeypatch.setattr(compile_behind, "attach", loaded)
+    return taken
+
+
+def app_compiling_behind(tmp_path, said: list):
+    """A tiny chat model's app with ``--compile on``, its step compiled behind (lines said to ``said``)."""
+    from aiayn.serve import server
+    from aiayn.serve.limits import Limits
+
     checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
     product, embedder = server.load_product(checkpoint)
     scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
     ready = server.compile_first(product.model, True, scheduler, "on", "cpu", said.append, behind=(checkpoint, {}))
-    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
-    with serving(app, Limits()) as url:
-        yield url, go, said, scheduler
-    scheduler.behind.stop()
+    return server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready), scheduler
 
 
 def _health_until(url: str, state: str) -> dict:
@@ -115,16 +131,7 @@ def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_p
 
     folder, go = chat_checkpoint(tmp_path / "lm"), tmp_path / "go"
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(compiled, "compiler", lambda: "g++")
-    monkeypatch.setattr(compile_behind.CompileBehind, "command",
-                        staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
-    taken = []
-
-    def loaded(model, *args, **kwargs):
-        model.runtime.static = CompiledStep(model, compiled=False)
-        taken.append(model)
-        return True
-    monkeypatch.setattr(compile_behind, "attach", loaded)
+    taken = stand_in_child(monkeypatch, go)
     go.write_text("")  # the child is done at once: taken over during the first reply, whose steps take 20 ms more
     step = DecoderOnly.step
     monkeypatch.setattr(DecoderOnly, "step", lambda *args, **kwargs: time.sleep(0.02) or step(*args, **kwargs))
@@ -142,16 +149,11 @@ def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_p
 def test_the_child_compiles_the_step_the_server_loads(tmp_path, monkeypatch):
     """The real child (``python -m aiayn.inference.compile_behind``) on a fresh cache folder: the step it keeps is the
     one the parent expects (the same digest) and loads; greedy text the same before and after."""
-    from aiayn.serve import server
     from aiayn.serve.limits import Limits
 
     monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
     said = []
-    checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
-    product, embedder = server.load_product(checkpoint)
-    scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
-    ready = server.compile_first(product.model, True, scheduler, "on", "cpu", said.append, behind=(checkpoint, {}))
-    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
+    app, _ = app_compiling_behind(tmp_path, said)
     with serving(app, Limits()) as url:
         before = _ask(url)
         for _ in range(3000):  # a tiny model's two graphs: a minute or two
