@@ -7,7 +7,9 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#if defined(__x86_64__) || defined(__i386__)  // x86 alone has them: elsewhere the plain C++ paths
 #include <immintrin.h>
+#endif
 #include <algorithm>
 
 namespace aiayn_kernels {
