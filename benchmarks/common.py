@@ -71,8 +71,20 @@ class Server:
         self.log.close()
 
 
+def compiled(url: str, proc: subprocess.Popen, seconds: float = 900) -> None:
+    """Wait while the server's step is compiled behind its decoding (/health's ``decoding_step``), so that what is
+    measured is the compiled step's speed, as a server that compiled before opening gave it."""
+    import httpx
+
+    for _ in range(int(seconds * 10)):
+        if httpx.get(f"{url}/health", timeout=5).json().get("decoding_step") != "compiling" or proc.poll() is not None:
+            return
+        time.sleep(0.1)
+
+
 def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = None, seconds: float = 120) -> Server:
-    """``aiayn serve --checkpoint CHECKPOINT FLAGS`` on a free port, returned once GET /health answers; its stderr
+    """``aiayn serve --checkpoint CHECKPOINT FLAGS`` on a free port, returned once GET /health answers and its step is
+    no longer compiling (:func:`compiled`); its stderr
     in a temporary file, or in ``log_dir`` as NAME.log. Exits with the server's last words if it dies first."""
     import httpx
 
@@ -86,6 +98,7 @@ def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = 
     for _ in range(int(seconds * 10)):
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                compiled(url, proc)
                 return Server(name, proc, url, port, log)
         except httpx.HTTPError:
             time.sleep(0.1)
