@@ -121,7 +121,7 @@ def chat(args: argparse.Namespace) -> int:
         if conversation.dropped > dropped:
             print(f"(the conversation outgrew the {generator.model.config.max_len}-token context: the oldest "
                   f"{conversation.dropped - dropped} turn(s) were dropped)", file=sys.stderr)
-    if behind is not None and behind.state == "compiling":
+    if behind is not None and behind.waiting:
         print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
               "loads its step", file=sys.stderr)
     return 0
@@ -133,6 +133,6 @@ def _writer(behind):
     def write(piece: str) -> None:
         sys.stdout.write(piece)
         sys.stdout.flush()
-        if behind is not None and behind.state == "compiling" and behind.done:
+        if behind is not None and behind.waiting and behind.done:
             behind.take_over()
     return write

@@ -185,17 +185,14 @@ def _show_drafts(args: argparse.Namespace) -> None:
     """Greedy speculative decoding of the text, each pass of the main model noted (``visual/drafts.py``)."""
     from aiayn.decoding.speculative import SpeculativeStats
     from aiayn.inference.generator import TextGenerator
+    from aiayn.inference.load import checkpoint_arch
     from aiayn.inference.translator import Translator
-    from aiayn.io.checkpoint import CONFIG
-    from aiayn.io.run import is_gguf, resolve_checkpoint
-    from aiayn.model.config import ModelConfig
     from aiayn.visual.drafts import drafted_passes, format_drafts, plot_drafts
     from aiayn.visual.figures import check_output
 
     if args.output:
         check_output(args.output)
-    stats, folder = SpeculativeStats(passes=[]), resolve_checkpoint(args.checkpoint)
-    arch = "decoder-only" if is_gguf(folder) else ModelConfig.load(folder / CONFIG).arch
+    stats, arch = SpeculativeStats(passes=[]), checkpoint_arch(args.checkpoint)
     if arch == "encoder-only":
         raise UserError(f"--checkpoint: {args.checkpoint} is encoder-only; drafts are for models that generate")
     if arch == "encoder-decoder":
@@ -258,16 +255,13 @@ def _show_refinement(args: argparse.Namespace) -> None:
 
 def _show_attention(args: argparse.Namespace) -> None:
     """A translator's three kinds of attention, or a language model's causal self-attention over the text."""
-    from aiayn.inference.load import load_checkpoint
+    from aiayn.inference.load import checkpoint_arch, load_checkpoint
     from aiayn.inference.translator import Translator
-    from aiayn.io.checkpoint import CONFIG
-    from aiayn.io.run import resolve_checkpoint
-    from aiayn.model.config import ModelConfig
     from aiayn.visual.attention import KINDS, attention_for, lm_attention_for, plot_attention
     from aiayn.visual.figures import check_output
 
     check_output(args.output)
-    if ModelConfig.load(resolve_checkpoint(args.checkpoint) / CONFIG).arch == "decoder-only":
+    if checkpoint_arch(args.checkpoint) == "decoder-only":
         if args.target or args.kind not in ("all", "decoder_self"):
             raise UserError("--target/--kind: a language model has causal self-attention (decoder_self) only")
         model, tokenizers = load_checkpoint(args.checkpoint)

@@ -25,11 +25,11 @@ from aiayn.inference.compiled import attach, frozen, saved_path, why_eager
 
 class CompileBehind:
     """A child process compiling ``model``'s step (the model of ``checkpoint`` loaded with ``precision``: ``int8``,
-    ``int4``, ``bf16`` flags) for one row and, with ``batches``, a running batch. ``state``: ``compiling``, then
-    ``in use`` once :meth:`take_over` attached it, or ``eager`` (the child failed: said in one line)."""
+    ``int4``, ``bf16`` flags) for one row and, with ``batches``, a running batch. ``waiting``: True until
+    :meth:`take_over` has run (then the model's ``runtime.static`` says whether the step is in use)."""
 
     def __init__(self, model, checkpoint: str, precision: dict, batches: bool, say: Callable[[str], None]) -> None:
-        self.model, self.batches, self.say, self.state = model, batches, say, "compiling"
+        self.model, self.batches, self.say, self.waiting = model, batches, say, True
         command = self.command(model, checkpoint, precision, batches)
         self.started, self.errors = time.perf_counter(), tempfile.TemporaryFile()  # noqa: SIM115 (read at its end; a pipe could fill up)
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -51,19 +51,16 @@ class CompileBehind:
     def take_over(self) -> bool:
         """Between two steps, once :attr:`done`: the kept step loaded and attached (True), or the child's failure
         said and the eager step kept (False)."""
-        took = time.perf_counter() - self.started
+        took, self.waiting = time.perf_counter() - self.started, False
         if self.process.wait() != 0:
             self.errors.seek(0)
             last = self.errors.read().decode(errors="replace").strip().splitlines()[-1:] or [
                 f"exit status {self.process.returncode}"]
-            self.state = "eager"
             self.say(f"decoding eagerly: the compile behind the decoding failed ({last[0][:200]})")
             return False
         if not attach(self.model, "on", say=lambda _line: None, batches=self.batches):
-            self.state = "eager"
             self.say("decoding eagerly: the compiled step the child kept did not load")
             return False
-        self.state = "in use"
         self.say(f"compiled the decoding step in {took:.1f} s behind the decoding: decoding with it from here")
         return True
 

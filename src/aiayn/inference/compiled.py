@@ -194,15 +194,20 @@ def saved_path(model, rows: bool = False) -> Path:
     ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all that shapes the graph (PyTorch's version,
     aiayn's source, the model's config and tensors, the CPU's features, the compiler, the compute threads). It is a
     file aiayn writes and reads in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
-    sources = sorted(p for p in Path(__file__).parents[1].rglob("*") if p.suffix in (".py", ".cpp"))
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
     parts = {"torch": torch.__version__, "config": model.config.to_dict(), "cpu": sorted(cpu_flags()),
              "compiler": compiler(), "threads": torch.get_num_threads(),
              "tensors": [(name, list(t.shape), str(t.dtype)) for name, t in tensors],
-             "modules": sorted({type(m).__qualname__ for m in model.modules()}),
-             "source": hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()}
+             "modules": sorted({type(m).__qualname__ for m in model.modules()}), "source": _source_digest()}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
     return cache_dir() / "compiled" / f"step-{digest}-{'rows' if rows else 'row'}.bin"
+
+
+@functools.cache
+def _source_digest() -> str:
+    """aiayn's source (every .py and .cpp file), hashed once a process: a start asks for several steps' paths."""
+    sources = sorted(p for p in Path(__file__).parents[1].rglob("*") if p.suffix in (".py", ".cpp"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
 
 
 def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int | None = None) -> str | None:

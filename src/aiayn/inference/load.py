@@ -20,6 +20,16 @@ COMMANDS = {"encoder-decoder": "aiayn translate", "decoder-only": "aiayn generat
             "encoder-only": "aiayn fill-mask"}
 
 
+def checkpoint_arch(path: str | Path) -> str:
+    """The family member a checkpoint folder, run folder or GGUF file (a language model) holds, from its config
+    alone (nothing loaded)."""
+    from aiayn.io.checkpoint import CONFIG
+    from aiayn.model.config import ModelConfig
+
+    folder = resolve_checkpoint(path)
+    return "decoder-only" if is_gguf(folder) else ModelConfig.load(folder / CONFIG).arch
+
+
 def load_checkpoint(path: str | Path, arch: str | None = None,
                     prepare: Callable[[TransformerModel], object] | None = None,
                     convert: Converter | None = None) -> tuple[TransformerModel, TokenizerPair]:

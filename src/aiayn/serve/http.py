@@ -231,7 +231,7 @@ def step_state(served: Served) -> dict:
     model, behind = served.product.model, getattr(served.scheduler, "behind", None)
     if model.config.arch != "decoder-only":
         return {}
-    compiling = behind is not None and behind.state == "compiling"
+    compiling = behind is not None and behind.waiting
     return {"decoding_step": "compiled" if model.runtime.static is not None else "compiling" if compiling else "eager"}
 
 

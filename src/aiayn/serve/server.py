@@ -105,14 +105,12 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
     handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy; ``draft``: what drafts
     for its speculative decoding (``inference/draft.py``), ``draft_tokens`` a pass. Returns (product, embedder or
     None)."""
-    from aiayn.inference.load import load_for_use
+    from aiayn.inference.load import checkpoint_arch, load_for_use
     from aiayn.inference.precision import converter
-    from aiayn.io.checkpoint import CONFIG
-    from aiayn.io.run import is_gguf, resolve_checkpoint
-    from aiayn.model.config import ModelConfig
+    from aiayn.io.run import resolve_checkpoint
 
-    folder = resolve_checkpoint(checkpoint)  # (a GGUF file: a language model)
-    lm = is_gguf(folder) or ModelConfig.load(folder / CONFIG).arch == "decoder-only"  # its layers converted as read
+    folder = resolve_checkpoint(checkpoint)
+    lm = checkpoint_arch(folder) == "decoder-only"  # its layers converted as read
     convert = converter(device, int8=int8, bf16=bf16, int4=int4, few_rows=True) if lm and not loras else None
     model, tokenizers, defaults = load_for_use(folder, prepare=prepare, convert=convert)
     if loras:
