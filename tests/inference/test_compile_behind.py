@@ -86,7 +86,8 @@ def app_compiling_behind(tmp_path, said: list):
     checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
     product, embedder = server.load_product(checkpoint)
     scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
-    ready = server.compile_first(product.model, True, scheduler, "on", "cpu", said.append, behind=(checkpoint, {}))
+    ready = server.compile_first(product.model, {"batches": True}, scheduler, "on", "cpu", said.append,
+                                 behind=(checkpoint, {}))
     return server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready), scheduler
 
 

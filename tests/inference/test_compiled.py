@@ -79,7 +79,7 @@ def test_a_compile_that_fails_leaves_the_eager_step_with_one_line(monkeypatch):
     before = generate(lm, ids, "greedy", max_new_tokens=6, min_new_tokens=6)
     monkeypatch.setattr(compiled, "compiler", lambda: "/usr/bin/g++")
     monkeypatch.setattr(compiled, "warm_up",
-                        lambda model, batches: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
+                        lambda model, kinds: (_ for _ in ()).throw(RuntimeError("no kernel\nmore")))
     said = []
     assert compiled.attach(lm, "on", say=said.append) is False
     assert lm.runtime.static is None and said[-1] == "decoding eagerly: it did not compile (RuntimeError: no kernel)"
@@ -119,6 +119,30 @@ def test_the_compiled_step_decodes_as_the_eager_one_with_one_graph_for_every_cac
     with torch._dynamo.config.patch(error_on_recompile=True):
         assert [generate(lm, ids, "greedy", max_new_tokens=n, min_new_tokens=n) for n in (9, 40)] == eager
     assert any((tmp_path / "inductor").iterdir())  # Inductor's caches in aiayn's cache folder
+
+
+@pytest.mark.long
+def test_the_compiled_step_verifies_any_number_of_guesses_in_one_graph(tmp_path, monkeypatch):
+    """Speculative decoding through the compiled step (``columns``): drafted by an eager twin of itself (every guess
+    kept, so each pass guesses 2 more, 4 to 16), each pass of the model verifies its guesses through the one graph
+    of several columns (their count marked dynamic: no recompile, no other graph) and the text is plain greedy's."""
+    from aiayn.decoding.speculative import SpeculativeStats
+
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path))
+    lm, twin = (inference_copy(_lm(n_decoder_layers=2, layer_types=["sliding", "full"], sliding_window=6))
+                for _ in range(2))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    plain = generate(lm, ids, "greedy", max_new_tokens=60, min_new_tokens=60)
+    assert compiled.attach(lm, "on", say=lambda line: None, columns=True)
+    graph, widths = lm.runtime.static.graphs["columns"], []
+    lm.runtime.static.graphs["columns"] = lambda *args: widths.append(args[0].size(1)) or graph(*args)
+    stats = SpeculativeStats()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        drafted = generate(lm, ids, "greedy", max_new_tokens=60, min_new_tokens=60, draft=twin,
+                           speculative_stats=stats)
+    assert drafted == plain and stats.accepted > 0
+    assert widths == [5, 7, 9, 11, 13] and stats.main_passes == 7  # the prompt's pass and the last (its guesses
+    # reach the cache's last slot, which a static step leaves to the eager one) are eager
 
 
 @pytest.mark.long
@@ -163,9 +187,9 @@ def test_a_compiled_step_is_kept_loaded_at_the_next_start_and_compiled_again_whe
                                  int4=True))
     first, later, broken = [], [], []
     lm = start(first)
-    saved = [compiled.saved_path(lm, rows=several) for several in (False, True)]
+    saved = [compiled.saved_path(lm, kind) for kind in ("row", "rows")]
     assert first[0].startswith("compiling the decoding step") and all(path.is_file() for path in saved)
-    assert not lm.runtime.static.loaded and texts(lm) == eager and set(lm.runtime.static.graphs) == {False, True}
+    assert not lm.runtime.static.loaded and texts(lm) == eager and set(lm.runtime.static.graphs) == {"row", "rows"}
     monkeypatch.setattr(torch, "compile", None)  # a later start must not compile
     lm = start(later)
     assert len(later) == 1 and later[0].startswith("loaded the compiled decoding step in") and lm.runtime.static.loaded
@@ -213,7 +237,7 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
     scheduler = Scheduler(lm, max_batch=2, capacity=32)
     seen = []
     monkeypatch.setattr(compiled, "compiler", lambda: None)
-    future = compile_first(lm, True, scheduler, "on", "cpu", say=lambda line: seen.append(
+    future = compile_first(lm, {"batches": True}, scheduler, "on", "cpu", say=lambda line: seen.append(
         (threading.current_thread().name, line)))
     assert not seen  # queued: the thread has not started
     scheduler.start()
@@ -223,7 +247,7 @@ def test_a_server_compiles_on_its_decoding_thread_before_any_request(monkeypatch
         scheduler.stop()
     assert seen == [("aiayn-decode", "decoding eagerly: no C++ compiler (g++, c++ or clang++) on PATH: install one "
                                      "to compile")]
-    assert compile_first(EncoderDecoder(tiny()), True, scheduler, "on", "cpu") is None
+    assert compile_first(EncoderDecoder(tiny()), {"batches": True}, scheduler, "on", "cpu") is None
 
 
 @pytest.mark.long
@@ -273,7 +297,7 @@ def test_a_server_opens_its_port_only_once_its_step_is_compiled(tmp_path, monkey
     product, embedder = server.load_product(str(chat_checkpoint(tmp_path / "ckpt")), None, "cpu", False, False,
                                             False, None, None)
     scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
-    ready = server.compile_first(product.model, True, scheduler, "on", "cpu")
+    ready = server.compile_first(product.model, {"batches": True}, scheduler, "on", "cpu")
     add = ready.add_done_callback
     ready.add_done_callback = lambda fn: waited_on.set() or add(fn)  # the app's start awaits it (wrap_future)
     app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn import DecoderOnly
-from aiayn.inference.compiled import CompiledStep
+from aiayn.inference.compiled import KINDS, CompiledStep
 from aiayn.inference.precision import fuse
 from aiayn.model.kv_cache import KVCache
 from aiayn.model.state import DecodeState
@@ -31,12 +31,12 @@ def _model(name: str) -> DecoderOnly:
     return fuse(DecoderOnly(tiny(arch="decoder-only", vocab_size=30, **MEMBERS[name])).double().eval())
 
 
-def static_counted(model: DecoderOnly, batches: bool = False) -> list[int]:
-    """Attach ``model``'s static step (its reference, uncompiled) with its graphs counted: the list of the rows of
-    every step it computed (a step it leaves to the eager one is not in it)."""
-    static = CompiledStep(model, compiled=False, batches=batches)
+def static_counted(model: DecoderOnly, batches: bool = False, columns: bool = False) -> list[int]:
+    """Attach ``model``'s static step (its reference, uncompiled) with its graphs counted: the list of the rows (or,
+    of one row, the tokens) of every step it computed (a step it leaves to the eager one is not in it)."""
+    static = CompiledStep(model, compiled=False, batches=batches, columns=columns)
     taken, step = [], static.step
-    static.graphs = {rows: (lambda *args: taken.append(args[0].size(0)) or step(*args)) for rows in (False, True)}
+    static.graphs = {kind: (lambda *args: taken.append(args[0].numel()) or step(*args)) for kind in KINDS}
     model.runtime.static = static
     return taken
 
@@ -75,6 +75,44 @@ def test_the_static_step_equals_the_eager_step_token_for_token(name, monkeypatch
         held = min(a.self_kv.length, a.self_kv.capacity)  # the written slots (the rest is NaN in the eager one)
         for x, y in ((a.self_kv.k, b.self_kv.k), (a.self_kv.v, b.self_kv.v)):
             assert torch.allclose(x[:, :, :held], y[:, :, :held], atol=1e-9)
+
+
+def _verifying_passes(model: DecoderOnly, prompts: torch.Tensor, passes: int, seed: int) -> list[torch.Tensor]:
+    """Speculative decoding's passes, scripted: each feeds the row's last token and 1 to 4 random guesses (2 to 5
+    columns), keeps a random number of them (the cache rolled back past the rest) and the arg-max after the last
+    kept. Returns each pass's logits (1, C, V)."""
+    rng = torch.Generator().manual_seed(seed)
+    tokens, state = model.start(prompts, 60)
+    out = []
+    with torch.no_grad():
+        logits = model.step(tokens, state, last=True)
+        tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)  # (1, W): W - 1 in the cache
+        for _ in range(passes):
+            c = int(torch.randint(2, 6, (1,), generator=rng))
+            fed = torch.cat([tokens, torch.randint(1, 30, (1, c - 1), generator=rng)], dim=1)  # (1, W + c - 1)
+            logits = model.step(fed, state)  # (1, c, V)
+            out.append(logits)
+            kept = int(torch.randint(1, c + 1, (1,), generator=rng))  # the last token and kept - 1 guesses
+            state.cache.truncate(tokens.size(1) - 1 + kept)
+            tokens = torch.cat([fed[:, :tokens.size(1) - 1 + kept], logits[:, kept - 1].argmax(-1, keepdim=True)],
+                               dim=1)
+    return out
+
+
+@pytest.mark.parametrize("name", ["rope-gqa", "sliding-qk-norm", "every-layer-window", "sinusoidal-softcap"])
+def test_a_rows_several_new_tokens_step_statically_as_they_do_eagerly(name, monkeypatch):
+    """Verifying passes of 2 to 5 tokens of one row, each rolled back past the guesses refused (speculative
+    decoding, scripted), over 14 passes (a window of 4 or 5 wraps its ring of 20 or 21 slots, with stale slots past the
+    rollback): the static step's logits equal the eager step's at every column, and it computed every pass."""
+    _garbage_caches(monkeypatch)
+    model = _model(name)
+    prompts = random_ids(1, 3, vocab=30)
+    eager = _verifying_passes(model, prompts, 14, seed=1)
+    taken = static_counted(model, columns=True)
+    static = _verifying_passes(model, prompts, 14, seed=1)
+    assert taken == [a.size(1) for a in eager] and max(taken) == 5 and min(taken) == 2
+    for a, b in zip(eager, static, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
 
 
 def test_a_full_layer_attends_only_its_slots_up_to_the_span_past_the_column():
@@ -119,11 +157,12 @@ def test_a_slot_is_seen_while_its_column_is_real_and_within_the_window():
 
 
 def test_steps_the_static_step_does_not_compute_are_left_to_the_eager_one():
-    """Several new columns (a prompt), a shortlist's output rows and a full layer's last slot (never in a span:
-    ``span_of``) are stepped eagerly (None)."""
+    """Several new columns of a prompt (or more than ``COLUMNS``), a shortlist's output rows and a full layer's last
+    slot (never in a span: ``span_of``) are stepped eagerly (None)."""
     model = _model("rope-gqa")
     tokens, state = model.start(random_ids(1, 4, vocab=30), 2)
-    assert static_inputs(model, tokens, state) is None  # 4 new columns
+    assert static_inputs(model, tokens, state, last=True) is None  # a prompt of 4 new columns
+    assert static_inputs(model, torch.cat([tokens] * 5, dim=1), state) is None  # more than COLUMNS
     with torch.no_grad():
         model.step(tokens, state, last=True)
     more = torch.cat([tokens, torch.tensor([[7]])], dim=1)

@@ -102,20 +102,22 @@ def add_compile(p) -> None:
 
 def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None):
     """The compiled decoding step attached as ``--compile`` says, its lines on standard error (``tokens``: the new
-    tokens of a one-off run; None: a session): the model's step, or with a draft model its draft's (speculation
-    verifies several tokens a pass, eagerly). A session's step not kept yet is compiled behind the decoding: the
+    tokens of a one-off run; None: a session): the model's step (with a draft, a graph for its verifying passes too)
+    and a draft model's, for one row. A session's step not kept yet is compiled behind the decoding: the
     :class:`~aiayn.inference.compile_behind.CompileBehind` returned, to take over when it is done."""
-    from aiayn.decoding.drafts import ModelDraft
-
-    if args.compile == "off" or (generator.draft is not None and not isinstance(generator.draft, ModelDraft)):
+    if args.compile == "off":
         return None  # nothing to say, nor Inductor to import
+    from aiayn.decoding.drafts import ModelDraft
     from aiayn.inference.compile_behind import compile_behind
     from aiayn.inference.compiled import attach
 
-    if generator.draft is None and tokens is None:
-        return compile_behind(generator.model, args.compile, args.device, args.checkpoint, precision_options(args))
-    attach(generator.model if generator.draft is None else generator.draft.model, args.compile, args.device,
-           tokens=tokens)
+    if isinstance(generator.draft, ModelDraft):
+        attach(generator.draft.model, args.compile, args.device, tokens=tokens)
+    columns = generator.draft is not None
+    if tokens is None:
+        return compile_behind(generator.model, args.compile, args.device, args.checkpoint, precision_options(args),
+                              columns=columns)
+    attach(generator.model, args.compile, args.device, tokens=tokens, columns=columns)
     return None
 
 

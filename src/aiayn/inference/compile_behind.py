@@ -4,7 +4,7 @@ cache folder, while this process decodes eagerly at once; when the child is done
 and taken over between two steps, the tokens (greedy) those of either step alone. A child process and not a thread:
 compiling holds Python's lock for most of a minute, which the decoding beside it would wait on.
 
-    python -m aiayn.inference.compile_behind CHECKPOINT [--int8 | --int4 | --bf16] [--batches] --threads N
+    python -m aiayn.inference.compile_behind CHECKPOINT [--int8 | --int4 | --bf16] [--batches] [--columns] --threads N
                                              --expect PATH
 """
 
@@ -20,17 +20,19 @@ from pathlib import Path
 
 import torch
 
-from aiayn.inference.compiled import attach, frozen, saved_path, why_eager
+from aiayn.inference.compiled import CompiledStep, attach, saved_path, why_eager
+from aiayn.inference.graphs import frozen
 
 
 class CompileBehind:
     """A child process compiling ``model``'s step (the model of ``checkpoint`` loaded with ``precision``: ``int8``,
-    ``int4``, ``bf16`` flags) for one row and, with ``batches``, a running batch. ``waiting``: True until
-    :meth:`take_over` has run (then the model's ``runtime.static`` says whether the step is in use)."""
+    ``int4``, ``bf16`` flags) for one row and, as ``graphs`` asks (``batches``, ``columns``: ``attach``'s), a running
+    batch and a verifying pass. ``waiting``: True until :meth:`take_over` has run (then the model's
+    ``runtime.static`` says whether the step is in use)."""
 
-    def __init__(self, model, checkpoint: str, precision: dict, batches: bool, say: Callable[[str], None]) -> None:
-        self.model, self.batches, self.say, self.waiting = model, batches, say, True
-        command = self.command(model, checkpoint, precision, batches)
+    def __init__(self, model, checkpoint: str, precision: dict, graphs: dict, say: Callable[[str], None]) -> None:
+        self.model, self.graphs, self.say, self.waiting = model, graphs, say, True
+        command = self.command(model, checkpoint, precision, graphs)
         self.started, self.errors = time.perf_counter(), tempfile.TemporaryFile()  # noqa: SIM115 (read at its end; a pipe could fill up)
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=self.errors)
@@ -38,9 +40,9 @@ class CompileBehind:
             "time on this machine): decoding eagerly until it is ready")
 
     @staticmethod
-    def command(model, checkpoint: str, precision: dict, batches: bool) -> list[str]:
+    def command(model, checkpoint: str, precision: dict, graphs: dict) -> list[str]:
         """The child's command line (this module's :func:`main`)."""
-        flags = [f"--{name}" for name, on in precision.items() if on] + (["--batches"] if batches else [])
+        flags = [f"--{name}" for name, on in {**precision, **graphs}.items() if on]
         return [sys.executable, "-m", "aiayn.inference.compile_behind", str(checkpoint), *flags,
                 "--threads", str(torch.get_num_threads()), "--expect", str(saved_path(model))]
 
@@ -58,7 +60,7 @@ class CompileBehind:
                 f"exit status {self.process.returncode}"]
             self.say(f"decoding eagerly: the compile behind the decoding failed ({last[0][:200]})")
             return False
-        if not attach(self.model, "on", say=lambda _line: None, batches=self.batches):
+        if not attach(self.model, "on", say=lambda _line: None, **self.graphs):
             self.say("decoding eagerly: the compiled step the child kept did not load")
             return False
         self.say(f"compiled the decoding step in {took:.1f} s behind the decoding: decoding with it from here")
@@ -71,16 +73,19 @@ class CompileBehind:
 
 
 def compile_behind(model, mode: str, device: str, checkpoint: str, precision: dict, batches: bool = False,
-                   say: Callable[[str], None] | None = None) -> CompileBehind | None:
+                   columns: bool = False, say: Callable[[str], None] | None = None) -> CompileBehind | None:
     """``--compile mode`` for a session (a chat, a server) without a wait: a compiled step already kept is loaded
     now (:func:`~aiayn.inference.compiled.attach`, seconds), as is one that cannot be kept (a frozen graph); one
-    to compile is compiled behind the decoding (the :class:`CompileBehind` returned; None otherwise)."""
+    to compile is compiled behind the decoding (the :class:`CompileBehind` returned; None otherwise). ``batches``,
+    ``columns``: the graphs beside one row's, as ``attach`` takes them."""
     say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
-    kept = [saved_path(model, rows) for rows in ((False, True) if batches else (False,))]
-    if why_eager(model, mode, device) is not None or frozen(model) or all(path.is_file() for path in kept):
-        attach(model, mode, device, say, batches=batches)
+    graphs = {"batches": batches, "columns": columns}
+    kinds = CompiledStep(model, compiled=False, **graphs).kinds
+    if (why_eager(model, mode, device) is not None or frozen(model)
+            or all(saved_path(model, kind).is_file() for kind in kinds)):
+        attach(model, mode, device, say, **graphs)
         return None
-    return CompileBehind(model, checkpoint, precision, batches, say)
+    return CompileBehind(model, checkpoint, precision, graphs, say)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     file the parent will load), compile and keep it."""
     parser = argparse.ArgumentParser(prog="python -m aiayn.inference.compile_behind", description=__doc__)
     parser.add_argument("checkpoint")
-    for flag in ("int8", "int4", "bf16", "batches"):
+    for flag in ("int8", "int4", "bf16", "batches", "columns"):
         parser.add_argument(f"--{flag}", action="store_true")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--expect", required=True)
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.checkpoint}: the step loaded here is not the parent's (another precision or layout)",
               file=sys.stderr)
         return 3
-    return 0 if attach(model, "on", batches=args.batches) else 1
+    return 0 if attach(model, "on", batches=args.batches, columns=args.columns) else 1
 
 
 if __name__ == "__main__":

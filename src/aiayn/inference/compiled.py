@@ -30,10 +30,10 @@ from torch._inductor import config as inductor_config
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from torch.fx.experimental import _config as fx_config
 
+from aiayn.inference.graphs import Frozen, frozen, mark_dynamic
 from aiayn.inference.precision import weight_count
 from aiayn.io.files import atomic_path, cache_dir
 from aiayn.kernels import compiler, cpu_flags
-from aiayn.model.packed import PackedLinear
 from aiayn.model.state import DecodeState
 from aiayn.model.static import advance, span_of, static_inputs
 
@@ -43,25 +43,38 @@ AUTO_TOKENS = 400  # loading a kept graph (~2 s) over what each token saves (int
 KEEP = 16  # compiled steps kept in the cache folder, the most recently used (3.4 MB each for SmolLM2 int4)
 
 
+KINDS = ("row", "rows", "columns")  # the graphs a step may have: one token of one row, of 2 rows or more, several
+# tokens of one row (a verifying pass of speculative decoding)
+
+
+def kind_of(tokens: Tensor) -> str:
+    """Which graph steps the new ``tokens`` (B, C): :data:`KINDS`."""
+    return "columns" if tokens.size(1) > 1 else "rows" if tokens.size(0) > 1 else "row"
+
+
 class CompiledStep:
     """``model``'s static step (``DecoderOnly.step_static``) compiled (or as it is, ``compiled=False``: the reference
     the tests hold it to), called by ``DecoderOnly.step`` for the steps it computes
-    (:func:`~aiayn.model.static.static_inputs`): one graph for one row and, with ``batches``, one for any number of
-    rows from 2 (the batch size marked dynamic: a server's running batch; a size of one is a graph's own).
+    (:func:`~aiayn.model.static.static_inputs`): one graph for one row and one token (``row``), with ``batches`` one
+    for any number of rows from 2 (``rows``: the batch size marked dynamic, a server's running batch; a size of one
+    is a graph's own), with ``columns`` one for a row's 2 to ``static.COLUMNS`` tokens (``columns``: their count
+    marked dynamic, speculative decoding's verifying pass of any number of guesses). Several rows of several tokens
+    step eagerly.
 
-    Each graph is built at its first step. With ``saved`` (its path in aiayn's cache folder by rows > 1,
+    Each graph is built at its first step. With ``saved`` (its path in aiayn's cache folder by kind,
     :func:`saved_path`) it is compiled ahead of time (``aot_compile``: no Dynamo lookup at each token) and kept
     there, so that a later start loads it in seconds; a file that does not fit the inputs or does not load is
     compiled again and replaced.
     ``freezing`` (the weights folded into the graph as constants: Inductor lowers oneDNN's packed linear layers only
     so) compiles through ``torch.compile`` at every start: ``aot_compile`` does not take a frozen graph."""
 
-    def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: dict[bool, Path] | None = None,
-                 batches: bool = False) -> None:
-        self.compiled, self.freezing, self.saved, self.batches = compiled, freezing, saved, batches
+    def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: dict[str, Path] | None = None,
+                 batches: bool = False, columns: bool = False) -> None:
+        self.compiled, self.freezing, self.saved = compiled, freezing, saved
+        self.kinds = ("row",) + ("rows",) * batches + ("columns",) * columns
         self.compiled_here = False  # a graph was compiled in this process (not loaded from ``saved``)
         self.step = functools.partial(type(model).step_static, model)  # the weights the graph's, not its inputs
-        self.graphs: dict[bool, Callable] = {} if compiled else {False: self.step, True: self.step}  # by rows > 1
+        self.graphs: dict[str, Callable] = {} if compiled else dict.fromkeys(KINDS, self.step)  # by kind_of
 
     @property
     def loaded(self) -> bool:
@@ -74,33 +87,34 @@ class CompiledStep:
         return type(None), ()
 
     @torch.no_grad()  # a decoding step (a graph for no autograd)
-    def __call__(self, model, tokens: Tensor, state: DecodeState) -> Tensor | None:
-        """Logits (B, 1, V) of the next position, the caches written and advanced; None where it does not apply
-        (the model then steps eagerly)."""
-        inputs = static_inputs(model, tokens, state)
-        if inputs is None or (inputs[0].size(0) > 1 and not self.batches):
+    def __call__(self, model, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor | None:
+        """Logits (B, C, V) of the new positions (``last``: a prompt's, which steps eagerly), the caches written
+        and advanced; None where it does not apply (the model then steps eagerly)."""
+        inputs = static_inputs(model, tokens, state, last)
+        if inputs is None or kind_of(inputs[0]) not in self.kinds or min(inputs[0].shape) > 1:
             return None
         new, left_pad, kv = inputs
         column = torch.tensor([state.position], device=new.device)
         windows = [layer.self_kv.window for layer in state.cache.layers]
         full = next((kv.capacity for kv in (layer.self_kv for layer in state.cache.layers) if kv.window is None), None)
-        span = None if full is None else torch.empty(span_of(state.position, full), dtype=torch.int8,
-                                                     device=new.device)  # its length: a full layer's span
-        args = (new.flatten()[:, None], column, left_pad, kv, windows, span)  # tokens (B, 1), their strides fixed
-        rows = new.size(0) > 1
-        if rows not in self.graphs:
-            self.graphs[rows] = self._build(model, args, rows)
-        logits = self.graphs[rows](*args)
-        advance(state.cache)
+        span = None if full is None else torch.empty(span_of(state.position + new.size(1) - 1, full),
+                                                     dtype=torch.int8, device=new.device)  # a full layer's span
+        args = (new.clone(memory_format=torch.contiguous_format), column, left_pad, kv, windows, span)  # (B, C),
+        # its strides (C, 1) whatever the text's width
+        kind = kind_of(new)
+        if kind not in self.graphs:
+            self.graphs[kind] = self._build(model, args, kind)
+        logits = self.graphs[kind](*args)
+        advance(state.cache, new.size(1))
         return logits
 
-    def _build(self, model, args: tuple, rows: bool) -> Callable:
-        """The graph for ``args`` (``rows``: of 2 rows or more): loaded from ``saved`` where it fits them, else
-        compiled (and saved)."""
+    def _build(self, model, args: tuple, kind: str) -> Callable:
+        """The graph of ``kind`` for ``args``: loaded from ``saved`` where it fits them, else compiled (and
+        saved)."""
         if self.freezing:
             self.compiled_here = True
-            return Frozen(self.step, rows)
-        saved = None if self.saved is None else self.saved[rows]
+            return Frozen(self.step, kind)
+        saved = None if self.saved is None else self.saved[kind]
         if saved is not None and saved.is_file():
             try:
                 with open(saved, "rb") as file, inductor_config.patch({"cpp.vec_isa_ok": True}):
@@ -112,7 +126,7 @@ class CompiledStep:
             except Exception:  # a file that does not load (another version wrote it): compiled again
                 pass
         self.compiled_here = True
-        _dynamic(args, rows)
+        mark_dynamic(args, kind)
         fn = torch.compile(self.step, fullgraph=True, dynamic=False,
                            options={"cpp_wrapper": True, "guard_filter_fn": _input_guards}).aot_compile((args, {}))
         fn.disable_guard_check()  # one graph; static_inputs and the batch size choose the steps it takes
@@ -127,58 +141,12 @@ class CompiledStep:
         return fn
 
 
-def frozen(model) -> bool:
-    """Whether ``model``'s compiled step must hold its weights (Inductor's ``freezing``, not kept on disk): some of
-    its layers are oneDNN-packed (a bfloat16 model, or float32 where aiayn's kernels do not build)."""
-    return any(isinstance(m, PackedLinear) and not m.dense for m in model.modules())
-
-
 def _input_guards(entries) -> list[bool]:
     """The guards a graph compiled ahead of time keeps: global state, shapes and the step's input tensors; none on
     the model's modules and weights (about 7,000 for SmolLM2, rebuilt at every load: 0.8 s), which the file's
     digest names instead (:func:`saved_path`)."""
     return [entry.guard_type in ("GLOBAL_STATE", "SHAPE_ENV")
             or (entry.guard_type == "TENSOR_MATCH" and entry.name.startswith("args")) for entry in entries]
-
-
-class Frozen:
-    """A ``torch.compile``d step whose graph holds the weights (Inductor's ``freezing``): after the first call only
-    the guards that tell graphs apart are checked; inputs no graph was made for (inference-mode tensors) compile
-    one more graph."""
-
-    def __init__(self, step: Callable, rows: bool) -> None:
-        self.fn = torch.compile(step, fullgraph=True, dynamic=False, options={"cpp_wrapper": True})
-        self.rows, self.warm = rows, False
-
-    def __call__(self, *args) -> Tensor:
-        if not self.warm:
-            logits, self.warm = self._compiling(args), True
-            return logits
-        try:
-            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                return self.fn(*args)
-        except RuntimeError as error:
-            if "skip_guard_eval_unsafe" not in str(error):
-                raise
-            return self._compiling(args)
-
-    def _compiling(self, args: tuple) -> Tensor:
-        """A call that may compile, every guard checked, freezing on (read when compiling, not from options)."""
-        _dynamic(args, self.rows)
-        with inductor_config.patch(freezing=True):
-            return self.fn(*args)
-
-
-def _dynamic(args: tuple, rows: bool) -> None:
-    """The caches' capacity and the slots a full layer attends marked dynamic (one graph for every capacity and
-    span) and, for ``rows``, the batch size."""
-    tokens, _, left_pad, kv, _, span = args
-    for t in kv:
-        torch._dynamo.maybe_mark_dynamic(t, 2)
-    if span is not None:
-        torch._dynamo.maybe_mark_dynamic(span, 0)
-    for t in [tokens, left_pad, *kv] if rows else []:
-        torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
 def prune(folder: Path, keep: int = KEEP) -> None:
@@ -189,9 +157,9 @@ def prune(folder: Path, keep: int = KEEP) -> None:
         path.unlink(missing_ok=True)
 
 
-def saved_path(model, rows: bool = False) -> Path:
-    """Where ``model``'s compiled step (``rows``: its graph for 2 rows or more) is kept:
-    ``$AIAYN_CACHE/compiled/step-<digest>-row[s].bin``, the digest of all that shapes the graph (PyTorch's version,
+def saved_path(model, kind: str = "row") -> Path:
+    """Where ``model``'s compiled step (its graph of ``kind``, :data:`KINDS`) is kept:
+    ``$AIAYN_CACHE/compiled/step-<digest>-<kind>.bin``, the digest of all that shapes the graph (PyTorch's version,
     aiayn's source, the model's config and tensors, the CPU's features, the compiler, the compute threads). It is a
     file aiayn writes and reads in its own cache folder (Dynamo's pickled artefact), never one a user hands it."""
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
@@ -200,7 +168,7 @@ def saved_path(model, rows: bool = False) -> Path:
              "tensors": [(name, list(t.shape), str(t.dtype)) for name, t in tensors],
              "modules": sorted({type(m).__qualname__ for m in model.modules()}), "source": _source_digest()}
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    return cache_dir() / "compiled" / f"step-{digest}-{'rows' if rows else 'row'}.bin"
+    return cache_dir() / "compiled" / f"step-{digest}-{kind}.bin"
 
 
 @functools.cache
@@ -243,12 +211,14 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
 
 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
-           say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False) -> bool:
+           say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False,
+           columns: bool = False) -> bool:
     """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.runtime.static``), compiling
     at once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
     and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why, under ``on`` or after a
     compile that failed (``tokens`` as :func:`why_eager` takes it). ``batches``: a graph for batches of 2 rows or
-    more too (a server's). Returns whether it is compiled."""
+    more too (a server's); ``columns``: one for several tokens of a row (a model verifying a draft's guesses).
+    Returns whether it is compiled."""
     say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     reason = why_eager(model, mode, device, tokens)
     if reason is None:
@@ -256,16 +226,16 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
         fx_config.use_duck_shape = False  # caches of equal sizes (a short text's ring and
         # its full layers) still get a size each: a later, longer text's do not recompile
         packed = frozen(model)
-        graphs = (False, True) if batches else (False,)
-        saved = None if packed else {rows: saved_path(model, rows) for rows in graphs}  # a frozen graph is not kept
-        if saved is None or not all(path.is_file() for path in saved.values()):
-            kept = saved[False].parent if saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        static = CompiledStep(model, freezing=packed, batches=batches, columns=columns)
+        static.saved = None if packed else {kind: saved_path(model, kind) for kind in static.kinds}  # frozen: not kept
+        if static.saved is None or not all(path.is_file() for path in static.saved.values()):
+            kept = saved_path(model).parent if static.saved else os.environ["TORCHINDUCTOR_CACHE_DIR"]
             say(f"compiling the decoding step (kept in {kept}: about a minute a graph the first time on this "
                 "machine) ...")
         start = time.perf_counter()
-        model.runtime.static = CompiledStep(model, freezing=packed, saved=saved, batches=batches)
+        model.runtime.static = static
         try:
-            warm_up(model, batches)
+            warm_up(model, static.kinds)
         except Exception as error:  # any failure to compile leaves the eager step, said in one line
             model.runtime.static = None
             reason = f"it did not compile ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
@@ -290,11 +260,12 @@ _SET = None  # the folder use_cache_folder set last
 
 
 @torch.no_grad()  # as the engine steps (an inference-mode tensor would be another graph)
-def warm_up(model, batches: bool = False) -> None:
-    """One compiled step on a scratch cache of a two-token prompt (what every later step reuses); ``batches``: of
-    one row, then of two."""
-    for rows in (1, 2) if batches else (1,):
+def warm_up(model, kinds: tuple[str, ...] = ("row",)) -> None:
+    """A compiled step of each of ``kinds`` on a scratch cache of a two-token prompt (what every later step reuses):
+    one token of one row, of two rows, two tokens of one row."""
+    for kind in kinds:
+        rows, columns = (2, 1) if kind == "rows" else (1, 2) if kind == "columns" else (1, 1)
         prompt = torch.full((rows, 2), model.config.eos_id, dtype=torch.long, device=next(model.parameters()).device)
-        tokens, state = model.start(prompt, 2)
+        tokens, state = model.start(prompt, 3)
         model.step(tokens, state, last=True)
-        model.step(torch.cat([tokens, tokens[:, -1:]], dim=1), state, last=True)
+        model.step(torch.cat([tokens, tokens[:, -1:].repeat(1, columns)], dim=1), state)

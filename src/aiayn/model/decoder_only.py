@@ -1,6 +1,6 @@
 """The decoder-only member: a GPT-style language model (causal self-attention + FFN, no encoder, no cross-attention),
 with its two ways to run one decoder: the eager step (``decode`` / ``step``, any number of new columns, the cache's
-Python ints) and the static step (``step_static``: one token a row, shapes that never change, the body
+Python ints) and the static step (``step_static``: a token a row, or a few, shapes that never change, the body
 ``inference/compiled.py`` compiles; ``model/static.py`` has its cache and masks). Both embed, run ``self.decoder`` and
 project through the same parts.
 
@@ -70,8 +70,8 @@ class DecoderOnly(TransformerModel):
         return tokens, DecodeState(cache, left_pad=left_pad)
 
     def step(self, tokens: Tensor, state: DecodeState, last: bool = False) -> Tensor:
-        if self.runtime.static is not None and (logits := self.runtime.static(self, tokens, state)) is not None:
-            return logits  # one new token through the compiled static step (inference/compiled.py)
+        if self.runtime.static is not None and (logits := self.runtime.static(self, tokens, state, last)) is not None:
+            return logits  # new tokens (not a prompt) through the compiled static step (inference/compiled.py)
         adapters = self.runtime.adapter_rows
         rows = nullcontext() if adapters is None else adapters.rows(state.adapters)
         with rows:  # each row's own LoRA adapter (state.adapters; None: the base model)
@@ -80,7 +80,7 @@ class DecoderOnly(TransformerModel):
 
     def step_static(self, tokens: Tensor, column: Tensor, left_pad: Tensor, kv: list[Tensor],
                     windows: list[int | None], span: Tensor | None = None) -> Tensor:
-        """Logits (B, 1, V) of one new token a row, ``tokens`` (B, 1), at cache column ``column`` (1,): the step
+        """Logits (B, C, V) of C new tokens a row, ``tokens`` (B, C), from cache column ``column`` (1,) on: the step
         with no Python int that changes from token to token (``model/static.py``), equal to :meth:`step`'s.
 
         Args:
@@ -88,22 +88,24 @@ class DecoderOnly(TransformerModel):
             kv: every layer's keys and values, k0, v0, k1, v1, ... (B, H_kv, capacity_i, D), written in place.
             windows: each layer's sliding window (its cache a ring) or None.
             span: a tensor whose length is how many slots each full layer attends (``static.span_of``; past the
-                column, at most its capacity); None: every slot.
+                last column, at most its capacity); None: every slot.
         """
-        positions = column - left_pad  # (B,) each row's position at this column
+        positions = column - left_pad  # (B,) each row's position at its first new column
+        columns = column + torch.arange(tokens.size(1), device=column.device)  # (C,)
         masks: dict[int | None, Tensor] = {}
         layers = []
         for i, window in enumerate(windows):
             k, v = kv[2 * i], kv[2 * i + 1]
             attended = span.size(0) if span is not None and window is None else None  # a ring: every slot
             if window not in masks:  # one mask per kind of layer (their rings, and their full caches, one capacity)
-                masks[window] = slot_mask(column, left_pad, k.size(2) if attended is None else attended, window)
-            layers.append(LayerCache(StaticKV(k, v, column % k.size(2), attended)))
+                size = k.size(2) if attended is None else attended
+                masks[window] = slot_mask(column, left_pad, size, window, tokens.size(1))  # (B, 1, C, size)
+            layers.append(LayerCache(StaticKV(k, v, columns % k.size(2), attended)))
         local = [w for w, layer in zip(windows, self.decoder.layers, strict=True) if layer.local]
         full = [w for w, layer in zip(windows, self.decoder.layers, strict=True) if not layer.local]
         hidden, _ = self.decoder(self.embed(tokens, positions), None, masks[full[0]] if full else None, None,
                                  StaticCache(layers), positions, local_mask=masks[local[0]] if local else None)
-        return self._project(hidden, None)  # (B, 1, V)
+        return self._project(hidden, None)  # (B, C, V)
 
     def step_together(self, parts: list[tuple[Tensor, DecodeState]]) -> list[Tensor]:
         """:meth:`step` with ``last`` of several cached batches in one pass (a long prompt's chunk inside the

@@ -162,10 +162,11 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
                                      draft_tokens)
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
-    compiling = compile_first(product.model, True, scheduler, compile, device,
+    drafted = getattr(product, "draft", None) is not None  # the model verifies several tokens of a row a pass
+    compiling = compile_first(product.model, {"batches": True, "columns": drafted}, scheduler, compile, device,
                               behind=None if loras else (checkpoint, {"int8": int8, "int4": int4, "bf16": bf16}))
     if isinstance(getattr(product, "draft", None), ModelDraft):  # it steps one token at a time for one row
-        compiling = compile_first(product.draft.model, False, scheduler, compile, device)
+        compiling = compile_first(product.draft.model, {}, scheduler, compile, device)
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow
 
@@ -185,11 +186,12 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
             scheduler.behind.stop()  # a compile not done by then is not left running
 
 
-def compile_first(model, batches: bool, scheduler: Scheduler, mode: str, device: str, say=None,
+def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: str, say=None,
                   behind: tuple[str, dict] | None = None):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
-    stepped before; a graph for one row and, with ``batches``, one for a running batch of more. With ``behind``
+    stepped before; a graph for one row and those ``graphs`` asks (``attach``'s ``batches``: a running batch of
+    more; ``columns``: a verifying pass of several tokens of one row). With ``behind``
     (the checkpoint and its precision flags), a step not kept yet is compiled by a child process while requests
     decode eagerly, and taken over by a later chore (``inference/compile_behind.py``; ``scheduler.behind``).
     ``say`` gets its lines (default: standard error). Returns the first chore's future (None: not a language
@@ -199,11 +201,11 @@ def compile_first(model, batches: bool, scheduler: Scheduler, mode: str, device:
     from aiayn.inference.compiled import attach
 
     if behind is None:
-        return scheduler.run_alone(functools.partial(attach, batches=batches), model, mode, device, say)
+        return scheduler.run_alone(functools.partial(attach, **graphs), model, mode, device, say)
     from aiayn.inference.compile_behind import compile_behind
 
     def start() -> bool:
-        scheduler.behind = compile_behind(model, mode, device, *behind, batches=batches, say=say)
+        scheduler.behind = compile_behind(model, mode, device, *behind, **graphs, say=say)
         if scheduler.behind is not None:  # its take-over waits in a thread of its own, then runs between steps
             threading.Thread(target=_take_over_when_done, args=(scheduler,), name="aiayn-compile-behind",
                              daemon=True).start()
