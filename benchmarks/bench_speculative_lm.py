@@ -1,6 +1,7 @@
 """Speculative greedy decoding of a language model against plain greedy decoding, batch 1, on real workloads.
 
-The same model (float32, eager: speculation verifies several tokens a pass) decodes each prompt plainly and with
+The same model (float32; eager, or with ``--compile`` its one-token steps and its verifying passes of several
+tokens through the compiled step) decodes each prompt plainly and with
 each way to draft (``decoding/drafts.py``): ``ngram`` (prompt lookup) and ``int4`` / ``int8`` (the model's own
 quantized copy). Workloads: ``edit`` (a source file of about 1,000 tokens returned with one change: what prompt
 lookup is for), ``chat`` (ten ordinary questions, short and long answers: where a draft must not cost). Prints
@@ -16,7 +17,7 @@ each aiayn draft's tokens/s against llama.cpp's prompt lookup (``vs_llama_cpp_lo
 
     python benchmarks/bench_speculative_lm.py --checkpoint ~/.cache/aiayn/SmolLM2-135M-Instruct.Q4_1.gguf
                                               [--workloads edit chat] [--drafts ngram int4] [--new-tokens 256]
-                                              [--llama-cpp]
+                                              [--llama-cpp] [--compile] [--compile-draft]
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def main() -> None:
                         choices=("none", "ngram", "int4", "int8"))
     parser.add_argument("--compile-draft", action="store_true", help="the int4/int8 draft's one-token steps through "
                         "the compiled step (inference/compiled.py; compiled once, then kept)")
+    parser.add_argument("--compile", action="store_true", help="the model's own steps compiled too: plain decoding's "
+                        "one-token steps and, with a draft, its verifying passes (a graph of several tokens)")
     parser.add_argument("--temperature", type=float, default=0.0, help="above 0: speculative sampling (with "
                         "--top-p), timed against plain sampling; the texts then differ by design")
     parser.add_argument("--top-p", type=float, default=1.0, dest="top_p")
@@ -131,6 +134,8 @@ def main() -> None:
     precision = Precision("cpu", few_rows=True)
     drafts = {name: Nothing() if name == "none" else load_draft(name, args.checkpoint, generator.tokenizers,
                                                                 "decoder-only", precision) for name in args.drafts}
+    if args.compile:
+        attach(generator.model, "on", columns=True)
     if args.compile_draft:
         for draft in drafts.values():
             if isinstance(draft, ModelDraft):

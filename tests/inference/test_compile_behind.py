@@ -71,7 +71,8 @@ def stand_in_child(monkeypatch, go) -> list:
                         staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
 
     def loaded(model, *args, **kwargs):
-        model.runtime.static = CompiledStep(model, compiled=False)
+        model.runtime.static = CompiledStep(model, compiled=False, batches=kwargs.get("batches", False),
+                                            columns=kwargs.get("columns", False))
         taken.append(model)
         return True
     monkeypatch.setattr(compile_behind, "attach", loaded)
@@ -144,6 +145,27 @@ def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_p
     assert chat.returncode == 0 and chat.stdout == plain.stdout, chat.stderr
     assert "compiling the decoding step behind the decoding" in chat.stderr
     assert "behind the decoding: decoding with it from here" in chat.stderr and len(taken) == 1
+
+
+def test_a_drafted_chat_has_its_verifying_passes_compiled_behind_too(tmp_path, monkeypatch):
+    """``aiayn chat --draft ngram --compile on``: the child is asked for the graph of several tokens a row too
+    (``--columns``), the step taken over has it, and the replies are those of the drafted chat without compiling."""
+    from conftest import run_main
+
+    folder, go = chat_checkpoint(tmp_path / "lm"), tmp_path / "go"
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    taken, commands = stand_in_child(monkeypatch, go), []
+    stand_in = compile_behind.CompileBehind.command
+    monkeypatch.setattr(compile_behind.CompileBehind, "command",
+                        staticmethod(lambda *args: commands.append(args[3]) or stand_in(*args)))
+    go.write_text("")
+    question = "what is inside what is inside\nand then?\n"
+    flags = ("--checkpoint", str(folder), "--draft", "ngram", "--temperature", "0", "--max-new-tokens", "40")
+    chat = run_main("chat", *flags, "--compile", "on", stdin=question)
+    plain = run_main("chat", *flags, "--compile", "off", stdin=question)
+    assert chat.returncode == 0 and chat.stdout == plain.stdout, chat.stderr
+    assert commands == [{"batches": False, "columns": True}]
+    assert len(taken) == 1 and taken[0].runtime.static.kinds == ("row", "columns")
 
 
 @pytest.mark.long
