@@ -147,6 +147,28 @@ def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_p
     assert "behind the decoding: decoding with it from here" in chat.stderr and len(taken) == 1
 
 
+def test_generate_starts_at_once_and_takes_the_step_over_between_two_tokens(tmp_path, monkeypatch):
+    """``aiayn generate --compile on`` where no step is kept decodes eagerly at once while the (stand-in) child runs,
+    takes the step over between two tokens when it is done, and prints greedy's text; a child not done by the end
+    goes on, said in one line."""
+    from conftest import run_main
+
+    folder, go = chat_checkpoint(tmp_path / "lm"), tmp_path / "go"
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    taken = stand_in_child(monkeypatch, go)
+    step = DecoderOnly.step
+    monkeypatch.setattr(DecoderOnly, "step", lambda *args, **kwargs: time.sleep(0.02) or step(*args, **kwargs))
+    flags = ("--checkpoint", str(folder), "--prompt", "what is inside", "--temperature", "0", "--max-new-tokens",
+             "40", "--min-new-tokens", "40")
+    left = run_main("generate", *flags, "--compile", "on")  # the child never done: it goes on
+    assert left.returncode == 0 and "the compile behind the decoding goes on" in left.stderr and not taken
+    go.write_text("")
+    done = run_main("generate", *flags, "--compile", "on")
+    plain = run_main("generate", *flags, "--compile", "off")
+    assert done.returncode == 0 and done.stdout == plain.stdout == left.stdout, done.stderr
+    assert "behind the decoding: decoding with it from here" in done.stderr and len(taken) == 1
+
+
 def test_a_drafted_chat_has_its_verifying_passes_compiled_behind_too(tmp_path, monkeypatch):
     """``aiayn chat --draft ngram --compile on``: the child is asked for the graph of several tokens a row too
     (``--columns``), the step taken over has it, and the replies are those of the drafted chat without compiling."""

@@ -17,8 +17,10 @@ from aiayn.cli.common import (
     add_draft,
     add_precision,
     compile_generator,
+    compile_left,
     examples,
     precision_options,
+    printer,
     text_decoding_options,
 )
 
@@ -98,7 +100,7 @@ def chat(args: argparse.Namespace) -> int:
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
     behind = compile_generator(generator, args)
-    write = _writer(behind)
+    write = printer(behind)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []
@@ -121,18 +123,5 @@ def chat(args: argparse.Namespace) -> int:
         if conversation.dropped > dropped:
             print(f"(the conversation outgrew the {generator.model.config.max_len}-token context: the oldest "
                   f"{conversation.dropped - dropped} turn(s) were dropped)", file=sys.stderr)
-    if behind is not None and behind.waiting:
-        print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
-              "loads its step", file=sys.stderr)
+    compile_left(behind)
     return 0
-
-
-def _writer(behind):
-    """Each piece of a reply printed as it comes; a step compiled behind the decoding taken over between two tokens
-    once it is done."""
-    def write(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-        if behind is not None and behind.waiting and behind.done:
-            behind.take_over()
-    return write

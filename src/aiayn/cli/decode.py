@@ -20,10 +20,12 @@ from aiayn.cli.common import (
     add_tensor_parallel,
     claim,
     compile_generator,
+    compile_left,
     examples,
     leader_only,
     leader_reads,
     precision_options,
+    printer,
     read_input,
     start_parallel,
     text_decoding_options,
@@ -175,24 +177,21 @@ def generate(args: argparse.Namespace) -> int:
     if args.verbose:
         say_kernels(generator.model)
     decoding = generator.decoding.replace(**options).resolve(generator.model.config)
-    compile_generator(generator, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
+    behind = compile_generator(generator, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
         print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "
               f"{generator.model.config.max_len} tokens", file=sys.stderr)
 
-    def show(sample: int, text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    stream = decoding.num_return_sequences == 1
-    texts = generator.generate(prompt, decoding=decoding, on_text=show if stream else None)
+    write, stream = printer(behind), decoding.num_return_sequences == 1
+    texts = generator.generate(prompt, decoding=decoding, on_text=lambda sample, text: write(text if stream else None))
     if stream:
         sys.stdout.write("\n")
     else:
         sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
     if generator.draft is not None:
         print(generator.speculative.summary(), file=sys.stderr)
+    compile_left(behind)
     return 0
 
 
