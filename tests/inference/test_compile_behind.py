@@ -5,6 +5,7 @@ compiles a real checkpoint's step, the very one the server loads."""
 
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -45,6 +46,46 @@ def test_a_step_taken_over_between_two_tokens_gives_the_tokens_of_either_alone()
         lm.runtime.static = None
     assert switched == eager == alone
     assert sum(taken) >= 15 + 23  # every step after the switch took the static step, then every step alone
+
+
+def test_a_kept_step_is_loaded_by_a_thread_while_the_model_decodes_and_taken_over_between_two_tokens(monkeypatch):
+    """A step kept already: ``compile_behind`` returns at once a :class:`LoadBehind` whose thread loads it (the load
+    held here until the 8th token), the model decodes eagerly meanwhile, and the step is taken over between two
+    tokens once loaded: greedy's tokens, said in one line."""
+    import threading
+
+    torch.manual_seed(0)
+    lm = DecoderOnly(tiny(arch="decoder-only", positions="rope", n_kv_heads=2, max_len=128)).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    eager = generate(lm, ids, "greedy", max_new_tokens=24, min_new_tokens=24)
+    gate, said, loads = threading.Event(), [], []
+    monkeypatch.setattr(compile_behind, "why_eager", lambda *args: None)
+    monkeypatch.setattr(compile_behind, "saved_path", lambda model, kind="row": Path(__file__))  # a file: "kept"
+
+    def load(model, *args, say=None, batches=False, columns=False):  # the kept step's load, held by the gate
+        gate.wait()
+        loads.append(model)
+        return CompiledStep(model, compiled=False, batches=batches, columns=columns)
+    monkeypatch.setattr(compile_behind, "prepared", load)
+    behind = compile_behind.compile_behind(lm, "on", "cpu", "unused", {}, say=said.append)
+    assert isinstance(behind, compile_behind.LoadBehind) and behind.waiting and lm.runtime.static is None
+
+    def on_token(_ids, _live):
+        on_token.seen += 1
+        if on_token.seen == 8:
+            gate.set()
+            behind.wait()
+        if behind.waiting and behind.done:
+            behind.take_over()
+    on_token.seen = 0
+    try:
+        switched = generate(lm, ids, "greedy", max_new_tokens=24, min_new_tokens=24, on_token=on_token)
+        attached = lm.runtime.static
+    finally:
+        lm.runtime.static = None
+    assert switched == eager and loads == [lm] and not behind.waiting and attached is behind.static is not None
+    assert said == [said[0]] and said[0].startswith("loaded the compiled decoding step in")
+    assert said[0].endswith("behind the decoding: decoding with it from here")
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ def printer(behind):
 
 def compile_left(behind) -> None:
     """At the end of a run, a compile behind the decoding not done yet goes on: said on standard error."""
-    if behind is not None and behind.waiting:
+    if behind is not None and behind.waiting and getattr(behind, "process", None) is not None:
         print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
               "loads its step", file=sys.stderr)
 

@@ -2,7 +2,8 @@
 compiled step is kept yet, a child process loads the same checkpoint, compiles its step and keeps it in aiayn's
 cache folder, while this process decodes eagerly at once; when the child is done, the kept step is loaded (seconds)
 and taken over between two steps, the tokens (greedy) those of either step alone. A child process and not a thread:
-compiling holds Python's lock for most of a minute, which the decoding beside it would wait on.
+compiling holds Python's lock for most of a minute, which the decoding beside it would wait on. A step kept already
+is loaded by a thread (:class:`LoadBehind`: a few seconds, mostly outside Python's lock) while the decoding starts.
 
     python -m aiayn.inference.compile_behind CHECKPOINT [--int8 | --int4 | --bf16] [--batches] [--columns] --threads N
                                              --expect PATH
@@ -14,13 +15,14 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from aiayn.inference.compiled import CompiledStep, attach, saved_path, why_eager
+from aiayn.inference.compiled import CompiledStep, attach, prepared, saved_path, why_eager
 from aiayn.inference.graphs import frozen
 
 
@@ -50,6 +52,9 @@ class CompileBehind:
     def done(self) -> bool:
         return self.process.poll() is not None
 
+    def wait(self) -> None:
+        self.process.wait()
+
     def take_over(self) -> bool:
         """Between two steps, once :attr:`done`: the kept step loaded and attached (True), or the child's failure
         said and the eager step kept (False)."""
@@ -72,19 +77,57 @@ class CompileBehind:
             self.process.wait()
 
 
+class LoadBehind:
+    """A kept compiled step loaded by a thread while ``model`` decodes eagerly (:class:`CompileBehind`'s interface;
+    ``graphs`` as ``attach`` takes them)."""
+
+    def __init__(self, model, device: str, graphs: dict, say: Callable[[str], None]) -> None:
+        self.model, self.say, self.waiting, self.static = model, say, True, None
+        self.started = time.perf_counter()
+        self.thread = threading.Thread(target=self._load, args=(device, graphs), name="aiayn-load-step", daemon=True)
+        self.thread.start()
+
+    def _load(self, device: str, graphs: dict) -> None:
+        self.static = prepared(self.model, "on", device, say=lambda _line: None, **graphs)
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def take_over(self) -> bool:
+        """Between two steps, once :attr:`done`: the loaded step attached (True), or the eager step kept (False)."""
+        self.waiting = False
+        self.thread.join()
+        if self.static is None:
+            self.say("decoding eagerly: the kept compiled step did not load")
+            return False
+        self.model.runtime.static = self.static
+        self.say(f"loaded the compiled decoding step in {time.perf_counter() - self.started:.1f} s behind the "
+                 "decoding: decoding with it from here")
+        return True
+
+    def stop(self) -> None:
+        """Nothing to stop: the thread ends with the process."""
+
+
 def compile_behind(model, mode: str, device: str, checkpoint: str, precision: dict, batches: bool = False,
-                   columns: bool = False, say: Callable[[str], None] | None = None) -> CompileBehind | None:
-    """``--compile mode`` for a session (a chat, a server) without a wait: a compiled step already kept is loaded
-    now (:func:`~aiayn.inference.compiled.attach`, seconds), as is one that cannot be kept (a frozen graph); one
-    to compile is compiled behind the decoding (the :class:`CompileBehind` returned; None otherwise). ``batches``,
-    ``columns``: the graphs beside one row's, as ``attach`` takes them."""
+                   columns: bool = False,
+                   say: Callable[[str], None] | None = None) -> CompileBehind | LoadBehind | None:
+    """``--compile mode`` for a run without a wait: a compiled step already kept is loaded by a thread
+    (:class:`LoadBehind`), one to compile is compiled by a child process (:class:`CompileBehind`), both while the
+    model decodes eagerly, and taken over between two steps when done; one that cannot be kept (a frozen graph) is
+    compiled now (:func:`~aiayn.inference.compiled.attach`), and where the model decodes eagerly ``attach`` says why
+    (None returned then). ``batches``, ``columns``: the graphs beside one row's, as ``attach`` takes them."""
     say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     graphs = {"batches": batches, "columns": columns}
-    kinds = CompiledStep(model, compiled=False, **graphs).kinds
-    if (why_eager(model, mode, device) is not None or frozen(model)
-            or all(saved_path(model, kind).is_file() for kind in kinds)):
+    if why_eager(model, mode, device) is not None or frozen(model):
         attach(model, mode, device, say, **graphs)
         return None
+    if all(saved_path(model, kind).is_file() for kind in CompiledStep(model, compiled=False, **graphs).kinds):
+        return LoadBehind(model, device, graphs, say)
     return CompileBehind(model, checkpoint, precision, graphs, say)
 
 

@@ -213,12 +213,21 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
 def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
            say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False,
            columns: bool = False) -> bool:
-    """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.runtime.static``), compiling
-    at once on a scratch cache (a progress line, then the time it took); where it cannot, the model decodes eagerly
-    and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why, under ``on`` or after a
-    compile that failed (``tokens`` as :func:`why_eager` takes it). ``batches``: a graph for batches of 2 rows or
-    more too (a server's); ``columns``: one for several tokens of a row (a model verifying a draft's guesses).
-    Returns whether it is compiled."""
+    """Compile ``model``'s decoding step under ``--compile mode`` and attach it (``model.runtime.static``):
+    :func:`prepared` at once. Returns whether it is compiled."""
+    model.runtime.static = prepared(model, mode, device, say, tokens, batches, columns)
+    return model.runtime.static is not None
+
+
+def prepared(model, mode: str = "auto", device: torch.device | str = "cpu",
+             say: Callable[[str], None] | None = None, tokens: int | None = None, batches: bool = False,
+             columns: bool = False) -> CompiledStep | None:
+    """``model``'s decoding step under ``--compile mode``, loaded where it is kept or compiled, on a scratch cache
+    (a progress line, then the time it took), not attached (the model may go on decoding meanwhile); None where
+    the model decodes eagerly, and ``say`` (default: standard error, after ``aiayn:``) gets one line saying why,
+    under ``on`` or after a compile that failed (``tokens`` as :func:`why_eager` takes it). ``batches``: a graph
+    for batches of 2 rows or more too (a server's); ``columns``: one for several tokens of a row (a model verifying
+    a draft's guesses)."""
     say = say or (lambda line: print(f"aiayn: {line}", file=sys.stderr, flush=True))
     reason = why_eager(model, mode, device, tokens)
     if reason is None:
@@ -233,20 +242,17 @@ def attach(model, mode: str = "auto", device: torch.device | str = "cpu",
             say(f"compiling the decoding step (kept in {kept}: about a minute a graph the first time on this "
                 "machine) ...")
         start = time.perf_counter()
-        model.runtime.static = static
         try:
-            warm_up(model, static.kinds)
+            warm_up(model, static)
         except Exception as error:  # any failure to compile leaves the eager step, said in one line
-            model.runtime.static = None
             reason = f"it did not compile ({type(error).__name__}: {str(error).strip().splitlines()[0][:200]})"
         else:
-            done = "loaded the compiled" if model.runtime.static.loaded else "compiled the"
+            done = "loaded the compiled" if static.loaded else "compiled the"
             say(f"{done} decoding step in {time.perf_counter() - start:.1f} s")
-            return True
-    model.runtime.static = None
+            return static
     if mode == "on" or reason.startswith("it did not compile"):  # auto's own choice of eager is not news
         say(f"decoding eagerly: {reason}")
-    return False
+    return None
 
 
 def use_cache_folder() -> None:
@@ -260,12 +266,13 @@ _SET = None  # the folder use_cache_folder set last
 
 
 @torch.no_grad()  # as the engine steps (an inference-mode tensor would be another graph)
-def warm_up(model, kinds: tuple[str, ...] = ("row",)) -> None:
-    """A compiled step of each of ``kinds`` on a scratch cache of a two-token prompt (what every later step reuses):
-    one token of one row, of two rows, two tokens of one row."""
-    for kind in kinds:
+def warm_up(model, static: CompiledStep) -> None:
+    """A step of each of ``static``'s kinds on a scratch cache of a two-token prompt (what every later step reuses):
+    one token of one row, of two rows, two tokens of one row, through ``static`` itself (not attached yet)."""
+    for kind in static.kinds:
         rows, columns = (2, 1) if kind == "rows" else (1, 2) if kind == "columns" else (1, 1)
         prompt = torch.full((rows, 2), model.config.eos_id, dtype=torch.long, device=next(model.parameters()).device)
         tokens, state = model.start(prompt, 3)
-        model.step(tokens, state, last=True)
-        model.step(torch.cat([tokens, tokens[:, -1:].repeat(1, columns)], dim=1), state)
+        model.step(tokens, state, last=True)  # a prompt: the eager step
+        if static(model, torch.cat([tokens, tokens[:, -1:].repeat(1, columns)], dim=1), state) is None:
+            raise RuntimeError(f"the static step does not take a step of {rows} row(s) of {columns} token(s)")

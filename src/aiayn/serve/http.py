@@ -226,8 +226,8 @@ def add_page_and_health(app: FastAPI, served: Served, page: str, **extra) -> Non
 
 
 def step_state(served: Served) -> dict:
-    """A language model's decoding step: ``compiled`` (in use), ``compiling`` (behind the decoding:
-    ``inference/compile_behind.py``) or ``eager``."""
+    """A language model's decoding step: ``compiled`` (in use), ``compiling`` (compiled, or a kept one loaded,
+    behind the decoding: ``inference/compile_behind.py``) or ``eager``."""
     model, behind = served.product.model, getattr(served.scheduler, "behind", None)
     if model.config.arch != "decoder-only":
         return {}

@@ -215,8 +215,8 @@ def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: 
 
 
 def _take_over_when_done(scheduler: Scheduler) -> None:
-    """Once the child compiling behind the decoding is done: its step taken over by a chore between two steps."""
-    scheduler.behind.process.wait()
+    """Once the step compiled or loaded behind the decoding is ready: taken over by a chore between two steps."""
+    scheduler.behind.wait()
     scheduler.run_alone(scheduler.behind.take_over)
 
 
