@@ -120,7 +120,8 @@ def main() -> None:
     parser.add_argument("--compile-draft", action="store_true", help="the int4/int8 draft's one-token steps through "
                         "the compiled step (inference/compiled.py; compiled once, then kept)")
     parser.add_argument("--compile", action="store_true", help="the model's own steps compiled too: plain decoding's "
-                        "one-token steps and, with a draft, its verifying passes (a graph of several tokens)")
+                        "one-token steps and, with a draft, its verifying passes (a graph of several tokens); each "
+                        "draft then runs again verifying eagerly (verify_compiled_vs_eager)")
     parser.add_argument("--temperature", type=float, default=0.0, help="above 0: speculative sampling (with "
                         "--top-p), timed against plain sampling; the texts then differ by design")
     parser.add_argument("--top-p", type=float, default=1.0, dest="top_p")
@@ -168,6 +169,13 @@ def main() -> None:
             emit(config, "texts_identical", texts == plain, "")
             if lookup is not None:
                 emit(config, "vs_llama_cpp_lookup", made / fast / lookup, "x")
+            if args.compile and generator.model.runtime.static is not None:  # the same, verifying eagerly
+                static, kinds = generator.model.runtime.static, generator.model.runtime.static.kinds
+                static.kinds = ("row",)  # the graph of several tokens left out: each verifying pass eager
+                _, eager, eager_made = timed(generator, ids, limit, sampling)
+                static.kinds = kinds
+                emit(f"{config}/verify-eager", "new_tokens_per_s", eager_made / eager, "tokens/s")
+                emit(config, "verify_compiled_vs_eager", made / fast / (eager_made / eager), "x")
 
 
 if __name__ == "__main__":
