@@ -167,6 +167,40 @@ def test_a_compile_behind_that_fails_leaves_the_eager_step_with_the_childs_reaso
     assert said[-1].startswith("decoding eagerly: the compile behind the decoding failed (")
 
 
+def test_a_served_int4_draft_is_compiled_behind_too_and_the_server_answers_at_once(tmp_path, monkeypatch):
+    """``aiayn serve --draft int4 --compile on``: the served model's step (with its verifying graph) and its int4
+    draft's are both compiled by (stand-in) children, the draft's from the checkpoint with ``--int4``; the server
+    answers drafted requests meanwhile and takes both steps over when the children are done, the text the same."""
+    from aiayn.serve import server
+    from aiayn.serve.limits import Limits
+
+    go, said = tmp_path / "go", []
+    taken, commands = stand_in_child(monkeypatch, go), []
+    stand_in = compile_behind.CompileBehind.command
+    monkeypatch.setattr(compile_behind.CompileBehind, "command",
+                        staticmethod(lambda *args: commands.append(args[1:]) or stand_in(*args)))
+    checkpoint = str(chat_checkpoint(tmp_path / "ckpt"))
+    product, embedder = server.load_product(checkpoint, draft="int4")
+    scheduler = server.build_scheduler(product, Limits(), 4, 5.0, None, embedder, "continuous")
+    ready = server.compile_first(product.model, {"batches": True, "columns": True}, scheduler, "on", "cpu",
+                                 said.append, behind=(checkpoint, {}))
+    server.compile_first(product.draft.model, {}, scheduler, "on", "cpu", said.append, draft=True,
+                         behind=server.draft_source(checkpoint, "int4", {"int8": False}))
+    app = server.build_app(server.Served(product, scheduler, Limits(), "tiny", embedder), ready=ready)
+    with serving(app, Limits()) as url:
+        before = _ask(url)  # both children still at work: answered eagerly
+        assert commands == [(checkpoint, {}, {"batches": True, "columns": True}),
+                            (checkpoint, {"int4": True}, {"batches": False, "columns": False})]
+        go.write_text("")
+        _health_until(url, "compiled")
+        for _ in range(200):
+            if len(taken) == 2:
+                break
+            time.sleep(0.05)
+        assert _ask(url) == before and taken == [product.model, product.draft.model]
+    scheduler.stop()
+
+
 def test_a_chat_answers_at_once_and_takes_the_step_over_between_two_tokens(tmp_path, monkeypatch):
     """``aiayn chat --compile on`` where no step is kept: the first reply decodes eagerly while the (stand-in) child
     runs; once it is done the step is taken over between two tokens, said in one line; the replies are greedy's."""

@@ -166,7 +166,9 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     compiling = compile_first(product.model, {"batches": True, "columns": drafted}, scheduler, compile, device,
                               behind=None if loras else (checkpoint, {"int8": int8, "int4": int4, "bf16": bf16}))
     if isinstance(getattr(product, "draft", None), ModelDraft):  # it steps one token at a time for one row
-        compiling = compile_first(product.draft.model, {}, scheduler, compile, device)
+        compile_first(product.draft.model, {}, scheduler, compile, device, draft=True,
+                      behind=None if loras else draft_source(checkpoint, draft, {"int8": int8, "int4": int4,
+                                                                                  "bf16": bf16}))
     if parallel is not None and not parallel.leader:
         from aiayn.serve.mirror import follow
 
@@ -182,20 +184,21 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     try:
         _serve(server_config(app, host, port, limits), scheduler, parallel)
     finally:
-        if getattr(scheduler, "behind", None) is not None:
-            scheduler.behind.stop()  # a compile not done by then is not left running
+        for behind in (getattr(scheduler, "behind", None), getattr(scheduler, "draft_behind", None)):
+            if behind is not None:
+                behind.stop()  # a compile not done by then is not left running
 
 
 def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: str, say=None,
-                  behind: tuple[str, dict] | None = None):
+                  behind: tuple[str, dict] | None = None, draft: bool = False):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
     decoding thread as its first chore: the kernels are built for that thread's compute threads, and no request is
     stepped before; a graph for one row and those ``graphs`` asks (``attach``'s ``batches``: a running batch of
     more; ``columns``: a verifying pass of several tokens of one row). With ``behind``
     (the checkpoint and its precision flags), a step not kept yet is compiled by a child process while requests
-    decode eagerly, and taken over by a later chore (``inference/compile_behind.py``; ``scheduler.behind``).
-    ``say`` gets its lines (default: standard error). Returns the first chore's future (None: not a language
-    model, or ``off``)."""
+    decode eagerly, and taken over by a later chore (``inference/compile_behind.py``; ``scheduler.behind``, or
+    with ``draft``, the draft model's, ``scheduler.draft_behind``). ``say`` gets its lines (default: standard
+    error). Returns the first chore's future (None: not a language model, or ``off``)."""
     if model.config.arch != "decoder-only" or mode == "off":
         return None
     from aiayn.inference.compiled import attach
@@ -205,19 +208,33 @@ def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: 
     from aiayn.inference.compile_behind import compile_behind
 
     def start() -> bool:
-        scheduler.behind = compile_behind(model, mode, device, *behind, **graphs, say=say)
-        if scheduler.behind is not None:  # its take-over waits in a thread of its own, then runs between steps
-            threading.Thread(target=_take_over_when_done, args=(scheduler,), name="aiayn-compile-behind",
+        made = compile_behind(model, mode, device, *behind, **graphs, say=say)
+        if draft:
+            scheduler.draft_behind = made
+        else:
+            scheduler.behind = made
+        if made is not None:  # its take-over waits in a thread of its own, then runs between steps
+            threading.Thread(target=_take_over_when_done, args=(scheduler, made), name="aiayn-compile-behind",
                              daemon=True).start()
         return model.runtime.static is not None
 
     return scheduler.run_alone(start)
 
 
-def _take_over_when_done(scheduler: Scheduler) -> None:
+def draft_source(checkpoint: str, spec: str | None, precision: dict) -> tuple[str, dict]:
+    """The checkpoint and precision flags a draft model (``--draft`` ``spec``, or the one ``checkpoint`` prefers) is
+    loaded with, for the child that compiles its step: the checkpoint's own ``int4`` or ``int8`` copy, or another
+    checkpoint made as the served one."""
+    from aiayn.inference.draft import preferred
+
+    spec = preferred(checkpoint) if spec is None else spec
+    return (checkpoint, {spec: True}) if spec in ("int4", "int8") else (spec, precision)
+
+
+def _take_over_when_done(scheduler: Scheduler, behind) -> None:
     """Once the step compiled or loaded behind the decoding is ready: taken over by a chore between two steps."""
-    scheduler.behind.wait()
-    scheduler.run_alone(scheduler.behind.take_over)
+    behind.wait()
+    scheduler.run_alone(behind.take_over)
 
 
 def startup_line(served: Served) -> str:
