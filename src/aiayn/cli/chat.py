@@ -16,13 +16,11 @@ from aiayn.cli.common import (
     add_decoding_options,
     add_draft,
     add_precision,
-    compile_generator,
-    compile_left,
     examples,
     precision_options,
-    printer,
     text_decoding_options,
 )
+from aiayn.cli.compiling import compile_generator, compile_left, printer
 
 HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /exit"
 
@@ -99,8 +97,8 @@ def chat(args: argparse.Namespace) -> int:
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
-    behind = compile_generator(generator, args)
-    write = printer(behind)
+    behinds = compile_generator(generator, args)
+    write = printer(behinds)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
     interactive = sys.stdin.isatty()
     first = [_read(args.prompt_file)] if args.prompt_file else []
@@ -123,5 +121,5 @@ def chat(args: argparse.Namespace) -> int:
         if conversation.dropped > dropped:
             print(f"(the conversation outgrew the {generator.model.config.max_len}-token context: the oldest "
                   f"{conversation.dropped - dropped} turn(s) were dropped)", file=sys.stderr)
-    compile_left(behind)
+    compile_left(behinds)
     return 0

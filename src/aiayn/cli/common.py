@@ -100,47 +100,6 @@ def add_compile(p) -> None:
                         "docs/decoding.md")
 
 
-def compile_generator(generator, args: argparse.Namespace, tokens: int | None = None):
-    """The compiled decoding step attached as ``--compile`` says, its lines on standard error (``tokens``: the new
-    tokens of a one-off run; None: a session): the model's step (with a draft, a graph for its verifying passes too)
-    and a draft model's, for one row. A step not kept yet is compiled behind the decoding: the
-    :class:`~aiayn.inference.compile_behind.CompileBehind` returned, to take over between two tokens
-    (:func:`printer`) when it is done."""
-    if args.compile == "off":
-        return None  # nothing to say, nor Inductor to import
-    from aiayn.decoding.drafts import ModelDraft
-    from aiayn.inference.compile_behind import compile_behind
-    from aiayn.inference.compiled import attach, why_eager
-
-    if isinstance(generator.draft, ModelDraft):
-        attach(generator.draft.model, args.compile, args.device, tokens=tokens)
-    columns = generator.draft is not None
-    if tokens is not None and why_eager(generator.model, args.compile, args.device, tokens) is not None:
-        attach(generator.model, args.compile, args.device, tokens=tokens)  # eager, saying why where it should
-        return None
-    return compile_behind(generator.model, args.compile, args.device, args.checkpoint, precision_options(args),
-                          columns=columns)
-
-
-def printer(behind):
-    """Each piece of a text printed as it comes (None: nothing printed); a step compiled behind the decoding
-    (:func:`compile_generator`) taken over between two tokens once it is done."""
-    def write(piece: str | None) -> None:
-        if piece is not None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        if behind is not None and behind.waiting and behind.done:
-            behind.take_over()
-    return write
-
-
-def compile_left(behind) -> None:
-    """At the end of a run, a compile behind the decoding not done yet goes on: said on standard error."""
-    if behind is not None and behind.waiting and getattr(behind, "process", None) is not None:
-        print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
-              "loads its step", file=sys.stderr)
-
-
 def text_decoding_options(args: argparse.Namespace) -> dict:
     """:func:`decoding_options` of a command that continues text: with ``--draft`` and no ``--temperature`` or
     ``--strategy``, greedy (speculative decoding's output is then greedy's; given a temperature it samples)."""

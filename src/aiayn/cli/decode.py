@@ -19,13 +19,10 @@ from aiayn.cli.common import (
     add_precision,
     add_tensor_parallel,
     claim,
-    compile_generator,
-    compile_left,
     examples,
     leader_only,
     leader_reads,
     precision_options,
-    printer,
     read_input,
     start_parallel,
     text_decoding_options,
@@ -33,6 +30,7 @@ from aiayn.cli.common import (
     warn_truncated,
     write_output,
 )
+from aiayn.cli.compiling import compile_generator, compile_left, printer
 
 
 def _add_translate_evaluate(sub) -> None:
@@ -177,13 +175,13 @@ def generate(args: argparse.Namespace) -> int:
     if args.verbose:
         say_kernels(generator.model)
     decoding = generator.decoding.replace(**options).resolve(generator.model.config)
-    behind = compile_generator(generator, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
+    behinds = compile_generator(generator, args, tokens=decoding.max_new_tokens * decoding.num_return_sequences)
     dropped = len(generator.tokenizer.encode(prompt)) - len(generator.prompt_ids(prompt))
     if dropped > 0:
         print(f"aiayn: the prompt's first {dropped} tokens were dropped: the model's context is "
               f"{generator.model.config.max_len} tokens", file=sys.stderr)
 
-    write, stream = printer(behind), decoding.num_return_sequences == 1
+    write, stream = printer(behinds), decoding.num_return_sequences == 1
     texts = generator.generate(prompt, decoding=decoding, on_text=lambda sample, text: write(text if stream else None))
     if stream:
         sys.stdout.write("\n")
@@ -191,7 +189,7 @@ def generate(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{text}\n---\n" for text in texts))
     if generator.draft is not None:
         print(generator.speculative.summary(), file=sys.stderr)
-    compile_left(behind)
+    compile_left(behinds)
     return 0
 
 

@@ -51,6 +51,14 @@ def load_draft(spec: str | None, checkpoint: str | Path, tokenizers: TokenizerPa
     return ProphetDraft(model) if isinstance(model, NonAutoregressive) else ModelDraft(model)
 
 
+def draft_source(checkpoint: str, spec: str | None, precision: dict) -> tuple[str, dict]:
+    """The checkpoint and precision flags a draft model (``--draft`` ``spec``, or the one ``checkpoint`` prefers) is
+    loaded with, for the child that compiles its step: the checkpoint's own ``int4`` or ``int8`` copy, or another
+    checkpoint made as the served one."""
+    spec = preferred(checkpoint) if spec is None else spec
+    return (checkpoint, {spec: True}) if spec in ("int4", "int8") else (spec, precision)
+
+
 def preferred(checkpoint: str | Path) -> str | None:
     """The draft a checkpoint prefers: ``"draft"`` in its ``generation.json`` (a way to draft, or a checkpoint, a
     relative one beside the checkpoint's folder), as ``--draft`` takes it; None: none."""

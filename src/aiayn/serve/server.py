@@ -156,6 +156,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``), and a draft model's;
     ``draft``, ``draft_tokens``: speculative decoding (``--draft``)."""
     from aiayn.decoding.drafts import ModelDraft
+    from aiayn.inference.draft import draft_source
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
@@ -219,16 +220,6 @@ def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: 
         return model.runtime.static is not None
 
     return scheduler.run_alone(start)
-
-
-def draft_source(checkpoint: str, spec: str | None, precision: dict) -> tuple[str, dict]:
-    """The checkpoint and precision flags a draft model (``--draft`` ``spec``, or the one ``checkpoint`` prefers) is
-    loaded with, for the child that compiles its step: the checkpoint's own ``int4`` or ``int8`` copy, or another
-    checkpoint made as the served one."""
-    from aiayn.inference.draft import preferred
-
-    spec = preferred(checkpoint) if spec is None else spec
-    return (checkpoint, {spec: True}) if spec in ("int4", "int8") else (spec, precision)
 
 
 def _take_over_when_done(scheduler: Scheduler, behind) -> None:
