@@ -57,15 +57,18 @@ class CompileBehind:
 
     def take_over(self) -> bool:
         """Between two steps, once :attr:`done`: the kept step loaded and attached (True), or the child's failure
-        said and the eager step kept (False)."""
-        took, self.waiting = time.perf_counter() - self.started, False
+        said and the eager step kept (False). :attr:`waiting` stays True until the step is attached or given up (a
+        server's ``/health`` says ``compiling`` until then, never ``eager`` while it loads)."""
+        took = time.perf_counter() - self.started
         if self.process.wait() != 0:
             self.errors.seek(0)
             last = self.errors.read().decode(errors="replace").strip().splitlines()[-1:] or [
                 f"exit status {self.process.returncode}"]
+            self.waiting = False
             self.say(f"decoding eagerly: the compile behind the decoding failed ({last[0][:200]})")
             return False
-        if not attach(self.model, "on", say=lambda _line: None, **self.graphs):
+        loaded, self.waiting = attach(self.model, "on", say=lambda _line: None, **self.graphs), False
+        if not loaded:
             self.say("decoding eagerly: the compiled step the child kept did not load")
             return False
         self.say(f"compiled the decoding step in {took:.1f} s behind the decoding: decoding with it from here")
@@ -99,12 +102,11 @@ class LoadBehind:
 
     def take_over(self) -> bool:
         """Between two steps, once :attr:`done`: the loaded step attached (True), or the eager step kept (False)."""
-        self.waiting = False
         self.thread.join()
+        self.model.runtime.static, self.waiting = self.static, False
         if self.static is None:
             self.say("decoding eagerly: the kept compiled step did not load")
             return False
-        self.model.runtime.static = self.static
         self.say(f"loaded the compiled decoding step in {time.perf_counter() - self.started:.1f} s behind the "
                  "decoding: decoding with it from here")
         return True
