@@ -23,7 +23,7 @@ from aiayn.model.embeddings import TokenEmbedding
 from aiayn.model.init import init_weights
 from aiayn.model.masks import decoder_inputs, left_align
 from aiayn.model.state import DecodeState
-from aiayn.model.static import StaticCache, StaticKV, slot_mask
+from aiayn.model.static import StaticCache, StaticKV, slot_mask, slots_of
 from aiayn.model.transformer import TransformerModel, capped, offset_of, windows_of
 
 
@@ -91,7 +91,6 @@ class DecoderOnly(TransformerModel):
                 last column, at most its capacity); None: every slot.
         """
         positions = column - left_pad  # (B,) each row's position at its first new column
-        columns = column + torch.arange(tokens.size(1), device=column.device)  # (C,)
         masks: dict[int | None, Tensor] = {}
         layers = []
         for i, window in enumerate(windows):
@@ -100,7 +99,7 @@ class DecoderOnly(TransformerModel):
             if window not in masks:  # one mask per kind of layer (their rings, and their full caches, one capacity)
                 size = k.size(2) if attended is None else attended
                 masks[window] = slot_mask(column, left_pad, size, window, tokens.size(1))  # (B, 1, C, size)
-            layers.append(LayerCache(StaticKV(k, v, columns % k.size(2), attended)))
+            layers.append(LayerCache(StaticKV(k, v, slots_of(column, tokens.size(1), k.size(2)), attended)))
         local = [w for w, layer in zip(windows, self.decoder.layers, strict=True) if layer.local]
         full = [w for w, layer in zip(windows, self.decoder.layers, strict=True) if not layer.local]
         hidden, _ = self.decoder(self.embed(tokens, positions), None, masks[full[0]] if full else None, None,

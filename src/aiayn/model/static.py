@@ -60,6 +60,12 @@ class StaticCache(DecoderCache):
     position = None  # no relative position bias reads it (such models step eagerly)
 
 
+def slots_of(column: Tensor, columns: int, capacity: int) -> Tensor:
+    """The slots (C,) that cache columns ``column`` (1,) .. ``column + columns - 1`` are written to: each column modulo
+    the cache's ``capacity`` (a ring's, or a full layer's, longer than the text)."""
+    return (column + torch.arange(columns, device=column.device)) % capacity
+
+
 def slot_mask(column: Tensor, left_pad: Tensor, capacity: int, window: int | None, columns: int = 1) -> Tensor:
     """Which slots of a cache of ``capacity`` the queries at cache columns ``column`` (1,) .. ``column + columns - 1``
     may attend, once all are written: bool (B, 1, columns, capacity), True = may attend. Slot s holds column ``last -
