@@ -266,6 +266,29 @@ def test_a_drafted_chat_has_its_verifying_passes_compiled_behind_too(tmp_path, m
     assert len(taken) == 1 and taken[0].runtime.static.kinds == ("row", "columns")
 
 
+def test_a_chat_drafted_by_its_int4_copy_compiles_both_steps_behind(tmp_path, monkeypatch):
+    """``aiayn chat --draft int4 --compile on``: two (stand-in) children, the model's (its verifying graph too) and
+    the int4 draft's (the checkpoint loaded with ``--int4``); the chat answers as without compiling and takes both
+    steps over."""
+    from conftest import run_main
+
+    folder, go = chat_checkpoint(tmp_path / "lm"), tmp_path / "go"
+    monkeypatch.setenv("AIAYN_CACHE", str(tmp_path / "cache"))
+    taken, commands = stand_in_child(monkeypatch, go), []
+    stand_in = compile_behind.CompileBehind.command
+    monkeypatch.setattr(compile_behind.CompileBehind, "command",
+                        staticmethod(lambda *args: commands.append(args[1:]) or stand_in(*args)))
+    go.write_text("")
+    flags = ("--checkpoint", str(folder), "--draft", "int4", "--temperature", "0", "--max-new-tokens", "40")
+    chat = run_main("chat", *flags, "--compile", "on", stdin="what is inside\n")
+    plain = run_main("chat", *flags, "--compile", "off", stdin="what is inside\n")
+    assert chat.returncode == 0 and chat.stdout == plain.stdout, chat.stderr
+    model_flags = {"int8": False, "int4": False, "bf16": False}
+    assert commands == [(str(folder), model_flags, {"batches": False, "columns": True}),
+                        (str(folder), {"int4": True}, {"batches": False, "columns": False})]
+    assert len(taken) == 2
+
+
 @pytest.mark.long
 def test_the_child_compiles_the_step_the_server_loads(tmp_path, monkeypatch):
     """The real child (``python -m aiayn.inference.compile_behind``) on a fresh cache folder: the step it keeps is the
