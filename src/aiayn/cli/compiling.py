@@ -51,6 +51,6 @@ def printer(behinds: list):
 def compile_left(behinds: list) -> None:
     """At the end of a run, a compile behind the decoding not done yet goes on: said on standard error."""
     for behind in behinds:
-        if behind.waiting and getattr(behind, "process", None) is not None:
+        if behind.waiting and behind.process is not None:
             print(f"aiayn: the compile behind the decoding goes on (process {behind.process.pid}); the next start "
                   "loads its step", file=sys.stderr)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.inference.compiled import CompiledStep, attach, prepared, saved_path, why_eager
+from aiayn.inference.compiled import attach, kinds_of, prepared, saved_path, why_eager
 from aiayn.inference.graphs import frozen
 
 
@@ -84,6 +84,8 @@ class LoadBehind:
     """A kept compiled step loaded by a thread while ``model`` decodes eagerly (:class:`CompileBehind`'s interface;
     ``graphs`` as ``attach`` takes them)."""
 
+    process = None  # no child process: nothing goes on after the run
+
     def __init__(self, model, device: str, graphs: dict, say: Callable[[str], None]) -> None:
         self.model, self.say, self.waiting, self.static = model, say, True, None
         self.started = time.perf_counter()
@@ -128,7 +130,7 @@ def compile_behind(model, mode: str, device: str, checkpoint: str, precision: di
     if why_eager(model, mode, device) is not None or frozen(model):
         attach(model, mode, device, say, **graphs)
         return None
-    if all(saved_path(model, kind).is_file() for kind in CompiledStep(model, compiled=False, **graphs).kinds):
+    if all(saved_path(model, kind).is_file() for kind in kinds_of(**graphs)):
         return LoadBehind(model, device, graphs, say)
     return CompileBehind(model, checkpoint, precision, graphs, say)
 

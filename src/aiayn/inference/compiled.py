@@ -47,6 +47,11 @@ KINDS = ("row", "rows", "columns")  # the graphs a step may have: one token of o
 # tokens of one row (a verifying pass of speculative decoding)
 
 
+def kinds_of(batches: bool = False, columns: bool = False) -> tuple[str, ...]:
+    """The graphs a step has: one row's, and those ``batches`` (``rows``) and ``columns`` ask for."""
+    return ("row",) + ("rows",) * batches + ("columns",) * columns
+
+
 def kind_of(tokens: Tensor) -> str:
     """Which graph steps the new ``tokens`` (B, C): :data:`KINDS`."""
     return "columns" if tokens.size(1) > 1 else "rows" if tokens.size(0) > 1 else "row"
@@ -71,7 +76,7 @@ class CompiledStep:
     def __init__(self, model, compiled: bool = True, freezing: bool = False, saved: dict[str, Path] | None = None,
                  batches: bool = False, columns: bool = False) -> None:
         self.compiled, self.freezing, self.saved = compiled, freezing, saved
-        self.kinds = ("row",) + ("rows",) * batches + ("columns",) * columns
+        self.kinds = kinds_of(batches, columns)
         self.compiled_here = False  # a graph was compiled in this process (not loaded from ``saved``)
         self.step = functools.partial(type(model).step_static, model)  # the weights the graph's, not its inputs
         self.graphs: dict[str, Callable] = {} if compiled else dict.fromkeys(KINDS, self.step)  # by kind_of
