@@ -20,6 +20,7 @@ from aiayn.cli.common import (
     note_emulated_bf16,
     precision_options,
 )
+from aiayn.cli.mcp import add_mcp, start_mcp
 
 
 def _add_serve(sub) -> None:
@@ -30,6 +31,7 @@ def _add_serve(sub) -> None:
                                   "aiayn serve --checkpoint runs/smollm2 --api-key KEY --model-name smollm2",
                                   "aiayn serve --checkpoint runs/smollm2 --lora ft=runs/ft/best",
                                   "aiayn serve --checkpoint runs/smollm2 --draft ngram",
+                                  "aiayn serve --checkpoint runs/qwen2.5 --mcp mcp.json",
                                   "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080",
                                   "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
     p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
@@ -55,6 +57,7 @@ def _add_serve(sub) -> None:
     add_decoding_options(p, skip=("max_new_tokens",))  # --max-new-tokens is the server's limit (Limits)
     add_adapter(p)
     add_draft(p)
+    add_mcp(p)
     p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER",
                    help="serve a LoRA adapter folder (PEFT's format) as model NAME beside the base model, unmerged: "
                         "rows of every adapter and of the base decode in one batch (repeat for more)")
@@ -92,11 +95,16 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)
     parallel = start_parallel(args)
-    run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
-               **precision_options(args), device=args.device, max_batch=args.max_batch, wait_ms=args.batch_wait_ms,
-               prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key, batching=args.batching,
-               loras=lora_options(args.lora, args.model_name), parallel=parallel, compile=args.compile,
-               draft=args.draft, draft_tokens=args.draft_tokens)
+    tools = start_mcp(args)
+    try:
+        run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
+                   **precision_options(args), device=args.device, max_batch=args.max_batch,
+                   wait_ms=args.batch_wait_ms, prepare=adapter_hook(args), name=args.model_name, api_key=args.api_key,
+                   batching=args.batching, loras=lora_options(args.lora, args.model_name), parallel=parallel,
+                   compile=args.compile, draft=args.draft, draft_tokens=args.draft_tokens, mcp=tools)
+    finally:
+        if tools is not None:
+            tools.close()  # the servers' processes end with the server
     return 0
 
 

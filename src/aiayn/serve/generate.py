@@ -69,8 +69,9 @@ def add_routes(app: FastAPI, served: Served) -> None:
     """GET / (the family's page), GET /health, /tokenize, /detokenize, POST /generate and the /v1 routes."""
     generator, batcher, limits = served.product, served.scheduler, served.limits
     page = "family.html" if generator.chat_template is None else "chat.html"  # a chat model's page is the chat
+    mcp = [] if served.mcp is None else [spec["function"]["name"] for spec in served.mcp.specs]
     add_page_and_health(app, served, page, max_model_len=batcher.capacity, chat=generator.chat_template is not None,
-                        decoding={k: getattr(generator.decoding, k) for k in PAGE_DECODING})
+                        decoding={k: getattr(generator.decoding, k) for k in PAGE_DECODING}, mcp_tools=mcp)
 
     @app.get("/complete", include_in_schema=False)
     async def complete_page() -> FileResponse:
@@ -82,7 +83,7 @@ def add_routes(app: FastAPI, served: Served) -> None:
     add_token_routes(app, generator.tokenizer, batcher.capacity, chat)
     _declare_bounds(app, generator, limits)
     _add_generate(app, generator, batcher, limits)
-    add_openai_routes(app, served.name, limits, generator, batcher)
+    add_openai_routes(app, served.name, limits, generator, batcher, mcp=served.mcp)
 
 
 def _declare_bounds(app: FastAPI, generator: TextGenerator, limits: Limits) -> None:

@@ -200,7 +200,8 @@ def _add_guards(app: FastAPI, limits: Limits) -> None:
 class Served:
     """What a route module reads: the ``product`` that computes (a ``Translator``, ``TextGenerator`` or
     ``MaskFiller``: ``inference/``), the one ``scheduler`` it computes on, the server's ``limits``, the model's
-    ``name`` on /v1, an encoder's ``embedder`` (/embed), and ``info`` to add to /health."""
+    ``name`` on /v1, an encoder's ``embedder`` (/embed), ``info`` to add to /health, and a language model's ``mcp``
+    tools (``serve/mcp_tools.py``: ``--mcp``)."""
 
     product: typing.Any
     scheduler: typing.Any
@@ -208,6 +209,7 @@ class Served:
     name: str = "aiayn"
     embedder: typing.Any = None
     info: dict = dataclasses.field(default_factory=dict)
+    mcp: typing.Any = None
 
 
 def add_page_and_health(app: FastAPI, served: Served, page: str, **extra) -> None:

@@ -26,9 +26,10 @@ from aiayn.serve.scheduler import Scheduler
 
 
 def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGenerator | None = None,
-                      batcher: Scheduler | None = None, embed=None) -> None:
+                      batcher: Scheduler | None = None, embed=None, mcp=None) -> None:
     """Mount /v1 on ``app`` for the model served as ``name``: the text routes with a ``generator`` and its
-    ``batcher``, /v1/embeddings with ``embed`` (an async function from texts to a (N, D) tensor)."""
+    ``batcher`` (and ``mcp``, the server's MCP tools: ``serve/mcp_loop.py``), /v1/embeddings with ``embed`` (an
+    async function from texts to a (N, D) tensor)."""
 
     @app.exception_handler(OpenAIError)
     async def openai_error(_request: Request, err: OpenAIError):
@@ -59,7 +60,7 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
                                             **({"parent": name} if n != name else {})} for n in names]}
 
     if generator is not None:
-        _add_text_routes(app, names, TextRoutes(name, generator, batcher, limits), generator)
+        _add_text_routes(app, names, TextRoutes(name, generator, batcher, limits, mcp), generator)
     if embed is not None:
         _add_embeddings(app, name, limits, embed)
 

@@ -6,14 +6,23 @@ from __future__ import annotations
 from fastapi import Request
 
 from aiayn.serve.choices import Calls, Thinking
+from aiayn.serve.mcp_loop import mcp_answer, uses_mcp
 from aiayn.serve.openai_schema import ChatRequest, OpenAIError, check_model
 from aiayn.serve.openai_text import TextRoutes
 from aiayn.serve.tools import template_messages
 
 
 async def chat_answer(request: Request, req: ChatRequest, names: list[str], texts: TextRoutes, frame=None):
-    """A chat request answered (/v1/chat/completions, and /v1/responses through it): its messages and tools
-    rendered by the model's chat template, its tool choice as a grammar; ``frame``: a stream's framing."""
+    """A chat request answered (/v1/chat/completions, and /v1/responses and /v1/messages through it): its
+    messages and tools rendered by the model's chat template, its tool choice as a grammar; ``frame``: a stream's
+    framing. With the server's MCP tools, through their loop (``serve/mcp_loop.py``)."""
+    if uses_mcp(req, texts.mcp):
+        check_model(req.model, names)
+        return await mcp_answer(req, texts.mcp, lambda one: _answer(request, one, names, texts, lambda c: c), frame)
+    return await _answer(request, req, names, texts, frame)
+
+
+async def _answer(request: Request, req: ChatRequest, names: list[str], texts: TextRoutes, frame=None):
     generator = texts.generator
     adapter = check_model(req.model, names)
     tools, choice = chat_tools(req)

@@ -34,8 +34,9 @@ def schema_of(response_format) -> dict:
 class TextRoutes:
     """What the two text endpoints share: jobs in, OpenAI's answer out."""
 
-    def __init__(self, name: str, generator: TextGenerator, batcher: Scheduler, limits: Limits) -> None:
-        self.name, self.generator, self.batcher, self.limits = name, generator, batcher, limits
+    def __init__(self, name: str, generator: TextGenerator, batcher: Scheduler, limits: Limits, mcp=None) -> None:
+        """``mcp``: the server's MCP tools (``serve/mcp_tools.py``), or None."""
+        self.name, self.generator, self.batcher, self.limits, self.mcp = name, generator, batcher, limits, mcp
 
     def check_count(self, prompts: list, field: str) -> None:
         """413 for more prompts than the server takes in one request (their lengths are counted in tokens, against

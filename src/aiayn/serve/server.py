@@ -90,12 +90,13 @@ def build_app(served: Served, api_key: str | None = None, ready: Future | None =
 
 def create_app(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms: float = 5.0,
                info: dict | None = None, threads: int | None = None, embedder=None, name: str = "aiayn",
-               api_key: str | None = None, batching: str = "continuous") -> FastAPI:
+               api_key: str | None = None, batching: str = "continuous", mcp=None) -> FastAPI:
     """The app around a product: a ``Translator`` (/translate, /attention), a ``TextGenerator`` (/generate, /v1)
     or a ``MaskFiller`` (/fill-mask; with an ``Embedder``, /embed too), served as model ``name``; ``info``: more
-    for a translator's /health. Its scheduler: :func:`build_scheduler`."""
+    for a translator's /health; ``mcp``: a language model's MCP tools (``serve/mcp_tools.McpTools``). Its
+    scheduler: :func:`build_scheduler`."""
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
-    return build_app(Served(product, scheduler, limits, name, embedder, info or {}), api_key)
+    return build_app(Served(product, scheduler, limits, name, embedder, info or {}, mcp), api_key)
 
 
 def load_product(checkpoint: str, decoding: dict | None = None, device: str = "cpu", int8: bool = False,
@@ -146,7 +147,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous", int4: bool = False,
                loras: dict[str, str] | None = None, parallel=None, compile: str = "off", draft: str | None = None,
-               draft_tokens: int | None = None) -> None:
+               draft_tokens: int | None = None, mcp=None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
@@ -154,7 +155,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     (name -> folder; a language model's, unmerged, each row its own: ``model/multi_lora.py``); ``parallel``: this
     process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``); ``compile``:
     a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``), and a draft model's;
-    ``draft``, ``draft_tokens``: speculative decoding (``--draft``)."""
+    ``draft``, ``draft_tokens``: speculative decoding (``--draft``); ``mcp``: MCP tools offered to a chat model
+    (``serve/mcp_tools.McpTools``, ``--mcp``)."""
     from aiayn.decoding.drafts import ModelDraft
     from aiayn.inference.draft import draft_source
     from aiayn.serve.threads import single_threaded_main
@@ -162,6 +164,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
                                      draft_tokens)
+    if mcp is not None and not getattr(product, "takes_tools", False):
+        raise ValueError("--mcp: this model's chat template takes no tools (Qwen2.5's and Hermes-style templates do)")
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
     drafted = getattr(product, "draft", None) is not None  # the model verifies several tokens of a row a pass
     compiling = compile_first(product.model, {"batches": True, "columns": drafted}, scheduler, compile, device,
@@ -176,7 +180,8 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
         torch.set_num_threads(threads or torch.get_num_threads())
         follow(scheduler, parallel)
         return
-    served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name.removesuffix(".gguf"), embedder)
+    served = Served(product, scheduler, limits, name or Path(checkpoint).resolve().name.removesuffix(".gguf"), embedder,
+                    mcp=mcp)
     app = build_app(served, api_key, ready=compiling)
     print(startup_line(served), file=sys.stderr, flush=True)
     gc.collect()

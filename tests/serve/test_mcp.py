@@ -1,0 +1,154 @@
+"""MCP tool servers run by aiayn (``serve/mcp_tools.py``, ``serve/mcp_loop.py``, ``--mcp``): a small server of the
+tests' own (``mcp_faults.py``, through the ``mcp`` SDK) started as a child process; on a tiny model with Qwen2.5's
+real tokenizer and chat template, a forced call is run by the server and its result fed back, whole and streamed,
+through the openai and anthropic clients; a tool that fails, hangs or answers too much is a result the model
+reads; a file or a server that is wrong is one line; the children end with the server."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from conftest import qwen_checkpoint, run_main, serving
+
+pytest.importorskip("mcp")
+anthropic = pytest.importorskip("anthropic")
+
+FAULTS = Path(__file__).with_name("mcp_faults.py")
+
+
+def mcp_file(folder: Path, **servers) -> Path:
+    """An ``mcpServers`` file of ``servers`` (name -> entry); default: the faults server."""
+    path = folder / "mcp.json"
+    servers = servers or {"faults": {"command": sys.executable, "args": [str(FAULTS)]}}
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    return path
+
+
+def children() -> list[int]:
+    """The faults servers running on this machine (their process ids)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(FAULTS).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The tiny Qwen2.5 model served with the faults server's tools (calls time out after 2 s): (/v1 URL, the
+    generator)."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.mcp_tools import McpTools
+    from aiayn.serve.server import create_app
+
+    folder = tmp_path_factory.mktemp("mcp")
+    tools = McpTools(mcp_file(folder), folder / "logs", timeout_s=2.0, max_chars=200)
+    generator = TextGenerator.from_checkpoint(qwen_checkpoint(folder / "ckpt"))
+    limits = Limits()
+    try:
+        with serving(create_app(generator, limits, name="qwen-tiny", mcp=tools), limits) as url:
+            yield f"{url}/v1", generator
+    finally:
+        tools.close()
+
+
+def forced(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
+ASK = [{"role": "user", "content": "Add 2 and 3."}]
+
+
+def test_a_forced_call_is_run_by_the_server_and_its_result_fed_back(served, monkeypatch):
+    url, generator = served
+    prompts, render = [], generator.rendered_ids
+    monkeypatch.setattr(generator, "rendered_ids", lambda prompt: prompts.append(prompt) or render(prompt))
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    health = openai.OpenAI(base_url=url, api_key="none").get(url.removesuffix("/v1") + "/health", cast_to=object)
+    assert health["mcp_tools"] == ["add", "fail", "hang", "huge"]
+    answer = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
+                                            max_tokens=120, temperature=0)
+    message = answer.model_dump()["choices"][0]["message"]
+    (call, *_) = message["mcp_calls"]
+    given = json.loads(call["arguments"])
+    assert call["name"] == "add" and call["result"] == f"the sum is {given['a'] + given['b']}"  # the tool's own sum
+    assert not message.get("tool_calls")  # the client is not asked to run what the server ran
+    assert len(prompts) == 2 and f"<tool_response>\n{call['result']}\n</tool_response>" in prompts[1]
+    plain = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
+                                           max_tokens=120, temperature=0, stream=True,
+                                           stream_options={"include_usage": True})
+    chunks = [c.model_dump() for c in plain]
+    streamed = [m for c in chunks for ch in c["choices"] for m in (ch["delta"].get("mcp_calls") or [])]
+    assert [(m["name"], m["arguments"], m["result"]) for m in streamed] == \
+        [(m["name"], m["arguments"], m["result"]) for m in message["mcp_calls"]]
+    text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
+    assert text == (message["content"] or "")
+    finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    assert finishes == [answer.choices[0].finish_reason] and finishes[0] != "tool_calls"
+    assert chunks[-1]["usage"]["completion_tokens"] == answer.usage.completion_tokens
+    assert answer.usage.prompt_tokens == sum(len(render(p)) for p in prompts[:2])  # both rounds' prompts
+
+
+@pytest.mark.parametrize(("tool", "said"), [("fail", "error: "), ("hang", "error: the tool hang did not answer "
+                                                                          "within 2 s"),
+                                            ("huge", "more characters cut]")])
+def test_a_tool_that_fails_hangs_or_answers_too_much_is_a_result_the_model_reads(served, tool, said):
+    url, _ = served
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    answer = client.chat.completions.create(model="qwen-tiny", messages=[{"role": "user", "content": "Go."}],
+                                            tool_choice=forced(tool), max_tokens=120, temperature=0)
+    (call, *_) = answer.model_dump()["choices"][0]["message"]["mcp_calls"]
+    assert call["name"] == tool and said in call["result"], call
+    if tool == "huge":
+        assert len(call["result"]) < 300
+
+
+def test_a_client_with_its_own_tools_keeps_its_loop_and_anthropic_gets_the_answer(served):
+    url, _ = served
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    own = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {
+        "q": {"type": "string", "maxLength": 5}}, "required": ["q"]}}}]
+    answer = client.chat.completions.create(model="qwen-tiny", messages=ASK, tools=own, tool_choice="required",
+                                            max_tokens=120, temperature=0)
+    message = answer.model_dump()["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"]["name"] == "lookup" and "mcp_calls" not in message
+    assert answer.choices[0].finish_reason == "tool_calls"
+    claude = anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="none", max_retries=0)
+    reply = claude.messages.create(model="qwen-tiny", max_tokens=120, messages=ASK,
+                                   tool_choice={"type": "tool", "name": "add"},
+                                   extra_body={"temperature": 0})
+    assert reply.stop_reason != "tool_use" and not [b for b in reply.content if b.type == "tool_use"]
+    again = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
+                                           max_tokens=120, temperature=0)
+    assert reply.content[0].text == again.choices[0].message.content  # the same loop's answer
+    with pytest.raises(openai.BadRequestError, match="n: "):
+        client.chat.completions.create(model="qwen-tiny", messages=ASK, n=2, max_tokens=5)
+
+
+def test_an_mcp_file_or_server_that_is_wrong_is_one_line(tmp_path):
+    from aiayn.serve.mcp_tools import McpTools, read_config
+
+    bad = {"not json": "{", "no servers": "{}", "a url": '{"mcpServers": {"web": {"url": "http://x"}}}',
+           "args": '{"mcpServers": {"s": {"command": "x", "args": "a b"}}}'}
+    for what, text in bad.items():
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(ValueError, match=r"^--mcp .*bad\.json: ") as err:
+            read_config(tmp_path / "bad.json")
+        assert "\n" not in str(err.value), what
+    path = mcp_file(tmp_path, faults={"command": sys.executable, "args": [str(FAULTS)]},
+                    gone={"command": str(tmp_path / "no-such-program")})
+    before = children()
+    with pytest.raises(ValueError, match=r"server 'gone' did not start: .*No such file"):
+        McpTools(path, tmp_path / "logs")
+    assert children() == before  # the servers started before it are stopped
+    done = run_main("chat", "--checkpoint", str(tmp_path / "none"), "--mcp", str(path))
+    assert done.returncode == 2 and "server 'gone' did not start" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
