@@ -6,9 +6,13 @@ reads; a file or a server that is wrong is one line; the children end with the s
 
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -152,3 +156,42 @@ def test_an_mcp_file_or_server_that_is_wrong_is_one_line(tmp_path):
     done = run_main("chat", "--checkpoint", str(tmp_path / "none"), "--mcp", str(path))
     assert done.returncode == 2 and "server 'gone' did not start" in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_chat_runs_the_call_a_turn_forces_and_its_servers_end_with_it(tmp_path):
+    checkpoint, path, before = qwen_checkpoint(tmp_path / "ckpt"), mcp_file(tmp_path), children()
+    common = ["chat", "--checkpoint", str(checkpoint), "--mcp", str(path), "--temperature", "0",
+              "--max-new-tokens", "40", "--compile", "off"]
+    done = run_main(*common, "--tool-choice", "add", stdin="Add 2 and 3.\n")
+    assert done.returncode == 0, done.stderr
+    assert "aiayn: MCP server faults: 4 tool(s): add, fail, hang, huge" in done.stderr
+    ran = done.stderr.split("\n[add ", 1)[1].split("]", 1)[0]  # [add {"a": A, "b": B} -> the sum is A+B]
+    given, result = ran.split(" -> ")
+    assert result == f"the sum is {sum(json.loads(given).values())}" and "<tool_call>" in done.stdout
+    assert children() == before
+    wrong = run_main(*common, "--tool-choice", "subtract", stdin="Go.\n")
+    assert wrong.returncode == 2 and "--tool-choice subtract: no such tool; the tools are add, fail" in wrong.stderr
+    assert children() == before
+
+
+def test_serve_ends_its_mcp_servers_when_it_is_stopped(tmp_path):
+    from conftest import wait_until_serving
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = children()
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint",
+                             str(qwen_checkpoint(tmp_path / "ckpt")), "--port", str(port), "--mcp",
+                             str(mcp_file(tmp_path)), "--compile", "off"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", proc)
+        assert len(children()) == len(before) + 1
+        health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+        assert health["mcp_tools"] == ["add", "fail", "hang", "huge"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "aiayn: MCP server faults: 4 tool(s)" in err and children() == before

@@ -21,6 +21,7 @@ from aiayn.cli.common import (
     text_decoding_options,
 )
 from aiayn.cli.compiling import compile_generator, compile_left, printer
+from aiayn.cli.mcp import add_mcp, add_tool_choice, answer_with_tools, start_mcp
 
 HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /exit"
 
@@ -34,6 +35,7 @@ def add_parsers(sub) -> None:
                        **examples("aiayn chat --checkpoint runs/smollm2",
                                   'aiayn chat --checkpoint runs/smollm2 --system "Answer in one word." --temperature 0',
                                   "aiayn chat --checkpoint runs/smollm2 --adapter runs/ft/best",
+                                  "aiayn chat --checkpoint runs/qwen2.5 --mcp mcp.json",
                                   "aiayn chat --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
     p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
     system = p.add_mutually_exclusive_group()
@@ -47,6 +49,8 @@ def add_parsers(sub) -> None:
     add_precision(p)
     add_compile(p)
     add_draft(p)
+    add_mcp(p)
+    add_tool_choice(p)
 
 
 def _turns(interactive: bool):
@@ -89,14 +93,26 @@ def _command(chat, line: str) -> bool:
 
 def chat(args: argparse.Namespace) -> int:
     from aiayn.decoding.config import DecodingConfig
-    from aiayn.inference.chat import Chat
-    from aiayn.inference.generator import TextGenerator
 
     options = text_decoding_options(args)
     DecodingConfig().replace(**options)  # the options' own check, before loading anything
+    tools = start_mcp(args)  # a server that will not start is said before the model loads
+    try:
+        return _converse(args, options, tools)
+    finally:
+        if tools is not None:
+            tools.close()
+
+
+def _converse(args: argparse.Namespace, options: dict, tools) -> int:
+    from aiayn.inference.chat import Chat
+    from aiayn.inference.generator import TextGenerator
+
     generator = TextGenerator.from_checkpoint(args.checkpoint, args.device, prepare=adapter_hook(args),
                                               draft=args.draft, draft_tokens=args.draft_tokens,
                                               **precision_options(args))
+    if tools is not None and not generator.takes_tools:
+        raise ValueError("--mcp: this model's chat template takes no tools (Qwen2.5's and Hermes-style templates do)")
     behinds = compile_generator(generator, args)
     write = printer(behinds)
     conversation = Chat(generator, _read(args.system_file) if args.system_file else args.system)
@@ -111,7 +127,10 @@ def chat(args: argparse.Namespace) -> int:
             continue
         dropped = conversation.dropped
         try:
-            conversation.reply(line, write, **options)
+            if tools is None:
+                conversation.reply(line, write, **options)
+            else:
+                answer_with_tools(conversation, line, tools, args.tool_choice, write, options)
         except KeyboardInterrupt:
             print(" [stopped]", end="")
         except ValueError as err:

@@ -18,12 +18,15 @@ class Chat:
 
     ``reply(text)`` adds the user's turn, answers it, and keeps the answer as the assistant's turn (what was
     generated before an interruption, too). ``dropped`` counts the turns trimmed to fit the context so far.
+    ``tools``: OpenAI function specs the template offers the model (the caller runs its calls and adds their
+    results as ``tool`` messages, then asks for the next reply with no text).
     """
 
     generator: TextGenerator
     system: str | None = None
     messages: list[dict] = field(default_factory=list)
     dropped: int = 0
+    tools: list[dict] | None = None
 
     def __post_init__(self) -> None:
         if self.generator.chat_template is None:
@@ -45,22 +48,24 @@ class Chat:
         """The conversation's prompt ids, dropping the oldest turns until ``room`` tokens are left for the
         reply; a last message that alone leaves no room is a ValueError (it is taken back, the rest kept)."""
         limit = self.generator.model.config.max_len - room
-        alone = self.generator.chat_ids(self.conversation()[:1 if self.system else 0] + self.messages[-1:])
+        alone = self.generator.chat_ids(self.conversation()[:1 if self.system else 0] + self.messages[-1:], self.tools)
         if len(alone) > limit:
             self.messages.pop()
             raise ValueError(f"message: {len(alone)} tokens with the template, and the reply needs {room} of the "
                              f"model's {self.generator.model.config.max_len}; send a shorter one")
-        ids = self.generator.chat_ids(self.conversation())
+        ids = self.generator.chat_ids(self.conversation(), self.tools)
         while len(ids) > limit:
             del self.messages[0]
             self.dropped += 1
-            ids = self.generator.chat_ids(self.conversation())
+            ids = self.generator.chat_ids(self.conversation(), self.tools)
         return ids
 
-    def reply(self, text: str, on_text: Callable[[str], None] | None = None, **options) -> str:
-        """The model's answer to ``text`` (decoding ``options`` by field name over the generator's own);
-        ``on_text`` gets each piece as it is generated. An interruption (Ctrl-C) keeps what came so far."""
-        self.messages.append({"role": "user", "content": text})
+    def reply(self, text: str | None, on_text: Callable[[str], None] | None = None, **options) -> str:
+        """The model's answer to ``text`` (None: to the conversation as it is, after tool results; decoding
+        ``options`` by field name over the generator's own); ``on_text`` gets each piece as it is generated. An
+        interruption (Ctrl-C) keeps what came so far."""
+        if text is not None:
+            self.messages.append({"role": "user", "content": text})
         decoding = self.generator.decoding.replace(**{**options, "num_return_sequences": 1})
         ids = self.prompt_ids(decoding.max_new_tokens or TEXT_MAX_NEW_TOKENS)
         pieces: list[str] = []

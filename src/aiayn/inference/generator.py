@@ -80,9 +80,9 @@ class TextGenerator:
                              "templates do)")
         return self.chat_template(messages, tools=tools or None, variables=variables)
 
-    def chat_ids(self, messages: list[dict]) -> list[int]:
+    def chat_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The ids of a conversation's prompt (:meth:`rendered_ids` of :meth:`chat_prompt`)."""
-        return self.rendered_ids(self.chat_prompt(messages))
+        return self.rendered_ids(self.chat_prompt(messages, tools))
 
     def rendered_ids(self, prompt: str) -> list[int]:
         """The ids of a prompt the chat template rendered: the template writes its special tokens itself, so the
