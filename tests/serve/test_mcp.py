@@ -24,6 +24,9 @@ anthropic = pytest.importorskip("anthropic")
 FAULTS = Path(__file__).with_name("mcp_faults.py")
 
 
+TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}  # from PyPI
+
+
 def mcp_file(folder: Path, **servers) -> Path:
     """An ``mcpServers`` file of ``servers`` (name -> entry); default: the faults server."""
     path = folder / "mcp.json"
@@ -46,15 +49,16 @@ def children() -> list[int]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The tiny Qwen2.5 model served with the faults server's tools (calls time out after 2 s): (/v1 URL, the
-    generator)."""
+    """The tiny Qwen2.5 model served with the tools of the faults server and of ``mcp-server-time`` (calls time
+    out after 2 s): (/v1 URL, the generator)."""
     from aiayn.inference.generator import TextGenerator
     from aiayn.serve.limits import Limits
     from aiayn.serve.mcp_tools import McpTools
     from aiayn.serve.server import create_app
 
     folder = tmp_path_factory.mktemp("mcp")
-    tools = McpTools(mcp_file(folder), folder / "logs", timeout_s=2.0, max_chars=200)
+    both = mcp_file(folder, faults={"command": sys.executable, "args": [str(FAULTS)]}, time=TIME)
+    tools = McpTools(both, folder / "logs", timeout_s=2.0, max_chars=200)
     generator = TextGenerator.from_checkpoint(qwen_checkpoint(folder / "ckpt"))
     limits = Limits()
     try:
@@ -77,7 +81,7 @@ def test_a_forced_call_is_run_by_the_server_and_its_result_fed_back(served, monk
     monkeypatch.setattr(generator, "rendered_ids", lambda prompt: prompts.append(prompt) or render(prompt))
     client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
     health = openai.OpenAI(base_url=url, api_key="none").get(url.removesuffix("/v1") + "/health", cast_to=object)
-    assert health["mcp_tools"] == ["add", "fail", "hang", "huge"]
+    assert health["mcp_tools"] == ["add", "fail", "hang", "huge", "get_current_time", "convert_time"]
     answer = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
                                             max_tokens=120, temperature=0)
     message = answer.model_dump()["choices"][0]["message"]
@@ -195,3 +199,31 @@ def test_serve_ends_its_mcp_servers_when_it_is_stopped(tmp_path):
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "aiayn: MCP server faults: 4 tool(s)" in err and children() == before
+
+
+def test_a_real_mcp_server_from_pypi_answers_the_models_call_through_both_clients(served, tmp_path):
+    """``mcp-server-time``: asked directly, it tells Tokyo's time; called by the model (a random one: the
+    timezone it writes is not one), its own error comes back in the result, and the answer after it is the same
+    through the openai and the anthropic client, whole and streamed."""
+    from aiayn.serve.mcp_tools import McpTools
+
+    url, _ = served
+    tools = McpTools(mcp_file(tmp_path, time=TIME), tmp_path / "logs")
+    try:
+        told = json.loads(tools.call("get_current_time", '{"timezone": "Asia/Tokyo"}').result())
+    finally:
+        tools.close()
+    assert told["timezone"] == "Asia/Tokyo" and told["datetime"].endswith("+09:00")
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    ask = [{"role": "user", "content": "What time is it in Tokyo?"}]
+    answer = client.chat.completions.create(model="qwen-tiny", messages=ask, tool_choice=forced("get_current_time"),
+                                            max_tokens=60, temperature=0)
+    (call, *_) = answer.model_dump()["choices"][0]["message"]["mcp_calls"]
+    assert call["name"] == "get_current_time" and "timezone" in json.loads(call["arguments"])
+    assert call["result"].startswith("error: ") and "Invalid timezone" in call["result"]  # the server's own words
+    claude = anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="none", max_retries=0)
+    with claude.messages.stream(model="qwen-tiny", max_tokens=60, messages=ask, extra_body={"temperature": 0},
+                                tool_choice={"type": "tool", "name": "get_current_time"}) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == answer.choices[0].message.content and final.usage.output_tokens == answer.usage.completion_tokens
