@@ -269,3 +269,36 @@ def test_a_drafted_reply_marks_the_tokens_its_draft_guessed(browser, chat_server
     assert [t["logprob"] for t in info["tokens"]] == pytest.approx([t["logprob"] for t in plain_info["tokens"]],
                                                                    abs=1e-4)
     assert plain_marked == 0 and plain_info["drafted"] == [] and "guessed" not in plain_stats
+
+
+def test_the_calls_a_server_runs_through_mcp_show_in_the_reply(browser, tmp_path):  # noqa: F811
+    """A server with MCP tools (``--mcp``: the faults server of tests/serve/mcp_faults.py) offers them in the
+    settings; a reply that is made to call ``add`` shows the call and, unfolded, the tool's own result, before the
+    answer; the call is kept with the conversation."""
+    from aiayn.inference.generator import TextGenerator
+    from aiayn.serve.limits import Limits
+    from aiayn.serve.mcp_tools import McpTools
+    from aiayn.serve.server import create_app
+    from serve.test_mcp import mcp_file
+
+    from conftest import qwen_checkpoint
+
+    tools = McpTools(mcp_file(tmp_path), tmp_path / "logs")
+    generator = TextGenerator.from_checkpoint(qwen_checkpoint(tmp_path / "ckpt"))
+    limits = Limits()
+    try:
+        with serving(create_app(generator, limits, name="tiny-chat", api_key=KEY, mcp=tools), limits) as url:
+            page = opened(browser, url, temperature=0, max_tokens=40)
+            assert page.locator("#tools option").all_inner_texts()[3:] == ["add", "fail", "hang", "huge"]
+            page.select_option("#tools", "add")
+            say(page, "Add 2 and 3.", 1)
+            call = page.locator(".msg.assistant .tool-call")
+            assert call.count() == 1 and call.locator("summary").inner_text().startswith("🔧 add {")
+            given = json.loads(call.locator("summary").inner_text().split(" ", 2)[2])
+            call.locator("summary").click()
+            assert call.locator("pre").inner_text() == f"the sum is {given['a'] + given['b']}"
+            kept = stored(page)[0]["messages"][1]["calls"]
+            assert [c["name"] for c in kept] == ["add"]
+            page.close()
+    finally:
+        tools.close()

@@ -227,3 +227,23 @@ def test_a_real_mcp_server_from_pypi_answers_the_models_call_through_both_client
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == answer.choices[0].message.content and final.usage.output_tokens == answer.usage.completion_tokens
+
+
+def test_a_forced_reply_with_log_probabilities_streams_strict_json(served):
+    """A grammar's forbidden alternatives have log-probability -inf, which JSON cannot hold (a browser's JSON.parse
+    refused ``-Infinity``): they are OpenAI's floor, -9999."""
+    from aiayn.serve.logprobs import FLOOR
+
+    url, _ = served
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    body = {"model": "qwen-tiny", "messages": ASK, "tool_choice": forced("add"), "max_tokens": 60, "temperature": 0,
+            "logprobs": True, "top_logprobs": 5, "stream": True}
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=60) as response:
+        events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: {")]
+    chunks = [json.loads(event, parse_constant=refuse) for event in events]
+    alternatives = [a["logprob"] for c in chunks for ch in c["choices"] for t in (ch.get("logprobs") or {}).get(
+        "content") or [] for a in t["top_logprobs"]]
+    assert FLOOR in alternatives  # the forced call's masked alternatives

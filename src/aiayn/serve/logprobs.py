@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from aiayn.inference.generator import TextGenerator
 
+FLOOR = -9999.0  # a token a grammar forbids has log-probability -inf, which JSON cannot hold: OpenAI's floor
+
+
+def finite(logprob: float | None) -> float | None:
+    """A log-probability JSON can hold (-inf: ``FLOOR``)."""
+    return logprob if logprob is None or logprob > FLOOR else FLOOR
+
 
 def completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
     """The legacy completions layout: parallel lists, one entry per token."""
@@ -13,8 +20,8 @@ def completion_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
     for t in tokens:
         offsets.append(at)
         at += len(t["text"])
-    return {"tokens": [t["text"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [{decode([i]): lp for i, lp in t["top"]} for t in tokens], "text_offset": offsets}
+    return {"tokens": [t["text"] for t in tokens], "token_logprobs": [finite(t["logprob"]) for t in tokens],
+            "top_logprobs": [{decode([i]): finite(lp) for i, lp in t["top"]} for t in tokens], "text_offset": offsets}
 
 
 def echoed(ids: list[int], scored: list, generated: dict | None, generator: TextGenerator) -> dict:
@@ -37,7 +44,7 @@ def chat_logprobs(tokens: list[dict], generator: TextGenerator) -> dict:
     decode = generator.tokenizer.decode
 
     def entry(text: str, logprob: float) -> dict:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        return {"token": text, "logprob": finite(logprob), "bytes": list(text.encode("utf-8"))}
 
     return {"content": [{**entry(t["text"], t["logprob"]),
                          "top_logprobs": [entry(decode([i]), lp) for i, lp in t["top"]]} for t in tokens]}

@@ -141,8 +141,19 @@ function messageItem(m, index, last) {
 }
 
 function fillBody(body, m) {
-  if (m.role === "assistant") body.replaceChildren(renderMarkdown(m.content));
+  if (m.role === "assistant") body.replaceChildren(...(m.calls || []).map(toolCall), renderMarkdown(m.content));
   else body.textContent = m.content;
+}
+
+function toolCall(call) {  // a call the server ran (--mcp): its tool and arguments, its result folded
+  const item = document.createElement("details");
+  item.className = "tool-call";
+  const head = document.createElement("summary");
+  head.textContent = t("tool_call", {name: call.name, args: call.arguments});
+  const result = document.createElement("pre");
+  result.textContent = call.result;
+  item.append(head, result);
+  return item;
 }
 
 function statsLine(info) {
@@ -180,6 +191,10 @@ function requestBody(c) {
   for (const [field, value] of Object.entries({temperature: s.temperature, top_p: s.top_p, top_k: s.top_k,
                                                max_tokens: s.max_tokens, seed: s.seed})) {
     if (value !== "" && value !== null && value !== undefined) body[field] = Number(value);
+  }
+  const tools = $("tools").value;  // the server runs the calls (--mcp); a forced one for this reply
+  if (!$("tools").hidden && tools !== "auto") {
+    body.tool_choice = ["required", "none"].includes(tools) ? tools : {type: "function", function: {name: tools}};
   }
   if (s.schema.trim()) {
     body.response_format = {type: "json_schema", json_schema: {name: "answer", schema: JSON.parse(s.schema)}};
@@ -222,7 +237,7 @@ async function reply() {
       m.info.ttft = first - started;
       m.info.rate = m.info.ids.length > 1 ? (m.info.ids.length - 1) / ((end - first) / 1000) : undefined;
     }
-    if (!m.content && !m.info.stopped) c.messages.pop();  // nothing came: an error, shown in the status line
+    if (!m.content && !m.calls && !m.info.stopped) c.messages.pop();  // nothing came: an error, shown in the status line
     controller = null;
     busy(false);
     saveChats();
@@ -239,6 +254,7 @@ function take(m, choice) {
   if (choice.drafted) m.info.drafted.push(...choice.drafted);  // a server with --draft: per token id
   if (choice.logprobs?.content) m.info.tokens.push(...choice.logprobs.content);
   if (choice.delta?.content) m.content += choice.delta.content;
+  if (choice.delta?.mcp_calls) m.calls = [...(m.calls || []), ...choice.delta.mcp_calls];
   if (choice.finish_reason) m.info.finish = choice.finish_reason;
 }
 
@@ -341,6 +357,10 @@ async function connect() {
   const health = await (await fetch("/health")).json();
   Object.assign(server, {maxLen: health.max_model_len || 0, cap: health.limits.max_attention_tokens,
                          decoding: health.decoding || {}});
+  const tools = health.mcp_tools || [];  // a server with --mcp: how its tools are chosen, each reply
+  $("tools").replaceChildren(...["auto", "required", "none"].map((c) => new Option(t(`tools_${c}`), c)),
+                             ...tools.map((name) => new Option(name, name)));
+  $("tools").hidden = $("tools-label").hidden = !tools.length;
   const stored = JSON.parse(localStorage.getItem(SETTINGS) || "null");
   showSettings(stored || modelDefaults());
   try {
