@@ -247,3 +247,21 @@ def test_a_forced_reply_with_log_probabilities_streams_strict_json(served):
     alternatives = [a["logprob"] for c in chunks for ch in c["choices"] for t in (ch.get("logprobs") or {}).get(
         "content") or [] for a in t["top_logprobs"]]
     assert FLOOR in alternatives  # the forced call's masked alternatives
+
+
+def test_the_docs_config_starts_and_their_snippet_runs_as_written(served, tmp_path):
+    """docs/serving.md's ``mcpServers`` file (its ``python`` this interpreter) starts the time server, and its
+    client snippet gets a call the server ran."""
+    from aiayn.serve.mcp_tools import McpTools
+
+    from conftest import run_client_snippet
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
+    config = json.loads(doc.split("<!-- mcp:config -->\n```json\n", 1)[1].split("```", 1)[0])
+    config["mcpServers"]["time"]["command"] = sys.executable
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    tools = McpTools(tmp_path / "mcp.json", tmp_path / "logs")
+    tools.close()
+    assert sorted(tools.owner) == ["convert_time", "get_current_time"]
+    ran = run_client_snippet("mcp", served[0], "qwen-tiny")
+    assert [c["name"] for c in ran["message"]["mcp_calls"]][:1] == ["get_current_time"]
