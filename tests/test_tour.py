@@ -105,7 +105,7 @@ def test_both_tours_run_the_same_code():
         code = [re.sub(r"\s+#.*$", "", line) for line in tour_outputs.code_of(block).splitlines()]
         return [re.sub(r'(f?)"[^"]*"', r'\1""', line) for line in code if line.strip() and line[0] != "#"]
     en, zh = blocks("tour.md"), blocks("tour.zh.md")
-    assert len(en) == len(zh) == 26
+    assert len(en) == len(zh) == 27
     assert [statements(b) for b in en] == [statements(b) for b in zh]
 
 

@@ -104,10 +104,10 @@ class McpTools:
     both offer, or one no client could call, is a ValueError); ``log``: the folder the servers' standard error
     goes to (one ``NAME.log`` each)."""
 
-    def __init__(self, path: str | Path, log: Path, timeout_s: float = CALL_TIMEOUT_S,
+    def __init__(self, path: str | Path, log: str | Path, timeout_s: float = CALL_TIMEOUT_S,
                  max_chars: int = MAX_RESULT_CHARS) -> None:
         self.entries, self.timeout_s, self.max_chars = read_config(path), timeout_s, max_chars
-        self.where, self.log = f"--mcp {path}", log
+        self.where, self.log = f"--mcp {path}", Path(log)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="aiayn-mcp", daemon=True)
         self.thread.start()
