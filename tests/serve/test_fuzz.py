@@ -25,9 +25,9 @@ EXAMPLES = 12  # per operation: 100-150 requests a server
 # (and logit_bias: its token ids are the model's vocabulary's, its strategy the route's; tested elsewhere)
 LANGUAGES = ("grammar", "json_schema", "response_format", "tools", "tool_choice", "logit_bias")
 # /v1's 400s for what a schema cannot state: n times the prompts over the server's choices, texts over its limits,
-# a tool call's arguments that are not JSON text (or a conversation its chat template refuses), token ids past the
-# model's vocabulary, echo or max_tokens 0 with stream
-UNSTATED = ("n", "input", "messages", "prompt", "echo", "max_tokens")
+# a tool call's arguments that are not JSON text (or a conversation its chat template refuses), echo or max_tokens
+# 0 with stream (token ids past the model's vocabulary are stated: each id's maximum)
+UNSTATED = ("n", "input", "messages", "echo", "max_tokens")
 
 
 def unstated(response) -> bool:
@@ -83,10 +83,12 @@ def check(operation, mode, url: str, headers: dict, accepted: dict[str, int]) ->
     call()
 
 
-@pytest.mark.parametrize("kind", ["translator", "language model", "encoder"])
-def test_every_route_answers_what_its_schema_declares(kind, trained_run, mlm_run, tmp_path):
+@pytest.mark.parametrize("kind", ["translator", "language model", "plain language model", "encoder"])
+def test_every_route_answers_what_its_schema_declares(kind, trained_run, mlm_run, lm_run, tmp_path):
     headers = {}
-    if kind == "translator":
+    if kind == "plain language model":  # no chat template: the chat routes are not offered
+        app = create_app(TextGenerator.from_checkpoint(lm_run), LIMITS)
+    elif kind == "translator":
         app = create_app(Translator.from_checkpoint(trained_run, beam_size=2), LIMITS)
     elif kind == "language model":
         key = "fuzz-key"
@@ -100,6 +102,27 @@ def test_every_route_answers_what_its_schema_declares(kind, trained_run, mlm_run
         assert httpx.get(url + "/health").json()["status"] == "ok"  # alive after it all
     assert not failures, "\n\n".join(failures)
     assert len(accepted) >= 3 and all(accepted.values()), json.dumps(accepted)  # each route took a valid request
+
+
+def test_the_schema_states_the_routes_and_the_bounds_the_server_keeps(lm_run, tmp_path):
+    """A model without a chat template offers no chat route in its schema (each answers a 400 that says why); a
+    prompt's token ids are bounded by the vocabulary; a boolean is a JSON boolean (``"echo": 1`` was taken)."""
+    chat = TextGenerator.from_checkpoint(chat_checkpoint(tmp_path / "lm"))
+    for generator in (TextGenerator.from_checkpoint(lm_run), chat):
+        with serving(create_app(generator, LIMITS, name="m"), LIMITS) as url:
+            schema = httpx.get(url + "/openapi.json").json()
+            routes = {"/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}
+            assert (routes <= set(schema["paths"])) == (generator.chat_template is not None)
+            prompt = schema["paths"]["/v1/completions"]["post"]["requestBody"]["content"]["application/json"][
+                "schema"]["properties"]["prompt"]
+            assert json.dumps(prompt).count(f'"maximum": {len(generator.tokenizer) - 1}') == 2  # ids, lists of ids
+            past = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": [len(generator.tokenizer)]})
+            as_int = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "a", "echo": 1})
+            assert past.status_code == as_int.status_code == 400 and "echo" in as_int.json()["error"]["message"]
+            if generator.chat_template is None:
+                refused = httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": [
+                    {"role": "user", "content": "hi"}]})
+                assert refused.status_code == 400 and "chat template" in refused.json()["error"]["message"]
 
 
 def test_an_empty_text_embeds_to_the_zero_vector_beside_the_others(mlm_run):

@@ -60,12 +60,7 @@ def declare_fields(app: FastAPI, fields: dict[str, dict[str, dict]]) -> None:
     into the field's schema, where it is a component or a request body of its own): the layers and heads its model
     has, its vocabulary, the adapters it serves, the names of the models it serves."""
     def edit(schema: dict) -> None:
-        found = dict(schema.get("components", {}).get("schemas", {}))
-        for operations in schema["paths"].values():
-            for operation in operations.values():
-                body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
-                if body is not None and "title" in body:
-                    found.setdefault(body["title"], body)
+        found = _models(schema)
         for model, changes in fields.items():
             for name, keywords in changes.items():
                 if model in found:  # an optional field's keywords go to its value's schema, not to null's
@@ -74,6 +69,39 @@ def declare_fields(app: FastAPI, fields: dict[str, dict[str, dict]]) -> None:
                         kind.update(keywords)
 
     _after_openapi(app, edit)
+
+
+def declare_ids(app: FastAPI, model: str, field: str, ids: dict) -> None:
+    """Make ``app.openapi()`` bound every integer in request ``model``'s ``field`` (token ids, however nested: a
+    prompt as ids, or several) by ``ids`` (:func:`vocabulary`)."""
+    def bound(node) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "integer":
+                node.update(ids)
+            for value in node.values():
+                bound(value)
+        elif isinstance(node, list):
+            for value in node:
+                bound(value)
+
+    _after_openapi(app, lambda schema: bound(_models(schema)[model]["properties"][field]))
+
+
+def undeclare(app: FastAPI, paths: tuple[str, ...]) -> None:
+    """Make ``app.openapi()`` leave out ``paths``: routes this server has but its model cannot answer (a chat
+    route without a chat template), so a client generated from the schema never calls them."""
+    _after_openapi(app, lambda schema: [schema["paths"].pop(path, None) for path in paths])
+
+
+def _models(schema: dict) -> dict[str, dict]:
+    """The schema's request models by name: its components and the request bodies of their own."""
+    found = dict(schema.get("components", {}).get("schemas", {}))
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body is not None and "title" in body:
+                found.setdefault(body["title"], body)
+    return found
 
 
 def _after_openapi(app: FastAPI, edit: Callable[[dict], None]) -> None:

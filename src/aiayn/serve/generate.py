@@ -11,7 +11,7 @@ import json
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool
 
 from aiayn.decoding.config import DecodingConfig
 from aiayn.decoding.prefix import PromptCache, sized_for
@@ -38,7 +38,7 @@ class GenerateRequest(DecodingOptions):
 
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     adapter: str | None = Field(None, description="a LoRA adapter served beside the model (aiayn serve --lora "
                                                   "NAME=...): its NAME; unset, the base model")
 

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from aiayn.serve.message_object import events, message
 from aiayn.serve.openai_chat import chat_answer, chat_tools, rendered
@@ -54,7 +54,7 @@ class AnthropicToolResult(AnthropicBlock):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[AnthropicText] = ""
-    is_error: bool | None = None
+    is_error: StrictBool | None = None
 
 
 class AnthropicThinking(AnthropicBlock):
@@ -93,7 +93,7 @@ class AnthropicToolChoice(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
-    disable_parallel_tool_use: bool | None = None  # accepted: a call the grammar forces is one call
+    disable_parallel_tool_use: StrictBool | None = None  # accepted: a call the grammar forces is one call
 
 
 class ThinkingConfig(BaseModel):
@@ -122,7 +122,7 @@ class MessagesRequest(Conversation):
     top_k: int | None = Field(None, ge=0)
     metadata: dict[str, str | None] | None = Field(None, max_length=16)
     cache_control: dict | None = None  # accepted: the prompt cache keeps every prompt's blocks anyway
-    stream: bool = False
+    stream: StrictBool = False
 
 
 def chat_request(req: Conversation) -> ChatRequest:

@@ -15,7 +15,7 @@ import base64
 from fastapi import FastAPI, Request
 
 from aiayn.inference.generator import TextGenerator
-from aiayn.serve.declared import declare, declare_fields
+from aiayn.serve.declared import declare, declare_fields, declare_ids, undeclare, vocabulary
 from aiayn.serve.limits import Limits
 from aiayn.serve.messages import Conversation, MessagesRequest, add_messages_routes
 from aiayn.serve.openai_chat import chat_answer
@@ -61,6 +61,9 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
 
     if generator is not None:
         _add_text_routes(app, names, TextRoutes(name, generator, batcher, limits, mcp), generator)
+        declare_ids(app, "CompletionRequest", "prompt", vocabulary(generator.tokenizer))
+        if generator.chat_template is None:  # answered with a 400 that says so; not offered to a client
+            undeclare(app, ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"))
     if embed is not None:
         _add_embeddings(app, name, limits, embed)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from aiayn.serve.declared import LogitBias
 from aiayn.serve.jobs import Refused
@@ -66,11 +66,11 @@ class Sampling(BaseModel):
     logit_bias: LogitBias | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2 ** 53)  # exact in JSON, as the decoding config takes it
-    return_token_ids: bool = False  # vLLM's: each choice carries its prompt_token_ids and the token_ids it adds
-    ignore_eos: bool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
-    stream: bool = False
+    return_token_ids: StrictBool = False  # vLLM's: each choice carries its prompt_token_ids and the token_ids it adds
+    ignore_eos: StrictBool = False  # vLLM's: go on past the end-of-sequence token, to max_tokens (load tests)
+    stream: StrictBool = False
     # include_usage: a last chunk with the usage; continuous_usage_stats (vLLM's): the usage so far in every chunk
-    stream_options: dict[Literal["include_usage", "continuous_usage_stats"], bool] | None = None
+    stream_options: dict[Literal["include_usage", "continuous_usage_stats"], StrictBool] | None = None
     user: str | None = None  # the caller's end-user id: accepted, not used
     response_format: ResponseFormat | None = None
 
@@ -79,7 +79,7 @@ class JsonSchemaFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field(max_length=64)
     schema_: dict | None = Field(None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None
     description: str | None = None
 
 
@@ -112,7 +112,7 @@ class CompletionRequest(Sampling):
     prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
     max_tokens: int | None = Field(None, ge=0)  # 0: nothing generated (with echo and logprobs: the prompt scored)
     logprobs: int | None = Field(None, ge=0, le=5)
-    echo: bool = False  # the prompt comes back before the completion, with its tokens' log-probabilities
+    echo: StrictBool = False  # the prompt comes back before the completion, with its tokens' log-probabilities
 
 
 class CalledFunction(BaseModel):
@@ -165,7 +165,7 @@ class FunctionSpec(BaseModel):
     name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
     parameters: dict | None = None  # a JSON schema of the arguments
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class Tool(BaseModel):
@@ -188,11 +188,11 @@ class ToolChoice(BaseModel):
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
+    logprobs: StrictBool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[Tool] | None = Field(None, max_length=64)
     tool_choice: Literal["auto", "none", "required"] | ToolChoice | None = None
-    parallel_tool_calls: bool | None = None  # accepted; a call constrained by the grammar is one call
+    parallel_tool_calls: StrictBool | None = None  # accepted; a call constrained by the grammar is one call
     # more variables of the chat template (vLLM's name), as Qwen3's {"enable_thinking": false}
     chat_template_kwargs: dict[str, bool | int | float | str] | None = Field(None, max_length=16)
 

@@ -15,7 +15,7 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, ValidationError
 
 from aiayn.serve.declared import LogitBias
 from aiayn.serve.openai_chat import chat_answer
@@ -112,14 +112,14 @@ class ResponsesRequest(BaseModel):
     instructions: str | None = None  # a system message before the input
     tools: list[FunctionTool] | None = Field(None, max_length=64)
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     text: TextConfig | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     logit_bias: LogitBias | None = None  # not OpenAI's Responses field: its chat one, as the chat route takes it
-    stream: bool = False
-    store: bool | None = None  # accepted; nothing is stored (the answer says "store": false)
+    stream: StrictBool = False
+    store: StrictBool | None = None  # accepted; nothing is stored (the answer says "store": false)
     # refused by name (nothing is stored; no extra output data is offered): the schema says null and []
     previous_response_id: str | None = Field(None, json_schema_extra={"type": "null"})
     include: list[str] | None = Field(None, max_length=8, json_schema_extra={"maxItems": 0})
