@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-long lint install clean browser compiler jemalloc notebook smollm2 gemma3 docs
+.PHONY: demo test test-long lint install clean browser compiler jemalloc notebook smollm2 gemma3 claude-code docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,7 +65,15 @@ gemma3: $(STAMP)
 	@[ -f "$(GEMMA3)" ] || $(PY) scripts/fetch_gemma3.py "$(GEMMA3)" || \
 		echo "warning: could not fetch Gemma 3 270M; its test is skipped with the command to fetch it"
 
-test-long: $(STAMP) browser compiler jemalloc smollm2 gemma3
+# Claude Code (npm's @anthropic-ai/claude-code, pinned) for the long test that drives its print mode against
+# aiayn serve's /v1/messages (tests/serve/test_claude_code.py), kept in a cache folder outside the repo.
+CLAUDE_CODE := $(HOME)/.cache/aiayn/claude-code
+claude-code:
+	@[ -x "$(CLAUDE_CODE)/node_modules/.bin/claude" ] || ! command -v npm >/dev/null || \
+		npm install -q --no-audit --no-fund --loglevel=error --prefix "$(CLAUDE_CODE)" @anthropic-ai/claude-code@2.1.337 >/dev/null || \
+		echo "warning: could not install Claude Code; its test is skipped with the command to install it"
+
+test-long: $(STAMP) browser compiler jemalloc smollm2 gemma3 claude-code
 	$(PY) -m pytest -q -n 2 -m long
 
 # The tour as a notebook, made from docs/tour.md (never edited by hand; tests/test_tour.py checks it is in sync),

@@ -32,7 +32,8 @@ def _seed():
 CACHE = Path.home() / ".cache" / "aiayn"
 SMOLLM2 = Path(os.environ.get("AIAYN_SMOLLM2", CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 GEMMA3 = Path(os.environ.get("AIAYN_GEMMA3", CACHE / "gemma-3-270m-q4_k_m.gguf"))
-FETCHED_BY = {SMOLLM2: "make smollm2", GEMMA3: "make gemma3"}  # the real model files and what fetches each
+CLAUDE_CODE = CACHE / "claude-code" / "node_modules" / ".bin" / "claude"  # npm's Claude Code (make claude-code)
+FETCHED_BY = {SMOLLM2: "make smollm2", GEMMA3: "make gemma3", CLAUDE_CODE: "make claude-code"}  # and what fetches each
 
 
 def under_ci() -> bool:
@@ -236,9 +237,10 @@ def page_of_text() -> str:
         return "Describe pictures like these:\n" + "\n".join(f.read().splitlines()[:40])
 
 
-def qwen_checkpoint(folder: Path) -> Path:
+def qwen_checkpoint(folder: Path, max_len: int = 1024, flat: bool = False) -> Path:
     """A tiny random model with Qwen2.5's real tokenizer and chat template: ``<tool_call>`` and ``</tool_call>``
-    are added tokens of its vocabulary, as the released model has them."""
+    are added tokens of its vocabulary, as the released model has them; ``max_len``: its context; ``flat``: its
+    final norm zeroed, so every score is 0 and a ``logit_bias`` alone says what it writes."""
     import gzip
     import shutil
 
@@ -257,10 +259,14 @@ def qwen_checkpoint(folder: Path) -> Path:
     tokenizers = HFTokenizers.load(tok_folder)
     end, pad = tokenizers.src.token_id("<|im_end|>"), tokenizers.src.token_id("<|endoftext|>")
     cfg = ModelConfig.preset("tiny", arch="decoder-only", vocab_size=len(tokenizers.src), n_encoder_layers=0,
-                             d_model=32, n_heads=2, d_ff=64, dropout=0.0, norm="pre", positions="rope", max_len=1024,
+                             d_model=32, n_heads=2, d_ff=64, dropout=0.0, norm="pre", positions="rope", max_len=max_len,
                              pad_id=pad, bos_id=pad, unk_id=pad, mask_id=pad, eos_id=end)
     torch.manual_seed(0)
-    write_checkpoint(folder, DecoderOnly(cfg).eval(), tokenizers)
+    model = DecoderOnly(cfg).eval()
+    if flat:
+        torch.nn.init.zeros_(model.decoder.norm.weight)
+        torch.nn.init.zeros_(model.decoder.norm.bias)
+    write_checkpoint(folder, model, tokenizers)
     return folder
 
 

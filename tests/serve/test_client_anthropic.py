@@ -157,3 +157,27 @@ def test_the_docs_snippet_runs(qwen_served):
     found = run_client_snippet("anthropic", qwen_served[0], "qwen-tiny")
     assert found["call"].name == "get_weather" and isinstance(found["call"].input["city"], str)
     assert found["message"].stop_reason == "tool_use"
+
+
+def test_what_claude_code_sends_is_taken(clients, rendered_prompts):
+    """The fields Claude Code 2.1 sends (captured from its print mode): a system turn inside the messages, thinking
+    ``adaptive``, ``context_management``, ``output_config``, a tool with ``defer_loading`` (left out of the prompt:
+    a tool search loads it), ``max_tokens`` 32,000 (above the server's limit: the end of the turn)."""
+    claude, gpt = clients
+    tools = [WEATHER, {"name": "Later", "description": "Loaded by a search.", "defer_loading": True,
+                       "input_schema": {"type": "object", "properties": {}}}]
+    with claude.messages.stream(  # streamed, as Claude Code asks (the SDK streams a request this long)
+            model="qwen-tiny", max_tokens=32_000, tools=tools, system=[{"type": "text", "text": "Be brief."}],
+            messages=[{"role": "system", "content": [{"type": "text", "text": "Working directory: /tmp"}]}, *ASK],
+            extra_body={**GREEDY, "thinking": {"type": "adaptive", "display": "omitted"},
+                        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                        "output_config": {"effort": "high"}}) as stream:
+        message = stream.get_final_message()
+    prompt = rendered_prompts[-1][0]
+    assert "Working directory: /tmp" in prompt and "get_weather" in prompt and "Later" not in prompt
+    assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.output_tokens > 0
+    chat = gpt.chat.completions.create(model="qwen-tiny", messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "system", "content": "Working directory: /tmp"}, *ASK],
+        tools=[{"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                                 "parameters": WEATHER["input_schema"]}}], extra_body=GREEDY)
+    assert message.content[0].text == chat.choices[0].message.content  # as far as the limit and the context go

@@ -1,8 +1,8 @@
 """POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API (what the ``anthropic`` SDK, Claude Code
 and the tools built on them call), stateless.
 
-A request is turned into the chat request it means (``system`` a system message; a user's ``tool_result`` blocks
-tool messages; an assistant's ``tool_use`` blocks its tool calls; ``tools`` with ``input_schema`` OpenAI's
+A request is turned into the chat request it means (``system`` a system message, and a ``system`` turn inside the
+messages, as Claude Code sends one, one where it stands; a user's ``tool_result`` blocks tool messages; an assistant's ``tool_use`` blocks its tool calls; ``tools`` with ``input_schema`` OpenAI's
 functions; ``tool_choice`` auto / any / tool / none; ``thinking`` the template's ``enable_thinking``) and answered
 by /v1/chat/completions' path (``serve/openai_chat.py``), so the same tokens come back. Its answer, or its stream's
 chunks, become the Message and its events (``message_start`` ... ``content_block_delta`` ... ``message_stop``).
@@ -77,7 +77,16 @@ class AnthropicAssistantTurn(BaseModel):
     content: str | list[Annotated[AnthropicText | AnthropicToolUse | AnthropicThinking, Field(discriminator="type")]]
 
 
-Message = Annotated[AnthropicUserTurn | AnthropicAssistantTurn, Field(discriminator="role")]
+class AnthropicSystemTurn(BaseModel):
+    """A system message inside the conversation (Claude Code sends its environment so): the template's system
+    turn at that place (a template that takes none there refuses it: a 400)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system"]
+    content: str | list[AnthropicText]
+
+
+Message = Annotated[AnthropicUserTurn | AnthropicAssistantTurn | AnthropicSystemTurn, Field(discriminator="role")]
 
 
 class AnthropicTool(BaseModel):
@@ -87,6 +96,8 @@ class AnthropicTool(BaseModel):
     input_schema: dict
     type: Literal["custom"] | None = None
     cache_control: dict | None = None
+    defer_loading: StrictBool | None = None  # a tool not shown to the model until a tool search loads it: left out
+    strict: StrictBool | None = None  # accepted: a forced call follows its schema anyway (the grammar)
 
 
 class AnthropicToolChoice(BaseModel):
@@ -98,8 +109,9 @@ class AnthropicToolChoice(BaseModel):
 
 class ThinkingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: Literal["enabled", "disabled"]
+    type: Literal["enabled", "disabled", "adaptive"]  # adaptive: the template's own default
     budget_tokens: int | None = Field(None, ge=1)
+    display: Literal["summarized", "omitted"] | None = None  # accepted: the thinking comes back as generated
 
 
 class Conversation(BaseModel):
@@ -112,6 +124,8 @@ class Conversation(BaseModel):
     tools: list[AnthropicTool] | None = Field(None, max_length=64)
     tool_choice: AnthropicToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    context_management: dict | None = None  # accepted: earlier thinking is never rendered again anyway
+    output_config: dict | None = None  # accepted (Claude Code's effort): nothing to set on these models
 
 
 class MessagesRequest(Conversation):
@@ -125,24 +139,27 @@ class MessagesRequest(Conversation):
     stream: StrictBool = False
 
 
-def chat_request(req: Conversation) -> ChatRequest:
-    """The chat request an Anthropic request means (400 for what it cannot mean)."""
+def chat_request(req: Conversation, limit: int | None = None) -> ChatRequest:
+    """The chat request an Anthropic request means (400 for what it cannot mean). ``max_tokens`` is required and
+    clients ask for many (Claude Code 32,000): above the server's ``limit`` it is the end of the turn, as far as
+    the limit and the context go."""
     body = {"model": req.model, "messages": chat_messages(req)}
-    if req.tools:
+    if tools := [t for t in req.tools or () if not t.defer_loading]:
         body["tools"] = [{"type": "function", "function": {"name": t.name, "parameters": t.input_schema,
                                                            **({"description": t.description} if t.description
-                                                              else {})}} for t in req.tools]
+                                                              else {})}} for t in tools]
     if req.tool_choice is not None:
         choice = req.tool_choice
         if choice.type == "tool" and not choice.name:
             raise OpenAIError(400, "tool_choice.name: name the tool for type tool", "tool_choice")
         body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or \
             {"type": "function", "function": {"name": choice.name}}
-    if req.thinking is not None:  # Qwen3's variable (a template without it ignores it)
+    if req.thinking is not None and req.thinking.type != "adaptive":  # Qwen3's variable (others ignore it)
         body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type == "enabled"}
     if isinstance(req, MessagesRequest):
-        body.update(max_completion_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-                    top_k=req.top_k, stop=req.stop_sequences, stream=req.stream,
+        clamped = limit is not None and req.max_tokens > limit
+        body.update(max_completion_tokens=None if clamped else req.max_tokens, temperature=req.temperature,
+                    top_p=req.top_p, top_k=req.top_k, stop=req.stop_sequences, stream=req.stream,
                     stream_options={"include_usage": True} if req.stream else None,
                     user=(req.metadata or {}).get("user_id"))
     try:
@@ -159,6 +176,9 @@ def chat_messages(req: Conversation) -> list[dict]:
         blocks = [AnthropicText(type="text", text=turn.content)] if isinstance(turn.content, str) else \
             turn.content
         text = _text([b for b in blocks if b.type == "text"])
+        if turn.role == "system":
+            out.append({"role": "system", "content": _text(turn.content)})
+            continue
         if turn.role == "assistant":
             calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
                      for b in blocks if b.type == "tool_use"]
@@ -188,7 +208,7 @@ def add_messages_routes(app: FastAPI, names: list[str], texts: TextRoutes) -> No
     async def messages(request: Request):
         try:
             req = await parse(request, MessagesRequest)
-            chat, mid = chat_request(req), f"msg_{uuid.uuid4().hex}"
+            chat, mid = chat_request(req, texts.limits.max_new_tokens), f"msg_{uuid.uuid4().hex}"
             if req.stream:
                 return await chat_answer(request, chat, names, texts, lambda chunks: events(req, mid, chunks))
             answer = await chat_answer(request, chat, names, texts)

@@ -46,8 +46,7 @@ def add_openai_routes(app: FastAPI, name: str, limits: Limits, generator: TextGe
                          "ChatRequest": {**text, "max_completion_tokens": {"maximum": limits.max_new_tokens}},
                          "ResponsesRequest": {"model": {"enum": names},
                                               "max_output_tokens": {"maximum": limits.max_new_tokens}},
-                         "MessagesRequest": {"model": {"enum": names},
-                                             "max_tokens": {"maximum": limits.max_new_tokens}},
+                         "MessagesRequest": {"model": {"enum": names}},  # max_tokens above the limit: clamped
                          "Conversation": {"model": {"enum": names}}})
     context = None if batcher is None else batcher.capacity
 
