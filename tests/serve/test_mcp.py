@@ -137,6 +137,10 @@ def test_a_client_with_its_own_tools_keeps_its_loop_and_anthropic_gets_the_answe
     again = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
                                            max_tokens=120, temperature=0)
     assert reply.content[0].text == again.choices[0].message.content  # the same loop's answer
+    response = client.responses.create(model="qwen-tiny", input=ASK[0]["content"], max_output_tokens=120,
+                                       tool_choice={"type": "function", "name": "add"}, temperature=0)
+    assert response.output_text == again.choices[0].message.content  # /v1/responses: the same loop
+    assert not [item for item in response.output if item.type == "function_call"]
     with pytest.raises(openai.BadRequestError, match="n: "):
         client.chat.completions.create(model="qwen-tiny", messages=ASK, n=2, max_tokens=5)
 
