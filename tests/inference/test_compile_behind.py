@@ -4,6 +4,7 @@ compiling, takes the step over when the child is done, or says in one line why i
 compiles a real checkpoint's step, the very one the server loads."""
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,18 +106,19 @@ def behind_server(tmp_path, monkeypatch):
 
 def stand_in_child(monkeypatch, go) -> list:
     """The child stood in for by one that exits when the file ``go`` is there; the kept step's load by the
-    reference static step (the models it was attached to: the list returned)."""
+    reference static step (the models it was loaded for: the list returned), on the loading thread, never on the
+    decoding's (a load there fails: the step is not taken over)."""
     taken = []
     monkeypatch.setattr(compiled, "compiler", lambda: "g++")
     monkeypatch.setattr(compile_behind.CompileBehind, "command",
                         staticmethod(lambda *args: [sys.executable, "-c", WAIT_FOR, str(go), "0"]))
 
     def loaded(model, *args, **kwargs):
-        model.runtime.static = CompiledStep(model, compiled=False, batches=kwargs.get("batches", False),
-                                            columns=kwargs.get("columns", False))
+        assert threading.current_thread().name == "aiayn-load-step", "loaded on the decoding's thread"
         taken.append(model)
-        return True
-    monkeypatch.setattr(compile_behind, "attach", loaded)
+        return CompiledStep(model, compiled=False, batches=kwargs.get("batches", False),
+                            columns=kwargs.get("columns", False))
+    monkeypatch.setattr(compile_behind, "prepared", loaded)
     return taken
 
 

@@ -1,7 +1,8 @@
 """The decoding step compiled behind the decoding: where ``--compile`` would compile (``compiled.py``) and no
 compiled step is kept yet, a child process loads the same checkpoint, compiles its step and keeps it in aiayn's
-cache folder, while this process decodes eagerly at once; when the child is done, the kept step is loaded (seconds)
-and taken over between two steps, the tokens (greedy) those of either step alone. A child process and not a thread:
+cache folder, while this process decodes eagerly at once; when the child is done, the kept step is loaded by a thread
+(seconds, while the decoding goes on) and taken over between two steps, the tokens (greedy) those of either step
+alone. A child process and not a thread:
 compiling holds Python's lock for most of a minute, which the decoding beside it would wait on. A step kept already
 is loaded by a thread (:class:`LoadBehind`: a few seconds, mostly outside Python's lock) while the decoding starts.
 
@@ -29,11 +30,13 @@ from aiayn.inference.graphs import frozen
 class CompileBehind:
     """A child process compiling ``model``'s step (the model of ``checkpoint`` loaded with ``precision``: ``int8``,
     ``int4``, ``bf16`` flags) for one row and, as ``graphs`` asks (``batches``, ``columns``: ``attach``'s), a running
-    batch and a verifying pass. ``waiting``: True until :meth:`take_over` has run (then the model's
-    ``runtime.static`` says whether the step is in use)."""
+    batch and a verifying pass; once it has kept them, a :class:`LoadBehind` loads them. ``waiting``: True until
+    :meth:`take_over` has run (then the model's ``runtime.static`` says whether the step is in use)."""
 
-    def __init__(self, model, checkpoint: str, precision: dict, graphs: dict, say: Callable[[str], None]) -> None:
-        self.model, self.graphs, self.say, self.waiting = model, graphs, say, True
+    def __init__(self, model, device: str, checkpoint: str, precision: dict, graphs: dict,
+                 say: Callable[[str], None]) -> None:
+        self.model, self.device, self.graphs, self.say, self.waiting = model, device, graphs, say, True
+        self.loader: LoadBehind | None = None
         command = self.command(model, checkpoint, precision, graphs)
         self.started, self.errors = time.perf_counter(), tempfile.TemporaryFile()  # noqa: SIM115 (read at its end; a pipe could fill up)
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -50,50 +53,64 @@ class CompileBehind:
 
     @property
     def done(self) -> bool:
-        return self.process.poll() is not None
+        """The child has ended and what it kept is loaded (or it failed): :meth:`take_over` will not wait."""
+        if self.process.poll() is None:
+            return False
+        return self._loading().done
 
     def wait(self) -> None:
         self.process.wait()
+        self._loading().wait()
+
+    def _loading(self) -> LoadBehind:
+        """The thread that loads what the child kept, started once the child has ended (nothing to load if it
+        failed)."""
+        if self.loader is None:
+            graphs = self.graphs if self.process.returncode == 0 else None
+            self.loader = LoadBehind(self.model, self.device, graphs, self.say)
+        return self.loader
 
     def take_over(self) -> bool:
-        """Between two steps, once :attr:`done`: the kept step loaded and attached (True), or the child's failure
-        said and the eager step kept (False). :attr:`waiting` stays True until the step is attached or given up (a
-        server's ``/health`` says ``compiling`` until then, never ``eager`` while it loads)."""
+        """Between two steps, once :attr:`done`: the kept step, loaded by then, attached (True), or the child's
+        failure said and the eager step kept (False). :attr:`waiting` stays True until the step is attached or given
+        up (a server's ``/health`` says ``compiling`` until then, never ``eager`` while it loads)."""
         took = time.perf_counter() - self.started
-        if self.process.wait() != 0:
+        self.wait()
+        if self.process.returncode != 0:
             self.errors.seek(0)
             last = self.errors.read().decode(errors="replace").strip().splitlines()[-1:] or [
                 f"exit status {self.process.returncode}"]
             self.waiting = False
             self.say(f"decoding eagerly: the compile behind the decoding failed ({last[0][:200]})")
             return False
-        loaded, self.waiting = attach(self.model, "on", say=lambda _line: None, **self.graphs), False
-        if not loaded:
+        self.model.runtime.static, self.waiting = self.loader.static, False
+        if self.loader.static is None:
             self.say("decoding eagerly: the compiled step the child kept did not load")
             return False
         self.say(f"compiled the decoding step in {took:.1f} s behind the decoding: decoding with it from here")
         return True
 
     def stop(self) -> None:
-        if not self.done:
+        if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
 
 
 class LoadBehind:
     """A kept compiled step loaded by a thread while ``model`` decodes eagerly (:class:`CompileBehind`'s interface;
-    ``graphs`` as ``attach`` takes them)."""
+    ``graphs`` as ``attach`` takes them; None: nothing to load)."""
 
     process = None  # no child process: nothing goes on after the run
 
-    def __init__(self, model, device: str, graphs: dict, say: Callable[[str], None]) -> None:
+    def __init__(self, model, device: str, graphs: dict | None, say: Callable[[str], None]) -> None:
         self.model, self.say, self.waiting, self.static = model, say, True, None
         self.started = time.perf_counter()
         self.thread = threading.Thread(target=self._load, args=(device, graphs), name="aiayn-load-step", daemon=True)
         self.thread.start()
 
-    def _load(self, device: str, graphs: dict) -> None:
-        self.static = prepared(self.model, "on", device, say=lambda _line: None, **graphs)
+    def _load(self, device: str, graphs: dict | None) -> None:
+        if graphs is not None:
+            self.static = prepared(self.model, "on", device, say=lambda _line: None, **graphs)
 
     @property
     def done(self) -> bool:
@@ -132,7 +149,7 @@ def compile_behind(model, mode: str, device: str, checkpoint: str, precision: di
         return None
     if all(saved_path(model, kind).is_file() for kind in kinds_of(**graphs)):
         return LoadBehind(model, device, graphs, say)
-    return CompileBehind(model, checkpoint, precision, graphs, say)
+    return CompileBehind(model, device, checkpoint, precision, graphs, say)
 
 
 def main(argv: list[str] | None = None) -> int:
