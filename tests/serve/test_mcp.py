@@ -269,3 +269,24 @@ def test_the_docs_config_starts_and_their_snippet_runs_as_written(served, tmp_pa
     assert sorted(tools.owner) == ["convert_time", "get_current_time"]
     ran = run_client_snippet("mcp", served[0], "qwen-tiny")
     assert [c["name"] for c in ran["message"]["mcp_calls"]][:1] == ["get_current_time"]
+
+
+def test_anthropic_clients_see_the_calls_the_server_ran_as_mcp_blocks(served):
+    """/v1/messages gives each call the server ran as Anthropic's MCP connector does: an ``mcp_tool_use`` block
+    (its server's name) and an ``mcp_tool_result`` block, before the text, whole and streamed; the beta client reads
+    them typed, the plain one reads the answer around them."""
+    url, _ = served
+    claude = anthropic.Anthropic(base_url=url.removesuffix("/v1"), api_key="none", max_retries=0)
+    ask = dict(model="qwen-tiny", max_tokens=120, messages=ASK, tool_choice={"type": "tool", "name": "add"},
+               extra_body={"temperature": 0})
+    whole = claude.beta.messages.create(**ask)
+    use, result = whole.content[0], whole.content[1]
+    assert (use.type, use.name, use.server_name, result.type) == ("mcp_tool_use", "add", "faults", "mcp_tool_result")
+    assert result.tool_use_id == use.id and result.is_error is False
+    assert result.content[0].text == f"the sum is {use.input['a'] + use.input['b']}"
+    with claude.beta.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content] == [b.type for b in whole.content]
+    assert streamed.content[1].content[0].text == result.content[0].text
+    plain = claude.messages.create(**ask)
+    assert plain.content[-1].type == "text" and plain.content[-1].text == whole.content[-1].text

@@ -57,12 +57,13 @@ def _round(req: ChatRequest, mcp, messages: list, r: int) -> ChatRequest:
 
 
 async def _run(mcp, calls: list[dict]) -> list[dict]:
-    """Each call run by its server, in order: ``{id, name, arguments, result}``."""
+    """Each call run by its server, in order: ``{id, server, name, arguments, result, is_error}``."""
     done = []
     for call in calls:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         result = await asyncio.wrap_future(mcp.call(name, arguments))
-        done.append({"id": call["id"], "name": name, "arguments": arguments, "result": result})
+        done.append({"id": call["id"], "server": mcp.owner.get(name, ""), "name": name, "arguments": arguments,
+                     "result": result, "is_error": result.startswith("error: ")})
     return done
 
 

@@ -1,5 +1,7 @@
 """Anthropic's Message (``serve/messages.py`` takes its requests): the Message made from a chat answer, with its
-thinking, text and ``tool_use`` blocks, and a chat stream's chunks as the events the ``anthropic`` SDK reads."""
+thinking, text and ``tool_use`` blocks (and the calls the server's MCP tools ran, as Anthropic's MCP connector
+gives them: ``mcp_tool_use`` and ``mcp_tool_result`` blocks), and a chat stream's chunks as the events the
+``anthropic`` SDK reads."""
 
 from __future__ import annotations
 
@@ -14,11 +16,20 @@ def message(req, mid: str, answer: dict) -> dict:
     said = choice["message"]
     content = [{"type": "thinking", "thinking": said["reasoning_content"], "signature": ""}] \
         if said.get("reasoning_content") else []
+    content += [block for call in said.get("mcp_calls", []) for block in mcp_blocks(call)]
     content += [{"type": "text", "text": said["content"]}] if said.get("content") else []
     content += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
                  "input": _input(c["function"]["arguments"])} for c in said.get("tool_calls", [])]
     return {"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": content,
             **_stop(choice["finish_reason"], choice.get("stop_reason")), "usage": _usage(answer["usage"])}
+
+
+def mcp_blocks(call: dict) -> list[dict]:
+    """A call the server's MCP tools ran (``serve/mcp_loop.py``) as Anthropic's two blocks: the call, its result."""
+    return [{"type": "mcp_tool_use", "id": call["id"], "name": call["name"], "server_name": call["server"],
+             "input": _input(call["arguments"])},
+            {"type": "mcp_tool_result", "tool_use_id": call["id"], "is_error": call["is_error"],
+             "content": [{"type": "text", "text": call["result"]}]}]
 
 
 def _input(arguments: str) -> dict:
@@ -61,7 +72,8 @@ async def events(req, mid: str, chunks):
             delta = choice["delta"]
             finish, matched = choice["finish_reason"] or finish, choice.get("stop_reason") or matched
             for kind, fields in blocks.thinking(delta.get("reasoning_content")) + blocks.text(delta.get("content")) \
-                    + [e for call in delta.get("tool_calls", []) for e in blocks.call(call)]:
+                    + [e for call in delta.get("tool_calls", []) for e in blocks.call(call)] \
+                    + [e for call in delta.get("mcp_calls", []) for e in blocks.whole(mcp_blocks(call))]:
                 yield event(kind, **fields)
     for kind, fields in blocks.close():
         yield event(kind, **fields)
@@ -95,6 +107,13 @@ class Blocks:
         if fragment and self.kind == "tool_use":
             out.append(("content_block_delta", {"index": self.index, "delta": {"type": "input_json_delta",
                                                                                 "partial_json": fragment}}))
+        return out
+
+    def whole(self, made: list[dict]) -> list[tuple[str, dict]]:
+        """Blocks given whole (a call the server ran, its result): each started and stopped at once."""
+        out = self.close()
+        for block in made:
+            out += [*self._start(block["type"], block), *self.close()]
         return out
 
     def close(self) -> list[tuple[str, dict]]:

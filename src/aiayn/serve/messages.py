@@ -2,9 +2,10 @@
 and the tools built on them call), stateless.
 
 A request is turned into the chat request it means (``system`` a system message, and a ``system`` turn inside the
-messages, as Claude Code sends one, one where it stands; a user's ``tool_result`` blocks tool messages; an assistant's ``tool_use`` blocks its tool calls; ``tools`` with ``input_schema`` OpenAI's
-functions; ``tool_choice`` auto / any / tool / none; ``thinking`` the template's ``enable_thinking``) and answered
-by /v1/chat/completions' path (``serve/openai_chat.py``), so the same tokens come back. Its answer, or its stream's
+messages, as Claude Code sends one, one where it stands; a user's ``tool_result`` blocks tool messages; an
+assistant's ``tool_use`` blocks its tool calls; ``tools`` with ``input_schema`` OpenAI's functions;
+``tool_choice`` auto / any / tool / none; ``thinking`` the template's ``enable_thinking``) and answered by
+/v1/chat/completions' path (``serve/openai_chat.py``), so the same tokens come back. Its answer, or its stream's
 chunks, become the Message and its events (``message_start`` ... ``content_block_delta`` ... ``message_stop``).
 Errors have Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``.
 """
