@@ -136,11 +136,19 @@ def test_a_client_with_its_own_tools_keeps_its_loop_and_anthropic_gets_the_answe
     assert reply.stop_reason != "tool_use" and not [b for b in reply.content if b.type == "tool_use"]
     again = client.chat.completions.create(model="qwen-tiny", messages=ASK, tool_choice=forced("add"),
                                            max_tokens=120, temperature=0)
-    assert reply.content[0].text == again.choices[0].message.content  # the same loop's answer
+    assert reply.content[-1].text == again.choices[0].message.content  # the same loop's answer, after its call
     response = client.responses.create(model="qwen-tiny", input=ASK[0]["content"], max_output_tokens=120,
                                        tool_choice={"type": "function", "name": "add"}, temperature=0)
     assert response.output_text == again.choices[0].message.content  # /v1/responses: the same loop
     assert not [item for item in response.output if item.type == "function_call"]
+    (ran,) = [item for item in response.output if item.type == "mcp_call"]  # OpenAI's remote MCP call item
+    given = json.loads(ran.arguments)
+    assert (ran.name, ran.server_label, ran.output, ran.error) == ("add", "faults", f"the sum is {sum(given.values())}",
+                                                                   None)
+    events = client.responses.create(model="qwen-tiny", input=ASK[0]["content"], max_output_tokens=120,
+                                     tool_choice={"type": "function", "name": "add"}, temperature=0, stream=True)
+    done = [e.item for e in events if e.type == "response.output_item.done"]  # (incomplete: the length ran out)
+    assert [item.type for item in done] == [item.type for item in response.output] and done[0].output == ran.output
     with pytest.raises(openai.BadRequestError, match="n: "):
         client.chat.completions.create(model="qwen-tiny", messages=ASK, n=2, max_tokens=5)
 

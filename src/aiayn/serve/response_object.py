@@ -29,6 +29,15 @@ def call_item(call: dict, status: str = "completed") -> dict:
             "name": call["function"]["name"], "arguments": call["function"]["arguments"], "status": status}
 
 
+def mcp_item(call: dict) -> dict:
+    """A call the server's MCP tools ran (``serve/mcp_loop.py``) as the output's ``mcp_call`` item (OpenAI's remote
+    MCP tool's shape): its output, or the tool's error."""
+    failed = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": call["result"]}]}
+    return {"type": "mcp_call", "id": f"mcp_{uuid.uuid4().hex}", "server_label": call["server"], "name": call["name"],
+            "arguments": call["arguments"], "output": None if call["is_error"] else call["result"],
+            "error": failed if call["is_error"] else None, "status": "failed" if call["is_error"] else "completed"}
+
+
 def response(req, rid: str, created: int, output: list[dict], finish: str | None,
              usage: dict | None) -> dict:
     """The Response object: ``status`` completed, or incomplete at ``max_output_tokens`` (``in_progress`` while
@@ -80,6 +89,9 @@ async def events(req, rid: str, created: int, chunks):
             for call in delta.get("tool_calls", []):
                 for kind, fields in items.call(call):
                     yield event(kind, **fields)
+            for call in delta.get("mcp_calls", []):  # run by the server: an item given whole
+                for kind, fields in items.whole(mcp_item(call)):
+                    yield event(kind, **fields)
     for kind, fields in items.close():
         yield event(kind, **fields)
     done = response(req, rid, created, items.output, finish or "stop", usage)
@@ -120,6 +132,12 @@ class Items:
             self.open["arguments"] += fragment
             out.append(("response.function_call_arguments.delta", {**self._where(), "delta": fragment}))
         return out
+
+    def whole(self, item: dict) -> list[tuple[str, dict]]:
+        """An item given whole (a call the server ran): added and done at once."""
+        out = [*self.close(), *self._add(item)]
+        self.open = None
+        return [*out, ("response.output_item.done", {"output_index": len(self.output) - 1, "item": item})]
 
     def close(self) -> list[tuple[str, dict]]:
         item, self.open = self.open, None

@@ -29,7 +29,7 @@ from aiayn.serve.openai_schema import (
     parse,
 )
 from aiayn.serve.openai_text import TextRoutes
-from aiayn.serve.response_object import call_item, events, message_item, reasoning_item, response
+from aiayn.serve.response_object import call_item, events, mcp_item, message_item, reasoning_item, response
 
 
 class Part(BaseModel):
@@ -142,8 +142,9 @@ def add_responses_route(app: FastAPI, names: list[str], texts: TextRoutes) -> No
         choice = answer["choices"][0]
         text, calls = choice["message"]["content"], choice["message"].get("tool_calls", [])
         thought = choice["message"].get("reasoning_content")
-        items = ([reasoning_item(thought)] if thought else []) + ([message_item(text)] if text else []) + \
-            [call_item(c) for c in calls]
+        items = ([reasoning_item(thought)] if thought else []) + \
+            [mcp_item(c) for c in choice["message"].get("mcp_calls", [])] + \
+            ([message_item(text)] if text else []) + [call_item(c) for c in calls]
         return response(req, rid, created, items, choice["finish_reason"], answer["usage"])
 
 
