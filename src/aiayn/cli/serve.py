@@ -95,7 +95,7 @@ def serve(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)
     parallel = start_parallel(args)
-    tools = start_mcp(args)
+    tools = start_mcp(args) if parallel is None or parallel.leader else None  # the rank that serves runs them
     try:
         run_server(args.checkpoint, args.host, args.port, limits, decoding=decoding_options(args),
                    **precision_options(args), device=args.device, max_batch=args.max_batch,
