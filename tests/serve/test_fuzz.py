@@ -25,9 +25,9 @@ EXAMPLES = 12  # per operation: 100-150 requests a server
 # (and logit_bias: its token ids are the model's vocabulary's, its strategy the route's; tested elsewhere)
 LANGUAGES = ("grammar", "json_schema", "response_format", "tools", "tool_choice", "logit_bias")
 # /v1's 400s for what a schema cannot state: n times the prompts over the server's choices, texts over its limits,
-# a tool call's arguments that are not JSON text (or a conversation its chat template refuses), echo or max_tokens
-# 0 with stream (token ids past the model's vocabulary are stated: each id's maximum)
-UNSTATED = ("n", "input", "messages", "echo", "max_tokens")
+# a tool call's arguments that are not JSON text (or a conversation its chat template refuses), a prompt longer than
+# the context in tokens, echo or max_tokens 0 with stream (token ids past the vocabulary are stated: each id's maximum)
+UNSTATED = ("n", "input", "messages", "prompt", "echo", "max_tokens")
 
 
 def unstated(response) -> bool:
