@@ -16,6 +16,7 @@ OPTIONAL = {  # exporting to Hugging Face / CTranslate2; the paper's tokenized B
     "ctranslate2": ({"interop/ctranslate2.py"}, "pip install ctranslate2"),
     "sacremoses": ({"evaluation.py"}, "pip install 'aiayn[wmt]'"),
     "mcp": ({"cli/mcp.py", "serve/mcp_tools.py"}, "pip install 'aiayn[mcp]'"),  # --mcp's tool servers
+    "httpx2": ({"serve/mcp_tools.py"}, "pip install 'aiayn[mcp]'"),  # (the SDK's HTTP client, for a url entry)
 }
 # import name -> package name, where they differ
 DISTRIBUTION = {"yaml": "pyyaml", "prometheus_client": "prometheus-client"}

@@ -1,6 +1,8 @@
 """A small MCP tool server of the tests' own (stdio, through the ``mcp`` SDK): one tool that works, and one for
-each fault a tool can have (it fails, it hangs, it answers too much). Run as ``python mcp_faults.py``."""
+each fault a tool can have (it fails, it hangs, it answers too much). Run as ``python mcp_faults.py`` (stdio) or
+``python mcp_faults.py PORT`` (streamable HTTP)."""
 
+import sys
 import time
 from typing import Annotated
 
@@ -35,5 +37,8 @@ def huge(size: Annotated[int, Field(ge=1, le=9)]) -> str:
     return "x" * (1_000_000 + min(size, 10))
 
 
-if __name__ == "__main__":
-    server.run()
+if __name__ == "__main__":  # stdio; or with a port, streamable HTTP at http://127.0.0.1:PORT/mcp
+    if len(sys.argv) > 1:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        server.run()

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -156,7 +157,8 @@ def test_a_client_with_its_own_tools_keeps_its_loop_and_anthropic_gets_the_answe
 def test_an_mcp_file_or_server_that_is_wrong_is_one_line(tmp_path):
     from aiayn.serve.mcp_tools import McpTools, read_config
 
-    bad = {"not json": "{", "no servers": "{}", "a url": '{"mcpServers": {"web": {"url": "http://x"}}}',
+    bad = {"not json": "{", "no servers": "{}",
+           "an sse url": '{"mcpServers": {"web": {"url": "http://x", "type": "sse"}}}',
            "args": '{"mcpServers": {"s": {"command": "x", "args": "a b"}}}'}
     for what, text in bad.items():
         (tmp_path / "bad.json").write_text(text)
@@ -298,3 +300,41 @@ def test_anthropic_clients_see_the_calls_the_server_ran_as_mcp_blocks(served):
     assert streamed.content[1].content[0].text == result.content[0].text
     plain = claude.messages.create(**ask)
     assert plain.content[-1].type == "text" and plain.content[-1].text == whole.content[-1].text
+
+
+def test_a_url_entry_reaches_a_running_server_over_streamable_http(tmp_path):
+    """``{"url": ..., "headers": ...}``: a server already running (the faults server over streamable HTTP) is
+    spoken to, not started; its tools and calls are as a stdio server's; an SSE entry or a bad url is one line."""
+    from aiayn.serve.mcp_tools import McpTools
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    running = subprocess.Popen([sys.executable, str(FAULTS), str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 30
+        while not _answers(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tools = McpTools(mcp_file(tmp_path, remote={"url": url, "headers": {"X-Test": "1"}}), tmp_path / "logs")
+        try:
+            assert sorted(tools.owner) == ["add", "fail", "hang", "huge"]
+            assert tools.call("add", '{"a": 2, "b": 40}').result() == "the sum is 42"
+        finally:
+            tools.close()
+        assert running.poll() is None  # not ours to stop
+    finally:
+        running.kill()
+        running.wait()
+    for entry, said in (({"url": url, "type": "sse"}, "SSE transport"), ({"url": "ftp://x"}, "http or https")):
+        with pytest.raises(ValueError, match=said):
+            McpTools(mcp_file(tmp_path, remote=entry), tmp_path / "logs")
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False

@@ -11,8 +11,9 @@ def add_mcp(p) -> None:
     """--mcp FILE and --mcp-timeout: the tools of MCP servers, offered to the model and run by aiayn."""
     p.add_argument("--mcp", metavar="FILE",
                    help="an mcpServers JSON file (Claude Desktop's, Cursor's and llama.cpp's format): each stdio "
-                        "server is started as a child process, its tools offered to the model, each call the model "
-                        "makes run and its result fed back until it answers (docs/serving.md, MCP)")
+                        "server is started as a child process (a url entry: a running server, over streamable "
+                        "HTTP), its tools offered to the model, each call the model makes run and its result fed "
+                        "back until it answers (docs/serving.md, MCP)")
     p.add_argument("--mcp-timeout", type=float, default=60.0, dest="mcp_timeout", metavar="S",
                    help="seconds a tool call may take; a later answer is an error the model reads (default: 60)")
 

@@ -1,11 +1,13 @@
 """MCP tool servers run by aiayn (``aiayn serve --mcp FILE``, ``aiayn chat --mcp FILE``): the ``mcpServers`` JSON
 that Claude Desktop, Cursor and llama.cpp read, each stdio server started as a child process through the official
-``mcp`` SDK, its tools offered to the model as OpenAI function specs, a call run and its result turned into the
-text of a ``tool`` message. The servers live on a thread of their own (one asyncio loop, one task holding each
-server open); a call is made from any thread (:meth:`McpTools.call`). A call that fails, outlasts the time limit
-or answers too much is a result the model reads, never an exception; the children end with :meth:`McpTools.close`.
+``mcp`` SDK (a ``url`` entry: a server already running, spoken to over streamable HTTP with its ``headers``), its
+tools offered to the model as OpenAI function specs, a call run and its result turned into the text of a ``tool``
+message. The servers live on a thread of their own (one asyncio loop, one task holding each server open); a call
+is made from any thread (:meth:`McpTools.call`). A call that fails, outlasts the time limit or answers too much is
+a result the model reads, never an exception; the children end with :meth:`McpTools.close`.
 
-    {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}}}}
+    {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
+                    "docs": {"url": "https://example.org/mcp", "headers": {"Authorization": "Bearer KEY"}}}}
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a function name OpenAI and Anthro
 
 @dataclass(frozen=True)
 class ServerEntry:
-    """One entry of ``mcpServers``: a stdio server's ``command``, ``args``, ``env`` and ``cwd``."""
+    """One entry of ``mcpServers``: a stdio server's ``command``, ``args``, ``env`` and ``cwd``, or a running
+    server's ``url`` (streamable HTTP) and ``headers``."""
 
     name: str
-    command: str
+    command: str | None = None
     args: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] | None = None
 
 
 def read_config(path: str | Path) -> list[ServerEntry]:
@@ -57,8 +62,7 @@ def _entry(where: str, name: str, spec) -> ServerEntry:
     if not isinstance(spec, dict):
         raise ValueError(f"{at}: an object with a command")
     if "command" not in spec:
-        kind = "a URL" if "url" in spec or "serverUrl" in spec else "nothing to run"
-        raise ValueError(f"{at}: {kind}; aiayn runs stdio servers: give its command (and args)")
+        return _url_entry(at, name, spec)
     args, env, cwd = spec.get("args", []), spec.get("env"), spec.get("cwd")
     if not isinstance(spec["command"], str) or not spec["command"]:
         raise ValueError(f"{at}.command: the program to run, as text")
@@ -69,6 +73,18 @@ def _entry(where: str, name: str, spec) -> ServerEntry:
     if cwd is not None and not isinstance(cwd, str):
         raise ValueError(f"{at}.cwd: a folder, as text")
     return ServerEntry(name, spec["command"], list(args), env, cwd)
+
+
+def _url_entry(at: str, name: str, spec: dict) -> ServerEntry:
+    """A running server's entry: its ``url`` (``serverUrl``, Windsurf's name), http(s), and ``headers``."""
+    url, headers = spec.get("url", spec.get("serverUrl")), spec.get("headers")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"{at}: give a command to run (and args), or the url (http or https) of a running server")
+    if spec.get("type") == "sse" or spec.get("transport") == "sse":
+        raise ValueError(f"{at}: the SSE transport (MCP's old one) is not spoken; give the streamable HTTP url")
+    if headers is not None and not (isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())):
+        raise ValueError(f"{at}.headers: an object of texts")
+    return ServerEntry(name, url=url, headers=headers)
 
 
 def result_text(result, max_chars: int = MAX_RESULT_CHARS) -> str:
@@ -147,13 +163,11 @@ class McpTools:
     async def _hold(self, entry: ServerEntry, ready: concurrent.futures.Future) -> None:
         """A server held open (entered and left in this one task, as the SDK's task groups want) until ``stop``."""
         from mcp import Client
-        from mcp.client.stdio import StdioServerParameters, stdio_client
 
         self.log.mkdir(parents=True, exist_ok=True)
-        params = StdioServerParameters(command=entry.command, args=entry.args, env=entry.env, cwd=entry.cwd)
         try:
             with open(self.log / f"{entry.name}.log", "a", encoding="utf-8") as errlog:
-                async with Client(stdio_client(params, errlog=errlog)) as client:
+                async with Client(_transport(entry, errlog)) as client:
                     listed = await client.list_tools()
                     ready.set_result((client, listed.tools))
                     await self.stop.wait()
@@ -194,6 +208,21 @@ class McpTools:
                 holder.cancel()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+
+
+def _transport(entry: ServerEntry, errlog):
+    """The SDK's transport to ``entry``: its child's standard input and output (its errors to ``errlog``), or
+    streamable HTTP to its url with its headers."""
+    if entry.url is None:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        params = StdioServerParameters(command=entry.command, args=entry.args, env=entry.env, cwd=entry.cwd)
+        return stdio_client(params, errlog=errlog)
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(entry.url, http_client=httpx2.AsyncClient(headers=entry.headers or {},
+                                                                            timeout=START_TIMEOUT_S))
 
 
 async def _event() -> asyncio.Event:
