@@ -54,11 +54,11 @@ def answer_with_tools(conversation, text: str, tools, choice: str, write, option
     first reply's calls follow ``choice`` (a grammar, ``serve/tools.py``), later ones are free; at most
     ``ROUNDS`` replies (the last offers no tools)."""
     from aiayn.serve.choices import Calls
-    from aiayn.serve.mcp_loop import ROUNDS
+    from aiayn.serve.mcp_loop import ROUNDS, round_choice
 
     generator, names = conversation.generator, set(tools.owner)
     for r in range(ROUNDS):
-        chosen = (choice if r == 0 else "auto") if r < ROUNDS - 1 else "none"
+        chosen = round_choice(choice, r)
         if chosen not in ("auto", "required", "none"):
             chosen = {"type": "function", "function": {"name": chosen}}
         calls = Calls(tools.specs, chosen, generator.tokenizer, generator.template)

@@ -48,12 +48,16 @@ async def mcp_answer(req: ChatRequest, mcp, answer, frame=None):
     return {**body, "usage": usage}
 
 
+def round_choice(first, r: int):
+    """Round ``r``'s tool choice: the one asked for (``first``) on the first round, then ``auto``, and ``none`` on
+    the last round (an answer, not another call)."""
+    return "none" if r == ROUNDS - 1 else first if r == 0 else "auto"
+
+
 def _round(req: ChatRequest, mcp, messages: list, r: int) -> ChatRequest:
-    """Round ``r``'s request: the conversation so far, the server's tools; the client's choice first, then
-    ``auto``, and ``none`` on the last round."""
-    choice = req.tool_choice if r == 0 else "auto" if r < ROUNDS - 1 else "none"
+    """Round ``r``'s request: the conversation so far, the server's tools, :func:`round_choice`."""
     return req.model_copy(update={"messages": messages, "tools": [Tool.model_validate(s) for s in mcp.specs],
-                                  "tool_choice": choice})
+                                  "tool_choice": round_choice(req.tool_choice, r)})
 
 
 async def _run(mcp, calls: list[dict]) -> list[dict]:
@@ -85,7 +89,7 @@ def _summed(usage: dict | None, more: dict | None) -> dict | None:
 async def _streamed(req: ChatRequest, mcp, answer):
     """The rounds' chunks as one stream: each round's text and log-probabilities as they come, its calls held
     back (the server runs them) and sent as ``mcp_calls`` with their results; one role, one finish, one usage."""
-    messages, usage, first = list(req.messages), None, True
+    messages, usage, first, head = list(req.messages), None, True, {}
     for r in range(ROUNDS):
         response = await answer(_round(req, mcp, messages, r).model_copy(update={"stream_options": {
             **(req.stream_options or {}), "include_usage": True}}))

@@ -221,8 +221,9 @@ def _transport(entry: ServerEntry, errlog):
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    # no timeout of the client's own: a start (START_TIMEOUT_S) and a call (--mcp-timeout) have theirs
     return streamable_http_client(entry.url, http_client=httpx2.AsyncClient(headers=entry.headers or {},
-                                                                            timeout=START_TIMEOUT_S))
+                                                                            timeout=None))
 
 
 async def _event() -> asyncio.Event:

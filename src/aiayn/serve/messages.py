@@ -178,7 +178,7 @@ def chat_messages(req: Conversation) -> list[dict]:
             turn.content
         text = _text([b for b in blocks if b.type == "text"])
         if turn.role == "system":
-            out.append({"role": "system", "content": _text(turn.content)})
+            out.append({"role": "system", "content": text})
             continue
         if turn.role == "assistant":
             calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input)}}
