@@ -88,6 +88,10 @@ def add_precision(p) -> None:
     p.add_argument("--bf16", action="store_true", help="decode in bfloat16 (about 2x faster on CPUs with bf16 "
                    "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md); "
                    "with --int8 or --int4, the rest of the model in bfloat16")
+    p.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto", dest="kv_cache_dtype",
+                   help="the KV cache's keys and values: auto (the weights' dtype) or int8 (one scale a position and "
+                   "head: 0.27x float32's bytes, a longer context in the same memory; steps eagerly; see "
+                   "docs/decoding.md)")
 
 
 def add_compile(p) -> None:
@@ -111,7 +115,8 @@ def text_decoding_options(args: argparse.Namespace) -> dict:
 
 def precision_options(args: argparse.Namespace) -> dict:
     """The precision flags as the inference classes' keyword arguments."""
-    return {"int8": args.int8, "int4": args.int4, "bf16": args.bf16}
+    return {"int8": args.int8, "int4": args.int4, "bf16": args.bf16,
+            "kv_cache_dtype": None if args.kv_cache_dtype == "auto" else args.kv_cache_dtype}
 
 
 def note_emulated_bf16(args: argparse.Namespace) -> None:

@@ -29,6 +29,7 @@ from torch import Tensor
 from aiayn.decoding.block_runs import Block, consecutive, copy_runs, one_view, spans_of, tensors_of
 from aiayn.model.cache import DecoderCache
 from aiayn.model.decoder_only import DecoderOnly
+from aiayn.model.kv_int8 import dense
 
 
 class PromptCache:
@@ -93,7 +94,7 @@ class PromptCache:
                 spans = [(first_column + (run[0] + first) * b, keys, values)  # a run stored together: one view
                          for run in consecutive(held) for first, keys, values in spans_of([blocks[i][j] for i in run])]
             if (self.share and spans and first_column == 0 and kv.window is None and kv.k.size(0) == 1
-                    and kv.k.device.type == "cpu"):  # (merged attention's kernel is the CPU's)
+                    and kv.k.device.type == "cpu" and not kv.quantized):  # (merged attention's kernel is the CPU's)
                 kv.share([(keys, values) for _, keys, values in spans], self._holding(kv, spans))
                 continue
             for start, keys, values in spans:  # copied into the row
@@ -162,7 +163,7 @@ class PromptCache:
             old = self.blocks.get(key)
             if old is not None and all(old[j] is not None for j in sliding):
                 continue  # kept whole already (a full layer's keys and values are in every kept block)
-            block = [la.self_kv.read(start, start + b) for la in cache.layers]
+            block = [_float(la.self_kv.read(start, start + b)) for la in cache.layers]
             if any(kv is None for kv, la in zip(block, cache.layers, strict=True) if la.self_kv.window is None):
                 continue  # not computed yet
             if old is not None and sum(kv is None for kv in old) <= sum(kv is None for kv in block):
@@ -277,3 +278,9 @@ def _usable(blocks: list[Block], windows: list[int | None], b: int) -> int:
                     for i in range(max(0, (m * b - w + 1) // b), m)):
         m -= 1
     return m
+
+
+def _float(kv: tuple | None) -> tuple[Tensor, Tensor] | None:
+    """A block's keys and values as float tensors (an int8 cache's rows dequantized: the blocks are kept, shared and
+    copied as float tensors; written back into an int8 cache they quantize to the same rows)."""
+    return None if kv is None else (dense(kv[0]), dense(kv[1]))

@@ -47,7 +47,7 @@ class CompileBehind:
     @staticmethod
     def command(model, checkpoint: str, precision: dict, graphs: dict) -> list[str]:
         """The child's command line (this module's :func:`main`)."""
-        flags = [f"--{name}" for name, on in {**precision, **graphs}.items() if on]
+        flags = [f"--{name}" for name, on in {**precision, **graphs}.items() if on is True]  # the switches
         return [sys.executable, "-m", "aiayn.inference.compile_behind", str(checkpoint), *flags,
                 "--threads", str(torch.get_num_threads()), "--expect", str(saved_path(model))]
 

@@ -194,6 +194,8 @@ def why_eager(model, mode: str, device: torch.device | str = "cpu", tokens: int 
         return "only a decoder-only model without a relative position bias has a compiled step"
     if model.runtime.world > 1 or model.runtime.adapter_rows is not None:
         return "a model split over processes or serving LoRA adapters steps eagerly"
+    if model.runtime.kv_cache_dtype == torch.int8:
+        return "an int8 KV cache steps eagerly (its attention reads the int8 rows: aiayn::int8_attention)"
     if torch.device(device).type != "cpu":
         return f"the compiled step is built for the CPU, not {torch.device(device).type}"
     if compiler() is None:

@@ -17,6 +17,7 @@ from aiayn.inference.draft import load_draft
 from aiayn.inference.load import load_for_use
 from aiayn.inference.precision import Precision, inference_copy
 from aiayn.model.decoder_only import DecoderOnly
+from aiayn.model.kv_int8 import cache_dtype
 from aiayn.tokenizers import TokenizerPair
 
 
@@ -46,17 +47,20 @@ class TextGenerator:
     def __init__(self, model: DecoderOnly, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  bf16: bool = False, decoding: DecodingConfig | None = None, int8: bool = False,
                  int4: bool = False, own: bool = False, prompt_cache: PromptCache | None = None,
-                 draft: Draft | None = None, draft_tokens: int | None = None) -> None:
+                 draft: Draft | None = None, draft_tokens: int | None = None,
+                 kv_cache_dtype: str | None = None) -> None:
         """``bf16``: weights, activations and the KV cache in bfloat16; ``int8``, ``int4``: weight-only int8 or
         int4 linear layers (CPU; ``aiayn.inference.precision.quantize``); ``own``: ``model`` is handed over and
         made the inference copy in place (else it is copied and left as it was); ``prompt_cache``: a
         :class:`~aiayn.decoding.prefix.PromptCache` over the inference copy (``self.model``), set after
         construction, reused by every :meth:`generate` of one sequence (the server's scheduler keeps its own);
         ``draft``: greedy decoding runs speculatively (the same text, fewer passes of the model:
-        ``decoding/drafts.py``), ``draft_tokens`` a pass (None: adapted); ``self.speculative`` counts them."""
+        ``decoding/drafts.py``), ``draft_tokens`` a pass (None: adapted); ``self.speculative`` counts them;
+        ``kv_cache_dtype``: ``int8`` keeps the KV cache as int8 (``model/kv_int8.py``), None the weights' dtype."""
         if model.config.arch != "decoder-only":
             raise ValueError(f"text generation needs a decoder-only checkpoint, not {model.config.arch}")
         self.model = inference_copy(model, device, int8=int8, bf16=bf16, int4=int4, own=own, few_rows=True)
+        self.model.runtime.kv_cache_dtype = cache_dtype(kv_cache_dtype)
         self.tokenizers, self.tokenizer, self.device = tokenizers, tokenizers.src, torch.device(device)
         self.decoding = decoding or DecodingConfig()
         self.grammars = Grammars(self.tokenizer, model.config.end_ids)  # JSON schemas and grammars, compiled once

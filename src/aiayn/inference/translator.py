@@ -18,6 +18,7 @@ from aiayn.inference.load import load_checkpoint
 from aiayn.inference.precision import Precision, inference_copy
 from aiayn.inference.shortlist import Shortlist
 from aiayn.io.run import resolve_checkpoint
+from aiayn.model.kv_int8 import cache_dtype
 from aiayn.model.transformer import EncoderDecoderBody, TransformerModel
 from aiayn.tokenizers import TokenizerPair
 
@@ -37,11 +38,13 @@ class Translator:
     def __init__(self, model: EncoderDecoderBody, tokenizers: TokenizerPair, device: torch.device | str = "cpu",
                  decoding: DecodingConfig | None = None, int8: bool = False, bf16: bool = False,
                  packed: bool = True, draft: EncoderDecoderBody | Draft | None = None, draft_tokens: int | None = None,
-                 shortlist: Shortlist | None = None, int4: bool = False, own: bool = False, **options) -> None:
+                 shortlist: Shortlist | None = None, int4: bool = False, own: bool = False,
+                 kv_cache_dtype: str | None = None, **options) -> None:
         """``decoding`` (default ``DecodingConfig()``) with ``options`` (its fields by name) replaced.
         ``int8``, ``int4``: weight-only int8 or int4 linear layers (CPU; ``aiayn.inference.precision.quantize``).
         ``bf16``: weights, activations and the KV cache in bfloat16 (half the memory traffic of float32; logits
-        are scored in float32). ``packed``: on the CPU, decode with oneDNN-prepacked linear layers
+        are scored in float32); ``kv_cache_dtype`` ``int8``: the int8 KV cache. ``packed``: on the CPU, decode
+        with oneDNN-prepacked linear layers
         (:func:`aiayn.pack`; same results, about 2x faster).
         ``draft``: a smaller model with the same tokenizers, or any :class:`~aiayn.decoding.drafts.Draft`; greedy
         decoding then runs speculatively (the same output), proposing ``draft_tokens`` per main-model pass (None:
@@ -55,6 +58,7 @@ class Translator:
         if shortlist is not None and (int8 or int4 or draft is not None):
             raise ValueError("--shortlist: not with --int8, --int4 or --draft; choose one")
         self.model = inference_copy(model, device, int8, bf16, packed, int4, own)
+        self.model.runtime.kv_cache_dtype = cache_dtype(kv_cache_dtype)  # int8: model/kv_int8.py
         if isinstance(draft, TransformerModel):
             draft = ModelDraft(inference_copy(draft, device, int8, bf16, packed, int4, own))
         self.draft, self.speculative, self.draft_tokens = draft, SpeculativeStats(), draft_tokens

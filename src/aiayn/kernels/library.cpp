@@ -11,6 +11,7 @@ TORCH_LIBRARY(aiayn, lib) {
   lib.def("dequantize_q4(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
   lib.def("dequantize_q8(Tensor packed, Tensor scales, ScalarType dtype) -> Tensor");
   lib.def("f32_mm(Tensor x, Tensor weight) -> Tensor");
+  lib.def("int8_attention(Tensor q, Tensor k, Tensor k_scale, Tensor v, Tensor v_scale, Tensor? mask) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(aiayn, CPU, lib) {
@@ -19,6 +20,7 @@ TORCH_LIBRARY_IMPL(aiayn, CPU, lib) {
   lib.impl("dequantize_q4", &dequantize_q4);
   lib.impl("dequantize_q8", &dequantize_q8);
   lib.impl("f32_mm", &f32_mm);
+  lib.impl("int8_attention", &int8_attention);
 }
 
 extern "C" const char* aiayn_kernels_path() { return path(); }

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.kv_cache import LayerKV
+from aiayn.model.kv_int8 import Int8Rows, int8_attention
 from aiayn.model.packed import stack_linears
 from aiayn.model.positions import RotaryEmbedding
 
@@ -275,7 +276,12 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
                need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """softmax(Q K^T / sqrt(d_k)) V of heads (B, H, T, D) over keys and values (B, H_kv, S, D), mask bool
-        (True = may attend): the output (B, H, T, D) and, with ``need_weights``, the weights (B, H, T, S)."""
+        (True = may attend): the output (B, H, T, D) and, with ``need_weights``, the weights (B, H, T, S). Keys and
+        values may be an int8 cache's rows (``model/kv_int8.py``): read as they lie, or dequantized for the weights."""
+        if isinstance(k, Int8Rows):  # the int8 KV cache's rows (model/kv_int8.py)
+            if not (need_weights or self.softcap is not None or bias is not None):
+                return int8_attention(q, k, v, mask), None
+            k, v = k.dequantize(q.dtype), v.dequantize(q.dtype)
         if need_weights or self.softcap is not None:
             groups = self.n_heads // self.n_kv_heads
             out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias,

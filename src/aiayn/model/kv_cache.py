@@ -12,6 +12,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from aiayn.model.kv_int8 import Int8Rows, dense
+
 ROLLBACK = 16  # positions a sliding layer's ring keeps beyond its window: speculative decoding takes back up to this
 SLACK = 64  # padding columns before a row's first real one that an assembled cache keeps zero (see runs_of)
 
@@ -39,7 +41,8 @@ class KVCache(LayerKV):
     positions, so its memory stays bounded however long the text (Mistral's rolling buffer cache).
 
     Shape: k and v are (B, H, capacity, D); ``length`` counts every position ever added (the ring holds the
-    latest ``capacity`` of them).
+    latest ``capacity`` of them). With ``dtype`` int8 they are :class:`~aiayn.model.kv_int8.Int8Rows` (the int8
+    KV cache: what is written is quantized, what :meth:`update` returns is read by ``kv_int8.int8_attention``).
     """
 
     def __init__(self, batch: int, n_heads: int, max_len: int, d_head: int,
@@ -49,7 +52,9 @@ class KVCache(LayerKV):
         # a full layer's slots are not zeroed (the eager step reads only written ones; the static step zeroes the
         # rest first: zero_unwritten); a small ring is zeros, as a wrapped one is attended whole
         new = torch.empty if window is None else torch.zeros
-        self.k, self.v = (new(batch, n_heads, capacity, d_head, device=device, dtype=dtype) for _ in range(2))
+        shape = (batch, n_heads, capacity, d_head)
+        self.k, self.v = ((Int8Rows.allocate(shape, device, window is not None) if dtype == torch.int8
+                           else new(shape, device=device, dtype=dtype)) for _ in range(2))
         self.length, self.window, self.zeroed = 0, window, window is not None
         self.first = 0  # the oldest position still held (0 until a ring wraps)
         self.columns: Tensor | slice | None = None  # the absolute columns of the keys update() returned last
@@ -77,7 +82,8 @@ class KVCache(LayerKV):
             return self.k, self.v
         held = max(self.first, n - self.window + 1)  # the oldest position the new queries see
         old = self.read(held, n)
-        keys, values = (torch.cat([o, new], dim=2) for o, new in zip(old, (k, v), strict=True))  # (B, H, n-held+t, D)
+        keys, values = (torch.cat([dense(o, new.dtype), new], dim=2)  # (B, H, n-held+t, D)
+                        for o, new in zip(old, (k, v), strict=True))
         self.write(held, keys, values)
         self.columns = slice(held, n + t)
         return keys, values
@@ -117,6 +123,11 @@ class KVCache(LayerKV):
         self.zeroed = True
 
     @property
+    def quantized(self) -> bool:
+        """Whether keys and values are kept as int8 rows (they are then never shared: :meth:`share`)."""
+        return isinstance(self.k, Int8Rows)
+
+    @property
     def shared_length(self) -> int:
         return sum(k.size(2) for k, _ in self.shared)
 
@@ -125,8 +136,8 @@ class KVCache(LayerKV):
         and never written (a prompt cache's blocks, shared by every row that starts with them: vLLM's shared
         blocks; attention reads them a part at a time, ``model/attention.py``); the cache's own slots hold the
         positions after them. One row, a full layer. ``release`` is told when they are let go."""
-        if self.window is not None or self.k.size(0) != 1:
-            raise ValueError("KV cache: only a one-row full layer reads shared positions")
+        if self.window is not None or self.k.size(0) != 1 or self.quantized:
+            raise ValueError("KV cache: only a one-row full float layer reads shared positions")
         self.shared, self.release = list(parts), release
         self.length = self.shared_length
 

@@ -99,13 +99,13 @@ def static_inputs(model, tokens: Tensor, state: DecodeState,
     """What ``DecoderOnly.step_static`` takes for the eager ``model.step(tokens, state, last)``: the new columns (B,
     C), the left padding (B,) and the caches' tensors; None where the step is not one it computes (a prompt: more
     than one new column with ``last``, or more than :data:`COLUMNS`; a shortlist's or an adapter's rows, a position
-    bias, rows attended apart, no cache; columns past a full layer's last slot but one, or more than a ring keeps
-    beyond its window)."""
+    bias, rows attended apart, no cache or an int8 one (``model/kv_int8.py``); columns past a full layer's last
+    slot but one, or more than a ring keeps beyond its window)."""
     cache = state.cache
     new = tokens[:, state.position:]  # (B, C): the columns not yet in the cache
     c = new.size(1)
-    if (cache is None or not 1 <= c <= COLUMNS or (last and c > 1) or state.output is not None
-            or state.adapters is not None or model.decoder.position_bias is not None):
+    if (cache is None or cache.layers[0].self_kv.quantized or not 1 <= c <= COLUMNS or (last and c > 1)
+            or state.output is not None or state.adapters is not None or model.decoder.position_bias is not None):
         return None
     left_pad = state.left_pad if state.left_pad is not None else torch.zeros(new.size(0), dtype=torch.long,
                                                                               device=new.device)

@@ -40,12 +40,15 @@ class Runtime:
         adapter_rows: many LoRA adapters in one batch (``model/multi_lora.py``'s ``AdapterRows``), once attached.
         world: the processes the model is split over (``inference/tensor_parallel.py``); 1, whole.
         precision: the ``inference/precision.py::Precision`` its layers were made for; None, as built or loaded.
+        kv_cache_dtype: the KV caches' dtype (``torch.int8``: the int8 KV cache, ``model/kv_int8.py``); None, the
+            weights' dtype.
     """
 
     static: Callable | None = None
     adapter_rows: object | None = None
     world: int = 1
     precision: object | None = None
+    kv_cache_dtype: torch.dtype | None = None
 
 
 class TransformerModel(nn.Module):
@@ -103,7 +106,7 @@ class TransformerModel(nn.Module):
         windows = ([cfg.sliding_window if t == "sliding" else None for t in cfg.layer_types]
                    or [cfg.sliding_window] * cfg.n_decoder_layers)  # a sliding layer's cache is a ring of its window
         return DecoderCache.allocate(cfg.n_decoder_layers, batch, self.cache_heads, max_len, cfg.d_head, like.device,
-                                     like.dtype, windows)
+                                     self.runtime.kv_cache_dtype or like.dtype, windows)
 
     @property
     def cache_heads(self) -> int:

@@ -101,14 +101,15 @@ def create_app(product, limits: Limits = Limits(), max_batch: int = 64, wait_ms:
 
 def load_product(checkpoint: str, decoding: dict | None = None, device: str = "cpu", int8: bool = False,
                  bf16: bool = False, int4: bool = False, prepare=None, loras: dict[str, str] | None = None,
-                 draft: str | None = None, draft_tokens: int | None = None):
+                 draft: str | None = None, draft_tokens: int | None = None, kv_cache_dtype: str | None = None):
     """The checkpoint read once and made the product that serves it (its room's ``product``), the loaded weights
     handed over (held once); an encoder's ``Embedder`` shares its ``MaskFiller``'s copy; ``draft``: what drafts
-    for its speculative decoding (``inference/draft.py``), ``draft_tokens`` a pass. Returns (product, embedder or
-    None)."""
+    for its speculative decoding (``inference/draft.py``), ``draft_tokens`` a pass; ``kv_cache_dtype``: ``int8``,
+    the int8 KV cache (``model/kv_int8.py``). Returns (product, embedder or None)."""
     from aiayn.inference.load import checkpoint_arch, load_for_use
     from aiayn.inference.precision import converter
     from aiayn.io.run import resolve_checkpoint
+    from aiayn.model.kv_int8 import cache_dtype
 
     folder = resolve_checkpoint(checkpoint)
     lm = checkpoint_arch(folder) == "decoder-only"  # its layers converted as read
@@ -122,7 +123,8 @@ def load_product(checkpoint: str, decoding: dict | None = None, device: str = "c
         raise ValueError("--draft: speculative decoding is for models that generate, not an encoder-only one")
     product, embedder = ROOMS[arch].product(model, tokenizers, folder, defaults, device, int8=int8, bf16=bf16,
                                             int4=int4)
-    if arch != "encoder-only":  # --draft, or the draft the checkpoint's generation.json names
+    if arch != "encoder-only":  # the KV cache's dtype; --draft, or the draft the checkpoint's generation.json names
+        product.model.runtime.kv_cache_dtype = cache_dtype(kv_cache_dtype)
         from aiayn.inference.draft import load_draft
         from aiayn.inference.precision import Precision
 
@@ -147,7 +149,7 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                wait_ms: float = 5.0, bf16: bool = False, prepare=None, name: str | None = None,
                api_key: str | None = None, batching: str = "continuous", int4: bool = False,
                loras: dict[str, str] | None = None, parallel=None, compile: str = "off", draft: str | None = None,
-               draft_tokens: int | None = None, mcp=None) -> None:
+               draft_tokens: int | None = None, mcp=None, kv_cache_dtype: str | None = None) -> None:
     """Load the checkpoint and serve it with uvicorn until interrupted; decoding defaults: the checkpoint's
     ``generation.json`` with ``decoding`` (field -> value, ``aiayn serve``'s flags) replaced; ``prepare`` as
     in ``load_checkpoint`` (``--adapter``); ``name``: the model's name on /v1 (default: the checkpoint
@@ -156,14 +158,14 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
     process's place under ``--tensor-parallel`` (rank 0 serves, the others follow: ``serve/mirror.py``); ``compile``:
     a language model's decoding step compiled as ``--compile`` says (``inference/compiled.py``), and a draft model's;
     ``draft``, ``draft_tokens``: speculative decoding (``--draft``); ``mcp``: MCP tools offered to a chat model
-    (``serve/mcp_tools.McpTools``, ``--mcp``)."""
+    (``serve/mcp_tools.McpTools``, ``--mcp``); ``kv_cache_dtype``: ``int8``, the int8 KV cache."""
     from aiayn.decoding.drafts import ModelDraft
     from aiayn.inference.draft import draft_source
     from aiayn.serve.threads import single_threaded_main
 
     threads = single_threaded_main()  # the decoding thread alone computes in parallel (serve/threads.py)
     product, embedder = load_product(checkpoint, decoding, device, int8, bf16, int4, prepare, loras, draft,
-                                     draft_tokens)
+                                     draft_tokens, kv_cache_dtype)
     if mcp is not None and not getattr(product, "takes_tools", False):
         raise ValueError("--mcp: this model's chat template takes no tools (Qwen2.5's and Hermes-style templates do)")
     scheduler = build_scheduler(product, limits, max_batch, wait_ms, threads, embedder, batching)
