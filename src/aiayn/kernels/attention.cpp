@@ -10,6 +10,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#if defined(__x86_64__) || defined(__i386__)  // x86 alone has them: elsewhere the plain C++ path
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,6 +47,91 @@ Rows rows_of(const at::Tensor& data, const at::Tensor& scale) {
   return {data.data_ptr<int8_t>(), scale.data_ptr<float>(), data.stride(0), data.stride(1), data.stride(2),
           scale.stride(0), scale.stride(1), scale.stride(2)};
 }
+
+#if defined(__AVX512F__)
+constexpr int64_t MOST_GROUPS = 8, MOST_BLOCKS = 16;  // query heads a key head, 16-float blocks a head (D <= 256)
+
+inline __m512 load_int8(const int8_t* p) {  // 16 int8 -> 16 float
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m512 exp16(__m512 x) {  // e^x for x <= 0 (-inf: 0): 2^n e^r, |r| <= ln2/2, a degree-6 polynomial
+  const __m512 low = _mm512_set1_ps(-87.f);
+  const __mmask16 gone = _mm512_cmp_ps_mask(x, low, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, low);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147181f), x);
+  __m512 p = _mm512_set1_ps(1.f / 720);
+  for (const float c : {1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  return _mm512_maskz_mov_ps(~gone, _mm512_scalef_ps(p, n));
+}
+
+// One task's chunk (positions s0..s1 of key head hk) for its G query heads q[g] (D floats each, D a multiple of
+// 16): scores, then each head's maximum, sum and weighted values into out[g] (D + 2 floats).
+void chunk_avx512(const float* const* q, int64_t groups, int64_t d, const Rows& keys, const Rows& values, int64_t b,
+                  int64_t hk, int64_t s0, int64_t s1, const bool* seen, int64_t ms, float root, float* scores,
+                  float* const* out) {
+  const int64_t blocks = d / 16, n = s1 - s0;
+  const float low = -std::numeric_limits<float>::infinity();
+  for (int64_t s = s0; s < s1; ++s) {
+    if (seen && !seen[s * ms]) {
+      for (int64_t g = 0; g < groups; ++g) scores[g * CHUNK + s - s0] = low;
+      continue;
+    }
+    const int8_t* key = keys.row(b, hk, s);
+    __m512 acc[MOST_GROUPS];
+    for (int64_t g = 0; g < groups; ++g) acc[g] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < blocks; ++j) {
+      const __m512 k = load_int8(key + 16 * j);
+      for (int64_t g = 0; g < groups; ++g) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + 16 * j), k, acc[g]);
+    }
+    const float factor = keys.at(b, hk, s) * root;
+    for (int64_t g = 0; g < groups; ++g) scores[g * CHUNK + s - s0] = _mm512_reduce_add_ps(acc[g]) * factor;
+  }
+  float top[MOST_GROUPS], sum[MOST_GROUPS];
+  for (int64_t g = 0; g < groups; ++g) {
+    float* sc = scores + g * CHUNK;
+    top[g] = *std::max_element(sc, sc + n);
+    __m512 total = _mm512_setzero_ps();
+    const __m512 shift = _mm512_set1_ps(top[g] == low ? 0.f : top[g]);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {  // the weights e^(score - top), 0 where masked, in place of the scores
+      const __m512 w = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), shift));
+      _mm512_storeu_ps(sc + i, w);
+      total = _mm512_add_ps(total, w);
+    }
+    sum[g] = _mm512_reduce_add_ps(total);
+    for (; i < n; ++i) {
+      sc[i] = sc[i] == low ? 0.f : std::exp(sc[i] - top[g]);
+      sum[g] += sc[i];
+    }
+  }
+  __m512 acc[MOST_GROUPS][MOST_BLOCKS];
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < blocks; ++j) acc[g][j] = _mm512_setzero_ps();
+  for (int64_t s = s0; s < s1; ++s) {
+    const int8_t* value = values.row(b, hk, s);
+    const float scale = values.at(b, hk, s);
+    __m512 w[MOST_GROUPS];
+    bool any = false;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float x = scores[g * CHUNK + s - s0];
+      any |= x != 0.f;
+      w[g] = _mm512_set1_ps(x * scale);
+    }
+    if (!any) continue;  // masked (its slot may hold anything) or too small to count
+    for (int64_t j = 0; j < blocks; ++j) {
+      const __m512 v = load_int8(value + 16 * j);
+      for (int64_t g = 0; g < groups; ++g) acc[g][j] = _mm512_fmadd_ps(w[g], v, acc[g][j]);
+    }
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    out[g][0] = top[g];
+    out[g][1] = top[g] == low ? 0.f : sum[g];
+    for (int64_t j = 0; j < blocks; ++j) _mm512_storeu_ps(out[g] + 2 + 16 * j, acc[g][j]);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -86,6 +174,19 @@ at::Tensor int8_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       const int64_t b = task / chunks / t_n / kv_heads;
       const int64_t s0 = c * CHUNK, s1 = std::min(s_n, s0 + CHUNK), n = s1 - s0;
       const bool* seen = mp ? mp + b * mb + t * mt : nullptr;
+#if defined(__AVX512F__)
+      if (d % 16 == 0 && d / 16 <= MOST_BLOCKS && groups <= MOST_GROUPS) {
+        const float* qs[MOST_GROUPS];
+        float* outs[MOST_GROUPS];
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t h = (b * h_n) + hk * groups + g;
+          qs[g] = qp + (h * t_n + t) * d;
+          outs[g] = part + ((h * t_n + t) * chunks + c) * (d + 2);
+        }
+        chunk_avx512(qs, groups, d, keys, values, b, hk, s0, s1, seen, ms, root, scores.data(), outs);
+        continue;
+      }
+#endif
       for (int64_t s = s0; s < s1; ++s) {
         const bool visible = !seen || seen[s * ms];
         const int8_t* key = keys.row(b, hk, s);
