@@ -1,4 +1,4 @@
-// Attention over keys and values kept as int8, one float32 scale a position and head (the int8 KV cache,
+// Attention over keys and values kept as int8, one float32 scale a group of 32 values (the int8 KV cache,
 // model/kv_int8.py): softmax(q k^T / sqrt(D)) v read straight from the int8 rows, never written out as floats.
 // The keys are split into chunks of CHUNK positions (flash-decoding's split, so that one row's few heads still
 // keep both cores busy); a task takes a row's key/value head, one query and one chunk: for each position the scores
@@ -23,29 +23,37 @@ namespace {
 
 constexpr int64_t CHUNK = 256;  // key positions a task
 
-inline float dot(const float* q, const int8_t* k, int64_t d) {
-  float sum = 0.f;
+// q . k over D values, k's groups of `group` each times its scale
+inline float dot(const float* q, const int8_t* k, const float* scale, int64_t d, int64_t group) {
+  float total = 0.f;
+  for (int64_t g0 = 0; g0 < d; g0 += group) {
+    float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < d; ++i) sum += q[i] * static_cast<float>(k[i]);
-  return sum;
+    for (int64_t i = g0; i < g0 + group; ++i) sum += q[i] * static_cast<float>(k[i]);
+    total += sum * scale[g0 / group];
+  }
+  return total;
 }
 
-inline void add_scaled(float* acc, float w, const int8_t* v, int64_t d) {
+inline void add_scaled(float* acc, float w, const int8_t* v, const float* scale, int64_t d, int64_t group) {
+  for (int64_t g0 = 0; g0 < d; g0 += group) {
+    const float ws = w * scale[g0 / group];
 #pragma omp simd
-  for (int64_t i = 0; i < d; ++i) acc[i] += w * static_cast<float>(v[i]);
+    for (int64_t i = g0; i < g0 + group; ++i) acc[i] += ws * static_cast<float>(v[i]);
+  }
 }
 
-struct Rows {  // a (B, H, S, D) int8 tensor and its (B, H, S, 1) scales, by their strides
+struct Rows {  // a (B, H, S, D) int8 tensor and its (B, H, S, D / group) scales, by their strides
   const int8_t* data;
   const float* scale;
-  int64_t sb, sh, ss, cb, ch, cs;
+  int64_t sb, sh, ss, cb, ch, cs, group;
   const int8_t* row(int64_t b, int64_t h, int64_t s) const { return data + b * sb + h * sh + s * ss; }
-  float at(int64_t b, int64_t h, int64_t s) const { return scale[b * cb + h * ch + s * cs]; }
+  const float* scales(int64_t b, int64_t h, int64_t s) const { return scale + b * cb + h * ch + s * cs; }
 };
 
 Rows rows_of(const at::Tensor& data, const at::Tensor& scale) {
   return {data.data_ptr<int8_t>(), scale.data_ptr<float>(), data.stride(0), data.stride(1), data.stride(2),
-          scale.stride(0), scale.stride(1), scale.stride(2)};
+          scale.stride(0), scale.stride(1), scale.stride(2), data.size(3) / scale.size(3)};
 }
 
 #if defined(__AVX512F__)
@@ -79,14 +87,14 @@ void chunk_avx512(const float* const* q, int64_t groups, int64_t d, const Rows& 
       continue;
     }
     const int8_t* key = keys.row(b, hk, s);
+    const float* scale = keys.scales(b, hk, s);
     __m512 acc[MOST_GROUPS];
     for (int64_t g = 0; g < groups; ++g) acc[g] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < blocks; ++j) {
-      const __m512 k = load_int8(key + 16 * j);
+    for (int64_t j = 0; j < blocks; ++j) {  // each block of 16 times its group's scale, once for every head
+      const __m512 k = _mm512_mul_ps(load_int8(key + 16 * j), _mm512_set1_ps(scale[16 * j / keys.group]));
       for (int64_t g = 0; g < groups; ++g) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q[g] + 16 * j), k, acc[g]);
     }
-    const float factor = keys.at(b, hk, s) * root;
-    for (int64_t g = 0; g < groups; ++g) scores[g * CHUNK + s - s0] = _mm512_reduce_add_ps(acc[g]) * factor;
+    for (int64_t g = 0; g < groups; ++g) scores[g * CHUNK + s - s0] = _mm512_reduce_add_ps(acc[g]) * root;
   }
   float top[MOST_GROUPS], sum[MOST_GROUPS];
   for (int64_t g = 0; g < groups; ++g) {
@@ -111,17 +119,17 @@ void chunk_avx512(const float* const* q, int64_t groups, int64_t d, const Rows& 
     for (int64_t j = 0; j < blocks; ++j) acc[g][j] = _mm512_setzero_ps();
   for (int64_t s = s0; s < s1; ++s) {
     const int8_t* value = values.row(b, hk, s);
-    const float scale = values.at(b, hk, s);
+    const float* scale = values.scales(b, hk, s);
     __m512 w[MOST_GROUPS];
     bool any = false;
     for (int64_t g = 0; g < groups; ++g) {
       const float x = scores[g * CHUNK + s - s0];
       any |= x != 0.f;
-      w[g] = _mm512_set1_ps(x * scale);
+      w[g] = _mm512_set1_ps(x);
     }
     if (!any) continue;  // masked (its slot may hold anything) or too small to count
     for (int64_t j = 0; j < blocks; ++j) {
-      const __m512 v = load_int8(value + 16 * j);
+      const __m512 v = _mm512_mul_ps(load_int8(value + 16 * j), _mm512_set1_ps(scale[16 * j / values.group]));
       for (int64_t g = 0; g < groups; ++g) acc[g][j] = _mm512_fmadd_ps(w[g], v, acc[g][j]);
     }
   }
@@ -142,8 +150,9 @@ at::Tensor int8_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                   v.scalar_type() == at::kChar && v.stride(3) == 1,
               "int8_attention: k and v must be (B, H_kv, S, D) int8, D contiguous");
   TORCH_CHECK(k_scale.scalar_type() == at::kFloat && v_scale.scalar_type() == at::kFloat && k_scale.dim() == 4 &&
-                  v_scale.dim() == 4 && k_scale.size(2) == k.size(2) && v_scale.size(2) == k.size(2),
-              "int8_attention: the scales must be (B, H_kv, S, 1) float32");
+                  v_scale.sizes() == k_scale.sizes() && k_scale.size(2) == k.size(2) && k_scale.stride(3) == 1 &&
+                  v_scale.stride(3) == 1 && k.size(3) % k_scale.size(3) == 0,
+              "int8_attention: the scales must be (B, H_kv, S, D / group) float32, one a group of values");
   const int64_t b_n = q.size(0), h_n = q.size(1), t_n = q.size(2), d = q.size(3);
   const int64_t kv_heads = k.size(1), s_n = k.size(2), groups = h_n / kv_heads;
   TORCH_CHECK(k.size(0) == b_n && k.size(3) == d && kv_heads * groups == h_n,
@@ -175,7 +184,7 @@ at::Tensor int8_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       const int64_t s0 = c * CHUNK, s1 = std::min(s_n, s0 + CHUNK), n = s1 - s0;
       const bool* seen = mp ? mp + b * mb + t * mt : nullptr;
 #if defined(__AVX512F__)
-      if (d % 16 == 0 && d / 16 <= MOST_BLOCKS && groups <= MOST_GROUPS) {
+      if (d % 16 == 0 && keys.group % 16 == 0 && d / 16 <= MOST_BLOCKS && groups <= MOST_GROUPS) {
         const float* qs[MOST_GROUPS];
         float* outs[MOST_GROUPS];
         for (int64_t g = 0; g < groups; ++g) {
@@ -190,10 +199,11 @@ at::Tensor int8_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       for (int64_t s = s0; s < s1; ++s) {
         const bool visible = !seen || seen[s * ms];
         const int8_t* key = keys.row(b, hk, s);
-        const float factor = visible ? keys.at(b, hk, s) * root : 0.f;
+        const float* scale = keys.scales(b, hk, s);
         for (int64_t g = 0; g < groups; ++g)
-          scores[g * CHUNK + s - s0] = visible ? dot(qp + (((b * h_n) + hk * groups + g) * t_n + t) * d, key, d) *
-                                                     factor : low;
+          scores[g * CHUNK + s - s0] =
+              visible ? dot(qp + (((b * h_n) + hk * groups + g) * t_n + t) * d, key, scale, d, keys.group) * root
+                      : low;
       }
       for (int64_t g = 0; g < groups; ++g) {
         float* out = part + ((((b * h_n) + hk * groups + g) * t_n + t) * chunks + c) * (d + 2);
@@ -206,7 +216,7 @@ at::Tensor int8_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
             if (sc[s - s0] == low) continue;  // masked: never read (its slot may hold anything)
             const float w = std::exp(sc[s - s0] - top);
             sum += w;
-            add_scaled(out + 2, w * values.at(b, hk, s), values.row(b, hk, s), d);
+            add_scaled(out + 2, w, values.row(b, hk, s), values.scales(b, hk, s), d, values.group);
           }
         }
         out[0] = top;

@@ -1,8 +1,10 @@
-"""The int8 KV cache (``--kv-cache-dtype int8``): keys and values kept as int8, one float32 scale a position and head.
+"""The int8 KV cache (``--kv-cache-dtype int8``): keys and values kept as int8, one float32 scale a group of 32.
 
-A key (or value) vector x of one head at one position is kept as round(x / s) in [-127, 127] with s = max|x| / 127
-(llama.cpp's ``-ctk q8_0`` keeps one scale a block of 32; KIVI and vLLM's int8 cache one a head's vector, as here):
-for a 64-wide head 68 bytes against float32's 256 (0.27x). :class:`Int8Rows` stands where the cache's float tensor
+A key (or value) vector of one head at one position is kept a group of 32 values x at a time as round(x / s) in
+[-127, 127] with s = max|x| / 127 (llama.cpp's ``-ctk q8_0`` layout; a head of fewer or other than a multiple of 32
+values is one group): 36 bytes a group against float32's 128 (0.28x). One scale a whole head's vector (KIVI's
+values) kept Gemma 3's 256-wide heads' greedy text for 10 to 49 characters on three of four prompts where groups of
+32 kept it whole (``benchmarks/bench_kv_cache.py``, docs/decoding.md). :class:`Int8Rows` stands where the cache's float tensor
 (B, H, capacity, D) stands in ``model/kv_cache.py``'s :class:`~aiayn.model.kv_cache.KVCache`: indexed, assigned
 (a float assigned is quantized), reordered and assembled the same way, so rings, rows joining a batch and
 speculative roll-back need nothing of their own. Attention reads it through :func:`int8_attention`: aiayn's kernel
@@ -18,11 +20,18 @@ import torch
 from torch import Tensor
 
 LEVELS = 127  # int8 values in [-127, 127]: symmetric, so that 0 is exact
+GROUP = 32  # values a scale
+
+
+def group_of(d: int) -> int:
+    """The values a scale in a head of ``d``: :data:`GROUP`, or ``d`` where 32 does not divide it."""
+    return GROUP if d % GROUP == 0 else d
 
 
 @dataclass
 class Int8Rows:
-    """(B, H, S, D) keys or values as ``data`` int8 (B, H, S, D) times ``scale`` float32 (B, H, S, 1).
+    """(B, H, S, D) keys or values as ``data`` int8 (B, H, S, D) times ``scale`` float32 (B, H, S, D / group), each
+    scale its group's (:func:`group_of`).
 
     Indexing keeps the two together (an index never reaches D); assigning a float tensor quantizes it, an
     :class:`Int8Rows` is copied, a number (0) zeroes both."""
@@ -33,18 +42,20 @@ class Int8Rows:
     @classmethod
     def allocate(cls, shape: tuple[int, ...], device, zeros: bool = False) -> Int8Rows:
         new = torch.zeros if zeros else torch.empty
-        return cls(new(shape, dtype=torch.int8, device=device), new((*shape[:-1], 1), device=device))
+        groups = shape[-1] // group_of(shape[-1])
+        return cls(new(shape, dtype=torch.int8, device=device), new((*shape[:-1], groups), device=device))
 
     @classmethod
     def quantize(cls, x: Tensor) -> Int8Rows:
-        """x (..., D) float -> its int8 rows: round(x / s), s = max|x| / 127 a vector (an all-zero vector: s = 0)."""
-        x = x.float()
-        scale = x.abs().amax(dim=-1, keepdim=True) / LEVELS  # (..., 1)
-        data = (x / scale.masked_fill(scale == 0, 1)).round_().clamp_(-LEVELS, LEVELS).to(torch.int8)
-        return cls(data, scale)
+        """x (..., D) float -> its int8 rows: round(x / s), s = max|x| / 127 a group (an all-zero group: s = 0)."""
+        groups = x.float().unflatten(-1, (-1, group_of(x.size(-1))))  # (..., D / group, group)
+        scale = groups.abs().amax(dim=-1, keepdim=True) / LEVELS  # (..., D / group, 1)
+        data = (groups / scale.masked_fill(scale == 0, 1)).round_().clamp_(-LEVELS, LEVELS).to(torch.int8)
+        return cls(data.flatten(-2), scale.squeeze(-1))  # (..., D), (..., D / group)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        return (self.data.to(dtype) * self.scale.to(dtype))  # (B, H, S, D)
+        groups = self.data.unflatten(-1, (self.scale.size(-1), -1)).to(dtype)  # (B, H, S, D / group, group)
+        return (groups * self.scale.to(dtype)[..., None]).flatten(-2)  # (B, H, S, D)
 
     @property
     def shape(self) -> torch.Size:
