@@ -19,3 +19,13 @@ def test_generate_and_the_server_decode_on_an_int8_cache_the_float_caches_text(l
     assert product.generate("the cat ", 24, strategy="greedy")[0] == plain.stdout.rstrip("\n")
     bad = run_main(*args, "--kv-cache-dtype", "fp8")
     assert bad.returncode == 2 and "--kv-cache-dtype" in bad.stderr
+
+
+def test_translate_on_an_int8_cache_gives_the_float_caches_translations(trained_run):
+    """The reverse-task translator (an encoder-decoder: its decoder's self-attention cache in int8, the encoder's
+    keys and values as they were) translates greedy and beam as on the float cache."""
+    args = ["translate", "--checkpoint", str(trained_run)]
+    for strategy in (["--beam-size", "1"], ["--beam-size", "4"]):
+        plain = run_main(*args, *strategy, stdin="a b c d e\nj i h g f\n")
+        int8 = run_main(*args, *strategy, "--kv-cache-dtype", "int8", stdin="a b c d e\nj i h g f\n")
+        assert plain.returncode == int8.returncode == 0 and plain.stdout.strip() and int8.stdout == plain.stdout, int8

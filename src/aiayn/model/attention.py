@@ -279,9 +279,10 @@ class MultiHeadAttention(nn.Module):
         (True = may attend): the output (B, H, T, D) and, with ``need_weights``, the weights (B, H, T, S). Keys and
         values may be an int8 cache's rows (``model/kv_int8.py``): read as they lie, or dequantized for the weights."""
         if isinstance(k, Int8Rows):  # the int8 KV cache's rows (model/kv_int8.py)
-            if not (need_weights or self.softcap is not None or bias is not None):
-                return int8_attention(q, k, v, mask), None
-            k, v = k.dequantize(q.dtype), v.dequantize(q.dtype)
+            if not (need_weights or self.softcap is not None or bias is not None) and (
+                    out := int8_attention(q, k, v, mask)) is not None:
+                return out, None
+            k, v = k.dequantize(q.dtype), v.dequantize(q.dtype)  # the reference: the rows written out as floats
         if need_weights or self.softcap is not None:
             groups = self.n_heads // self.n_kv_heads
             out, weights = reference_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, bias,

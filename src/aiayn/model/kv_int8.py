@@ -2,14 +2,16 @@
 
 A key (or value) vector of one head at one position is kept a group of 32 values x at a time as round(x / s) in
 [-127, 127] with s = max|x| / 127 (llama.cpp's ``-ctk q8_0`` layout; a head of fewer or other than a multiple of 32
-values is one group): 36 bytes a group against float32's 128 (0.28x). One scale a whole head's vector (KIVI's
-values) kept Gemma 3's 256-wide heads' greedy text for 10 to 49 characters on three of four prompts where groups of
-32 kept it whole (``benchmarks/bench_kv_cache.py``, docs/decoding.md). :class:`Int8Rows` stands where the cache's float tensor
-(B, H, capacity, D) stands in ``model/kv_cache.py``'s :class:`~aiayn.model.kv_cache.KVCache`: indexed, assigned
-(a float assigned is quantized), reordered and assembled the same way, so rings, rows joining a batch and
-speculative roll-back need nothing of their own. Attention reads it through :func:`int8_attention`: aiayn's kernel
-(``kernels/attention.cpp``), which reads the int8 rows as they lie; where the kernels are not built, the rows
-dequantized (:func:`reference_int8_attention`, also what the kernel is tested against).
+values is one group): 36 bytes a group against float32's 128 (0.28x). With one scale a whole head's vector, Gemma 3
+270M's 256-wide heads kept the float cache's greedy text on one prompt of four, groups of 32 on three
+(``benchmarks/bench_kv_cache.py``, docs/decoding.md).
+
+:class:`Int8Rows` stands where the cache's float tensor (B, H, capacity, D) stands in ``model/kv_cache.py``'s
+:class:`~aiayn.model.kv_cache.KVCache`: indexed, assigned (a float assigned is quantized), reordered and assembled the
+same way, so rings, rows joining a batch and speculative roll-back need nothing of their own. Attention reads it
+through :func:`int8_attention`: aiayn's kernel (``kernels/attention.cpp``), which reads the int8 rows as they lie;
+where that does not apply, attention over the rows dequantized (``model/attention.py``; also what the kernel is
+tested against).
 """
 
 from __future__ import annotations
@@ -109,28 +111,22 @@ def dense(t: Tensor | Int8Rows, dtype: torch.dtype = torch.float32) -> Tensor:
     return t.dequantize(dtype) if isinstance(t, Int8Rows) else t
 
 
-def reference_int8_attention(q: Tensor, k: Int8Rows, v: Int8Rows, mask: Tensor | None) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V over the rows dequantized (a full float copy): q (B, H, T, D), mask bool (True =
-    may attend) broadcastable to (B, 1, T, S) or None -> (B, H, T, D)."""
-    from aiayn.model.attention import fast_attention  # (attention.py reads this module's rows)
-
-    return fast_attention(q, k.dequantize(q.dtype), v.dequantize(q.dtype), mask)
-
-
 FEW_QUERIES = 16  # the kernel takes up to this many queries a row (decoding steps, verifying passes)
 
 
-def int8_attention(q: Tensor, k: Int8Rows, v: Int8Rows, mask: Tensor | None) -> Tensor:
-    """:func:`reference_int8_attention` read from the int8 rows as they lie (``aiayn::int8_attention``) for a few
-    queries a row (a decoding step: the cache read once, a quarter of float32's bytes) where the kernels are built
-    and the mask is one a row (B or 1, 1, T or 1, S); else the reference: a prompt's many queries are PyTorch's
-    attention's work, against which writing the rows out as floats once is small."""
+def int8_attention(q: Tensor, k: Int8Rows, v: Int8Rows, mask: Tensor | None) -> Tensor | None:
+    """softmax(Q K^T / sqrt(d_k)) V read from the int8 rows as they lie (``aiayn::int8_attention``): q (B, H, T, D),
+    mask bool (True = may attend) (B or 1, 1, T or 1, S) or None -> (B, H, T, D). For a few queries a row (a decoding
+    step: the cache read once, a quarter of float32's bytes) where the kernels are built; None elsewhere, and the
+    caller attends over the rows dequantized (``MultiHeadAttention.attend``, the reference the kernel is tested
+    against): a prompt's many queries are PyTorch's attention's work, against which writing the rows out once is
+    small."""
     from aiayn.kernels import load
 
     if (q.device.type != "cpu" or q.size(2) > FEW_QUERIES or (mask is not None and (mask.dim() != 4
                                                                                   or mask.size(1) != 1))
             or load() is not None):
-        return reference_int8_attention(q, k, v, mask)
+        return None
     b, _, t, _ = q.shape
     rows = None if mask is None else mask[:, 0].expand(b, t, k.size(2))  # (B, T, S)
     out = torch.ops.aiayn.int8_attention(q.float(), k.data, k.scale, v.data, v.scale, rows)  # (B, H, T, D)
