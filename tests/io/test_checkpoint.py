@@ -122,3 +122,37 @@ def test_a_large_tensor_is_read_a_slice_of_rows_at_a_time_and_equals_the_stored_
     assert "encoder.layers.0.self_attn.q_proj.weight" in slices and all(sizes[name] > 1000 for name in slices)
     assert any(size <= 1000 for size in sizes.values())  # those read whole
     assert torch.equal(load_model(tmp_path / "ckpt", convert=converter(int4=True))(x, x), whole)
+
+
+def test_a_folder_checked_once_is_not_read_again_until_a_file_changes(tmp_path, monkeypatch):
+    """verify_checkpoint remembers a folder it passed (each file's size and time), so that loading it again (a server
+    reloading an unloaded model) skips the hashing; a file changed since is read again, and a folder whose files
+    were written within 2 s of the check is never remembered (a change then could keep the same time)."""
+    import os
+
+    from aiayn.io import checkpoint
+    from aiayn.io.checkpoint import verify_checkpoint
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old, new):
+        EncoderDecoder(tiny()).save(folder)
+    for f in old.iterdir():
+        os.utime(f, (1_600_000_000, 1_600_000_000))
+    reads = []
+    real = checkpoint.sha256_file
+    monkeypatch.setattr(checkpoint, "sha256_file", lambda f: reads.append(f) or real(f))
+    verify_checkpoint(old)
+    first = len(reads)
+    verify_checkpoint(old)
+    assert first > 0 and len(reads) == first  # remembered
+    for folder in (old, new):
+        verify_checkpoint(folder)
+        weights = folder / "model.safetensors"
+        stamp = weights.stat()
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 1
+        weights.write_bytes(bytes(data))  # the same size
+        if folder == new:
+            os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # and the same time
+        with pytest.raises(ValueError, match="checksum mismatch"):
+            verify_checkpoint(folder)

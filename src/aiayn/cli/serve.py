@@ -33,8 +33,24 @@ def _add_serve(sub) -> None:
                                   "aiayn serve --checkpoint runs/smollm2 --draft ngram",
                                   "aiayn serve --checkpoint runs/qwen2.5 --mcp mcp.json",
                                   "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080",
-                                  "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4"))
-    p.add_argument("--checkpoint", required=True, help=GGUF_CHECKPOINT)
+                                  "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4",
+                                  "aiayn serve --models runs/ --models-max 2 --models-ttl 600"))
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help=GGUF_CHECKPOINT)
+    which.add_argument("--models", metavar="DIR", help="serve every checkpoint folder, run folder and .gguf file in "
+                       "DIR, each by its name (a request's \"model\"), loaded when first asked for (docs/serving.md)")
+    p.add_argument("--models-memory", type=int, metavar="MB", dest="models_memory",
+                   help="with --models: the most MiB the loaded models' weights may take; the least recently used "
+                        "idle model is unloaded to make room (default: no bound)")
+    p.add_argument("--models-max", type=int, metavar="N", dest="models_max",
+                   help="with --models: the most models loaded at once (default: no bound)")
+    p.add_argument("--models-ttl", type=float, metavar="SECONDS", dest="models_ttl",
+                   help="with --models: unload a model idle this long (default: never, until room is needed)")
+    p.add_argument("--models-pin", action="append", default=[], metavar="NAME", dest="models_pin",
+                   help="with --models: load this model at the start and never unload it (repeat for more)")
+    p.add_argument("--models-wait", type=float, default=120.0, metavar="SECONDS", dest="models_wait",
+                   help="with --models: how long a request waits for room to load its model (every loaded one busy) "
+                        "before 503 busy (default: 120)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
     add_precision(p)
@@ -94,6 +110,8 @@ def serve(args: argparse.Namespace) -> int:
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     note_emulated_bf16(args)
+    if args.models is not None:
+        return _serve_models(args, limits)
     parallel = start_parallel(args)
     tools = start_mcp(args) if parallel is None or parallel.leader else None  # the rank that serves runs them
     try:
@@ -105,6 +123,28 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if tools is not None:
             tools.close()  # the servers' processes end with the server
+    return 0
+
+
+def _serve_models(args: argparse.Namespace, limits) -> int:
+    """``aiayn serve --models DIR`` (``serve/models_server.py``): what one model's flags cannot mean for many refused
+    in one line."""
+    from aiayn.cli.common import UserError
+    from aiayn.serve.models_server import run_models_server
+
+    for flag, given in (("--lora", args.lora), ("--adapter", args.adapter), ("--draft", args.draft),
+                        ("--mcp", args.mcp), ("--model-name", args.model_name),
+                        ("--tensor-parallel", getattr(args, "tensor_parallel", False))):
+        if given:
+            raise UserError(f"--models: {flag} is for one model (--checkpoint); leave it out")
+    for flag, value in (("--models-memory", args.models_memory), ("--models-max", args.models_max),
+                        ("--models-ttl", args.models_ttl)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} {value:g}: give a positive number")
+    run_models_server(args.models, args.host, args.port, limits, args.api_key, args.models_memory, args.models_max,
+                      args.models_ttl, tuple(args.models_pin), args.models_wait, options=precision_options(args),
+                      decoding=decoding_options(args), device=args.device, max_batch=args.max_batch,
+                      wait_ms=args.batch_wait_ms, batching=args.batching, compile=args.compile)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,20 +96,33 @@ def digests(folder: Path) -> dict[str, str]:
     return digests
 
 
+_VERIFIED: set[tuple] = set()  # folders this process checked, with each file's size and modification time then
+
+
 def verify_checkpoint(folder: str | Path) -> None:
     """Check every file against the folder's ``checksums.json`` (folders written before checksums existed
-    have none and pass). A missing or changed file is a ValueError naming it."""
+    have none and pass). A missing or changed file is a ValueError naming it. A folder this process checked
+    already, every file the same size and modified at the same time since, is not read again (a server that
+    loads a model again after unloading it: ``serve/models.py``); one modified within 2 s of the check is read
+    every time."""
     folder = Path(folder)
     if not (folder / CHECKSUMS).is_file():
         return
     expected = read_json(folder / CHECKSUMS)
+    for name in expected:
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder / name}: missing from the checkpoint (listed in {CHECKSUMS}); copy the folder "
+                             "again")
+    seen = (str(folder.resolve()), *((name, (s := (folder / name).stat()).st_size, s.st_mtime_ns)
+                                     for name in sorted(expected)))
+    if seen in _VERIFIED:
+        return
     for name, digest in expected.items():
-        file = folder / name
-        if not file.is_file():
-            raise ValueError(f"{file}: missing from the checkpoint (listed in {CHECKSUMS}); copy the folder again")
-        if sha256_file(file) != digest:
-            raise ValueError(f"{file}: checksum mismatch: damaged or edited after it was saved; restore it "
+        if sha256_file(folder / name) != digest:
+            raise ValueError(f"{folder / name}: checksum mismatch: damaged or edited after it was saved; restore it "
                              "or use another checkpoint")
+    if all(time.time_ns() - mtime > 2 * 10**9 for _, _, mtime in seen[1:]):  # a file written within the clock's
+        _VERIFIED.add(seen)  # step of now could change again with the same time (git's "racy" files): not kept
 
 
 def save_weights(model: nn.Module, folder: Path) -> None:
