@@ -83,8 +83,9 @@ def compiled(url: str, proc: subprocess.Popen, seconds: float = 900) -> None:
 
 
 def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = None, seconds: float = 120) -> Server:
-    """``aiayn serve --checkpoint CHECKPOINT FLAGS`` on a free port, returned once GET /health answers and its step is
-    no longer compiling (:func:`compiled`); its stderr
+    """``aiayn serve --checkpoint CHECKPOINT FLAGS`` (an empty ``checkpoint``: ``aiayn serve FLAGS``, as ``--models
+    DIR``) on a free port, returned once GET /health answers and its step is no longer compiling (:func:`compiled`);
+    its stderr
     in a temporary file, or in ``log_dir`` as NAME.log. Exits with the server's last words if it dies first."""
     import httpx
 
@@ -92,8 +93,9 @@ def start_server(name: str, checkpoint: str, *flags: str, log_dir: str | None = 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     log = tempfile.TemporaryFile("w+") if log_dir is None else open(Path(log_dir) / f"{name}.log", "w+")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port", str(port),
-                             *flags], stdout=subprocess.DEVNULL, stderr=log)
+    source = ["--checkpoint", checkpoint] if checkpoint else []
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", *source, "--port", str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     for _ in range(int(seconds * 10)):
         try:

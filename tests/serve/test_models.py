@@ -14,7 +14,8 @@ import torch
 
 from aiayn.serve.limits import Limits
 from aiayn.serve.models import ModelPool, found_models, weight_bytes
-from aiayn.serve.models_server import loader, models_app
+from aiayn.serve.models_server import models_app
+from aiayn.serve.server import model_loader as loader
 
 from conftest import run_main, serving
 

@@ -35,22 +35,7 @@ def _add_serve(sub) -> None:
                                   "aiayn serve --checkpoint runs/m30k --host 0.0.0.0 --port 8080",
                                   "aiayn serve --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --int4",
                                   "aiayn serve --models runs/ --models-max 2 --models-ttl 600"))
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--checkpoint", help=GGUF_CHECKPOINT)
-    which.add_argument("--models", metavar="DIR", help="serve every checkpoint folder, run folder and .gguf file in "
-                       "DIR, each by its name (a request's \"model\"), loaded when first asked for (docs/serving.md)")
-    p.add_argument("--models-memory", type=int, metavar="MB", dest="models_memory",
-                   help="with --models: the most MiB the loaded models' weights may take; the least recently used "
-                        "idle model is unloaded to make room (default: no bound)")
-    p.add_argument("--models-max", type=int, metavar="N", dest="models_max",
-                   help="with --models: the most models loaded at once (default: no bound)")
-    p.add_argument("--models-ttl", type=float, metavar="SECONDS", dest="models_ttl",
-                   help="with --models: unload a model idle this long (default: never, until room is needed)")
-    p.add_argument("--models-pin", action="append", default=[], metavar="NAME", dest="models_pin",
-                   help="with --models: load this model at the start and never unload it (repeat for more)")
-    p.add_argument("--models-wait", type=float, default=120.0, metavar="SECONDS", dest="models_wait",
-                   help="with --models: how long a request waits for room to load its model (every loaded one busy) "
-                        "before 503 busy (default: 120)")
+    _add_models(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
     add_precision(p)
@@ -77,6 +62,27 @@ def _add_serve(sub) -> None:
     p.add_argument("--lora", action="append", default=[], metavar="NAME=ADAPTER",
                    help="serve a LoRA adapter folder (PEFT's format) as model NAME beside the base model, unmerged: "
                         "rows of every adapter and of the base decode in one batch (repeat for more)")
+
+
+def _add_models(p) -> None:
+    """--checkpoint or --models DIR, and the budget of the latter: --models-memory, --models-max, --models-ttl,
+    --models-pin, --models-wait."""
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", help=GGUF_CHECKPOINT)
+    which.add_argument("--models", metavar="DIR", help="serve every checkpoint folder, run folder and .gguf file in "
+                       "DIR, each by its name (a request's \"model\"), loaded when first asked for (docs/serving.md)")
+    p.add_argument("--models-memory", type=int, metavar="MB", dest="models_memory",
+                   help="with --models: the most MiB the loaded models' weights may take; the least recently used "
+                        "idle model is unloaded to make room (default: no bound)")
+    p.add_argument("--models-max", type=int, metavar="N", dest="models_max",
+                   help="with --models: the most models loaded at once (default: no bound)")
+    p.add_argument("--models-ttl", type=float, metavar="SECONDS", dest="models_ttl",
+                   help="with --models: unload a model idle this long (default: never, until room is needed)")
+    p.add_argument("--models-pin", action="append", default=[], metavar="NAME", dest="models_pin",
+                   help="with --models: load this model at the start and never unload it (repeat for more)")
+    p.add_argument("--models-wait", type=float, default=120.0, metavar="SECONDS", dest="models_wait",
+                   help="with --models: how long a request waits for room to load its model (every loaded one busy) "
+                        "before 503 busy (default: 120)")
 
 
 def lora_options(given: list[str], base_name: str | None) -> dict[str, str]:
@@ -130,7 +136,7 @@ def _serve_models(args: argparse.Namespace, limits) -> int:
     """``aiayn serve --models DIR`` (``serve/models_server.py``): what one model's flags cannot mean for many refused
     in one line."""
     from aiayn.cli.common import UserError
-    from aiayn.serve.models_server import run_models_server
+    from aiayn.serve.server import run_models
 
     for flag, given in (("--lora", args.lora), ("--adapter", args.adapter), ("--draft", args.draft),
                         ("--mcp", args.mcp), ("--model-name", args.model_name),
@@ -141,10 +147,11 @@ def _serve_models(args: argparse.Namespace, limits) -> int:
                         ("--models-ttl", args.models_ttl)):
         if value is not None and value <= 0:
             raise UserError(f"{flag} {value:g}: give a positive number")
-    run_models_server(args.models, args.host, args.port, limits, args.api_key, args.models_memory, args.models_max,
-                      args.models_ttl, tuple(args.models_pin), args.models_wait, options=precision_options(args),
-                      decoding=decoding_options(args), device=args.device, max_batch=args.max_batch,
-                      wait_ms=args.batch_wait_ms, batching=args.batching, compile=args.compile)
+    pool = {"memory": None if args.models_memory is None else args.models_memory * 2**20, "most": args.models_max,
+            "ttl": args.models_ttl, "pinned": tuple(args.models_pin), "wait_s": args.models_wait}
+    run_models(args.models, args.host, args.port, limits, args.api_key, pool, options=precision_options(args),
+               decoding=decoding_options(args), device=args.device, max_batch=args.max_batch,
+               wait_ms=args.batch_wait_ms, batching=args.batching, compile=args.compile)
     return 0
 
 

@@ -1,39 +1,20 @@
 """``aiayn serve --models DIR``: the folder's models behind one port (``serve/models.py``), each loaded as
-``aiayn serve --checkpoint`` loads its one (``server.load_product``, ``build_scheduler``, ``build_app``)."""
+``aiayn serve --checkpoint`` loads its one (``server.model_loader``, which hands this module its pool)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-from aiayn.serve.http import Limits, Served, base_app, serve_until_stopped, server_config
-from aiayn.serve.models import ModelPool, found_models, front_door
-from aiayn.serve.server import BODY_BYTES_PER_TOKEN, build_app, build_scheduler, compile_first, load_product
+from aiayn.serve.http import Limits, base_app, serve_until_stopped, server_config
+from aiayn.serve.models import ModelPool, front_door
 
 
-def loader(limits: Limits, api_key: str | None, options: dict, decoding: dict | None = None, device: str = "cpu",
-           max_batch: int = 64, wait_ms: float = 5.0, batching: str = "continuous", compile: str = "off"):
-    """``load(name, path)`` for :class:`ModelPool`: the model read and served as ``aiayn serve`` serves one
-    (``options``: the precision flags, ``int8``, ``int4``, ``bf16``, ``kv_cache_dtype``), its scheduler started; a
-    compiled step kept for it is loaded behind its first requests (``--compile``), one not kept is compiled behind
-    them by a child process."""
-    def load(name: str, path: Path):
-        product, embedder = load_product(str(path), decoding, device, **options)
-        scheduler = build_scheduler(product, limits, max_batch, wait_ms, None, embedder, batching)
-        served = Served(product, scheduler, limits, name, embedder)
-        app = build_app(served, api_key)
-        scheduler.start()
-        flags = {k: v for k, v in options.items() if k in ("int8", "int4", "bf16")}
-        compile_first(product.model, {"batches": True}, scheduler, compile, device, behind=(str(path), flags))
-        return served, app
-    return load
-
-
-def models_app(pool: ModelPool, limits: Limits, api_key: str | None):
+def models_app(pool: ModelPool, limits: Limits, api_key: str | None, max_body: int | None = None):
     """The front door (``models.front_door``) around its own FastAPI app: ``/v1/models``, ``/health``, the guards;
-    its life unloads every model at the end and, with a TTL, reaps idle ones."""
+    its life unloads every model at the end and, with a TTL, reaps idle ones. ``max_body``: the largest body it
+    reads (default ``limits.max_body_bytes``)."""
     @asynccontextmanager
     async def lifespan(_app):
         reaper = asyncio.create_task(pool.reap())
@@ -56,23 +37,16 @@ def models_app(pool: ModelPool, limits: Limits, api_key: str | None):
     async def health() -> dict:
         return pool.health()
 
-    most = max(limits.max_body_bytes, BODY_BYTES_PER_TOKEN * max(limits.max_context, 0))
-    app = front_door(pool, own, most)
+    app = front_door(pool, own, max_body or limits.max_body_bytes)
     app.state = own.state  # the drain flag (serve_until_stopped sets it; the front door answers 503 then)
     return app
 
 
-def run_models_server(folder: str, host: str = "127.0.0.1", port: int = 8000, limits: Limits | None = None,
-                      api_key: str | None = None, memory_mb: int | None = None, most: int | None = None,
-                      ttl: float | None = None, pinned: tuple[str, ...] = (), wait_s: float = 120.0,
-                      **load_options) -> None:
-    """Serve every model of ``folder`` until stopped (``memory_mb``, ``most``, ``ttl``, ``pinned``, ``wait_s``: as
-    :class:`ModelPool` takes them; ``load_options``: :func:`loader`'s)."""
+def run_models_server(pool: ModelPool, folder: str, host: str = "127.0.0.1", port: int = 8000,
+                      limits: Limits | None = None, api_key: str | None = None, max_body: int | None = None) -> None:
+    """Serve ``pool``'s models (those of ``folder``) until stopped."""
     limits = limits or Limits()
-    found = found_models(Path(folder))
-    pool = ModelPool(found, loader(limits, api_key, **load_options), None if memory_mb is None else memory_mb * 2**20,
-                     most, ttl, pinned, wait_s)
-    app = models_app(pool, limits, api_key)
-    print(f"aiayn: serving the {len(found)} models of {folder} ({', '.join(found)}), loaded as they are asked for",
-          file=sys.stderr, flush=True)
+    app = models_app(pool, limits, api_key, max_body)
+    print(f"aiayn: serving the {len(pool.entries)} models of {folder} ({', '.join(pool.entries)}), loaded as they "
+          "are asked for", file=sys.stderr, flush=True)
     serve_until_stopped(server_config(app, host, port, limits))

@@ -197,6 +197,35 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, limit
                 behind.stop()  # a compile not done by then is not left running
 
 
+def model_loader(limits: Limits, api_key: str | None, options: dict, decoding: dict | None = None, device: str = "cpu",
+                 max_batch: int = 64, wait_ms: float = 5.0, batching: str = "continuous", compile: str = "off"):
+    """``load(name, path)`` for ``serve/models.py``'s pool (``--models DIR``): the model read and served as
+    :func:`run_server` serves one (``options``: ``int8``, ``int4``, ``bf16``, ``kv_cache_dtype``), its scheduler
+    started; its compiled step loaded, or compiled by a child, behind its first requests (``--compile``)."""
+    def load(name: str, path: Path):
+        product, embedder = load_product(str(path), decoding, device, **options)
+        scheduler = build_scheduler(product, limits, max_batch, wait_ms, None, embedder, batching)
+        served = Served(product, scheduler, limits, name, embedder)
+        app = build_app(served, api_key)
+        scheduler.start()
+        flags = {k: v for k, v in options.items() if k in ("int8", "int4", "bf16")}
+        compile_first(product.model, {"batches": True}, scheduler, compile, device, behind=(str(path), flags))
+        return served, app
+    return load
+
+
+def run_models(folder: str, host: str, port: int, limits: Limits, api_key: str | None, pool_options: dict,
+               **load_options) -> None:
+    """``aiayn serve --models DIR``: ``pool_options`` as ``models.ModelPool`` takes them (memory, most, ttl, pinned,
+    wait_s), ``load_options`` as :func:`model_loader`'s."""
+    from aiayn.serve.models import ModelPool, found_models
+    from aiayn.serve.models_server import run_models_server
+
+    pool = ModelPool(found_models(Path(folder)), model_loader(limits, api_key, **load_options), **pool_options)
+    body = max(limits.max_body_bytes, BODY_BYTES_PER_TOKEN * max(limits.max_context, 0))
+    run_models_server(pool, folder, host, port, limits, api_key, body)
+
+
 def compile_first(model, graphs: dict, scheduler: Scheduler, mode: str, device: str, say=None,
                   behind: tuple[str, dict] | None = None, draft: bool = False):
     """A language model's decoding step compiled as ``--compile mode`` says (``inference/compiled.py``), on the
