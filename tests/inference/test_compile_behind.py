@@ -285,7 +285,7 @@ def test_a_chat_drafted_by_its_int4_copy_compiles_both_steps_behind(tmp_path, mo
     chat = run_main("chat", *flags, "--compile", "on", stdin="what is inside\n")
     plain = run_main("chat", *flags, "--compile", "off", stdin="what is inside\n")
     assert chat.returncode == 0 and chat.stdout == plain.stdout, chat.stderr
-    model_flags = {"int8": False, "int4": False, "bf16": False}
+    model_flags = {"int8": False, "int4": False, "bf16": False, "kv_cache_dtype": None}  # switches become flags
     assert commands == [(str(folder), model_flags, {"batches": False, "columns": True}),
                         (str(folder), {"int4": True}, {"batches": False, "columns": False})]
     assert len(taken) == 2
