@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import best_of, emit
+from common import decode_rate, emit
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time",
            "Water boils at a temperature of"]
@@ -59,7 +59,7 @@ def cache_bytes(model, positions: int) -> int:
     return sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers)
 
 
-def decode_rate(model, length: int) -> float:
+def filled_rate(model, length: int) -> float:
     """New tokens/s of STEPS one-token steps from a cache of ``length`` random positions (rolled back each run)."""
     cfg = model.config
     cache = model.new_cache(1, length + STEPS, next(model.parameters()))
@@ -67,15 +67,7 @@ def decode_rate(model, length: int) -> float:
         held = min(length, layer.self_kv.capacity)
         kv = torch.randn(1, model.cache_heads, held, cfg.d_head)  # (B, H_kv, T, D)
         layer.self_kv.write(length - held, kv, kv)
-    ids = torch.tensor([[cfg.bos_id]])
-
-    def run() -> None:
-        for _ in range(STEPS):
-            model.decode(ids, cache=cache, last=True)
-        cache.truncate(length)
-
-    run()  # warm-up
-    return STEPS / best_of(3, run)
+    return decode_rate(model, cache, length, STEPS)
 
 
 def main() -> None:
@@ -106,7 +98,7 @@ def main() -> None:
             ppl = perplexity(model, ids)
             emit(config, f"perplexity_{len(ids)}_tokens", round(ppl, 4), "ppl")
             texts = [gen.generate(p, args.new_tokens, strategy="greedy")[0] for p in prompts]
-            rates = {n: decode_rate(model, n) for n in args.lengths}
+            rates = {n: filled_rate(model, n) for n in args.lengths}
             for n, rate in rates.items():
                 emit(config, f"decode_from_{n}", round(rate, 2), "tokens/s")
             figures[label] = size, ppl, texts, rates

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import best_of, emit
+from common import decode_rate, emit
 
 GGUF = Path.home() / ".cache" / "aiayn" / "gemma-3-270m-q4_k_m.gguf"
 SHAPE = dict(model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
@@ -85,19 +85,6 @@ def mib(cache) -> float:
     return sum(la.self_kv.k.nbytes + la.self_kv.v.nbytes for la in cache.layers) / 2**20
 
 
-def decode_rate(model, cache, length: int) -> float:
-    """New tokens/s of STEPS steps from ``length`` (the cache rolled back after each run)."""
-    ids = torch.tensor([[model.config.bos_id]])
-
-    def run() -> None:
-        for _ in range(STEPS):
-            model.decode(ids, cache=cache, last=True)
-        cache.truncate(length)
-
-    run()  # warm-up
-    return STEPS / best_of(3, run)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", type=Path, default=GGUF)
@@ -117,7 +104,7 @@ def main() -> None:
                 cache = filled(model, length, rings)
                 config = f"{name}/context{length}/{'ring' if rings else 'mask_only'}"
                 size = mib(cache)
-                figures[rings] = size, decode_rate(model, cache, length)
+                figures[rings] = size, decode_rate(model, cache, length, STEPS)
                 emit(config, "kv_cache", round(size, 1), "MiB")
                 emit(config, "decode", round(figures[rings][1], 2), "tokens/s")
             emit(f"{name}/context{length}", "kv_cache_ratio_ring_to_mask_only",

@@ -35,6 +35,22 @@ def best_of(repeats: int, run) -> float:
     return min(times)
 
 
+def decode_rate(model, cache, length: int, steps: int = 16) -> float:
+    """Batch-1 new tokens/s of ``steps`` one-token steps from a cache holding ``length`` positions (rolled back
+    after each run; the best of three after a warm-up)."""
+    import torch
+
+    ids = torch.tensor([[model.config.bos_id]])
+
+    def run() -> None:
+        for _ in range(steps):
+            model.decode(ids, cache=cache, last=True)
+        cache.truncate(length)
+
+    run()  # warm-up
+    return steps / best_of(3, run)
+
+
 def percentile(values: list[float], q: int) -> float:
     """The ``q``-th percentile (1-99) of ``values``; NaN for fewer than two."""
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
