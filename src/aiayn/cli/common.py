@@ -89,8 +89,8 @@ def add_precision(p) -> None:
                    "kernels; elsewhere emulated, slower for batches; small BLEU cost, see docs/decoding.md); "
                    "with --int8 or --int4, the rest of the model in bfloat16")
     p.add_argument("--kv-cache-dtype", choices=("auto", "int8"), default="auto", dest="kv_cache_dtype",
-                   help="the KV cache's keys and values: auto (the weights' dtype) or int8 (one scale a position and "
-                   "head: 0.27x float32's bytes, a longer context in the same memory; steps eagerly; see "
+                   help="the KV cache's keys and values: auto (the weights' dtype) or int8 (one scale a group of 32 "
+                   "values: 0.28x float32's bytes, a longer context in the same memory; steps eagerly; see "
                    "docs/decoding.md)")
 
 

@@ -60,16 +60,8 @@ class Int8Rows:
         return (groups * self.scale.to(dtype)[..., None]).flatten(-2)  # (B, H, S, D)
 
     @property
-    def shape(self) -> torch.Size:
-        return self.data.shape
-
-    @property
     def device(self) -> torch.device:
         return self.data.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.int8
 
     def size(self, dim: int | None = None):
         return self.data.size() if dim is None else self.data.size(dim)

@@ -19,12 +19,13 @@ import gc
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from aiayn.io.files import give_back_memory
+from aiayn.serve.openai_schema import OpenAIError, check_model
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Entry:
     open: int = 0  # requests in flight
     used: float = 0.0  # when its last request ended (time.monotonic)
     loads: int = 0
-    load_s: list[float] = field(default_factory=list)
+    load_s: float | None = None  # its last load's seconds
 
 
 def found_models(folder: Path) -> dict[str, Path]:
@@ -115,7 +116,7 @@ class ModelPool:
                     await self._make_room(entry, deadline)
                     start = time.monotonic()
                     entry.served, entry.app = await asyncio.to_thread(self.load, entry.name, entry.path)
-                    entry.load_s.append(time.monotonic() - start)
+                    entry.load_s = time.monotonic() - start
                     entry.bytes, entry.loads = weight_bytes(entry.served.product.model), entry.loads + 1
                     self.most_loaded = max(self.most_loaded, len(self.loaded()))
         entry.open += 1
@@ -180,7 +181,7 @@ class ModelPool:
         return {"status": "ok", "models": len(self.entries), "loaded": [e.name for e in loaded],
                 "weights_bytes": sum(e.bytes for e in loaded), "most_loaded_at_once": self.most_loaded,
                 "loads": {e.name: e.loads for e in self.entries.values() if e.loads},
-                "last_load_s": {e.name: round(e.load_s[-1], 3) for e in self.entries.values() if e.load_s}}
+                "last_load_s": {e.name: round(e.load_s, 3) for e in self.entries.values() if e.load_s is not None}}
 
 
 async def _body(receive, most: int) -> bytes | None:
@@ -198,16 +199,25 @@ async def _body(receive, most: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _answer(send, status: int, body: dict) -> None:
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
-
-
-def _error(status: int, message: str, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
-                      "param": "model" if status == 404 else None, "code": code}}
+async def _admitted(pool: ModelPool, own, max_body: int, receive) -> tuple[bytes, Entry]:
+    """A POST's body and its model, loaded and counted busy; an OpenAIError to answer instead."""
+    if own.state.draining:  # SIGTERM: the requests in flight finish, new ones are refused
+        raise OpenAIError(503, "the server is shutting down")
+    body = await _body(receive, max_body)
+    if body is None:
+        raise OpenAIError(413, f"the body is over {max_body} bytes")
+    try:
+        name = json.loads(body or b"{}").get("model")
+    except (ValueError, AttributeError):
+        name = None
+    check_model(name, list(pool.entries))  # 404 model_not_found
+    try:
+        return body, await pool.acquire(name)
+    except TimeoutError:
+        raise OpenAIError(503, f"busy: no room to load {name!r} within {pool.wait_s:g} s (every loaded model "
+                               "is in use); try again shortly") from None
+    except ValueError as error:
+        raise OpenAIError(400, str(error)) from None
 
 
 def front_door(pool: ModelPool, own: Callable, max_body: int) -> Callable:
@@ -216,26 +226,10 @@ def front_door(pool: ModelPool, own: Callable, max_body: int) -> Callable:
     async def app(scope, receive, send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await own(scope, receive, send)
-        if own.state.draining:  # SIGTERM: the requests in flight finish, new ones are refused
-            return await _answer(send, 503, _error(503, "the server is shutting down"))
-        body = await _body(receive, max_body)
-        if body is None:
-            return await _answer(send, 413, _error(413, f"the body is over {max_body} bytes"))
         try:
-            name = json.loads(body or b"{}").get("model")
-        except (ValueError, AttributeError):
-            name = None
-        if not isinstance(name, str) or name not in pool.entries:
-            names = ", ".join(map(repr, pool.entries))
-            return await _answer(send, 404, _error(404, f"model {name!r} does not exist; this server serves {names}",
-                                                   "model_not_found"))
-        try:
-            entry = await pool.acquire(name)
-        except TimeoutError:
-            return await _answer(send, 503, _error(503, f"busy: no room to load {name!r} within {pool.wait_s:g} s "
-                                                        "(every loaded model is in use); try again shortly"))
-        except ValueError as error:
-            return await _answer(send, 400, _error(400, str(error)))
+            body, entry = await _admitted(pool, own, max_body, receive)
+        except OpenAIError as error:  # OpenAI's error body, as every route answers one
+            return await error.response()(scope, receive, send)
         replayed = False
 
         async def replay():
